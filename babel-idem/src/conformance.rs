@@ -1,0 +1,1 @@
+//! The BabelQueue conformance runner.

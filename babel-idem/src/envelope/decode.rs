@@ -1,0 +1,141 @@
+//! Taking a JSON value apart into an [`Envelope`], one rule at a time.
+
+use serde_json::{Map, Value};
+
+use super::{DeadLetter, DeadLetterReason, Envelope, EnvelopeError, Meta, SCHEMA_VERSION};
+
+pub(super) fn envelope(value: Value) -> Result<Envelope, EnvelopeError> {
+    let mut fields = match value {
+        Value::Object(fields) => fields,
+        other => return Err(EnvelopeError::NotAnObject { found: kind(&other) }),
+    };
+
+    // The version decides how everything else reads, so it is checked first.
+    let meta = match fields.remove("meta") {
+        Some(Value::Object(meta)) => meta,
+        Some(other) => return Err(wrong_type("meta", "an object", &other)),
+        None => return Err(EnvelopeError::MissingField("meta")),
+    };
+    let meta = meta_block(meta)?;
+
+    let job = match (fields.remove("job"), fields.get("urn")) {
+        (Some(job), _) => non_empty_string(job, "job")?,
+        (None, Some(_)) => non_empty_string(fields.remove("urn").unwrap_or(Value::Null), "urn")?,
+        (None, None) => None,
+    }
+    .ok_or(EnvelopeError::MissingUrn)?;
+
+    let trace_id = match fields.remove("trace_id") {
+        Some(Value::String(trace_id)) if !trace_id.trim().is_empty() => trace_id,
+        Some(Value::String(_)) | Some(Value::Null) | None => {
+            return Err(EnvelopeError::BlankTraceId);
+        }
+        Some(other) => return Err(wrong_type("trace_id", "a string", &other)),
+    };
+
+    let data = match fields.remove("data") {
+        Some(Value::Object(data)) => data,
+        Some(other) => return Err(EnvelopeError::DataNotObject { found: kind(&other) }),
+        None => return Err(EnvelopeError::DataNotObject { found: "absent" }),
+    };
+
+    let attempts = optional_u64(fields.remove("attempts"), "attempts")?.unwrap_or(0);
+
+    let dead_letter = match fields.remove("dead_letter") {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(block)) => Some(dead_letter_block(block)?),
+        Some(other) => return Err(wrong_type("dead_letter", "an object", &other)),
+    };
+
+    Ok(Envelope {
+        job,
+        trace_id,
+        data,
+        meta,
+        attempts,
+        dead_letter,
+        extra: fields,
+    })
+}
+
+fn meta_block(mut fields: Map<String, Value>) -> Result<Meta, EnvelopeError> {
+    let schema_version = optional_u64(fields.remove("schema_version"), "meta.schema_version")?
+        .ok_or(EnvelopeError::MissingSchemaVersion)?;
+    if schema_version != SCHEMA_VERSION {
+        return Err(EnvelopeError::UnsupportedSchemaVersion(schema_version));
+    }
+    // An absent, null or empty id is legal on the wire: the guard fails open on it.
+    let id = optional_string(fields.remove("id"), "meta.id")?;
+    Ok(Meta {
+        id,
+        queue: optional_string(fields.remove("queue"), "meta.queue")?.unwrap_or_default(),
+        lang: optional_string(fields.remove("lang"), "meta.lang")?.unwrap_or_default(),
+        schema_version,
+        created_at: optional_u64(fields.remove("created_at"), "meta.created_at")?.unwrap_or(0),
+        extra: fields,
+    })
+}
+
+fn dead_letter_block(mut fields: Map<String, Value>) -> Result<DeadLetter, EnvelopeError> {
+    let reason = optional_string(fields.remove("reason"), "dead_letter.reason")?
+        .ok_or(EnvelopeError::WrongType {
+            field: "dead_letter.reason",
+            expected: "a string",
+            found: "absent",
+        })?;
+    Ok(DeadLetter {
+        reason: DeadLetterReason::from_wire(&reason),
+        error: optional_string(fields.remove("error"), "dead_letter.error")?,
+        exception: optional_string(fields.remove("exception"), "dead_letter.exception")?,
+        failed_at: optional_u64(fields.remove("failed_at"), "dead_letter.failed_at")?.unwrap_or(0),
+        original_queue: optional_string(fields.remove("original_queue"), "dead_letter.original_queue")?
+            .unwrap_or_default(),
+        attempts: optional_u64(fields.remove("attempts"), "dead_letter.attempts")?.unwrap_or(0),
+        lang: optional_string(fields.remove("lang"), "dead_letter.lang")?,
+        extra: fields,
+    })
+}
+
+fn non_empty_string(value: Value, field: &'static str) -> Result<Option<String>, EnvelopeError> {
+    Ok(optional_string(Some(value), field)?.filter(|s| !s.is_empty()))
+}
+
+fn optional_string(value: Option<Value>, field: &'static str) -> Result<Option<String>, EnvelopeError> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(other) => Err(wrong_type(field, "a string", &other)),
+    }
+}
+
+fn optional_u64(value: Option<Value>, field: &'static str) -> Result<Option<u64>, EnvelopeError> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => n
+            .as_u64()
+            .map(Some)
+            .ok_or_else(|| wrong_type(field, "a non-negative integer", &Value::Number(n))),
+        Some(other) => Err(wrong_type(field, "a non-negative integer", &other)),
+    }
+}
+
+fn wrong_type(field: &'static str, expected: &'static str, found: &Value) -> EnvelopeError {
+    EnvelopeError::WrongType {
+        field,
+        expected,
+        found: kind(found),
+    }
+}
+
+fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_f64() => "fractional number",
+        Value::Number(n) if n.is_i64() && n.as_i64().is_some_and(|n| n < 0) => "negative number",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}

@@ -1,0 +1,126 @@
+//! [`DedupeKey`]: the key a guard looks up, taken from a message before its
+//! handler runs.
+//!
+//! A key is copied out of the message (a handler may move or mutate the
+//! message), so it must be cheap: ids up to [`INLINE_CAPACITY`] bytes, which
+//! covers a UUID with a scope in front, live inline and cost no allocation.
+
+use std::fmt;
+
+use crate::MessageId;
+
+/// The longest key (scope, separator and id) kept without a heap allocation.
+pub(crate) const INLINE_CAPACITY: usize = 62;
+
+/// The separator between a guard's scope and the message id.
+pub(crate) const SCOPE_SEPARATOR: char = ':';
+
+/// The dedupe key of one delivery: the message id, prefixed by the guard's
+/// scope when it has one. `None` for a message without a usable id.
+///
+/// ```
+/// use babel_idem::{DedupeKey, Envelope};
+/// use serde_json::json;
+///
+/// let env = Envelope::new("urn:babel:orders:created", json!({})).with_id("id-A");
+/// assert_eq!(DedupeKey::new(None, &env).as_str(), Some("id-A"));
+/// assert_eq!(DedupeKey::new(Some("billing"), &env).as_str(), Some("billing:id-A"));
+/// assert_eq!(DedupeKey::new(None, &env.clone().without_id()).as_str(), None);
+/// ```
+#[derive(Clone)]
+pub struct DedupeKey(Repr);
+
+#[derive(Clone)]
+enum Repr {
+    Missing,
+    Inline { len: u8, bytes: [u8; INLINE_CAPACITY] },
+    Heap(Box<str>),
+}
+
+impl DedupeKey {
+    /// The key of `message` under `scope`.
+    #[inline]
+    pub fn new<M: MessageId + ?Sized>(scope: Option<&str>, message: &M) -> Self {
+        match message.message_id() {
+            None | Some("") => DedupeKey(Repr::Missing),
+            Some(id) => Self::from_parts(scope, id),
+        }
+    }
+
+    #[inline]
+    fn from_parts(scope: Option<&str>, id: &str) -> Self {
+        let len = scope.map_or(0, |scope| scope.len() + 1) + id.len();
+        if len > INLINE_CAPACITY {
+            let mut key = String::with_capacity(len);
+            if let Some(scope) = scope {
+                key.push_str(scope);
+                key.push(SCOPE_SEPARATOR);
+            }
+            key.push_str(id);
+            return DedupeKey(Repr::Heap(key.into_boxed_str()));
+        }
+        let mut bytes = [0; INLINE_CAPACITY];
+        let mut at = 0;
+        if let Some(scope) = scope {
+            bytes[..scope.len()].copy_from_slice(scope.as_bytes());
+            at = scope.len();
+            bytes[at] = SCOPE_SEPARATOR as u8;
+            at += 1;
+        }
+        bytes[at..len].copy_from_slice(id.as_bytes());
+        DedupeKey(Repr::Inline {
+            len: len as u8,
+            bytes,
+        })
+    }
+
+    /// The key as the store sees it, or `None` when the message had no id.
+    #[inline]
+    pub fn as_str(&self) -> Option<&str> {
+        match &self.0 {
+            Repr::Missing => None,
+            // The inline bytes are whole UTF-8 strings copied end to end.
+            Repr::Inline { len, bytes } => std::str::from_utf8(&bytes[..*len as usize]).ok(),
+            Repr::Heap(key) => Some(key),
+        }
+    }
+}
+
+impl fmt::Debug for DedupeKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("DedupeKey").field(&self.as_str()).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Id(&'static str);
+    impl MessageId for Id {
+        fn message_id(&self) -> Option<&str> {
+            Some(self.0)
+        }
+    }
+
+    #[test]
+    fn empty_id_has_no_key_even_with_a_scope() {
+        assert_eq!(DedupeKey::new(Some("s"), &Id("")).as_str(), None);
+    }
+
+    #[test]
+    fn keys_at_the_inline_boundary_and_past_it_are_verbatim() {
+        for len in [1, INLINE_CAPACITY - 1, INLINE_CAPACITY, INLINE_CAPACITY + 1, 10_000] {
+            let id: &'static str = Box::leak("é".repeat(len / 2).into_boxed_str());
+            assert_eq!(DedupeKey::new(None, &Id(id)).as_str(), Some(id));
+            let scoped = format!("scope:{id}");
+            assert_eq!(DedupeKey::new(Some("scope"), &Id(id)).as_str(), Some(&*scoped));
+        }
+    }
+
+    #[test]
+    fn unusual_bytes_survive() {
+        let id = "a\0b\nc \"d\" ☕";
+        assert_eq!(DedupeKey::new(None, &Id(id)).as_str(), Some(id));
+    }
+}

@@ -1,0 +1,63 @@
+//! Consumer-side idempotency for at-least-once BabelQueue message handlers.
+//!
+//! Brokers deliver at least once: a message can arrive twice after a crash
+//! before ack, a redelivery or a manual replay. A [`guard`] keyed on the
+//! envelope's `meta.id` skips a message that was already processed, runs it
+//! otherwise, and remembers the id only when the handler succeeds.
+//!
+//! ```
+//! use babel_idem::{idempotent, Envelope, InMemoryStore, StoreError};
+//! use serde_json::json;
+//! use std::sync::LazyLock;
+//!
+//! static STORE: LazyLock<InMemoryStore> = LazyLock::new(InMemoryStore::new);
+//!
+//! #[idempotent(store = STORE)]
+//! async fn on_order_created(env: Envelope) -> Result<(), StoreError> {
+//!     println!("charging order {}", env.data["order_id"]);
+//!     Ok(())
+//! }
+//!
+//! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+//! let env = Envelope::new("urn:babel:orders:created", json!({"order_id": 1042}));
+//! on_order_created(env.clone()).await?; // runs
+//! on_order_created(env).await?;         // a redelivery: skipped
+//! # Ok::<(), StoreError>(())
+//! # }).unwrap();
+//! ```
+//!
+//! The pieces:
+//!
+//! - [`Envelope`]: the BabelQueue v1 wire envelope, decoded and checked.
+//! - [`MessageId`]: where a message keeps its identity.
+//! - [`Store`]: the seen-set (`seen` / `remember` / `forget`); [`InMemoryStore`]
+//!   is the reference one, persistent stores sit behind cargo features.
+//! - [`guard`], [`Guard`], [`wrap`] and [`idempotent`]: the decision and the
+//!   ways to put it in front of a handler.
+//! - [`metrics`]: what the guards decided, counted.
+#![cfg_attr(docsrs, feature(doc_auto_cfg))]
+#![warn(missing_docs, unreachable_pub)]
+#![forbid(unsafe_code)]
+
+pub mod envelope;
+mod guard;
+mod key;
+mod message;
+pub mod metrics;
+pub mod store;
+mod wrap;
+
+#[cfg(feature = "conformance")]
+pub mod conformance;
+
+#[doc(hidden)]
+pub mod __private;
+
+pub use babel_idem_macros::idempotent;
+pub use envelope::{DeadLetter, DeadLetterReason, Envelope, EnvelopeError, Meta};
+pub use guard::{Guard, OnRememberFailure, guard};
+pub use key::DedupeKey;
+pub use message::MessageId;
+pub use metrics::Decision;
+pub use store::{InMemoryStore, Store, StoreError, StoreFuture, StoreOperation};
+pub use wrap::{Wrapped, wrap};

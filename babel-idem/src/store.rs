@@ -1,0 +1,307 @@
+//! The seen-set a guard consults: the [`Store`] trait, its future and its error.
+//!
+//! A store answers three questions about a dedupe key: was it processed
+//! ([`Store::seen`]), mark it processed ([`Store::remember`]), and un-mark it
+//! ([`Store::forget`]). Every backend implements exactly these and nothing
+//! else; the decision of what to do with the answers lives in [`crate::guard`].
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+mod memory;
+
+pub use memory::{InMemoryStore, InMemoryStoreBuilder};
+
+/// A seen-set of processed message ids, shared by every delivery of a consumer.
+///
+/// `Store` is object safe, so a backend chosen from configuration at run time
+/// works as `Arc<dyn Store>` or `&dyn Store` as well as a generic `S: Store`.
+/// Its operations return a [`StoreFuture`]: a store that answers from memory
+/// returns [`StoreFuture::ready`] and costs no allocation, one that talks to a
+/// server returns [`StoreFuture::new`] around its `async` block.
+///
+/// All three operations must be idempotent: remembering a remembered id and
+/// forgetting an unknown id both succeed.
+///
+/// # Implementing a store
+///
+/// ```
+/// use std::collections::HashSet;
+/// use std::sync::Mutex;
+/// use babel_idem::{Store, StoreFuture};
+///
+/// #[derive(Default)]
+/// struct TinyStore(Mutex<HashSet<String>>);
+///
+/// impl Store for TinyStore {
+///     fn seen<'a>(&'a self, id: &'a str) -> StoreFuture<'a, bool> {
+///         StoreFuture::ready(Ok(self.0.lock().unwrap().contains(id)))
+///     }
+///     fn remember<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
+///         self.0.lock().unwrap().insert(id.to_owned());
+///         StoreFuture::ready(Ok(()))
+///     }
+///     fn forget<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
+///         // A network backend would write `StoreFuture::new(async move { ... })`.
+///         StoreFuture::new(async move {
+///             self.0.lock().unwrap().remove(id);
+///             Ok(())
+///         })
+///     }
+/// }
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let store = TinyStore::default();
+/// store.remember("id-A").await?;
+/// assert!(store.seen("id-A").await?);
+/// store.forget("id-A").await?;
+/// assert!(!store.seen("id-A").await?);
+/// # Ok::<(), babel_idem::StoreError>(())
+/// # }).unwrap();
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a babel-idem `Store`",
+    label = "expected a `Store` here",
+    note = "`store = ...` takes a value (or a reference to one) whose type implements `babel_idem::Store`, \
+            such as `InMemoryStore`, `Arc<dyn Store>` or a persistent store"
+)]
+pub trait Store: Send + Sync {
+    /// Whether `id` was remembered (and has not expired or been forgotten).
+    fn seen<'a>(&'a self, id: &'a str) -> StoreFuture<'a, bool>;
+
+    /// Marks `id` as processed. Remembering an id twice is not an error.
+    fn remember<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()>;
+
+    /// Removes `id`, so a later delivery runs again (manual replay).
+    /// Forgetting an unknown id is not an error.
+    fn forget<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()>;
+}
+
+macro_rules! forward_store {
+    ($($ty:ty),+ $(,)?) => {$(
+        impl<S: Store + ?Sized> Store for $ty {
+            #[inline]
+            fn seen<'a>(&'a self, id: &'a str) -> StoreFuture<'a, bool> {
+                (**self).seen(id)
+            }
+            #[inline]
+            fn remember<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
+                (**self).remember(id)
+            }
+            #[inline]
+            fn forget<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
+                (**self).forget(id)
+            }
+        }
+    )+};
+}
+
+forward_store!(&S, Arc<S>, Box<S>);
+
+/// The future a [`Store`] operation returns.
+///
+/// Either an answer that is already known ([`StoreFuture::ready`], no
+/// allocation) or a boxed future ([`StoreFuture::new`]). Awaiting it yields
+/// `Result<T, StoreError>`.
+///
+/// ```
+/// use babel_idem::StoreFuture;
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let known: StoreFuture<'_, bool> = StoreFuture::ready(Ok(true));
+/// assert!(known.await.unwrap());
+///
+/// let later: StoreFuture<'_, bool> = StoreFuture::new(async { Ok(false) });
+/// assert!(!later.await.unwrap());
+/// # });
+/// ```
+#[must_use = "a store operation does nothing unless awaited"]
+pub struct StoreFuture<'a, T>(Inner<'a, T>);
+
+enum Inner<'a, T> {
+    Ready(Option<Result<T, StoreError>>),
+    Pending(Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>),
+}
+
+impl<'a, T> StoreFuture<'a, T> {
+    /// An operation that completed synchronously.
+    #[inline]
+    pub fn ready(result: Result<T, StoreError>) -> Self {
+        StoreFuture(Inner::Ready(Some(result)))
+    }
+
+    /// An operation that has to wait (a network round trip, a blocking pool).
+    pub fn new<F>(future: F) -> Self
+    where
+        F: Future<Output = Result<T, StoreError>> + Send + 'a,
+    {
+        StoreFuture(Inner::Pending(Box::pin(future)))
+    }
+}
+
+// Neither variant is self-referential: the boxed future is pinned on the heap.
+impl<T> Unpin for StoreFuture<'_, T> {}
+
+impl<T> Future for StoreFuture<'_, T> {
+    type Output = Result<T, StoreError>;
+
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match &mut self.get_mut().0 {
+            Inner::Ready(result) => Poll::Ready(
+                result
+                    .take()
+                    .expect("StoreFuture polled after it completed"),
+            ),
+            Inner::Pending(future) => future.as_mut().poll(cx),
+        }
+    }
+}
+
+impl<T> fmt::Debug for StoreFuture<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match self.0 {
+            Inner::Ready(Some(_)) => "ready",
+            Inner::Ready(None) => "done",
+            Inner::Pending(_) => "pending",
+        };
+        f.debug_tuple("StoreFuture").field(&state).finish()
+    }
+}
+
+/// Which [`Store`] operation failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum StoreOperation {
+    /// [`Store::seen`].
+    Seen,
+    /// [`Store::remember`].
+    Remember,
+    /// [`Store::forget`].
+    Forget,
+    /// Opening the store: connecting, creating its table, checking its settings.
+    Open,
+    /// Housekeeping outside the three operations, such as purging expired ids.
+    Maintenance,
+}
+
+impl StoreOperation {
+    /// The operation's name as the contract spells it: `seen`, `remember`, ...
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StoreOperation::Seen => "seen",
+            StoreOperation::Remember => "remember",
+            StoreOperation::Forget => "forget",
+            StoreOperation::Open => "open",
+            StoreOperation::Maintenance => "maintenance",
+        }
+    }
+}
+
+impl fmt::Display for StoreOperation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+type BoxError = Box<dyn StdError + Send + Sync + 'static>;
+
+/// A store operation failed: the backend was unreachable, timed out, or
+/// refused the command.
+///
+/// It says which operation failed and which backend, and carries the
+/// backend's own error as its [`source`](StdError::source). It converts into
+/// `anyhow::Error` and `Box<dyn Error + Send + Sync>` with `?`.
+///
+/// ```
+/// use babel_idem::{StoreError, StoreOperation};
+///
+/// let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+/// let err = StoreError::new(StoreOperation::Seen, "redis", io);
+/// assert_eq!(err.operation(), StoreOperation::Seen);
+/// assert_eq!(err.to_string(), "redis store: `seen` failed: refused");
+///
+/// let boxed: Box<dyn std::error::Error + Send + Sync> = err.into();
+/// assert!(boxed.source().is_some());
+/// ```
+#[derive(Debug)]
+pub struct StoreError {
+    operation: StoreOperation,
+    backend: &'static str,
+    source: BoxError,
+}
+
+impl StoreError {
+    /// Wraps a backend error raised by `operation`.
+    pub fn new(
+        operation: StoreOperation,
+        backend: &'static str,
+        source: impl Into<BoxError>,
+    ) -> Self {
+        StoreError {
+            operation,
+            backend,
+            source: source.into(),
+        }
+    }
+
+    /// The operation that failed.
+    pub fn operation(&self) -> StoreOperation {
+        self.operation
+    }
+
+    /// The backend that failed: `memory`, `sqlite`, `redis`, `postgres`, ...
+    pub fn backend(&self) -> &'static str {
+        self.backend
+    }
+
+    /// The backend's error, for downcasting.
+    pub fn into_source(self) -> BoxError {
+        self.source
+    }
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} store: `{}` failed: {}",
+            self.backend, self.operation, self.source
+        )
+    }
+}
+
+impl StdError for StoreError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        Some(&*self.source)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync + 'static>() {}
+
+    #[test]
+    fn store_error_is_a_shareable_error() {
+        assert_send_sync::<StoreError>();
+        let err = StoreError::new(StoreOperation::Remember, "memory", "full");
+        let any: anyhow::Error = err.into();
+        assert_eq!(any.to_string(), "memory store: `remember` failed: full");
+    }
+
+    #[test]
+    fn dyn_store_is_a_store() {
+        fn takes<S: Store + ?Sized>(_: &S) {}
+        let store: Arc<dyn Store> = Arc::new(InMemoryStore::new());
+        takes(&store);
+        takes(&*store);
+        let boxed: Box<dyn Store> = Box::new(InMemoryStore::new());
+        takes(&boxed);
+    }
+}
