@@ -44,6 +44,7 @@ mod guard;
 mod key;
 mod message;
 pub mod metrics;
+pub mod router;
 pub mod store;
 mod wrap;
 

@@ -1,0 +1,1 @@
+//! Handler registration by URN and dispatch of raw deliveries.
