@@ -1,0 +1,2 @@
+//! Placeholder: replaced by the benchmark of this name.
+fn main() {}
