@@ -1,0 +1,159 @@
+//! What a conformance run found: one [`CaseOutcome`] per case, printed as
+//! one line each and a summary.
+
+use std::fmt;
+
+/// The manifest block a case comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Block {
+    /// `cases`: an envelope fixture that must decode or be rejected.
+    Envelope,
+    /// `idempotency.dedup_key`: the id a consumer keys its seen-set on.
+    DedupKey,
+    /// `idempotency.sequences.cases`: deliveries through one wrapped handler.
+    Sequence,
+}
+
+impl Block {
+    /// The block's place in the manifest: `cases`, `idempotency`,
+    /// `idempotency.sequences`.
+    ///
+    /// ```
+    /// use babel_idem::conformance::Block;
+    ///
+    /// assert_eq!(Block::Sequence.as_str(), "idempotency.sequences");
+    /// ```
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Block::Envelope => "cases",
+            Block::DedupKey => "idempotency",
+            Block::Sequence => "idempotency.sequences",
+        }
+    }
+}
+
+impl fmt::Display for Block {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The result of one case.
+///
+/// `reason` says why a case failed; on a passing rejection case it holds the
+/// rejection the decoder gave, and on any other pass it is `None`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CaseOutcome {
+    /// The block the case belongs to.
+    pub block: Block,
+    /// The case's name in the manifest (`dedup_key` for the dedupe-key check).
+    pub name: String,
+    /// Whether babel-idem honoured the case.
+    pub passed: bool,
+    /// Why it failed, or what a passing rejection rejected.
+    pub reason: Option<String>,
+}
+
+impl CaseOutcome {
+    pub(super) fn pass(block: Block, name: &str, note: Option<String>) -> Self {
+        CaseOutcome {
+            block,
+            name: name.to_owned(),
+            passed: true,
+            reason: note,
+        }
+    }
+
+    pub(super) fn fail(block: Block, name: &str, reason: String) -> Self {
+        CaseOutcome {
+            block,
+            name: name.to_owned(),
+            passed: false,
+            reason: Some(reason),
+        }
+    }
+
+    /// A case passes when nothing went wrong; otherwise every problem is listed.
+    pub(super) fn from_problems(block: Block, name: &str, problems: Vec<String>) -> Self {
+        if problems.is_empty() {
+            Self::pass(block, name, None)
+        } else {
+            Self::fail(block, name, problems.join("; "))
+        }
+    }
+}
+
+impl fmt::Display for CaseOutcome {
+    /// `pass <block>/<name>`, with the rejection after a colon for a passing
+    /// rejection case, or `FAIL <block>/<name>: <reason>`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let verdict = if self.passed { "pass" } else { "FAIL" };
+        write!(f, "{verdict} {}/{}", self.block, self.name)?;
+        match &self.reason {
+            Some(reason) => write!(f, ": {reason}"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Every case of a run, in manifest order.
+///
+/// Its `Display` prints one line per case and then the summary line
+/// `N passed, M failed`:
+///
+/// ```text
+/// pass cases/order-created
+/// pass cases/invalid-missing-urn: rejected (missing_urn): envelope has no `job` or `urn`: ...
+/// FAIL idempotency.sequences/duplicate-delivery-runs-once: delivery 2 (meta_id "id-A"): expected skip, but the handler ran; ...
+/// 13 passed, 1 failed
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    outcomes: Vec<CaseOutcome>,
+}
+
+impl Report {
+    pub(super) fn push(&mut self, outcome: CaseOutcome) {
+        self.outcomes.push(outcome);
+    }
+
+    /// Every case's outcome, in manifest order.
+    pub fn outcomes(&self) -> &[CaseOutcome] {
+        &self.outcomes
+    }
+
+    /// The cases that failed.
+    pub fn failures(&self) -> impl Iterator<Item = &CaseOutcome> {
+        self.outcomes.iter().filter(|outcome| !outcome.passed)
+    }
+
+    /// How many cases passed.
+    pub fn passed(&self) -> usize {
+        self.outcomes
+            .iter()
+            .filter(|outcome| outcome.passed)
+            .count()
+    }
+
+    /// How many cases failed.
+    pub fn failed(&self) -> usize {
+        self.outcomes.len() - self.passed()
+    }
+
+    /// Whether the run checked at least one case and none failed. A manifest
+    /// whose blocks are all empty checks nothing, and that is not a success.
+    pub fn is_success(&self) -> bool {
+        !self.outcomes.is_empty() && self.failed() == 0
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for outcome in &self.outcomes {
+            writeln!(f, "{outcome}")?;
+        }
+        write!(f, "{} passed, {} failed", self.passed(), self.failed())
+    }
+}
