@@ -60,5 +60,16 @@ pub use guard::{Guard, OnRememberFailure, guard};
 pub use key::DedupeKey;
 pub use message::MessageId;
 pub use metrics::Decision;
+pub use router::{
+    Backoff, BoxError, DEFAULT_MAX_ATTEMPTS, DeadLettered, Delivery, DispatchError, Disposition,
+    Handler, HandlerError, HandlerFuture, Retry, Router, RouterBuilder, RouterError,
+    UnknownUrnStrategy, Urn, UrnError,
+};
 pub use store::{InMemoryStore, Store, StoreError, StoreFuture, StoreOperation};
+#[cfg(feature = "postgres")]
+pub use store::PostgresStore;
+#[cfg(feature = "redis")]
+pub use store::RedisStore;
+#[cfg(feature = "sqlite")]
+pub use store::SqliteStore;
 pub use wrap::{Wrapped, wrap};

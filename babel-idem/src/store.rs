@@ -13,8 +13,22 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 mod memory;
+#[cfg(feature = "postgres")]
+mod postgres;
+#[cfg(feature = "redis")]
+mod redis;
+#[cfg(any(feature = "sqlite", feature = "redis", feature = "postgres"))]
+mod settings;
+#[cfg(feature = "sqlite")]
+mod sqlite;
 
 pub use memory::{InMemoryStore, InMemoryStoreBuilder};
+#[cfg(feature = "postgres")]
+pub use postgres::{PostgresStore, PostgresStoreBuilder};
+#[cfg(feature = "redis")]
+pub use redis::{RedisStore, RedisStoreBuilder};
+#[cfg(feature = "sqlite")]
+pub use sqlite::{SqliteStore, SqliteStoreBuilder};
 
 /// A seen-set of processed message ids, shared by every delivery of a consumer.
 ///

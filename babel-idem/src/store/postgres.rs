@@ -1,0 +1,370 @@
+//! [`PostgresStore`]: a seen-set shared by a fleet, in PostgreSQL (feature `postgres`).
+//!
+//! The table is the Go SDK's, so Go and Rust consumers can share it:
+//!
+//! ```sql
+#![doc = include_str!("postgres.sql")]
+//! ```
+//!
+//! | operation | statement (one round trip each) |
+//! |---|---|
+//! | `seen` | `SELECT EXISTS (... WHERE message_id = $1 AND (expires_at IS NULL OR expires_at > now()))` |
+//! | `remember` | `INSERT ... ON CONFLICT (message_id) DO UPDATE ... WHERE` the existing row has expired |
+//! | `forget` | `DELETE ... WHERE message_id = $1` |
+//!
+//! Expiry is computed by the database clock (`now() + interval`), never the
+//! client's, so consumers with skewed clocks agree on it.
+//!
+//! # Ids PostgreSQL cannot hold
+//!
+//! - An id containing NUL (`\0`): PostgreSQL `TEXT` cannot store it. All three
+//!   operations fail with a [`StoreError`] saying so, before any round trip;
+//!   the guard then does not run the handler and the message goes to retry or
+//!   dead-letter, rather than running on every redelivery.
+//! - A very long id: the primary-key index holds entries up to about 2.7 KB
+//!   after compression. A longer id is seen as unseen, and `remember` fails
+//!   with a [`StoreError`] that says the id is too long for the index.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+
+use super::settings::{DEFAULT_TABLE, checked_table_name, require_tokio_runtime, ttl_millis};
+use super::{Store, StoreError, StoreFuture, StoreOperation};
+
+const BACKEND: &str = "postgres";
+
+/// The DDL, shipped as `postgres.sql` for users who run their own migrations.
+const DDL: &str = include_str!("postgres.sql");
+
+/// SQLSTATE `program_limit_exceeded`: here, an index entry over the btree limit.
+const PROGRAM_LIMIT_EXCEEDED: &str = "54000";
+
+/// A seen-set in a PostgreSQL table, shared by every consumer that points at it.
+///
+/// The store connects lazily: building it needs no server, and each operation
+/// fails with a [`StoreError`] until the server answers.
+///
+/// ```no_run
+/// use babel_idem::{PostgresStore, Store};
+/// use std::time::Duration;
+///
+/// # async fn run() -> Result<(), babel_idem::StoreError> {
+/// let store = PostgresStore::builder()
+///     .ttl(Duration::from_secs(7 * 24 * 3600))
+///     .connect_lazy("postgres://app@db.internal/app")?;
+/// store.migrate().await?; // or run postgres.sql with your migrations
+/// store.remember("f1e2d3c4-b5a6-4789-90ab-cdef01234567").await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct PostgresStore {
+    pool: PgPool,
+    table: String,
+    ttl_ms: Option<i64>,
+    sql: Statements,
+}
+
+/// Configures a [`PostgresStore`]; made by [`PostgresStore::builder`].
+#[derive(Debug, Clone)]
+pub struct PostgresStoreBuilder {
+    table: String,
+    ttl: Option<Duration>,
+    acquire_timeout: Duration,
+    max_connections: u32,
+}
+
+impl Default for PostgresStoreBuilder {
+    fn default() -> Self {
+        PostgresStoreBuilder {
+            table: DEFAULT_TABLE.to_owned(),
+            ttl: None,
+            acquire_timeout: Duration::from_secs(5),
+            max_connections: 10,
+        }
+    }
+}
+
+impl PostgresStoreBuilder {
+    /// The table to use (default `babelqueue_idempotency`). It must match
+    /// `[A-Za-z_][A-Za-z0-9_]{0,62}`, or building the store fails.
+    pub fn table(mut self, table: impl Into<String>) -> Self {
+        self.table = table.into();
+        self
+    }
+
+    /// Forget each id this long after it was first remembered (at least 1 ms).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// How long an operation waits for a connection, including connecting,
+    /// before it fails (default 5 s). While the server is down every
+    /// operation takes this long to fail.
+    pub fn acquire_timeout(mut self, timeout: Duration) -> Self {
+        self.acquire_timeout = timeout;
+        self
+    }
+
+    /// The most connections the store's own pool opens (default 10).
+    pub fn max_connections(mut self, max: u32) -> Self {
+        self.max_connections = max.max(1);
+        self
+    }
+
+    /// A store with its own pool for `url` (`postgres://user:password@host/db`).
+    /// Nothing connects until the first operation. Must be called inside a
+    /// Tokio runtime.
+    ///
+    /// Connections are not pinged before use, which would cost a round trip
+    /// per operation. After a server restart each pooled connection fails
+    /// one operation (a [`StoreError`]: the message is retried) and is
+    /// replaced.
+    pub fn connect_lazy(self, url: &str) -> Result<PostgresStore, StoreError> {
+        let options: PgConnectOptions = url
+            .parse()
+            .map_err(|e| StoreError::new(StoreOperation::Open, BACKEND, e))?;
+        require_tokio_runtime().map_err(|e| StoreError::new(StoreOperation::Open, BACKEND, e))?;
+        let (table, ttl_ms) = self.checked()?;
+        let pool = PgPoolOptions::new()
+            .max_connections(self.max_connections)
+            .acquire_timeout(self.acquire_timeout)
+            .test_before_acquire(false)
+            .connect_lazy_with(options);
+        Ok(PostgresStore::assemble(pool, table, ttl_ms))
+    }
+
+    /// A store over a pool the caller already has, with the pool's own
+    /// settings. The store never closes it.
+    pub fn from_pool(self, pool: PgPool) -> Result<PostgresStore, StoreError> {
+        let (table, ttl_ms) = self.checked()?;
+        Ok(PostgresStore::assemble(pool, table, ttl_ms))
+    }
+
+    fn checked(&self) -> Result<(String, Option<i64>), StoreError> {
+        let table = checked_table_name(&self.table)
+            .map_err(|e| StoreError::new(StoreOperation::Open, BACKEND, e))?;
+        let ttl_ms = self
+            .ttl
+            .map(ttl_millis)
+            .transpose()
+            .map_err(|e| StoreError::new(StoreOperation::Open, BACKEND, e))?;
+        Ok((table.to_owned(), ttl_ms))
+    }
+}
+
+impl PostgresStore {
+    /// A store with its own lazily connected pool, default settings; see
+    /// [`PostgresStoreBuilder::connect_lazy`].
+    pub fn connect_lazy(url: &str) -> Result<Self, StoreError> {
+        Self::builder().connect_lazy(url)
+    }
+
+    /// A store over an existing pool, default table, no TTL.
+    ///
+    /// ```no_run
+    /// use babel_idem::PostgresStore;
+    /// use sqlx::postgres::PgPoolOptions;
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    /// let pool = PgPoolOptions::new().connect("postgres://app@db.internal/app").await?;
+    /// let store = PostgresStore::from_pool(pool.clone())?;
+    /// store.migrate().await?;
+    /// drop(store);
+    /// assert!(!pool.is_closed(), "the caller's pool stays open");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn from_pool(pool: PgPool) -> Result<Self, StoreError> {
+        Self::builder().from_pool(pool)
+    }
+
+    /// Configures a store: table, TTL, timeouts, connections.
+    pub fn builder() -> PostgresStoreBuilder {
+        PostgresStoreBuilder::default()
+    }
+
+    fn assemble(pool: PgPool, table: String, ttl_ms: Option<i64>) -> Self {
+        PostgresStore {
+            sql: Statements::for_table(&table),
+            table,
+            ttl_ms,
+            pool,
+        }
+    }
+
+    /// Creates the table and its `expires_at` index if they do not exist
+    /// (the statements of `postgres.sql`, for this store's table).
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        sqlx::raw_sql(&self.sql.create)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| StoreError::new(StoreOperation::Open, BACKEND, e))?;
+        Ok(())
+    }
+
+    /// Deletes the expired ids and returns how many went. Expired ids are
+    /// already not seen; this only reclaims their space.
+    pub async fn purge_expired(&self) -> Result<u64, StoreError> {
+        let done = sqlx::query(&self.sql.purge)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| StoreError::new(StoreOperation::Maintenance, BACKEND, e))?;
+        Ok(done.rows_affected())
+    }
+
+    /// The pool the store runs on.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// The table the store uses.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+}
+
+impl Store for PostgresStore {
+    fn seen<'a>(&'a self, id: &'a str) -> StoreFuture<'a, bool> {
+        StoreFuture::new(async move {
+            let fail = |e: UnstorableId| StoreError::new(StoreOperation::Seen, BACKEND, e);
+            UnstorableId::check(id).map_err(fail)?;
+            sqlx::query_scalar::<_, bool>(&self.sql.seen)
+                .bind(id)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(|e| StoreError::new(StoreOperation::Seen, BACKEND, e))
+        })
+    }
+
+    fn remember<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
+        StoreFuture::new(async move {
+            let fail = |e: UnstorableId| StoreError::new(StoreOperation::Remember, BACKEND, e);
+            UnstorableId::check(id).map_err(fail)?;
+            let done = sqlx::query(&self.sql.remember)
+                .bind(id)
+                .bind(self.ttl_ms)
+                .execute(&self.pool)
+                .await;
+            match done {
+                Ok(_) => Ok(()),
+                Err(e) if is_index_limit(&e) => Err(fail(UnstorableId::TooLong {
+                    bytes: id.len(),
+                    source: e,
+                })),
+                Err(e) => Err(StoreError::new(StoreOperation::Remember, BACKEND, e)),
+            }
+        })
+    }
+
+    fn forget<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
+        StoreFuture::new(async move {
+            let fail = |e: UnstorableId| StoreError::new(StoreOperation::Forget, BACKEND, e);
+            UnstorableId::check(id).map_err(fail)?;
+            sqlx::query(&self.sql.forget)
+                .bind(id)
+                .execute(&self.pool)
+                .await
+                .map_err(|e| StoreError::new(StoreOperation::Forget, BACKEND, e))?;
+            Ok(())
+        })
+    }
+}
+
+impl fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("table", &self.table)
+            .field("ttl_ms", &self.ttl_ms)
+            .finish_non_exhaustive()
+    }
+}
+
+fn is_index_limit(error: &sqlx::Error) -> bool {
+    error
+        .as_database_error()
+        .and_then(|db| db.code())
+        .is_some_and(|code| code == PROGRAM_LIMIT_EXCEEDED)
+}
+
+/// An id this store cannot keep in a PostgreSQL `TEXT` primary key.
+#[derive(Debug)]
+enum UnstorableId {
+    ContainsNul,
+    TooLong { bytes: usize, source: sqlx::Error },
+}
+
+impl UnstorableId {
+    fn check(id: &str) -> Result<(), UnstorableId> {
+        if id.contains('\0') {
+            return Err(UnstorableId::ContainsNul);
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for UnstorableId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            UnstorableId::ContainsNul => f.write_str(
+                "the message id contains a NUL character, which PostgreSQL TEXT cannot store",
+            ),
+            UnstorableId::TooLong { bytes, .. } => write!(
+                f,
+                "the message id ({bytes} bytes) is too long for the primary-key index \
+                 (about 2.7 KB after compression)"
+            ),
+        }
+    }
+}
+
+impl StdError for UnstorableId {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        match self {
+            UnstorableId::ContainsNul => None,
+            UnstorableId::TooLong { source, .. } => Some(source),
+        }
+    }
+}
+
+/// The statements for one (checked) table name, written out once.
+#[derive(Clone)]
+struct Statements {
+    create: String,
+    seen: String,
+    remember: String,
+    forget: String,
+    purge: String,
+}
+
+impl Statements {
+    fn for_table(table: &str) -> Self {
+        Statements {
+            // The table name is a checked plain identifier, and the DDL's only
+            // occurrences of the default name are the table and its index.
+            create: DDL.replace(DEFAULT_TABLE, table),
+            seen: format!(
+                "SELECT EXISTS (SELECT 1 FROM {table} WHERE message_id = $1
+                     AND (expires_at IS NULL OR expires_at > now()))"
+            ),
+            // Set-if-absent, like `SET NX`: a live row keeps its first expiry,
+            // an expired one is taken over, in one statement. A NULL TTL makes
+            // a NULL expiry (never expires).
+            remember: format!(
+                "INSERT INTO {table} (message_id, expires_at)
+                     VALUES ($1, now() + $2::bigint * interval '1 millisecond')
+                 ON CONFLICT (message_id) DO UPDATE
+                     SET created_at = now(), expires_at = EXCLUDED.expires_at
+                     WHERE {table}.expires_at IS NOT NULL AND {table}.expires_at <= now()"
+            ),
+            forget: format!("DELETE FROM {table} WHERE message_id = $1"),
+            purge: format!(
+                "DELETE FROM {table} WHERE expires_at IS NOT NULL AND expires_at <= now()"
+            ),
+        }
+    }
+}

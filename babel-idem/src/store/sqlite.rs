@@ -1,0 +1,329 @@
+//! [`SqliteStore`]: the embedded, persistent seen-set (feature `sqlite`).
+//!
+//! One table, the same shape as the PostgreSQL one, with times as Unix
+//! milliseconds:
+//!
+//! ```sql
+//! CREATE TABLE babelqueue_idempotency (
+//!     message_id TEXT PRIMARY KEY NOT NULL,
+//!     created_at INTEGER NOT NULL,  -- Unix ms
+//!     expires_at INTEGER NULL       -- Unix ms; NULL: never expires
+//! );
+//! ```
+//!
+//! A file database runs in WAL mode with a busy timeout, so workers in one
+//! process and processes sharing the file all read and write it safely.
+
+use std::fmt;
+use std::path::Path;
+use std::time::Duration;
+
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+
+use super::settings::{DEFAULT_TABLE, checked_table_name, ttl_millis};
+use super::{Store, StoreError, StoreFuture, StoreOperation};
+
+const BACKEND: &str = "sqlite";
+
+/// The database clock in Unix milliseconds; `'now'` is fixed within a statement.
+const NOW_MS: &str = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)";
+
+/// A seen-set in a SQLite database: a file that survives restarts, or memory.
+///
+/// ```
+/// use babel_idem::{SqliteStore, Store};
+/// use std::time::Duration;
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// # let dir = std::env::temp_dir().join(format!("babel-idem-doc-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir).unwrap();
+/// let path = dir.join("seen.db");
+/// let store = SqliteStore::builder()
+///     .ttl(Duration::from_secs(7 * 24 * 3600))
+///     .open(&path)
+///     .await?;
+/// store.remember("f1e2d3c4-b5a6-4789-90ab-cdef01234567").await?;
+///
+/// // Another process (or this one, after a restart) opening the file sees it.
+/// let reopened = SqliteStore::open(&path).await?;
+/// assert!(reopened.seen("f1e2d3c4-b5a6-4789-90ab-cdef01234567").await?);
+/// # std::fs::remove_dir_all(&dir).unwrap();
+/// # Ok::<(), babel_idem::StoreError>(())
+/// # }).unwrap();
+/// ```
+#[derive(Clone)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+    table: String,
+    ttl_ms: Option<i64>,
+    sql: Statements,
+}
+
+/// Configures a [`SqliteStore`]; made by [`SqliteStore::builder`].
+#[derive(Debug, Clone)]
+pub struct SqliteStoreBuilder {
+    table: String,
+    ttl: Option<Duration>,
+    busy_timeout: Duration,
+    max_connections: u32,
+}
+
+impl Default for SqliteStoreBuilder {
+    fn default() -> Self {
+        SqliteStoreBuilder {
+            table: DEFAULT_TABLE.to_owned(),
+            ttl: None,
+            busy_timeout: Duration::from_secs(5),
+            max_connections: 4,
+        }
+    }
+}
+
+impl SqliteStoreBuilder {
+    /// The table to use (default `babelqueue_idempotency`). It must match
+    /// `[A-Za-z_][A-Za-z0-9_]{0,62}`, or building the store fails.
+    pub fn table(mut self, table: impl Into<String>) -> Self {
+        self.table = table.into();
+        self
+    }
+
+    /// Forget each id this long after it was first remembered (at least 1 ms).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// How long a write waits for another connection's lock (default 5 s).
+    pub fn busy_timeout(mut self, timeout: Duration) -> Self {
+        self.busy_timeout = timeout;
+        self
+    }
+
+    /// The most connections the store opens to a file database (default 4).
+    pub fn max_connections(mut self, max: u32) -> Self {
+        self.max_connections = max.max(1);
+        self
+    }
+
+    /// Opens (creating if missing) the database file at `path`, in WAL mode,
+    /// and creates the table if it is not there.
+    pub async fn open(self, path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
+        let options = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(self.busy_timeout);
+        let pool_options = SqlitePoolOptions::new().max_connections(self.max_connections);
+        self.connect(pool_options, options).await
+    }
+
+    /// Opens a private in-memory database, gone when the store is dropped.
+    pub async fn in_memory(self) -> Result<SqliteStore, StoreError> {
+        // Each connection to `:memory:` is its own database: keep exactly one, forever.
+        let options = SqliteConnectOptions::new().in_memory(true);
+        let pool_options = SqlitePoolOptions::new()
+            .min_connections(1)
+            .max_connections(1)
+            .idle_timeout(None)
+            .max_lifetime(None);
+        self.connect(pool_options, options).await
+    }
+
+    /// A store over a pool the caller already has. The table is not created:
+    /// call [`SqliteStore::migrate`] or run the DDL from the module docs.
+    /// The store never closes the pool.
+    pub fn from_pool(self, pool: SqlitePool) -> Result<SqliteStore, StoreError> {
+        let table = checked_table_name(&self.table)
+            .map_err(|e| StoreError::new(StoreOperation::Open, BACKEND, e))?;
+        let ttl_ms = self
+            .ttl
+            .map(ttl_millis)
+            .transpose()
+            .map_err(|e| StoreError::new(StoreOperation::Open, BACKEND, e))?;
+        Ok(SqliteStore {
+            sql: Statements::for_table(table),
+            table: table.to_owned(),
+            ttl_ms,
+            pool,
+        })
+    }
+
+    async fn connect(
+        self,
+        pool_options: SqlitePoolOptions,
+        options: SqliteConnectOptions,
+    ) -> Result<SqliteStore, StoreError> {
+        // Check the settings before touching the file system.
+        let unconnected = self.from_pool(pool_options.connect_lazy_with(options))?;
+        unconnected.migrate().await?;
+        Ok(unconnected)
+    }
+}
+
+impl SqliteStore {
+    /// Opens the database file at `path` with the default settings; see
+    /// [`SqliteStoreBuilder::open`].
+    pub async fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        Self::builder().open(path).await
+    }
+
+    /// A private in-memory database with the default settings.
+    ///
+    /// ```
+    /// use babel_idem::{SqliteStore, Store};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let store = SqliteStore::in_memory().await?;
+    /// store.remember("id-A").await?;
+    /// assert!(store.seen("id-A").await?);
+    /// # Ok::<(), babel_idem::StoreError>(())
+    /// # }).unwrap();
+    /// ```
+    pub async fn in_memory() -> Result<Self, StoreError> {
+        Self::builder().in_memory().await
+    }
+
+    /// A store over an existing pool, default table, no TTL; see
+    /// [`SqliteStoreBuilder::from_pool`].
+    ///
+    /// ```
+    /// use babel_idem::{SqliteStore, Store};
+    /// use sqlx::sqlite::SqlitePoolOptions;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let pool = SqlitePoolOptions::new().max_connections(1).connect("sqlite::memory:").await.unwrap();
+    /// let store = SqliteStore::from_pool(pool.clone())?;
+    /// store.migrate().await?;
+    /// store.remember("id-A").await?;
+    /// drop(store);
+    /// assert!(!pool.is_closed(), "the caller's pool stays open");
+    /// # Ok::<(), babel_idem::StoreError>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn from_pool(pool: SqlitePool) -> Result<Self, StoreError> {
+        Self::builder().from_pool(pool)
+    }
+
+    /// Configures a store: table, TTL, busy timeout, connections.
+    pub fn builder() -> SqliteStoreBuilder {
+        SqliteStoreBuilder::default()
+    }
+
+    /// Creates the table and its `expires_at` index if they do not exist.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        sqlx::raw_sql(&self.sql.create)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| StoreError::new(StoreOperation::Open, BACKEND, e))?;
+        Ok(())
+    }
+
+    /// Deletes the expired ids and returns how many went. Expired ids are
+    /// already not seen; this only reclaims their space.
+    pub async fn purge_expired(&self) -> Result<u64, StoreError> {
+        let done = sqlx::query(&self.sql.purge)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| StoreError::new(StoreOperation::Maintenance, BACKEND, e))?;
+        Ok(done.rows_affected())
+    }
+
+    /// The pool the store runs on.
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    /// The table the store uses.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+}
+
+impl Store for SqliteStore {
+    fn seen<'a>(&'a self, id: &'a str) -> StoreFuture<'a, bool> {
+        StoreFuture::new(async move {
+            sqlx::query_scalar::<_, bool>(&self.sql.seen)
+                .bind(id)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(|e| StoreError::new(StoreOperation::Seen, BACKEND, e))
+        })
+    }
+
+    fn remember<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
+        StoreFuture::new(async move {
+            sqlx::query(&self.sql.remember)
+                .bind(id)
+                .bind(self.ttl_ms)
+                .execute(&self.pool)
+                .await
+                .map_err(|e| StoreError::new(StoreOperation::Remember, BACKEND, e))?;
+            Ok(())
+        })
+    }
+
+    fn forget<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
+        StoreFuture::new(async move {
+            sqlx::query(&self.sql.forget)
+                .bind(id)
+                .execute(&self.pool)
+                .await
+                .map_err(|e| StoreError::new(StoreOperation::Forget, BACKEND, e))?;
+            Ok(())
+        })
+    }
+}
+
+impl fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("table", &self.table)
+            .field("ttl_ms", &self.ttl_ms)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The statements for one (checked) table name, written out once.
+#[derive(Clone)]
+struct Statements {
+    create: String,
+    seen: String,
+    remember: String,
+    forget: String,
+    purge: String,
+}
+
+impl Statements {
+    fn for_table(table: &str) -> Self {
+        Statements {
+            create: format!(
+                "CREATE TABLE IF NOT EXISTS {table} (
+                     message_id TEXT PRIMARY KEY NOT NULL,
+                     created_at INTEGER NOT NULL,
+                     expires_at INTEGER NULL
+                 ) WITHOUT ROWID;
+                 CREATE INDEX IF NOT EXISTS {table}_expires_at_idx ON {table} (expires_at);"
+            ),
+            seen: format!(
+                "SELECT EXISTS (SELECT 1 FROM {table} WHERE message_id = ?1
+                     AND (expires_at IS NULL OR expires_at > {NOW_MS}))"
+            ),
+            // Set-if-absent, like `SET NX`: a live row keeps its first expiry,
+            // an expired one is taken over, in one statement.
+            remember: format!(
+                "INSERT INTO {table} (message_id, created_at, expires_at)
+                     VALUES (?1, {NOW_MS}, {NOW_MS} + ?2)
+                 ON CONFLICT (message_id) DO UPDATE
+                     SET created_at = excluded.created_at, expires_at = excluded.expires_at
+                     WHERE {table}.expires_at IS NOT NULL AND {table}.expires_at <= excluded.created_at"
+            ),
+            forget: format!("DELETE FROM {table} WHERE message_id = ?1"),
+            purge: format!(
+                "DELETE FROM {table} WHERE expires_at IS NOT NULL AND expires_at <= {NOW_MS}"
+            ),
+        }
+    }
+}
