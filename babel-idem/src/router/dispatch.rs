@@ -1,0 +1,248 @@
+//! [`Router::dispatch`]: from raw bytes to a [`Disposition`].
+//!
+//! Decode and check the envelope (else `poison`), route by URN (else the
+//! unknown-URN strategy), run the handler with panics caught, and turn a
+//! failure into a retry or, once the attempts run out, a dead letter.
+//! Deduplication is not decided here: it belongs to the handler's guard
+//! (`#[idempotent]`, [`wrap`](crate::wrap)), which reports a duplicate as
+//! success, so a duplicate is simply acked.
+
+use std::any::Any;
+use std::future::Future;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use crate::{DeadLetter, DeadLetterReason, Envelope, EnvelopeError};
+
+use super::handler::HandlerFuture;
+use super::routes::Route;
+use super::{
+    DeadLettered, Delivery, DispatchError, Disposition, Retry, Router, UnknownUrnStrategy,
+};
+
+impl Router {
+    /// Handles one delivery: `bytes` is the message body as the broker gave
+    /// it, `delivery` what the transport knows besides. Never panics, even
+    /// when the handler does; the [`Disposition`] says what the broker loop
+    /// must do next.
+    ///
+    /// | the delivery | disposition |
+    /// |---|---|
+    /// | not a valid envelope | `DeadLetter`, reason `poison`, the bytes unchanged |
+    /// | no handler for its URN | by [`UnknownUrnStrategy`] |
+    /// | the handler returns `Ok` | `Ack` |
+    /// | the handler returns `Err` or panics, attempts + 1 < max | `Retry` with attempts + 1 |
+    /// | the same, attempts + 1 reaches max | `DeadLetter`, reason `failed` |
+    ///
+    /// "attempts" are the attempts made before this delivery:
+    /// [`Delivery::with_attempts`] when the transport gave them, else the
+    /// envelope's `attempts` field.
+    ///
+    /// ```
+    /// use babel_idem::{DeadLetterReason, Delivery, Disposition, Envelope, Router, urn};
+    /// use serde_json::json;
+    ///
+    /// async fn always_fails(_: Envelope) -> Result<(), std::io::Error> {
+    ///     Err(std::io::Error::other("payment gateway timeout"))
+    /// }
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let router = Router::builder()
+    ///     .route(urn!("urn:babel:orders:created"), always_fails)
+    ///     .build()?;
+    /// let mut bytes = Envelope::new("urn:babel:orders:created", json!({})).to_vec();
+    ///
+    /// // Attempts 1 and 2 are retried; the third failure is dead-lettered.
+    /// for expected in 1..=2 {
+    ///     let Disposition::Retry(retry) = router.dispatch(&bytes, Delivery::new()).await else {
+    ///         panic!("expected a retry");
+    ///     };
+    ///     assert_eq!(retry.attempts, expected);
+    ///     bytes = retry.body();
+    /// }
+    /// let Disposition::DeadLetter(dead) = router.dispatch(&bytes, Delivery::new()).await else {
+    ///     panic!("expected a dead letter");
+    /// };
+    /// assert_eq!(dead.reason, DeadLetterReason::Failed);
+    /// let redrivable = Envelope::from_slice(&dead.body)?;
+    /// assert_eq!(redrivable.dead_letter.unwrap().attempts, 3);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
+    pub async fn dispatch(&self, bytes: &[u8], mut delivery: Delivery) -> Disposition {
+        let mut envelope = match Envelope::from_slice(bytes) {
+            Ok(envelope) => envelope,
+            Err(error) => return poison(bytes, error),
+        };
+        let attempts = delivery.transport_attempts().unwrap_or(envelope.attempts);
+        envelope.attempts = attempts;
+        delivery.set_attempts(attempts);
+
+        let Some(route) = self.routes.get(envelope.urn()) else {
+            let fallback_queue = delivery.queue().map(str::to_owned);
+            return self.unknown_urn(envelope, fallback_queue);
+        };
+        // The handler takes the delivery; keep its queue only when the
+        // envelope has none of its own for the dead-letter block.
+        let fallback_queue = if envelope.meta.queue.is_empty() {
+            delivery.queue().map(str::to_owned)
+        } else {
+            None
+        };
+
+        let error = match run_catching_panics(route, envelope, delivery).await {
+            Ok(()) => return Disposition::Ack,
+            Err(error) => error,
+        };
+        // The handler owned the envelope; on this (rare) failure path decode
+        // the original bytes again rather than clone on every delivery. They
+        // decoded a moment ago, so this cannot fail, and if it somehow did the
+        // bytes would be poison.
+        match Envelope::from_slice(bytes) {
+            Ok(mut envelope) => {
+                envelope.attempts = attempts;
+                self.fail(envelope, error, fallback_queue)
+            }
+            Err(error) => poison(bytes, error),
+        }
+    }
+
+    /// A valid envelope nobody handles, by the configured strategy.
+    fn unknown_urn(&self, envelope: Envelope, fallback_queue: Option<String>) -> Disposition {
+        let urn = envelope.job.clone();
+        match self.unknown_urn {
+            UnknownUrnStrategy::Fail => {
+                self.fail(envelope, DispatchError::UnknownUrn { urn }, fallback_queue)
+            }
+            UnknownUrnStrategy::DeadLetter => dead_letter(
+                envelope,
+                DeadLetterReason::UnknownUrn,
+                DispatchError::UnknownUrn { urn },
+                fallback_queue,
+            ),
+            UnknownUrnStrategy::Delete => Disposition::Delete { urn },
+            UnknownUrnStrategy::Release => Disposition::Release { urn },
+        }
+    }
+
+    /// Counts the failed attempt, then retries or dead-letters.
+    fn fail(
+        &self,
+        mut envelope: Envelope,
+        error: DispatchError,
+        fallback_queue: Option<String>,
+    ) -> Disposition {
+        let attempts = envelope.attempts.saturating_add(1);
+        envelope.attempts = attempts;
+        if attempts < self.max_attempts {
+            tracing::debug!(urn = envelope.urn(), attempts, %error, "babel-idem: delivery failed, retrying");
+            return Disposition::Retry(Retry {
+                envelope,
+                error,
+                attempts,
+                backoff: self.backoff.delay(attempts),
+            });
+        }
+        let reason = match error {
+            DispatchError::UnknownUrn { .. } => DeadLetterReason::UnknownUrn,
+            _ => DeadLetterReason::Failed,
+        };
+        dead_letter(envelope, reason, error, fallback_queue)
+    }
+}
+
+/// The original envelope plus its `dead_letter` block, encoded for the DLQ.
+fn dead_letter(
+    mut envelope: Envelope,
+    reason: DeadLetterReason,
+    error: DispatchError,
+    fallback_queue: Option<String>,
+) -> Disposition {
+    let original_queue = if envelope.meta.queue.is_empty() {
+        fallback_queue.unwrap_or_default()
+    } else {
+        envelope.meta.queue.clone()
+    };
+    let mut block = DeadLetter::new(reason.clone(), original_queue, envelope.attempts)
+        .with_error(block_error(&error));
+    if let Some(exception) = error.exception() {
+        block = block.with_exception(exception);
+    }
+    envelope.dead_letter = Some(block);
+    tracing::warn!(urn = envelope.urn(), %reason, %error, "babel-idem: dead-lettering a delivery");
+    let body = envelope.to_vec();
+    Disposition::DeadLetter(DeadLettered {
+        reason,
+        error,
+        envelope: Some(envelope),
+        body,
+    })
+}
+
+/// The `dead_letter.error` text: the handler's own message, as other SDKs
+/// write their exception's message.
+fn block_error(error: &DispatchError) -> String {
+    match error {
+        DispatchError::Handler(error) => error.to_string(),
+        other => other.to_string(),
+    }
+}
+
+/// Bytes that are not an envelope go to the DLQ unchanged: there is no
+/// envelope to add a block to, and retrying cannot repair them.
+fn poison(bytes: &[u8], error: EnvelopeError) -> Disposition {
+    tracing::warn!(%error, len = bytes.len(), "babel-idem: dead-lettering a poison delivery");
+    Disposition::DeadLetter(DeadLettered {
+        reason: DeadLetterReason::Poison,
+        error: DispatchError::Poison(error),
+        envelope: None,
+        body: bytes.to_vec(),
+    })
+}
+
+/// Runs the handler; a panic while building or polling its future becomes
+/// [`DispatchError::Panicked`] instead of unwinding through the consumer.
+async fn run_catching_panics(
+    route: &Route,
+    envelope: Envelope,
+    delivery: Delivery,
+) -> Result<(), DispatchError> {
+    let future =
+        catch_unwind(AssertUnwindSafe(|| route.call(envelope, delivery))).map_err(panicked)?;
+    match (CatchUnwind { future }).await {
+        Ok(result) => result.map_err(DispatchError::Handler),
+        Err(payload) => Err(panicked(payload)),
+    }
+}
+
+/// Polls a handler future inside `catch_unwind`. The future is dropped after
+/// a panic (it is never polled again); `AssertUnwindSafe` is sound here
+/// because nothing of it is observed afterwards.
+struct CatchUnwind {
+    future: HandlerFuture,
+}
+
+impl Future for CatchUnwind {
+    type Output = Result<<HandlerFuture as Future>::Output, Box<dyn Any + Send>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let future = &mut self.future;
+        match catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(output)) => Poll::Ready(Ok(output)),
+            Err(payload) => Poll::Ready(Err(payload)),
+        }
+    }
+}
+
+fn panicked(payload: Box<dyn Any + Send>) -> DispatchError {
+    let message = if let Some(text) = payload.downcast_ref::<&str>() {
+        (*text).to_owned()
+    } else if let Some(text) = payload.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "a panic with a payload that is not a string".to_owned()
+    };
+    DispatchError::Panicked { message }
+}

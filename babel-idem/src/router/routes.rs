@@ -1,0 +1,339 @@
+//! [`Router`] and its builder: which handler serves which URN, and the
+//! failure policies dispatch applies.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use super::handler::{Handler, HandlerFuture};
+use super::{Backoff, Delivery, UnknownUrnStrategy, Urn};
+use crate::Envelope;
+
+/// The default number of attempts a message gets before it is dead-lettered,
+/// as in the other BabelQueue SDKs.
+pub const DEFAULT_MAX_ATTEMPTS: u64 = 3;
+
+/// Handlers by URN, and what to do when a delivery cannot be handled. Built
+/// with [`Router::builder`] or [`routes!`](crate::routes); fed with
+/// [`Router::dispatch`].
+///
+/// `Router` is `Send + Sync`: share one behind an `Arc` across consumer tasks.
+///
+/// ```
+/// use babel_idem::{Delivery, Disposition, Envelope, Router, urn};
+/// use serde_json::json;
+///
+/// async fn on_order_created(env: Envelope) -> Result<(), anyhow::Error> {
+///     println!("order {}", env.data["order_id"]);
+///     Ok(())
+/// }
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let router = Router::builder()
+///     .route(urn!("urn:babel:orders:created"), on_order_created)
+///     .max_attempts(5)
+///     .build()?;
+///
+/// let bytes = Envelope::new("urn:babel:orders:created", json!({"order_id": 1})).to_vec();
+/// let disposition = router.dispatch(&bytes, Delivery::new()).await;
+/// assert!(matches!(disposition, Disposition::Ack));
+/// # Ok::<(), babel_idem::RouterError>(())
+/// # }).unwrap();
+/// ```
+pub struct Router {
+    pub(super) routes: HashMap<Urn, Route, foldhash::fast::RandomState>,
+    pub(super) max_attempts: u64,
+    pub(super) unknown_urn: UnknownUrnStrategy,
+    pub(super) backoff: Backoff,
+}
+
+/// One registered handler with its argument shape erased.
+pub(super) struct Route {
+    handler: Box<dyn ErasedHandler>,
+}
+
+impl Route {
+    pub(super) fn call(&self, envelope: Envelope, delivery: Delivery) -> HandlerFuture {
+        self.handler.call(envelope, delivery)
+    }
+}
+
+/// `Handler<Args>` without the `Args`, so handlers of both shapes fit in one
+/// map.
+trait ErasedHandler: Send + Sync + 'static {
+    fn call(&self, envelope: Envelope, delivery: Delivery) -> HandlerFuture;
+}
+
+/// Pins the `Args` of a handler, so it can be erased.
+struct Shaped<H, Args> {
+    handler: H,
+    shape: std::marker::PhantomData<fn(Args)>,
+}
+
+impl<H: Handler<Args>, Args: 'static> ErasedHandler for Shaped<H, Args> {
+    fn call(&self, envelope: Envelope, delivery: Delivery) -> HandlerFuture {
+        self.handler.call(envelope, delivery)
+    }
+}
+
+impl Router {
+    /// Starts a router: no routes, [`DEFAULT_MAX_ATTEMPTS`] attempts,
+    /// [`UnknownUrnStrategy::Fail`], no backoff.
+    pub fn builder() -> RouterBuilder {
+        RouterBuilder {
+            routes: Vec::new(),
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            unknown_urn: UnknownUrnStrategy::default(),
+            backoff: Backoff::default(),
+        }
+    }
+
+    /// Whether a handler is registered for `urn`.
+    ///
+    /// ```
+    /// use babel_idem::{Envelope, Router, urn};
+    ///
+    /// let router = Router::builder()
+    ///     .route(urn!("urn:babel:orders:created"), |_: Envelope| async { Ok::<(), anyhow::Error>(()) })
+    ///     .build()?;
+    /// assert!(router.handles("urn:babel:orders:created"));
+    /// assert!(!router.handles("urn:babel:orders:paid"));
+    /// # Ok::<(), babel_idem::RouterError>(())
+    /// ```
+    pub fn handles(&self, urn: &str) -> bool {
+        self.routes.contains_key(urn)
+    }
+
+    /// The registered URNs, in no particular order.
+    pub fn urns(&self) -> impl Iterator<Item = &Urn> {
+        self.routes.keys()
+    }
+
+    /// How many attempts a message gets before it is dead-lettered.
+    pub fn max_attempts(&self) -> u64 {
+        self.max_attempts
+    }
+
+    /// What happens to a message whose URN has no handler.
+    pub fn unknown_urn_strategy(&self) -> UnknownUrnStrategy {
+        self.unknown_urn
+    }
+
+    /// The delay a retry asks for.
+    pub fn backoff(&self) -> Backoff {
+        self.backoff
+    }
+}
+
+impl fmt::Debug for Router {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut urns: Vec<&str> = self.routes.keys().map(Urn::as_str).collect();
+        urns.sort_unstable();
+        f.debug_struct("Router")
+            .field("urns", &urns)
+            .field("max_attempts", &self.max_attempts)
+            .field("unknown_urn", &self.unknown_urn)
+            .field("backoff", &self.backoff)
+            .finish()
+    }
+}
+
+/// Collects routes and policies; [`build`](Self::build) checks them.
+#[must_use = "call .build() to get a Router"]
+pub struct RouterBuilder {
+    routes: Vec<(Urn, Route)>,
+    max_attempts: u64,
+    unknown_urn: UnknownUrnStrategy,
+    backoff: Backoff,
+}
+
+impl RouterBuilder {
+    /// Registers `handler` for `urn`. A second handler for the same URN makes
+    /// [`build`](Self::build) fail with [`RouterError::DuplicateUrn`].
+    ///
+    /// A handler annotated with `#[idempotent]` registers exactly like the
+    /// plain function: the attribute keeps its signature.
+    pub fn route<H, Args>(mut self, urn: Urn, handler: H) -> Self
+    where
+        H: Handler<Args>,
+        Args: 'static,
+    {
+        let handler = Shaped {
+            handler,
+            shape: std::marker::PhantomData,
+        };
+        self.routes.push((
+            urn,
+            Route {
+                handler: Box::new(handler),
+            },
+        ));
+        self
+    }
+
+    /// How many attempts a message gets: after the `max_attempts`-th failed
+    /// delivery it is dead-lettered with reason `failed`. Default 3; 0 makes
+    /// [`build`](Self::build) fail with [`RouterError::ZeroMaxAttempts`].
+    pub fn max_attempts(mut self, max_attempts: u64) -> Self {
+        self.max_attempts = max_attempts;
+        self
+    }
+
+    /// What happens to a message whose URN has no handler. Default
+    /// [`UnknownUrnStrategy::Fail`].
+    pub fn on_unknown_urn(mut self, strategy: UnknownUrnStrategy) -> Self {
+        self.unknown_urn = strategy;
+        self
+    }
+
+    /// The delay a [`Retry`](crate::Retry) asks for. Default none.
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// Checks the routes and policies and returns the router.
+    ///
+    /// ```
+    /// use babel_idem::{Envelope, Router, RouterError, urn};
+    ///
+    /// async fn first(_: Envelope) -> Result<(), anyhow::Error> { Ok(()) }
+    /// async fn second(_: Envelope) -> Result<(), anyhow::Error> { Ok(()) }
+    ///
+    /// let err = Router::builder()
+    ///     .route(urn!("urn:babel:orders:created"), first)
+    ///     .route(urn!("urn:babel:orders:created"), second)
+    ///     .build()
+    ///     .unwrap_err();
+    /// assert!(matches!(&err, RouterError::DuplicateUrn { urn } if urn == "urn:babel:orders:created"));
+    /// assert_eq!(err.to_string(), "urn:babel:orders:created is routed to more than one handler");
+    /// ```
+    pub fn build(self) -> Result<Router, RouterError> {
+        if self.max_attempts == 0 {
+            return Err(RouterError::ZeroMaxAttempts);
+        }
+        let mut routes = HashMap::with_capacity_and_hasher(self.routes.len(), Default::default());
+        for (urn, route) in self.routes {
+            if routes.contains_key(&urn) {
+                return Err(RouterError::DuplicateUrn { urn });
+            }
+            routes.insert(urn, route);
+        }
+        Ok(Router {
+            routes,
+            max_attempts: self.max_attempts,
+            unknown_urn: self.unknown_urn,
+            backoff: self.backoff,
+        })
+    }
+}
+
+impl fmt::Debug for RouterBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RouterBuilder")
+            .field(
+                "urns",
+                &self.routes.iter().map(|(urn, _)| urn).collect::<Vec<_>>(),
+            )
+            .field("max_attempts", &self.max_attempts)
+            .field("unknown_urn", &self.unknown_urn)
+            .field("backoff", &self.backoff)
+            .finish()
+    }
+}
+
+/// Why a router could not be built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RouterError {
+    /// Two handlers were registered for one URN.
+    DuplicateUrn {
+        /// The URN registered twice.
+        urn: Urn,
+    },
+    /// `max_attempts(0)`: a message needs at least one attempt.
+    ZeroMaxAttempts,
+}
+
+impl fmt::Display for RouterError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RouterError::DuplicateUrn { urn } => {
+                write!(f, "{urn} is routed to more than one handler")
+            }
+            RouterError::ZeroMaxAttempts => {
+                f.write_str("max_attempts must be at least 1: a message needs one attempt")
+            }
+        }
+    }
+}
+
+impl std::error::Error for RouterError {}
+
+/// Builds a [`RouterBuilder`] from a table of `"urn literal" => handler`
+/// rows, checked at compile time: every URN literal is validated like
+/// [`urn!`](crate::urn), and the same URN written twice does not compile.
+///
+/// ```
+/// use babel_idem::{Envelope, routes};
+///
+/// async fn on_created(_: Envelope) -> Result<(), anyhow::Error> { Ok(()) }
+/// async fn on_paid(_: Envelope) -> Result<(), anyhow::Error> { Ok(()) }
+///
+/// let router = routes! {
+///     "urn:babel:orders:created" => on_created,
+///     "urn:babel:orders:paid" => on_paid,
+/// }
+/// .max_attempts(5)
+/// .build()?;
+/// assert!(router.handles("urn:babel:orders:paid"));
+/// # Ok::<(), babel_idem::RouterError>(())
+/// ```
+///
+/// ```compile_fail
+/// # use babel_idem::{Envelope, routes};
+/// # async fn on_created(_: Envelope) -> Result<(), anyhow::Error> { Ok(()) }
+/// let router = routes! {
+///     "urn:babel:orders:created" => on_created,
+///     "urn:babel:orders:created" => on_created, // does not compile
+/// };
+/// ```
+#[macro_export]
+macro_rules! routes {
+    ($($urn:literal => $handler:expr),* $(,)?) => {{
+        $crate::__routes_distinct!($($urn)*);
+        $crate::Router::builder() $(.route($crate::urn!($urn), $handler))*
+    }};
+}
+
+/// Asserts at compile time that no URN literal appears twice. Not public API.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __routes_distinct {
+    () => {};
+    ($first:literal $($rest:literal)*) => {
+        const {
+            $crate::router::__assert_not_repeated(
+                $first,
+                &[$($rest),*],
+                concat!(
+                    "the URN \"", $first,
+                    "\" appears twice in one routes! table: each URN gets exactly one handler"
+                ),
+            )
+        };
+        $crate::__routes_distinct!($($rest)*);
+    };
+}
+
+/// Fails compilation with `message` when `urn` is among `rest`. Used by
+/// [`routes!`](crate::routes). Not public API.
+#[doc(hidden)]
+pub const fn __assert_not_repeated(urn: &str, rest: &[&str], message: &'static str) {
+    let mut i = 0;
+    while i < rest.len() {
+        if super::urn::const_str_eq(urn, rest[i]) {
+            panic!("{}", message);
+        }
+        i += 1;
+    }
+}
