@@ -1,10 +1,162 @@
 //! The `#[idempotent]` attribute of `babel-idem`. Use it through
-//! `babel_idem::idempotent`.
+//! `babel_idem::idempotent`; this crate only parses and rewrites.
+//!
+//! - `attr` parses the arguments,
+//! - `message` picks the parameter that carries the message id,
+//! - `expand` checks the function and writes it back around a guard.
+
+mod attr;
+mod expand;
+mod message;
 
 use proc_macro::TokenStream;
 
-/// Placeholder until the attribute lands: emits the item unchanged.
+/// Makes an `async fn` message handler idempotent: a redelivered message
+/// whose id the store has seen is acked without running the body again.
+///
+/// ```
+/// use babel_idem::{idempotent, Envelope, InMemoryStore, StoreError};
+/// use serde_json::json;
+/// use std::sync::LazyLock;
+/// use std::sync::atomic::{AtomicU32, Ordering};
+///
+/// static STORE: LazyLock<InMemoryStore> = LazyLock::new(InMemoryStore::new);
+/// static CHARGES: AtomicU32 = AtomicU32::new(0);
+///
+/// /// Charges the order once, however often it is delivered.
+/// #[idempotent(store = STORE)]
+/// async fn on_order_created(env: Envelope) -> Result<(), StoreError> {
+///     CHARGES.fetch_add(1, Ordering::Relaxed);
+///     Ok(())
+/// }
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let env = Envelope::new("urn:babel:orders:created", json!({"order_id": 1042}));
+/// on_order_created(env.clone()).await?; // runs
+/// on_order_created(env).await?;         // a redelivery: skipped
+/// assert_eq!(CHARGES.load(Ordering::Relaxed), 1);
+/// # Ok::<(), StoreError>(())
+/// # }).unwrap();
+/// ```
+///
+/// The rewritten function keeps its name, visibility, attributes and docs,
+/// generics, lifetimes, `where` clause, receiver, parameter patterns and
+/// return type, so it can be passed wherever the plain function could.
+///
+/// # Arguments
+///
+/// | argument | value | default |
+/// |---|---|---|
+/// | `store = EXPR` | any expression whose value is a `Store` or reaches one by auto-deref: a `static` (also inside a `LazyLock`), `self.store`, `ctx.store()`, an `Arc<dyn Store>`. Evaluated on each call. | required |
+/// | `message = NAME` | the parameter (or `self`) whose type implements `MessageId` | the one parameter typed `Envelope` / `&Envelope` |
+/// | `scope = "name"` | a prefix for every key, so services sharing a store keep apart | no scope |
+/// | `on_remember_failure = POLICY` | `AckAndReport` or `ReturnError`: what to return when the body succeeded but its id could not be remembered (`babel_idem::OnRememberFailure`) | `AckAndReport` |
+///
+/// ```
+/// use babel_idem::{idempotent, MessageId, Store};
+/// use std::sync::Arc;
+///
+/// struct Payment {
+///     key: String,
+/// }
+///
+/// impl MessageId for Payment {
+///     fn message_id(&self) -> Option<&str> {
+///         Some(&self.key)
+///     }
+/// }
+///
+/// struct Billing {
+///     store: Arc<dyn Store>,
+/// }
+///
+/// impl Billing {
+///     #[idempotent(
+///         store = self.store,
+///         message = payment,
+///         scope = "billing",
+///         on_remember_failure = ReturnError,
+///     )]
+///     async fn charge(&self, payment: Payment, attempt: u32) -> anyhow::Result<()> {
+///         anyhow::ensure!(attempt < 10, "payment {} keeps failing", payment.key);
+///         Ok(())
+///     }
+/// }
+/// # let billing = Billing { store: Arc::new(babel_idem::InMemoryStore::new()) };
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// # billing.charge(Payment { key: "p-1".into() }, 1).await.unwrap();
+/// # assert!(billing.store.seen("billing:p-1").await.unwrap());
+/// # });
+/// ```
+///
+/// # What it expands to
+///
+/// For `#[idempotent(store = STORE, scope = "billing")]` on
+/// `pub async fn on_order(env: Envelope) -> Result<(), BillingError> { BODY }`:
+///
+/// ```text
+/// pub async fn on_order(env: Envelope) -> Result<(), BillingError> {
+///     let __babel_idem_store = &(STORE);
+///     let __babel_idem_guard = ::babel_idem::__private::Guard::new({
+///         use ::babel_idem::__private::AsStore as _;
+///         __babel_idem_store.__babel_idem_as_store()
+///     })
+///     .scope("billing");
+///     let __babel_idem_key = __babel_idem_guard.key(&env);
+///     <Result<(), BillingError> as ::babel_idem::__private::HandlerResult>::run_guarded(
+///         &__babel_idem_guard,
+///         __babel_idem_key,
+///         async move { BODY },
+///     )
+///     .await
+/// }
+/// ```
+///
+/// - The store expression is evaluated, and the key copied out of the
+///   message, **before** the body takes ownership of the parameters: the body
+///   may move or mutate the message. The body borrows nothing from the guard,
+///   but the guard borrows the store expression's value, so with `&mut self`
+///   or `self: Arc<Self>` write `store = self.store.clone()` (an `Arc`).
+/// - The body is quoted once, inside one `async move` block: `return` and `?`
+///   leave the body, never the guard, so a failure can never skip the
+///   decision of whether to remember the id. No inner `fn`, no hidden static.
+/// - The returned future is `Send` whenever the body's future and the store
+///   reference are.
+/// - The decision itself (skip a seen id, run and remember on `Ok`, leave the
+///   id unmarked on `Err`, run without remembering when there is no id) is
+///   `babel_idem::Guard`'s; the macro adds no logic of its own.
+///
+/// # Compile errors
+///
+/// Each one points at the token to fix:
+///
+/// | mistake | reported at |
+/// |---|---|
+/// | a `fn` that is not `async` | the `fn` keyword |
+/// | no `store = ...` | the attribute |
+/// | an unknown or repeated argument, a missing `=`, a value of the wrong kind, an empty `scope`, an unknown policy | that argument |
+/// | no `Envelope` parameter, or several, without `message = ...` | the parameter list / the second envelope |
+/// | an envelope parameter bound by a destructuring pattern | that pattern |
+/// | `message = x` naming no parameter | `x` |
+/// | a message type without `MessageId` | the message parameter |
+/// | no return type, a non-path return type, `Result<T, E>` with `T` other than `()` | the return type |
+/// | a return type that is not `Result<(), E>` (seen through aliases) | the return type: "handlers return `Result<(), E>`" |
+/// | an `E` without `From<StoreError>` | the return type: "`E` cannot carry a `StoreError`" |
+/// | a `store` value that is not a `Store` | the store expression |
+///
+/// ```compile_fail
+/// use babel_idem::{idempotent, Envelope, InMemoryStore, StoreError};
+/// static STORE: std::sync::LazyLock<InMemoryStore> = std::sync::LazyLock::new(InMemoryStore::new);
+///
+/// #[idempotent(store = STORE)]
+/// fn not_async(env: Envelope) -> Result<(), StoreError> { // error: works on an `async fn` only
+///     Ok(())
+/// }
+/// ```
+///
+/// A parse error still emits the original function next to the error, so
+/// the rest of the crate keeps compiling and an editor keeps its view of it.
 #[proc_macro_attribute]
-pub fn idempotent(_args: TokenStream, item: TokenStream) -> TokenStream {
-    item
+pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::idempotent(args.into(), item.into()).into()
 }

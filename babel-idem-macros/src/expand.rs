@@ -1,0 +1,274 @@
+//! The rewrite: the handler keeps its signature; its body moves into one
+//! `async move` block that a guard runs.
+//!
+//! For
+//!
+//! ```text
+//! #[idempotent(store = STORE, scope = "billing")]
+//! pub async fn on_order(env: Envelope) -> Result<(), BillingError> { BODY }
+//! ```
+//!
+//! the output is
+//!
+//! ```text
+//! pub async fn on_order(env: Envelope) -> Result<(), BillingError> {
+//!     let __babel_idem_store = &(STORE);
+//!     let __babel_idem_guard = ::babel_idem::__private::Guard::new({
+//!         use ::babel_idem::__private::AsStore as _;
+//!         __babel_idem_store.__babel_idem_as_store()
+//!     })
+//!     .scope("billing");
+//!     let __babel_idem_key = __babel_idem_guard.key(&env);
+//!     <Result<(), BillingError> as ::babel_idem::__private::HandlerResult>::run_guarded(
+//!         &__babel_idem_guard,
+//!         __babel_idem_key,
+//!         async move { BODY },
+//!     )
+//!     .await
+//! }
+//! ```
+//!
+//! - The store expression is evaluated and the key taken before the
+//!   `async move` block takes ownership of the parameters, so a body may move
+//!   or mutate the message, and `&mut self` works with
+//!   `store = self.shared.clone()`.
+//! - `HandlerResult::run_guarded` pins the block's output to the declared
+//!   return type (so `?` and `return` infer) and checks it is `Result<(), E>`
+//!   with `E: From<StoreError>`, each with an error on the return type.
+//! - The `__babel_idem_*` locals use mixed-site hygiene: the body cannot see
+//!   them or be shadowed by them.
+
+use proc_macro2::{Span, TokenStream, TokenTree};
+use quote::{ToTokens, quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::{Expr, GenericArgument, Ident, ItemFn, LitStr, PathArguments, ReturnType, Type};
+
+use crate::attr::Args;
+use crate::message;
+
+/// The whole attribute: `args` and `item` as the compiler hands them over.
+/// Never panics: every mistake becomes a `compile_error!` next to the
+/// original item, so the rest of the crate (and an editor) still sees the
+/// function.
+pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
+    match parse_and_expand(args, item.clone()) {
+        Ok(expanded) => expanded,
+        Err(error) => {
+            let error = error.into_compile_error();
+            quote! { #item #error }
+        }
+    }
+}
+
+fn parse_and_expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
+    let args = syn::parse2::<Args>(args);
+    let function = syn::parse2::<ItemFn>(item).map_err(|error| {
+        syn::Error::new(
+            error.span(),
+            format!("`#[idempotent]` goes on an `async fn` with a body: {error}"),
+        )
+    });
+    let (args, function) = match (args, function) {
+        (Ok(args), Ok(function)) => (args, function),
+        (args, function) => return Err(combine([args.err(), function.err()])),
+    };
+    let handler = check(&args, &function)?;
+    Ok(expand(function, handler))
+}
+
+/// What the checks found out about the handler: everything the rewrite needs
+/// besides the function itself.
+struct Handler {
+    /// The `store = ...` expression.
+    store: Expr,
+    /// The parameter (or `self`) whose id is the dedupe key.
+    message: Ident,
+    /// The declared return type, the `R` of `HandlerResult`.
+    output: Type,
+    scope: Option<LitStr>,
+    on_remember_failure: Option<Ident>,
+}
+
+/// Every check that does not need the type checker, all reported at once.
+fn check(args: &Args, function: &ItemFn) -> syn::Result<Handler> {
+    let sig = &function.sig;
+    let asyncness = match sig.asyncness {
+        Some(_) => Ok(()),
+        None => Err(syn::Error::new(
+            sig.fn_token.span,
+            format!(
+                "`#[idempotent]` works on an `async fn` only: write `async fn {}`; the guard \
+                 awaits the store before it runs the body",
+                sig.ident
+            ),
+        )),
+    };
+    let store = args.store().cloned();
+    let output = declared_output(&sig.output, &sig.ident);
+    let message = message::pick(sig, args.message.as_ref());
+
+    match (asyncness, store, output, message) {
+        (Ok(()), Ok(store), Ok(output), Ok(message)) => Ok(Handler {
+            store,
+            message,
+            output,
+            scope: args.scope.clone(),
+            on_remember_failure: args.on_remember_failure.clone(),
+        }),
+        (asyncness, store, output, message) => Err(combine([
+            asyncness.err(),
+            store.err(),
+            output.err(),
+            message.err(),
+        ])),
+    }
+}
+
+/// One error out of several, so a single compile reports every mistake.
+fn combine<const N: usize>(errors: [Option<syn::Error>; N]) -> syn::Error {
+    errors
+        .into_iter()
+        .flatten()
+        .reduce(|mut first, next| {
+            first.combine(next);
+            first
+        })
+        .unwrap_or_else(|| syn::Error::new(Span::call_site(), "`#[idempotent]` failed"))
+}
+
+/// The declared return type, when it can be `Result<(), E>`: a path (a
+/// `Result`, or an alias the macro cannot see into) whose success type, if
+/// written, is `()`. Anything else is rejected here; a path that is not a
+/// `Result` after all is rejected by the type checker through
+/// `HandlerResult`'s `on_unimplemented` message.
+fn declared_output(output: &ReturnType, name: &Ident) -> syn::Result<Type> {
+    let ty = match output {
+        ReturnType::Type(_, ty) => &**ty,
+        ReturnType::Default => {
+            return Err(syn::Error::new(
+                name.span(),
+                format!(
+                    "`{name}` returns nothing: an idempotent handler returns `Result<(), E>`, \
+                     so a failure leaves the id unmarked and goes back for retry"
+                ),
+            ));
+        }
+    };
+
+    let path = match strip_groups(ty) {
+        Type::Path(path) if path.qself.is_none() => &path.path,
+        other => {
+            return Err(syn::Error::new(
+                other.span(),
+                "an idempotent handler returns `Result<(), E>` (or an alias of it, such as \
+                 `anyhow::Result<()>`)",
+            ));
+        }
+    };
+    if contains_impl_trait(ty.to_token_stream()) {
+        return Err(syn::Error::new(
+            ty.span(),
+            "`impl Trait` in an idempotent handler's return type cannot be named by the guard: \
+             write the error type out",
+        ));
+    }
+    if let Some(last) = path.segments.last()
+        && last.ident == "Result"
+        && let PathArguments::AngleBracketed(generics) = &last.arguments
+        && let Some(GenericArgument::Type(success)) = generics.args.first()
+        && !is_unit(success)
+    {
+        return Err(syn::Error::new(
+            success.span(),
+            "an idempotent handler succeeds with `()`: a skipped duplicate has no value to \
+             return, so return `Result<(), E>` and send results elsewhere",
+        ));
+    }
+    Ok(ty.clone())
+}
+
+fn strip_groups(ty: &Type) -> &Type {
+    match ty {
+        Type::Paren(inner) => strip_groups(&inner.elem),
+        Type::Group(inner) => strip_groups(&inner.elem),
+        other => other,
+    }
+}
+
+fn is_unit(ty: &Type) -> bool {
+    matches!(strip_groups(ty), Type::Tuple(tuple) if tuple.elems.is_empty())
+}
+
+fn contains_impl_trait(tokens: TokenStream) -> bool {
+    tokens.into_iter().any(|token| match token {
+        TokenTree::Ident(ident) => ident == "impl",
+        TokenTree::Group(group) => contains_impl_trait(group.stream()),
+        _ => false,
+    })
+}
+
+/// Writes the handler back with its body handed to a guard.
+fn expand(function: ItemFn, handler: Handler) -> TokenStream {
+    let ItemFn {
+        attrs,
+        vis,
+        sig,
+        block,
+    } = function;
+    let Handler {
+        store: store_expr,
+        message,
+        output,
+        scope,
+        on_remember_failure,
+    } = handler;
+
+    // Hygienic locals: the body can neither see nor shadow them.
+    let store = local("store");
+    let guard = local("guard");
+    let key = local("key");
+
+    let store_span = store_expr.span();
+    let scope = scope.map(|scope| quote!(.scope(#scope)));
+    let policy = on_remember_failure.map(|policy| {
+        quote_spanned!(policy.span()=>
+            .on_remember_failure(::babel_idem::__private::OnRememberFailure::#policy)
+        )
+    });
+    let output_span = output.span();
+
+    let take_store = quote_spanned! {store_span=>
+        let #store = &(#store_expr);
+    };
+    let find_store = quote_spanned! {store_span=>
+        {
+            use ::babel_idem::__private::AsStore as _;
+            #store.__babel_idem_as_store()
+        }
+    };
+    let take_key = quote_spanned! {message.span()=>
+        let #key = #guard.key(&#message);
+    };
+    let run = quote_spanned! {output_span=>
+        <#output as ::babel_idem::__private::HandlerResult>::run_guarded(
+            &#guard,
+            #key,
+            async move #block,
+        )
+        .await
+    };
+
+    quote! {
+        #(#attrs)*
+        #vis #sig {
+            #take_store
+            let #guard = ::babel_idem::__private::Guard::new(#find_store) #scope #policy;
+            #take_key
+            #run
+        }
+    }
+}
+
+fn local(name: &str) -> Ident {
+    Ident::new(&format!("__babel_idem_{name}"), Span::mixed_site())
+}

@@ -1,0 +1,172 @@
+//! Which parameter carries the message id.
+//!
+//! `message = name` picks a binding by name (any binding of the parameter
+//! patterns, or `self`). Without it, the one parameter whose type is
+//! `Envelope`, `&Envelope`, `&'a Envelope` or a path ending in `Envelope`
+//! (such as `babel_idem::Envelope`) is the message. No such parameter, or
+//! several, is an error that asks for `message = ...`.
+//!
+//! The choice is syntactic; whether the chosen type implements `MessageId` is
+//! left to the type checker, whose error carries the trait's
+//! `#[diagnostic::on_unimplemented]` note.
+
+use proc_macro2::Span;
+use syn::spanned::Spanned;
+use syn::{FnArg, Ident, Pat, Signature, Type};
+
+/// Finds the message parameter of `sig`; `named` is the `message = ...`
+/// argument when the user gave one. The returned ident is the user's token,
+/// so code built with its span points errors at the user's code.
+pub(crate) fn pick(sig: &Signature, named: Option<&Ident>) -> syn::Result<Ident> {
+    match named {
+        Some(name) => find_named(sig, name),
+        None => find_envelope(sig),
+    }
+}
+
+/// `message = name`: the receiver or a binding in some parameter's pattern.
+fn find_named(sig: &Signature, name: &Ident) -> syn::Result<Ident> {
+    if name == "self" {
+        return match sig.receiver() {
+            Some(receiver) => Ok(Ident::new("self", receiver.self_token.span)),
+            None => Err(syn::Error::new(
+                name.span(),
+                format!(
+                    "`message = self`, but `{}` has no `self` parameter",
+                    sig.ident
+                ),
+            )),
+        };
+    }
+
+    let mut bindings = Vec::new();
+    for input in &sig.inputs {
+        if let FnArg::Typed(param) = input {
+            collect_bindings(&param.pat, &mut bindings);
+        }
+    }
+    if let Some(found) = bindings.iter().find(|binding| *binding == name) {
+        // The attribute's token carries the name; the parameter's token
+        // carries the hygiene of the signature, so resolve through it but
+        // report at the attribute, where the user chose it.
+        return Ok(Ident::new(
+            &found.to_string(),
+            found.span().located_at(name.span()),
+        ));
+    }
+
+    let known = if bindings.is_empty() {
+        "it has no named parameters".to_owned()
+    } else {
+        let names: Vec<String> = bindings.iter().map(|b| format!("`{b}`")).collect();
+        format!("its parameters are {}", names.join(", "))
+    };
+    Err(syn::Error::new(
+        name.span(),
+        format!(
+            "`message = {name}` names no parameter of `{}`: {known}",
+            sig.ident
+        ),
+    ))
+}
+
+/// No `message = ...`: the single parameter typed as an `Envelope`.
+fn find_envelope(sig: &Signature) -> syn::Result<Ident> {
+    let candidates: Vec<(&Pat, &Type)> = sig
+        .inputs
+        .iter()
+        .filter_map(|input| match input {
+            FnArg::Typed(param) if is_envelope(&param.ty) => Some((&*param.pat, &*param.ty)),
+            _ => None,
+        })
+        .collect();
+
+    match candidates.as_slice() {
+        [] => Err(syn::Error::new(
+            parameters_span(sig),
+            format!(
+                "`#[idempotent]` cannot tell which parameter of `{}` carries the message id: \
+                 none has type `Envelope` or `&Envelope`; name it with \
+                 `#[idempotent(store = ..., message = <parameter>)]` \
+                 (its type must implement `babel_idem::MessageId`)",
+                sig.ident
+            ),
+        )),
+        [(pat, _)] => binding_name(pat).ok_or_else(|| {
+            syn::Error::new(
+                pat.span(),
+                "the envelope parameter must be bound to a name, as in `env: Envelope`, \
+                 so the guard can read its id: destructure it inside the body instead",
+            )
+        }),
+        [_, (_, second), ..] => Err(syn::Error::new(
+            second.span(),
+            format!(
+                "`#[idempotent]` cannot tell which parameter of `{}` carries the message id: \
+                 {} parameters are envelopes; say which with `message = <parameter>`",
+                sig.ident,
+                candidates.len()
+            ),
+        )),
+    }
+}
+
+/// `Envelope`, any path ending in `Envelope`, or a reference to one.
+fn is_envelope(ty: &Type) -> bool {
+    match ty {
+        Type::Reference(reference) => is_envelope(&reference.elem),
+        Type::Paren(inner) => is_envelope(&inner.elem),
+        Type::Group(inner) => is_envelope(&inner.elem),
+        Type::Path(path) => {
+            path.qself.is_none()
+                && path
+                    .path
+                    .segments
+                    .last()
+                    .is_some_and(|last| last.ident == "Envelope" && last.arguments.is_none())
+        }
+        _ => false,
+    }
+}
+
+/// The name a parameter pattern binds the whole value to, if it does.
+fn binding_name(pat: &Pat) -> Option<Ident> {
+    match pat {
+        Pat::Ident(binding) => Some(binding.ident.clone()),
+        Pat::Paren(inner) => binding_name(&inner.pat),
+        _ => None,
+    }
+}
+
+/// Every name a pattern binds, in order (`(a, Foo { b, .. })` gives `a`, `b`).
+fn collect_bindings(pat: &Pat, out: &mut Vec<Ident>) {
+    match pat {
+        Pat::Ident(binding) => {
+            out.push(binding.ident.clone());
+            if let Some((_, sub)) = &binding.subpat {
+                collect_bindings(sub, out);
+            }
+        }
+        Pat::Paren(inner) => collect_bindings(&inner.pat, out),
+        Pat::Reference(inner) => collect_bindings(&inner.pat, out),
+        Pat::Tuple(tuple) => tuple.elems.iter().for_each(|p| collect_bindings(p, out)),
+        Pat::TupleStruct(tuple) => tuple.elems.iter().for_each(|p| collect_bindings(p, out)),
+        Pat::Slice(slice) => slice.elems.iter().for_each(|p| collect_bindings(p, out)),
+        Pat::Struct(fields) => fields
+            .fields
+            .iter()
+            .for_each(|field| collect_bindings(&field.pat, out)),
+        Pat::Type(typed) => collect_bindings(&typed.pat, out),
+        Pat::Or(alternatives) => {
+            if let Some(first) = alternatives.cases.first() {
+                collect_bindings(first, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The parameter list, for errors about all parameters at once.
+fn parameters_span(sig: &Signature) -> Span {
+    sig.paren_token.span.join()
+}
