@@ -1,0 +1,323 @@
+//! One fixture per store: how the contract suite opens a store, and how a
+//! test run cleans up after itself on a server other runs share.
+//!
+//! Every fixture isolates one test run: its Redis keys sit under a prefix
+//! with a random suffix, its PostgreSQL and SQLite tables carry one in their
+//! name, and dropping the fixture deletes them (also when the test failed).
+
+use std::time::Duration;
+
+use babel_idem::{InMemoryStore, Store};
+
+use super::servers::unique_suffix;
+
+/// A store backend as the contract suite sees it.
+#[allow(async_fn_in_trait)]
+pub trait Backend {
+    /// The store this fixture opens.
+    type Store: Store + 'static;
+
+    /// A store on the seen-set named `space` (a Redis prefix, a SQL table),
+    /// private to this test run. Stores on different spaces never share
+    /// ids; stores on one space do, where the backend is shared at all.
+    async fn open(&self, space: &str, ttl: Option<Duration>) -> Self::Store;
+
+    /// Whether the backend stores ids containing NUL. PostgreSQL `TEXT`
+    /// cannot, and `PostgresStore` refuses them with a `StoreError`.
+    fn stores_nul(&self) -> bool {
+        true
+    }
+}
+
+/// The reference store: a fresh [`InMemoryStore`] per `open`.
+pub struct MemoryBackend;
+
+impl MemoryBackend {
+    pub fn create(_test: &str) -> Option<Self> {
+        Some(MemoryBackend)
+    }
+}
+
+impl Backend for MemoryBackend {
+    type Store = InMemoryStore;
+
+    async fn open(&self, _space: &str, ttl: Option<Duration>) -> InMemoryStore {
+        match ttl {
+            Some(ttl) => InMemoryStore::builder().ttl(ttl).build(),
+            None => InMemoryStore::new(),
+        }
+    }
+}
+
+/// A table name for `space` that is unique to one run and a plain identifier.
+fn table_name(run: &str, space: &str) -> String {
+    let space: String = space
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    let mut name = format!("bqt_{run}_{space}");
+    name.truncate(63);
+    name
+}
+
+/// SQLite (babel-idem's default feature, so always built): one database
+/// file in a temporary directory, one table per space.
+pub use sqlite::SqliteBackend;
+
+mod sqlite {
+    use super::*;
+    use babel_idem::SqliteStore;
+    use std::path::PathBuf;
+
+    pub struct SqliteBackend {
+        run: String,
+        pub dir: PathBuf,
+    }
+
+    impl SqliteBackend {
+        pub fn create(_test: &str) -> Option<Self> {
+            let run = unique_suffix();
+            let dir = std::env::temp_dir().join(format!("babel-idem-sqlite-{run}"));
+            std::fs::create_dir_all(&dir).expect("create a temporary directory");
+            Some(SqliteBackend { run, dir })
+        }
+
+        pub fn database(&self) -> PathBuf {
+            self.dir.join("seen.db")
+        }
+
+        pub fn table(&self, space: &str) -> String {
+            table_name(&self.run, space)
+        }
+    }
+
+    impl Backend for SqliteBackend {
+        type Store = SqliteStore;
+
+        async fn open(&self, space: &str, ttl: Option<Duration>) -> SqliteStore {
+            let mut builder = SqliteStore::builder().table(self.table(space));
+            if let Some(ttl) = ttl {
+                builder = builder.ttl(ttl);
+            }
+            builder
+                .open(self.database())
+                .await
+                .expect("open the SQLite store")
+        }
+    }
+
+    impl Drop for SqliteBackend {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// Redis: the shared server from `BABEL_IDEM_REDIS_URL`, one prefix per space.
+#[cfg(feature = "redis")]
+pub use redis_backend::RedisBackend;
+
+#[cfg(feature = "redis")]
+mod redis_backend {
+    use super::*;
+    use crate::store_contract::servers::{REDIS_URL, server_url};
+    use babel_idem::RedisStore;
+
+    pub struct RedisBackend {
+        pub url: String,
+        run: String,
+    }
+
+    impl RedisBackend {
+        pub fn create(test: &str) -> Option<Self> {
+            let url = server_url(REDIS_URL, test)?;
+            Some(Self::on(url))
+        }
+
+        /// A fixture on a given server (the outage tests' own).
+        pub fn on(url: String) -> Self {
+            RedisBackend {
+                url,
+                run: unique_suffix(),
+            }
+        }
+
+        /// Every key of this run starts with this.
+        pub fn run_prefix(&self) -> String {
+            format!("bqtest:{}:", self.run)
+        }
+
+        pub fn prefix(&self, space: &str) -> String {
+            format!("{}{space}:", self.run_prefix())
+        }
+
+        /// A plain client connection, to read Redis without the store.
+        pub async fn raw(&self) -> redis::aio::MultiplexedConnection {
+            redis::Client::open(self.url.as_str())
+                .expect("a Redis URL")
+                .get_multiplexed_async_connection()
+                .await
+                .expect("connect to Redis")
+        }
+    }
+
+    impl Backend for RedisBackend {
+        type Store = RedisStore;
+
+        async fn open(&self, space: &str, ttl: Option<Duration>) -> RedisStore {
+            let mut builder = RedisStore::builder().prefix(self.prefix(space));
+            if let Some(ttl) = ttl {
+                builder = builder.ttl(ttl);
+            }
+            builder
+                .connect_lazy(&self.url)
+                .expect("build the Redis store")
+        }
+    }
+
+    impl Drop for RedisBackend {
+        fn drop(&mut self) {
+            // Blocking I/O on purpose: Drop cannot await, and it must run
+            // when a test panics too. A server that is gone has nothing to clean.
+            let Ok(client) = redis::Client::open(self.url.as_str()) else {
+                return;
+            };
+            let Ok(mut connection) = client.get_connection_with_timeout(Duration::from_secs(2))
+            else {
+                return;
+            };
+            let pattern = format!("{}*", self.run_prefix());
+            let mut cursor = 0u64;
+            loop {
+                let page: redis::RedisResult<(u64, Vec<Vec<u8>>)> = redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(&pattern)
+                    .arg("COUNT")
+                    .arg(1000)
+                    .query(&mut connection);
+                let Ok((next, keys)) = page else { return };
+                if !keys.is_empty() {
+                    let _: redis::RedisResult<i64> =
+                        redis::cmd("DEL").arg(keys).query(&mut connection);
+                }
+                if next == 0 {
+                    return;
+                }
+                cursor = next;
+            }
+        }
+    }
+}
+
+/// PostgreSQL: the shared server from `BABEL_IDEM_POSTGRES_URL`, one table per space.
+#[cfg(feature = "postgres")]
+pub use postgres_backend::PostgresBackend;
+
+#[cfg(feature = "postgres")]
+mod postgres_backend {
+    use super::*;
+    use crate::store_contract::servers::{POSTGRES_URL, server_url};
+    use babel_idem::PostgresStore;
+    use sqlx::Connection;
+    use std::sync::Mutex;
+
+    pub struct PostgresBackend {
+        pub url: String,
+        run: String,
+        tables: Mutex<Vec<String>>,
+        acquire_timeout: Duration,
+    }
+
+    impl PostgresBackend {
+        pub fn create(test: &str) -> Option<Self> {
+            let url = server_url(POSTGRES_URL, test)?;
+            Some(Self::on(url, Duration::from_secs(5)))
+        }
+
+        /// A fixture on a given server (the outage tests' own).
+        pub fn on(url: String, acquire_timeout: Duration) -> Self {
+            PostgresBackend {
+                url,
+                run: unique_suffix(),
+                tables: Mutex::new(Vec::new()),
+                acquire_timeout,
+            }
+        }
+
+        /// The table of `space`, recorded so the fixture drops it.
+        pub fn table(&self, space: &str) -> String {
+            let table = table_name(&self.run, space);
+            let mut tables = self.tables.lock().unwrap();
+            if !tables.contains(&table) {
+                tables.push(table.clone());
+            }
+            table
+        }
+
+        /// A store on `space` that is built but not migrated.
+        pub fn unmigrated(&self, space: &str, ttl: Option<Duration>) -> PostgresStore {
+            let mut builder = PostgresStore::builder()
+                .table(self.table(space))
+                .acquire_timeout(self.acquire_timeout);
+            if let Some(ttl) = ttl {
+                builder = builder.ttl(ttl);
+            }
+            builder
+                .connect_lazy(&self.url)
+                .expect("build the PostgreSQL store")
+        }
+
+        /// A plain connection, to read the table without the store.
+        pub async fn raw(&self) -> sqlx::PgConnection {
+            sqlx::PgConnection::connect(&self.url)
+                .await
+                .expect("connect to PostgreSQL")
+        }
+    }
+
+    impl Backend for PostgresBackend {
+        type Store = PostgresStore;
+
+        async fn open(&self, space: &str, ttl: Option<Duration>) -> PostgresStore {
+            let store = self.unmigrated(space, ttl);
+            store.migrate().await.expect("create the table");
+            store
+        }
+
+        fn stores_nul(&self) -> bool {
+            false
+        }
+    }
+
+    impl Drop for PostgresBackend {
+        fn drop(&mut self) {
+            let tables = std::mem::take(&mut *self.tables.lock().unwrap());
+            if tables.is_empty() {
+                return;
+            }
+            let url = self.url.clone();
+            // Drop cannot await and may run inside the test's runtime: clean
+            // up from a thread with a runtime of its own.
+            let cleanup = std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("a cleanup runtime");
+                runtime.block_on(async move {
+                    let connect = sqlx::PgConnection::connect(&url);
+                    let Ok(Ok(mut connection)) =
+                        tokio::time::timeout(Duration::from_secs(5), connect).await
+                    else {
+                        return;
+                    };
+                    for table in tables {
+                        let drop_table = format!("DROP TABLE IF EXISTS {table}");
+                        let _ = sqlx::query(&drop_table).execute(&mut connection).await;
+                    }
+                });
+            });
+            let _ = cleanup.join();
+        }
+    }
+}

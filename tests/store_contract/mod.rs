@@ -1,0 +1,354 @@
+//! The store contract: one suite, written once, run against every store.
+//!
+//! Each `tests/store_<backend>.rs` calls [`store_contract_tests!`] with the
+//! constructor of its fixture ([`backends`]); the macro turns every check
+//! below into a `#[tokio::test]`. A fixture whose server is not configured
+//! returns `None` and the test prints a `skipped:` line (or fails, with
+//! `BABEL_IDEM_REQUIRE_SERVERS=1`).
+#![allow(dead_code, unused_imports)]
+
+pub mod backends;
+pub mod servers;
+#[cfg(any(feature = "redis", feature = "postgres"))]
+pub mod spawned;
+
+pub use backends::*;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use babel_idem::{Envelope, Guard, MessageId, Store, StoreError, guard, wrap};
+use serde_json::{Value, json};
+
+/// Expands to one `#[tokio::test]` per contract check, each opening its own
+/// fixture with `$create(test_name) -> Option<impl Backend>`.
+macro_rules! store_contract_tests {
+    ($create:path) => {
+        store_contract_tests!(@current_thread $create:
+            conformance_sequences,
+            operations_are_idempotent,
+            ttl_is_optional_keeps_the_first_expiry_and_expired_ids_are_taken_over,
+            forget_allows_a_rerun,
+            spaces_are_isolated,
+            scopes_are_isolated,
+            unusual_ids_round_trip,
+        );
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn concurrent_remembers_of_one_id() {
+            if let Some(backend) = $create("concurrent_remembers_of_one_id") {
+                crate::store_contract::concurrent_remembers_of_one_id(&backend).await;
+            }
+        }
+    };
+    (@current_thread $create:path: $($check:ident),+ $(,)?) => {$(
+        #[tokio::test]
+        async fn $check() {
+            if let Some(backend) = $create(stringify!($check)) {
+                crate::store_contract::$check(&backend).await;
+            }
+        }
+    )+};
+}
+
+/// What a guarded test handler returns: its own failure, or the store's.
+#[derive(Debug)]
+pub enum DeliveryError {
+    Handler,
+    Store(StoreError),
+}
+
+impl From<StoreError> for DeliveryError {
+    fn from(error: StoreError) -> Self {
+        DeliveryError::Store(error)
+    }
+}
+
+/// An envelope with `id` as its `meta.id` (no usable id when `id` is empty).
+pub fn envelope(id: &str) -> Envelope {
+    Envelope::new("urn:babel:orders:created", json!({"order_id": 1042})).with_id(id)
+}
+
+/// The upstream conformance folder: `BABEL_IDEM_CONFORMANCE_DIR`, or the
+/// `shared/conformance` beside the project.
+fn conformance_dir() -> PathBuf {
+    std::env::var_os("BABEL_IDEM_CONFORMANCE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/conformance"))
+}
+
+/// Every idempotency sequence of the upstream manifest, replayed through
+/// `guard` over a store of this backend, one fresh seen-set per sequence.
+/// Each handler invocation is an effect, a throwing one included.
+pub async fn conformance_sequences<B: Backend>(backend: &B) {
+    let path = conformance_dir().join("manifest.json");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("read the conformance manifest {}: {e}", path.display()));
+    let manifest: Value = serde_json::from_str(&text).expect("the manifest is JSON");
+    let cases = manifest["idempotency"]["sequences"]["cases"]
+        .as_array()
+        .expect("idempotency.sequences.cases is a list");
+    assert!(
+        !cases.is_empty(),
+        "the manifest has no idempotency sequence"
+    );
+
+    for case in cases {
+        let name = case["name"].as_str().expect("a sequence has a name");
+        let store = backend.open(&format!("seq_{name}"), None).await;
+        let effects = AtomicUsize::new(0);
+        let deliveries = case["deliveries"].as_array().expect("deliveries");
+        for (at, delivery) in deliveries.iter().enumerate() {
+            let id = delivery["meta_id"].as_str().unwrap_or("");
+            if delivery["forget_before"] == Value::Bool(true) {
+                store.forget(id).await.expect("forget before the delivery");
+            }
+            let throws = delivery["outcome"] == "throw";
+            let before = effects.load(Ordering::SeqCst);
+            let result = guard(&store, &envelope(id), async {
+                effects.fetch_add(1, Ordering::SeqCst);
+                if throws {
+                    Err(DeliveryError::Handler)
+                } else {
+                    Ok(())
+                }
+            })
+            .await;
+            let ran = effects.load(Ordering::SeqCst) > before;
+            let expected_run = match delivery["expect_effect"].as_str() {
+                Some("run") => true,
+                Some("skip") => false,
+                other => panic!("{name}: unknown expect_effect {other:?}"),
+            };
+            assert_eq!(ran, expected_run, "{name}, delivery {at}: ran");
+            match (ran && throws, result) {
+                (true, Err(DeliveryError::Handler)) | (false, Ok(())) => {}
+                (_, other) => panic!("{name}, delivery {at}: unexpected result {other:?}"),
+            }
+        }
+        let expected = case["expected_effects"].as_u64().expect("expected_effects");
+        assert_eq!(
+            effects.load(Ordering::SeqCst) as u64,
+            expected,
+            "{name}: effects"
+        );
+    }
+}
+
+/// `seen`, `remember` and `forget` are idempotent, per id, and work through
+/// `Arc<dyn Store>` as well as the concrete type.
+pub async fn operations_are_idempotent<B: Backend>(backend: &B) {
+    let store = backend.open("idempotent", None).await;
+    assert!(!store.seen("id-A").await.unwrap());
+    store.remember("id-A").await.unwrap();
+    store.remember("id-A").await.unwrap();
+    assert!(store.seen("id-A").await.unwrap());
+    assert!(store.seen("id-A").await.unwrap(), "seen does not consume");
+    assert!(!store.seen("id-B").await.unwrap(), "ids are not collapsed");
+    store.forget("id-A").await.unwrap();
+    store.forget("id-A").await.unwrap();
+    assert!(!store.seen("id-A").await.unwrap());
+    store
+        .forget("never-remembered")
+        .await
+        .expect("forgetting an unknown id succeeds");
+
+    let dynamic: Arc<dyn Store> = Arc::new(store);
+    let runs = AtomicUsize::new(0);
+    let handler = wrap(Arc::clone(&dynamic), |env: Envelope| {
+        let runs = &runs;
+        async move {
+            assert_eq!(env.message_id(), Some("id-C"));
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok::<(), StoreError>(())
+        }
+    });
+    handler.call(envelope("id-C")).await.unwrap();
+    handler.call(envelope("id-C")).await.unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert!(dynamic.seen("id-C").await.unwrap());
+}
+
+/// Without a TTL an id stays; with one, a second `remember` keeps the first
+/// expiry (set-if-absent), the id expires, and an expired id is taken over.
+pub async fn ttl_is_optional_keeps_the_first_expiry_and_expired_ids_are_taken_over<B: Backend>(
+    backend: &B,
+) {
+    let ttl = Duration::from_millis(1000);
+    let forever = backend.open("ttl_none", None).await;
+    let expiring = backend.open("ttl_1s", Some(ttl)).await;
+
+    forever.remember("id-A").await.unwrap();
+    expiring.remember("id-A").await.unwrap();
+    tokio::time::sleep(ttl * 6 / 10).await;
+    expiring.remember("id-A").await.unwrap(); // must not push the expiry back
+    tokio::time::sleep(ttl * 55 / 100).await;
+
+    assert!(
+        !expiring.seen("id-A").await.unwrap(),
+        "the id outlived its first expiry: a second remember extended it"
+    );
+    assert!(forever.seen("id-A").await.unwrap(), "no TTL: never expires");
+
+    expiring.remember("id-A").await.unwrap();
+    assert!(
+        expiring.seen("id-A").await.unwrap(),
+        "an expired id is taken over by the next remember"
+    );
+}
+
+/// `forget` makes the next delivery of a handled id run again.
+pub async fn forget_allows_a_rerun<B: Backend>(backend: &B) {
+    let store = backend.open("forget", None).await;
+    let runs = AtomicUsize::new(0);
+    let deliver = || {
+        guard(&store, &envelope("id-A"), async {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok::<(), StoreError>(())
+        })
+    };
+    deliver().await.unwrap();
+    deliver().await.unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    store.forget("id-A").await.unwrap();
+    deliver().await.unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "a forgotten id runs again");
+    deliver().await.unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "and is remembered again");
+}
+
+/// Two stores on two spaces (prefixes, tables) do not see each other's ids.
+pub async fn spaces_are_isolated<B: Backend>(backend: &B) {
+    let billing = backend.open("space_billing", None).await;
+    let shipping = backend.open("space_shipping", None).await;
+    billing.remember("id-A").await.unwrap();
+    assert!(billing.seen("id-A").await.unwrap());
+    assert!(!shipping.seen("id-A").await.unwrap());
+    shipping.forget("id-A").await.unwrap();
+    assert!(
+        billing.seen("id-A").await.unwrap(),
+        "forget stays in its space"
+    );
+}
+
+/// Two guard scopes over one store do not skip each other's messages.
+pub async fn scopes_are_isolated<B: Backend>(backend: &B) {
+    let store = backend.open("scopes", None).await;
+    let billing = Guard::new(&store).scope("billing");
+    let shipping = Guard::new(&store).scope("shipping");
+    let runs = AtomicUsize::new(0);
+    let handler = || async {
+        runs.fetch_add(1, Ordering::SeqCst);
+        Ok::<(), StoreError>(())
+    };
+    let env = envelope("id-A");
+    billing.run(&env, handler()).await.unwrap();
+    shipping.run(&env, handler()).await.unwrap();
+    billing.run(&env, handler()).await.unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    assert!(store.seen("billing:id-A").await.unwrap());
+    assert!(!store.seen("id-A").await.unwrap());
+}
+
+/// 64 concurrent `remember` calls of one id all succeed and leave it seen
+/// once; 64 concurrent ids are all kept.
+pub async fn concurrent_remembers_of_one_id<B: Backend>(backend: &B) {
+    let store = Arc::new(backend.open("concurrent", None).await);
+    let tasks: Vec<_> = (0..64)
+        .map(|_| {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move { store.remember("id-A").await })
+        })
+        .collect();
+    for task in tasks {
+        task.await
+            .expect("the task ran")
+            .expect("remember succeeded");
+    }
+    assert!(store.seen("id-A").await.unwrap());
+    store.forget("id-A").await.unwrap();
+    assert!(!store.seen("id-A").await.unwrap(), "one id, one entry");
+
+    let tasks: Vec<_> = (0..64)
+        .map(|n| {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move { store.remember(&format!("id-{n}")).await })
+        })
+        .collect();
+    for task in tasks {
+        task.await
+            .expect("the task ran")
+            .expect("remember succeeded");
+    }
+    for n in 0..64 {
+        assert!(store.seen(&format!("id-{n}")).await.unwrap(), "id-{n}");
+    }
+}
+
+/// A 10 KB id (compressible: a long composite key, as real long ids are).
+pub fn long_id() -> String {
+    let mut id = String::from("long:");
+    while id.len() < 10 * 1024 {
+        id.push_str("tenant-é☕🦀:order ");
+    }
+    id.push_str("end");
+    id
+}
+
+/// Ids are stored verbatim, whatever they contain, and a near miss is a
+/// different id. An id with NUL round-trips where the backend stores NUL;
+/// elsewhere every operation on it fails with a `StoreError` saying why and
+/// the guard does not run the handler.
+pub async fn unusual_ids_round_trip<B: Backend>(backend: &B) {
+    let store = backend.open("unusual", None).await;
+    let ids = [
+        long_id(),
+        "заказ-注文-🦀".to_owned(),
+        "order 42 created".to_owned(),
+        "tenant:eu:order:42".to_owned(),
+        r#"it's "quoted" \ '; DROP TABLE users; --"#.to_owned(),
+        "line one\nline two\r\n".to_owned(),
+        "glob*[?]{}%_".to_owned(),
+    ];
+    for id in &ids {
+        assert!(!store.seen(id).await.unwrap(), "{id:.40}");
+        store.remember(id).await.unwrap();
+        assert!(store.seen(id).await.unwrap(), "{id:.40}");
+        let near_miss = format!("{id}x");
+        assert!(!store.seen(&near_miss).await.unwrap(), "{id:.40}");
+        let shorter = &id[..id.len() - id.chars().last().unwrap().len_utf8()];
+        assert!(!store.seen(shorter).await.unwrap(), "{id:.40}");
+    }
+    for id in &ids {
+        store.forget(id).await.unwrap();
+        assert!(!store.seen(id).await.unwrap(), "{id:.40}");
+    }
+
+    if backend.stores_nul() {
+        store.remember("nul\0a").await.unwrap();
+        assert!(store.seen("nul\0a").await.unwrap());
+        assert!(!store.seen("nul\0b").await.unwrap());
+        assert!(!store.seen("nul").await.unwrap());
+        store.forget("nul\0a").await.unwrap();
+        assert!(!store.seen("nul\0a").await.unwrap());
+    } else {
+        for result in [
+            store.seen("nul\0a").await.map(drop),
+            store.remember("nul\0a").await,
+            store.forget("nul\0a").await,
+        ] {
+            let error = result.expect_err("an id with NUL is refused");
+            assert!(error.to_string().contains("NUL"), "{error}");
+        }
+        let runs = AtomicUsize::new(0);
+        let result = guard(&store, &envelope("nul\0a"), async {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok::<(), DeliveryError>(())
+        })
+        .await;
+        assert!(matches!(result, Err(DeliveryError::Store(_))), "{result:?}");
+        assert_eq!(runs.load(Ordering::SeqCst), 0, "the handler did not run");
+    }
+}

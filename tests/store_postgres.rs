@@ -1,0 +1,233 @@
+//! The store contract against `PostgresStore` on the shared server
+//! (`BABEL_IDEM_POSTGRES_URL`), plus the Go SDK's table read back directly.
+#![cfg(feature = "postgres")]
+
+#[macro_use]
+mod store_contract;
+
+use std::time::Duration;
+
+use babel_idem::{PostgresStore, Store, StoreOperation};
+use sqlx::Row;
+use store_contract::{Backend, PostgresBackend};
+
+store_contract_tests!(PostgresBackend::create);
+
+/// `migrate` creates the Go SDK's table: the columns, types, defaults and
+/// the index on `expires_at`; running it again changes nothing.
+#[tokio::test]
+async fn migrate_creates_the_go_sdk_table() {
+    let Some(backend) = PostgresBackend::create("migrate_creates_the_go_sdk_table") else {
+        return;
+    };
+    let store = backend.open("schema", None).await;
+    store.migrate().await.expect("migrate twice");
+    let mut raw = backend.raw().await;
+    let columns = sqlx::query(
+        "SELECT column_name::text, data_type::text, is_nullable::text, column_default::text
+           FROM information_schema.columns WHERE table_name = $1 ORDER BY ordinal_position",
+    )
+    .bind(store.table())
+    .fetch_all(&mut raw)
+    .await
+    .unwrap();
+    let columns: Vec<(String, String, String, Option<String>)> = columns
+        .iter()
+        .map(|row| (row.get(0), row.get(1), row.get(2), row.get(3)))
+        .collect();
+    let expected = [
+        ("message_id", "text", "NO", None),
+        (
+            "created_at",
+            "timestamp with time zone",
+            "NO",
+            Some("now()"),
+        ),
+        ("expires_at", "timestamp with time zone", "YES", None),
+    ];
+    assert_eq!(columns.len(), expected.len(), "{columns:?}");
+    for ((name, kind, nullable, default), (want_name, want_kind, want_null, want_default)) in
+        columns.iter().zip(expected)
+    {
+        assert_eq!((name.as_str(), kind.as_str()), (want_name, want_kind));
+        assert_eq!(nullable, want_null, "{name}");
+        assert_eq!(default.as_deref(), want_default, "{name}");
+    }
+    let indexes: Vec<String> =
+        sqlx::query_scalar("SELECT indexdef::text FROM pg_indexes WHERE tablename = $1")
+            .bind(store.table())
+            .fetch_all(&mut raw)
+            .await
+            .unwrap();
+    assert!(
+        indexes
+            .iter()
+            .any(|def| def.contains("PRIMARY KEY") || def.contains("(message_id)")),
+        "{indexes:?}"
+    );
+    assert!(
+        indexes.iter().any(|def| def.contains("(expires_at)")),
+        "{indexes:?}"
+    );
+}
+
+/// The expiry is `now() + ttl` by the database clock, written in the same
+/// statement as `created_at`; a second remember leaves the row as it was.
+#[tokio::test]
+async fn expiry_is_computed_by_the_database_clock() {
+    let Some(backend) = PostgresBackend::create("expiry_is_computed_by_the_database_clock") else {
+        return;
+    };
+    let store = backend
+        .open("clock", Some(Duration::from_millis(90_061_001)))
+        .await;
+    store.remember("id-A").await.unwrap();
+    let mut raw = backend.raw().await;
+    let read = format!(
+        "SELECT (expires_at - created_at)::text, created_at::text FROM {} WHERE message_id = 'id-A'",
+        store.table()
+    );
+    let (lifetime, created): (String, String) =
+        sqlx::query_as(&read).fetch_one(&mut raw).await.unwrap();
+    assert_eq!(lifetime, "1 day 01:01:01.001");
+    store.remember("id-A").await.unwrap();
+    let (_, created_again): (String, String) =
+        sqlx::query_as(&read).fetch_one(&mut raw).await.unwrap();
+    assert_eq!(
+        created, created_again,
+        "set-if-absent: the row is untouched"
+    );
+}
+
+/// A row a Go consumer inserted (no expiry) is seen; `forget` deletes it.
+#[tokio::test]
+async fn rows_written_by_another_sdk_are_seen() {
+    let Some(backend) = PostgresBackend::create("rows_written_by_another_sdk_are_seen") else {
+        return;
+    };
+    let store = backend.open("go_rows", None).await;
+    let mut raw = backend.raw().await;
+    let insert = format!(
+        "INSERT INTO {} (message_id, expires_at) VALUES ('live', NULL), ('gone', now() - interval '1 second')",
+        store.table()
+    );
+    sqlx::query(&insert).execute(&mut raw).await.unwrap();
+    assert!(store.seen("live").await.unwrap());
+    assert!(
+        !store.seen("gone").await.unwrap(),
+        "an expired row is not seen"
+    );
+    store.remember("gone").await.unwrap();
+    assert!(store.seen("gone").await.unwrap(), "and is taken over");
+    store.forget("live").await.unwrap();
+    let count: i64 = sqlx::query_scalar(&format!(
+        "SELECT count(*) FROM {} WHERE message_id = 'live'",
+        store.table()
+    ))
+    .fetch_one(&mut raw)
+    .await
+    .unwrap();
+    assert_eq!(count, 0);
+}
+
+#[tokio::test]
+async fn purge_deletes_only_expired_rows() {
+    let Some(backend) = PostgresBackend::create("purge_deletes_only_expired_rows") else {
+        return;
+    };
+    let ttl = Duration::from_millis(200);
+    let expiring = backend.open("purge", Some(ttl)).await;
+    let forever = backend.open("purge", None).await;
+    expiring.remember("short-lived").await.unwrap();
+    forever.remember("kept").await.unwrap();
+    tokio::time::sleep(ttl + Duration::from_millis(100)).await;
+    assert_eq!(expiring.purge_expired().await.unwrap(), 1);
+    assert_eq!(expiring.purge_expired().await.unwrap(), 0);
+    assert!(forever.seen("kept").await.unwrap());
+}
+
+/// An id too long for the primary-key index fails `remember` with a
+/// `StoreError` that says so (never a panic); shorter ids are unaffected.
+#[tokio::test]
+async fn an_id_too_long_for_the_index_is_a_clear_store_error() {
+    let Some(backend) =
+        PostgresBackend::create("an_id_too_long_for_the_index_is_a_clear_store_error")
+    else {
+        return;
+    };
+    let store = backend.open("too_long", None).await;
+    // 10 KB that does not compress: hex of random UUIDs.
+    let id: String = (0..300)
+        .map(|_| uuid::Uuid::new_v4().simple().to_string())
+        .collect();
+    assert!(!store.seen(&id).await.unwrap());
+    let error = store.remember(&id).await.expect_err("over the btree limit");
+    assert_eq!(error.operation(), StoreOperation::Remember);
+    assert_eq!(error.backend(), "postgres");
+    assert!(
+        error
+            .to_string()
+            .contains("too long for the primary-key index"),
+        "{error}"
+    );
+    store.remember("short").await.unwrap();
+    assert!(store.seen("short").await.unwrap());
+}
+
+#[tokio::test]
+async fn a_table_name_that_is_not_an_identifier_is_refused() {
+    for table in [
+        "",
+        "1st",
+        "seen-ids",
+        "t; DROP TABLE users",
+        "\"t\"",
+        "public.t",
+        &"t".repeat(64),
+    ] {
+        let error = PostgresStore::builder()
+            .table(table)
+            .connect_lazy("postgres://postgres@127.0.0.1:5432/postgres")
+            .expect_err(table);
+        assert_eq!(error.operation(), StoreOperation::Open);
+        assert_eq!(error.backend(), "postgres");
+        assert!(
+            error.to_string().contains("not a plain identifier"),
+            "{error}"
+        );
+    }
+}
+
+/// The store never closes a pool it was given.
+#[tokio::test]
+async fn a_pool_the_caller_owns_stays_open() {
+    let Some(backend) = PostgresBackend::create("a_pool_the_caller_owns_stays_open") else {
+        return;
+    };
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .connect(&backend.url)
+        .await
+        .unwrap();
+    let store = PostgresStore::builder()
+        .table(backend.table("user_pool"))
+        .from_pool(pool.clone())
+        .unwrap();
+    store.migrate().await.unwrap();
+    store.remember("id-A").await.unwrap();
+    assert!(store.seen("id-A").await.unwrap());
+    drop(store);
+    assert!(!pool.is_closed());
+    let one: i32 = sqlx::query_scalar("SELECT 1")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(one, 1);
+}
+
+#[test]
+fn building_outside_a_tokio_runtime_is_an_error_not_a_panic() {
+    let error = PostgresStore::connect_lazy("postgres://postgres@127.0.0.1:5432/postgres")
+        .expect_err("no runtime");
+    assert!(error.to_string().contains("Tokio runtime"), "{error}");
+}

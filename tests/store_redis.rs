@@ -1,0 +1,110 @@
+//! The store contract against `RedisStore` on the shared server
+//! (`BABEL_IDEM_REDIS_URL`), plus the Go SDK's key layout read back from
+//! Redis directly.
+#![cfg(feature = "redis")]
+
+#[macro_use]
+mod store_contract;
+
+use std::time::Duration;
+
+use babel_idem::{RedisStore, Store, StoreOperation};
+use redis::AsyncCommands;
+use store_contract::{Backend, RedisBackend};
+
+store_contract_tests!(RedisBackend::create);
+
+/// A key written by `RedisStore` is the one the Go SDK's store reads:
+/// `bq:idemp:` + id, value `1`, a millisecond expiry when a TTL is set.
+#[tokio::test]
+async fn keys_follow_the_go_sdk_layout() {
+    let Some(backend) = RedisBackend::create("keys_follow_the_go_sdk_layout") else {
+        return;
+    };
+    let mut raw = backend.raw().await;
+    // The default prefix, so a unique id keeps this run apart from others.
+    let id = format!("go-compat-{}", uuid::Uuid::new_v4());
+    let key = format!("bq:idemp:{id}");
+
+    let store = RedisStore::connect_lazy(&backend.url).unwrap();
+    store.remember(&id).await.unwrap();
+    let value: Option<String> = raw.get(&key).await.unwrap();
+    let pttl: i64 = raw.pttl(&key).await.unwrap();
+    let _: i64 = raw.del(&key).await.unwrap();
+    assert_eq!(value.as_deref(), Some("1"));
+    assert_eq!(pttl, -1, "no TTL: the key does not expire");
+
+    let ttl = Duration::from_secs(3600);
+    let expiring = RedisStore::builder()
+        .ttl(ttl)
+        .connect_lazy(&backend.url)
+        .unwrap();
+    expiring.remember(&id).await.unwrap();
+    let value: Option<String> = raw.get(&key).await.unwrap();
+    let pttl: i64 = raw.pttl(&key).await.unwrap();
+    assert_eq!(value.as_deref(), Some("1"));
+    assert!(
+        pttl > 0 && pttl <= 3_600_000,
+        "PX in milliseconds, got {pttl}"
+    );
+
+    // The other direction: a key the Go SDK wrote (SET key 1 NX) is seen.
+    let _: i64 = raw.del(&key).await.unwrap();
+    assert!(!store.seen(&id).await.unwrap());
+    let _: () = raw.set(&key, "1").await.unwrap();
+    assert!(store.seen(&id).await.unwrap());
+    store.forget(&id).await.unwrap();
+    let exists: bool = raw.exists(&key).await.unwrap();
+    assert!(!exists, "forget is DEL");
+}
+
+/// A prefix is configurable and keys are binary safe: a NUL byte reaches
+/// Redis verbatim.
+#[tokio::test]
+async fn a_custom_prefix_and_binary_ids_are_kept_verbatim() {
+    let Some(backend) = RedisBackend::create("a_custom_prefix_and_binary_ids_are_kept_verbatim")
+    else {
+        return;
+    };
+    let store = backend.open("binary", None).await;
+    assert_eq!(store.prefix(), backend.prefix("binary"));
+    store.remember("a\0b").await.unwrap();
+    let mut raw = backend.raw().await;
+    let mut key = backend.prefix("binary").into_bytes();
+    key.extend_from_slice(b"a\0b");
+    let value: Option<Vec<u8>> = raw.get(&key).await.unwrap();
+    assert_eq!(value.as_deref(), Some(&b"1"[..]));
+    assert_eq!(store.key("a\0b"), key);
+}
+
+#[tokio::test]
+async fn a_cluster_url_is_refused_with_a_clear_error() {
+    for url in [
+        "redis+cluster://10.0.0.1:7000/",
+        "redis://10.0.0.1:7000,10.0.0.2:7000/",
+    ] {
+        let error = RedisStore::connect_lazy(url).expect_err(url);
+        assert_eq!(error.operation(), StoreOperation::Open);
+        assert_eq!(error.backend(), "redis");
+        assert!(
+            error.to_string().contains("Redis Cluster is not supported"),
+            "{error}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_malformed_url_is_an_open_error() {
+    let error = RedisStore::connect_lazy("http://example.invalid/").expect_err("not redis");
+    assert_eq!(error.operation(), StoreOperation::Open);
+    assert!(
+        error.to_string().contains("not a usable Redis URL"),
+        "{error}"
+    );
+}
+
+#[test]
+fn building_outside_a_tokio_runtime_is_an_error_not_a_panic() {
+    let error = RedisStore::connect_lazy("redis://127.0.0.1:6379/").expect_err("no runtime");
+    assert!(error.to_string().contains("Tokio runtime"), "{error}");
+}

@@ -1,0 +1,118 @@
+//! The store contract against `SqliteStore`, plus what only SQLite has: a
+//! file that survives the store, shared by several stores at once, a
+//! checked table name and a purge of expired ids.
+//!
+//! `sqlite` is a default feature of babel-idem, so these always run.
+
+#[macro_use]
+mod store_contract;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use babel_idem::{SqliteStore, Store, StoreOperation};
+use store_contract::{Backend, SqliteBackend};
+
+store_contract_tests!(SqliteBackend::create);
+
+#[tokio::test]
+async fn a_remembered_id_survives_reopening_the_file() {
+    let backend = SqliteBackend::create("reopen").unwrap();
+    let first = backend.open("reopen", None).await;
+    first.remember("id-A").await.unwrap();
+    drop(first);
+    let reopened = backend.open("reopen", None).await;
+    assert!(reopened.seen("id-A").await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn stores_sharing_one_file_see_each_others_writes() {
+    let backend = SqliteBackend::create("shared_file").unwrap();
+    // Separate stores (separate pools) on one file stand in for separate processes.
+    let mut stores: Vec<Arc<SqliteStore>> = Vec::new();
+    for _ in 0..4 {
+        stores.push(Arc::new(backend.open("shared", None).await));
+    }
+    let tasks: Vec<_> = (0..64)
+        .map(|n| {
+            let store = Arc::clone(&stores[n % stores.len()]);
+            tokio::spawn(async move { store.remember(&format!("id-{n}")).await })
+        })
+        .collect();
+    for task in tasks {
+        task.await
+            .unwrap()
+            .expect("a concurrent write waits for the lock");
+    }
+    for n in 0..64 {
+        let reader = &stores[(n + 1) % stores.len()];
+        assert!(reader.seen(&format!("id-{n}")).await.unwrap(), "id-{n}");
+    }
+}
+
+#[tokio::test]
+async fn purge_deletes_only_expired_ids() {
+    let backend = SqliteBackend::create("purge").unwrap();
+    let ttl = Duration::from_millis(200);
+    let expiring = backend.open("purge", Some(ttl)).await;
+    let forever = backend.open("purge", None).await;
+    expiring.remember("short-lived").await.unwrap();
+    forever.remember("kept").await.unwrap();
+    tokio::time::sleep(ttl + Duration::from_millis(100)).await;
+    assert_eq!(expiring.purge_expired().await.unwrap(), 1);
+    assert_eq!(expiring.purge_expired().await.unwrap(), 0);
+    assert!(forever.seen("kept").await.unwrap());
+    assert!(!forever.seen("short-lived").await.unwrap());
+}
+
+#[tokio::test]
+async fn a_table_name_that_is_not_an_identifier_is_refused() {
+    for table in [
+        "",
+        "1st",
+        "seen-ids",
+        "t; DROP TABLE users",
+        "\"t\"",
+        "main.t",
+    ] {
+        let error = SqliteStore::builder()
+            .table(table)
+            .in_memory()
+            .await
+            .expect_err(table);
+        assert_eq!(error.operation(), StoreOperation::Open);
+        assert_eq!(error.backend(), "sqlite");
+        assert!(
+            error.to_string().contains("not a plain identifier"),
+            "{error}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_zero_ttl_is_refused() {
+    let error = SqliteStore::builder()
+        .ttl(Duration::ZERO)
+        .in_memory()
+        .await
+        .expect_err("a zero TTL");
+    assert!(error.to_string().contains("TTL"), "{error}");
+}
+
+#[tokio::test]
+async fn the_in_memory_database_keeps_its_ids_and_migrate_is_idempotent() {
+    let store = SqliteStore::in_memory().await.unwrap();
+    store.remember("id-A").await.unwrap();
+    store.migrate().await.unwrap();
+    assert!(store.seen("id-A").await.unwrap());
+    assert_eq!(store.table(), "babelqueue_idempotency");
+}
+
+#[tokio::test]
+async fn an_unwritable_path_is_a_store_error() {
+    let error = SqliteStore::open("/proc/babel-idem/cannot/exist.db")
+        .await
+        .expect_err("no such directory");
+    assert_eq!(error.operation(), StoreOperation::Open);
+    assert_eq!(error.backend(), "sqlite");
+}
