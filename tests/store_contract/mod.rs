@@ -24,6 +24,7 @@ use serde_json::{Value, json};
 
 /// Expands to one `#[tokio::test]` per contract check, each opening its own
 /// fixture with `$create(test_name) -> Option<impl Backend>`.
+#[allow(unused_macros)]
 macro_rules! store_contract_tests {
     ($create:path) => {
         store_contract_tests!(@current_thread $create:
