@@ -1,2 +1,345 @@
-//! Placeholder: replaced by the benchmark of this name.
-fn main() {}
+//! What the guard costs over calling the handler directly, on the paths the
+//! issue names, against baselines measured in the same run:
+//!
+//! - latency (criterion): the bare call, the duplicate path over 100,000
+//!   remembered ids (through `&InMemoryStore` and through `&dyn Store`), and
+//!   the same duplicate path on the naive design (`Mutex<HashSet<String>>`,
+//!   a `String` key per call, a boxed future per store call);
+//! - the first-delivery path, inserting 1,000,000 fresh UUID ids into a new
+//!   store (custom loop: the store must grow through the whole range);
+//! - throughput of two threads against one on the duplicate path;
+//! - heap allocations per duplicate delivery and bytes per remembered UUID id,
+//!   counted by a counting global allocator.
+//!
+//! Run: `cargo bench --bench guard` (add `-- --quick` for a shorter run).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::collections::HashSet;
+use std::future::Future;
+use std::hint::black_box;
+use std::pin::pin;
+use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
+use std::sync::{Barrier, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use babel_idem::{Envelope, InMemoryStore, MessageId, Store, StoreError, StoreFuture, guard};
+use criterion::{BatchSize, Criterion};
+use serde_json::json;
+
+const WORKING_SET: usize = 100_000;
+const FRESH_IDS: usize = 1_000_000;
+
+// ---------------------------------------------------------------- allocator
+
+struct Counting;
+
+static LIVE_BYTES: AtomicIsize = AtomicIsize::new(0);
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE_BYTES.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: forwarded unchanged to the system allocator.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE_BYTES.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: `ptr` came from `alloc` above with this layout.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE_BYTES.fetch_add(new_size as isize - layout.size() as isize, Ordering::Relaxed);
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: as in `alloc` and `dealloc`.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+// ---------------------------------------------------------------- harness
+
+/// Polls a future that never waits (every store here answers from memory)
+/// once, so the figures hold the guard's cost and no executor's.
+fn ready<F: Future>(future: F) -> F::Output {
+    match pin!(future).poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(output) => output,
+        Poll::Pending => unreachable!("an in-memory delivery never waits"),
+    }
+}
+
+/// The handler under test: it only reads the message id (so the bare call
+/// pays the same cache misses on the message as the guard does), which makes
+/// the difference between the two the guard's own cost.
+async fn handler(env: &Envelope) -> Result<(), StoreError> {
+    black_box(env.message_id().map(|id| id.as_bytes()[id.len() - 1]));
+    Ok(())
+}
+
+fn envelopes(count: usize) -> Vec<Envelope> {
+    (0..count)
+        .map(|_| Envelope::new("urn:babel:orders:created", json!({"order_id": 1})))
+        .collect()
+}
+
+fn remembered(envelopes: &[Envelope]) -> InMemoryStore {
+    let store = InMemoryStore::new();
+    for env in envelopes {
+        ready(guard(&store, env, handler(env))).unwrap();
+    }
+    store
+}
+
+// ---------------------------------------------------------------- the naive design
+
+/// The straightforward version the issue measured: a `String` key per call,
+/// a boxed future per store call, one mutex around a `HashSet<String>`.
+#[derive(Default)]
+struct NaiveStore(Mutex<HashSet<String>>);
+
+impl Store for NaiveStore {
+    fn seen<'a>(&'a self, id: &'a str) -> StoreFuture<'a, bool> {
+        let key = id.to_owned();
+        StoreFuture::new(async move { Ok(self.0.lock().unwrap().contains(&key)) })
+    }
+    fn remember<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
+        let key = id.to_owned();
+        StoreFuture::new(async move {
+            self.0.lock().unwrap().insert(key);
+            Ok(())
+        })
+    }
+    fn forget<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
+        let key = id.to_owned();
+        StoreFuture::new(async move {
+            self.0.lock().unwrap().remove(&key);
+            Ok(())
+        })
+    }
+}
+
+// ---------------------------------------------------------------- latency
+
+fn latency(c: &mut Criterion, working_set: &[Envelope], store: &InMemoryStore) {
+    let naive = NaiveStore::default();
+    for env in working_set {
+        ready(guard(&naive, env, handler(env))).unwrap();
+    }
+    let dynamic: &dyn Store = store;
+
+    let mut group = c.benchmark_group("delivery");
+    let mut cycle = working_set.iter().cycle();
+    group.bench_function("bare handler call", |b| {
+        b.iter(|| ready(handler(cycle.next().unwrap())))
+    });
+    group.bench_function("duplicate, &InMemoryStore", |b| {
+        b.iter(|| {
+            let env = cycle.next().unwrap();
+            ready(guard(store, env, handler(env)))
+        })
+    });
+    group.bench_function("duplicate, &dyn Store", |b| {
+        b.iter(|| {
+            let env = cycle.next().unwrap();
+            ready(guard(dynamic, env, handler(env)))
+        })
+    });
+    group.bench_function("duplicate, naive Mutex<HashSet<String>>", |b| {
+        b.iter(|| {
+            let env = cycle.next().unwrap();
+            ready(guard(&naive, env, handler(env)))
+        })
+    });
+    group.bench_function("first delivery, 10k fresh ids per batch", |b| {
+        b.iter_batched(
+            || (InMemoryStore::new(), envelopes(10_000)),
+            |(store, fresh)| {
+                for env in &fresh {
+                    ready(guard(&store, env, handler(env))).unwrap();
+                }
+                (store, fresh)
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    group.finish();
+}
+
+// ---------------------------------------------------------------- custom measurements
+
+fn median(mut samples: Vec<f64>) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    samples[samples.len() / 2]
+}
+
+/// Nanoseconds per delivery, the median of `rounds` runs of `body`.
+fn per_delivery(rounds: usize, deliveries: usize, mut body: impl FnMut() -> Duration) -> f64 {
+    median(
+        (0..rounds)
+            .map(|_| body().as_nanos() as f64 / deliveries as f64)
+            .collect(),
+    )
+}
+
+fn first_delivery() {
+    let fresh = envelopes(FRESH_IDS);
+    let bare = per_delivery(5, FRESH_IDS, || {
+        let start = Instant::now();
+        for env in &fresh {
+            ready(handler(env)).unwrap();
+        }
+        start.elapsed()
+    });
+    let guarded = per_delivery(5, FRESH_IDS, || {
+        let store = InMemoryStore::new();
+        let start = Instant::now();
+        for env in &fresh {
+            ready(guard(&store, env, handler(env))).unwrap();
+        }
+        let elapsed = start.elapsed();
+        drop(store);
+        elapsed
+    });
+    let naive = per_delivery(3, FRESH_IDS, || {
+        let store = NaiveStore::default();
+        let start = Instant::now();
+        for env in &fresh {
+            ready(guard(&store, env, handler(env))).unwrap();
+        }
+        start.elapsed()
+    });
+    println!("first delivery, {FRESH_IDS} fresh UUID ids into a new store (median of runs):");
+    println!("  bare handler call      {bare:8.1} ns");
+    println!(
+        "  guarded, InMemoryStore {guarded:8.1} ns  (+{:.1} ns over bare)",
+        guarded - bare
+    );
+    println!(
+        "  guarded, naive store   {naive:8.1} ns  (+{:.1} ns over bare, {:.2}x the InMemoryStore path)",
+        naive - bare,
+        (naive - bare) / (guarded - bare)
+    );
+}
+
+fn two_threads(working_set: &[Envelope], store: &InMemoryStore) {
+    const PER_THREAD: usize = 4_000_000;
+    let run = |threads: usize| -> f64 {
+        let barrier = Barrier::new(threads);
+        let elapsed = std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..threads)
+                .map(|thread| {
+                    let barrier = &barrier;
+                    scope.spawn(move || {
+                        // Each thread walks the working set from its own offset.
+                        let mut cycle = working_set.iter().cycle().skip(thread * 7919);
+                        barrier.wait();
+                        let start = Instant::now();
+                        for _ in 0..PER_THREAD {
+                            let env = cycle.next().unwrap();
+                            ready(guard(store, env, handler(env))).unwrap();
+                        }
+                        start.elapsed()
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .map(|worker| worker.join().unwrap())
+                .max()
+                .unwrap()
+        });
+        (threads * PER_THREAD) as f64 / elapsed.as_secs_f64()
+    };
+    let one = median((0..3).map(|_| run(1)).collect());
+    let two = median((0..3).map(|_| run(2)).collect());
+    println!("duplicate path throughput over {WORKING_SET} remembered ids (median of 3):");
+    println!("  1 thread   {:8.2} M deliveries/s", one / 1e6);
+    println!(
+        "  2 threads  {:8.2} M deliveries/s  ({:.2}x one thread)",
+        two / 1e6,
+        two / one
+    );
+}
+
+fn allocations_per_duplicate(working_set: &[Envelope], store: &InMemoryStore) {
+    let dynamic: &dyn Store = store;
+    let count = |body: &dyn Fn(&Envelope)| {
+        let before = ALLOCATIONS.load(Ordering::Relaxed);
+        for env in working_set {
+            body(env);
+        }
+        (ALLOCATIONS.load(Ordering::Relaxed) - before) as f64 / working_set.len() as f64
+    };
+    let concrete = count(&|env| ready(guard(store, env, handler(env))).unwrap());
+    let through_dyn = count(&|env| ready(guard(dynamic, env, handler(env))).unwrap());
+    println!("heap allocations per duplicate delivery:");
+    println!("  &InMemoryStore  {concrete:.3}");
+    println!("  &dyn Store      {through_dyn:.3}");
+}
+
+fn bytes_per_id() {
+    let ids: Vec<String> = (0..FRESH_IDS)
+        .map(|_| uuid::Uuid::new_v4().to_string())
+        .collect();
+    let measure = |fill: &dyn Fn() -> Box<dyn std::any::Any>| {
+        let before = LIVE_BYTES.load(Ordering::Relaxed);
+        let store = fill();
+        let bytes = LIVE_BYTES.load(Ordering::Relaxed) - before;
+        drop(store);
+        bytes as f64 / FRESH_IDS as f64
+    };
+    let in_memory = measure(&|| {
+        let store = InMemoryStore::new();
+        for id in &ids {
+            ready(store.remember(id)).unwrap();
+        }
+        Box::new(store)
+    });
+    let bounded = measure(&|| {
+        let store = InMemoryStore::builder()
+            .ttl(Duration::from_secs(3600))
+            .capacity(2 * FRESH_IDS)
+            .build();
+        for id in &ids {
+            ready(store.remember(id)).unwrap();
+        }
+        Box::new(store)
+    });
+    let naive = measure(&|| {
+        let store = NaiveStore::default();
+        for id in &ids {
+            ready(store.remember(id)).unwrap();
+        }
+        Box::new(store)
+    });
+    println!("heap bytes per remembered UUID id, {FRESH_IDS} ids:");
+    println!("  InMemoryStore                 {in_memory:6.1}");
+    println!("  InMemoryStore with TTL + cap  {bounded:6.1}");
+    println!("  naive HashSet<String>         {naive:6.1}");
+}
+
+fn main() {
+    let working_set = envelopes(WORKING_SET);
+    let store = remembered(&working_set);
+
+    let mut criterion = Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+        .configure_from_args();
+    latency(&mut criterion, &working_set, &store);
+    criterion.final_summary();
+
+    println!();
+    first_delivery();
+    println!();
+    two_threads(&working_set, &store);
+    println!();
+    allocations_per_duplicate(&working_set, &store);
+    println!();
+    bytes_per_id();
+}

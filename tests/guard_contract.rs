@@ -1,1 +1,284 @@
-//! Every row of the contract table (DESIGN section 1), through `guard`.
+//! Every row of the contract table (DESIGN section 1), driven through `guard`,
+//! `Guard` and `wrap` over a real `InMemoryStore`.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use babel_idem::{
+    Envelope, Guard, InMemoryStore, OnRememberFailure, Store, StoreError, StoreOperation, guard,
+    wrap,
+};
+use serde_json::json;
+use support::{FailingStore, Failure};
+
+#[derive(Debug)]
+enum HandlerError {
+    Declined,
+    Store(StoreError),
+}
+
+impl From<StoreError> for HandlerError {
+    fn from(error: StoreError) -> Self {
+        HandlerError::Store(error)
+    }
+}
+
+fn order(id: &str) -> Envelope {
+    Envelope::new("urn:babel:orders:created", json!({"order_id": 1})).with_id(id)
+}
+
+#[tokio::test]
+async fn a_message_without_id_runs_every_time_and_is_never_remembered() {
+    let store = InMemoryStore::new();
+    let runs = AtomicU32::new(0);
+    for env in [order(""), order("").without_id(), order("").without_id()] {
+        guard(&store, &env, async {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok::<(), HandlerError>(())
+        })
+        .await
+        .unwrap();
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 3);
+    assert!(store.is_empty());
+}
+
+#[tokio::test]
+async fn a_seen_id_is_skipped_and_acked() {
+    let store = InMemoryStore::new();
+    store.remember("id-A").await.unwrap();
+    let result = guard(&store, &order("id-A"), async {
+        panic!("a duplicate must not run");
+        #[allow(unreachable_code)]
+        Ok::<(), HandlerError>(())
+    })
+    .await;
+    assert!(result.is_ok());
+}
+
+#[tokio::test]
+async fn a_failing_seen_returns_the_store_error_without_running() {
+    let store = FailingStore::new(Failure::Seen);
+    let result = guard(&store, &order("id-A"), async {
+        panic!("must not run when the seen-set cannot answer");
+        #[allow(unreachable_code)]
+        Ok::<(), HandlerError>(())
+    })
+    .await;
+    match result {
+        Err(HandlerError::Store(error)) => assert_eq!(error.operation(), StoreOperation::Seen),
+        other => panic!("expected the seen error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_handler_error_leaves_the_id_unmarked_so_a_redelivery_runs() {
+    let store = InMemoryStore::new();
+    let env = order("id-A");
+    let result = guard(&store, &env, async { Err::<(), _>(HandlerError::Declined) }).await;
+    assert!(matches!(result, Err(HandlerError::Declined)));
+    assert!(!store.seen("id-A").await.unwrap());
+
+    let runs = AtomicU32::new(0);
+    guard(&store, &env, async {
+        runs.fetch_add(1, Ordering::SeqCst);
+        Ok::<(), HandlerError>(())
+    })
+    .await
+    .unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert!(store.seen("id-A").await.unwrap());
+}
+
+#[tokio::test]
+async fn a_panicking_handler_leaves_the_id_unmarked() {
+    let store = Arc::new(InMemoryStore::new());
+    let task = tokio::spawn({
+        let store = store.clone();
+        async move {
+            guard(&*store, &order("id-A"), async {
+                panic!("handler bug");
+                #[allow(unreachable_code)]
+                Ok::<(), HandlerError>(())
+            })
+            .await
+        }
+    });
+    assert!(task.await.unwrap_err().is_panic());
+    assert!(!store.seen("id-A").await.unwrap());
+}
+
+#[tokio::test]
+async fn a_dropped_handler_leaves_the_id_unmarked() {
+    let store = InMemoryStore::new();
+    let delivery = guard(&store, &order("id-A"), async {
+        std::future::pending::<()>().await;
+        Ok::<(), HandlerError>(())
+    });
+    let timed_out = tokio::time::timeout(Duration::from_millis(10), delivery).await;
+    assert!(timed_out.is_err());
+    assert!(!store.seen("id-A").await.unwrap());
+}
+
+#[tokio::test]
+async fn a_success_is_remembered() {
+    let store = InMemoryStore::new();
+    guard(&store, &order("id-A"), async { Ok::<(), HandlerError>(()) })
+        .await
+        .unwrap();
+    assert!(store.seen("id-A").await.unwrap());
+}
+
+#[tokio::test]
+async fn a_failing_remember_acks_by_default() {
+    let store = FailingStore::new(Failure::Remember);
+    let runs = AtomicU32::new(0);
+    let result = guard(&store, &order("id-A"), async {
+        runs.fetch_add(1, Ordering::SeqCst);
+        Ok::<(), HandlerError>(())
+    })
+    .await;
+    assert!(result.is_ok(), "the effect happened: the delivery is acked");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_failing_remember_can_return_the_error_instead() {
+    let store = FailingStore::new(Failure::Remember);
+    let result = Guard::new(&store)
+        .on_remember_failure(OnRememberFailure::ReturnError)
+        .run(&order("id-A"), async { Ok::<(), HandlerError>(()) })
+        .await;
+    match result {
+        Err(HandlerError::Store(error)) => {
+            assert_eq!(error.operation(), StoreOperation::Remember)
+        }
+        other => panic!("expected the remember error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn scopes_do_not_skip_each_others_messages() {
+    let store = InMemoryStore::new();
+    let env = order("id-A");
+    let runs = AtomicU32::new(0);
+    for scope in ["billing", "shipping", "billing"] {
+        Guard::new(&store)
+            .scope(scope)
+            .run(&env, async {
+                runs.fetch_add(1, Ordering::SeqCst);
+                Ok::<(), HandlerError>(())
+            })
+            .await
+            .unwrap();
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    assert!(store.seen("billing:id-A").await.unwrap());
+    assert!(!store.seen("id-A").await.unwrap(), "scoped keys never touch the bare id");
+}
+
+#[tokio::test]
+async fn the_dedupe_key_is_meta_id_not_trace_id() {
+    let store = InMemoryStore::new();
+    let first = order("id-A").with_trace_id("trace-1");
+    let same_chain_other_message = order("id-B").with_trace_id("trace-1");
+    let runs = AtomicU32::new(0);
+    for env in [&first, &same_chain_other_message, &first] {
+        guard(&store, env, async {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok::<(), HandlerError>(())
+        })
+        .await
+        .unwrap();
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_store_chosen_at_run_time_works_as_dyn_store() {
+    let store: Arc<dyn Store> = Arc::new(InMemoryStore::new());
+    let by_ref: &dyn Store = &*store;
+    let runs = AtomicU32::new(0);
+    for _ in 0..2 {
+        guard(store.clone(), &order("id-A"), async {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok::<(), HandlerError>(())
+        })
+        .await
+        .unwrap();
+        guard(by_ref, &order("id-B"), async {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok::<(), HandlerError>(())
+        })
+        .await
+        .unwrap();
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn wrap_dedupes_a_closure_that_owns_its_message() {
+    let runs = Arc::new(AtomicU32::new(0));
+    let handler = wrap(InMemoryStore::new(), {
+        let runs = runs.clone();
+        move |env: Envelope| {
+            let runs = runs.clone();
+            async move {
+                // The handler consumes the envelope; the key was taken before.
+                let _owned: Envelope = env;
+                runs.fetch_add(1, Ordering::SeqCst);
+                Ok::<(), anyhow::Error>(())
+            }
+        }
+    })
+    .scope("wrapped");
+    let env = order("id-A");
+    handler.call(env.clone()).await.unwrap();
+    handler.call(env).await.unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert!(handler.guard().store().seen("wrapped:id-A").await.unwrap());
+}
+
+#[test]
+fn guarded_futures_are_send_when_the_handler_is() {
+    fn assert_send<F: Send>(_: F) {}
+    let store = InMemoryStore::new();
+    let env = order("id-A");
+    assert_send(guard(&store, &env, async { Ok::<(), anyhow::Error>(()) }));
+    let dynamic: Arc<dyn Store> = Arc::new(InMemoryStore::new());
+    assert_send(guard(dynamic, &env, async { Ok::<(), anyhow::Error>(()) }));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_sharing_one_store_each_run_their_ids_once() {
+    let store = Arc::new(InMemoryStore::new());
+    let runs = Arc::new(AtomicU32::new(0));
+    let mut tasks = Vec::new();
+    for worker in 0..8 {
+        let (store, runs) = (store.clone(), runs.clone());
+        tasks.push(tokio::spawn(async move {
+            for n in 0..500 {
+                let env = order(&format!("worker-{worker}-{n}"));
+                // Every message is redelivered twice after its first delivery.
+                for _ in 0..3 {
+                    let runs = &runs;
+                    guard(&*store, &env, async move {
+                        runs.fetch_add(1, Ordering::SeqCst);
+                        Ok::<(), anyhow::Error>(())
+                    })
+                    .await
+                    .unwrap();
+                    tokio::task::yield_now().await;
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 8 * 500);
+    assert_eq!(store.len(), 8 * 500);
+}

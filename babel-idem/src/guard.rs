@@ -61,7 +61,14 @@ pub enum OnRememberFailure {
 /// # Ok::<(), StoreError>(())
 /// # }).unwrap();
 /// ```
-pub async fn guard<S, M, F, E>(store: S, message: &M, handler: F) -> Result<(), E>
+///
+/// The key is copied out of `message` when `guard` is called, so the returned
+/// future does not borrow the message.
+pub fn guard<S, M, F, E>(
+    store: S,
+    message: &M,
+    handler: F,
+) -> impl Future<Output = Result<(), E>> + use<S, M, F, E>
 where
     S: Store,
     M: MessageId + ?Sized,
@@ -69,7 +76,7 @@ where
     E: From<StoreError>,
 {
     let key = DedupeKey::new(None, message);
-    decide(&store, &key, OnRememberFailure::default(), handler).await
+    async move { decide(&store, &key, OnRememberFailure::default(), handler).await }
 }
 
 /// A configured guard: a store, an optional scope and a remember-failure policy.
@@ -139,15 +146,19 @@ impl<S: Store> Guard<S> {
         DedupeKey::new(self.scope.as_deref(), message)
     }
 
-    /// Runs `handler` for `message` under this guard's decision.
-    pub async fn run<M, F, E>(&self, message: &M, handler: F) -> Result<(), E>
+    /// Runs `handler` for `message` under this guard's decision. Like
+    /// [`guard`], the future does not borrow the message.
+    pub fn run<'g, M, F, E>(
+        &'g self,
+        message: &M,
+        handler: F,
+    ) -> impl Future<Output = Result<(), E>> + use<'g, S, M, F, E>
     where
         M: MessageId + ?Sized,
         F: Future<Output = Result<(), E>>,
         E: From<StoreError>,
     {
-        let key = self.key(message);
-        decide(&self.store, &key, self.on_remember_failure, handler).await
+        self.run_keyed(self.key(message), handler)
     }
 
     /// Runs `handler` under a key taken earlier with [`Guard::key`], for a

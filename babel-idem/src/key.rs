@@ -111,7 +111,10 @@ mod tests {
     #[test]
     fn keys_at_the_inline_boundary_and_past_it_are_verbatim() {
         for len in [1, INLINE_CAPACITY - 1, INLINE_CAPACITY, INLINE_CAPACITY + 1, 10_000] {
-            let id: &'static str = Box::leak("é".repeat(len / 2).into_boxed_str());
+            // `len` bytes exactly, with multi-byte characters in it.
+            let id = format!("{}{}", "x".repeat(len % 2), "é".repeat(len / 2));
+            let id: &'static str = Box::leak(id.into_boxed_str());
+            assert_eq!(id.len(), len);
             assert_eq!(DedupeKey::new(None, &Id(id)).as_str(), Some(id));
             let scoped = format!("scope:{id}");
             assert_eq!(DedupeKey::new(Some("scope"), &Id(id)).as_str(), Some(&*scoped));

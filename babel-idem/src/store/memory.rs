@@ -452,25 +452,43 @@ impl<K> Table<K> {
 /// 8-13-18-23), so two ids are one key exactly when their strings are equal.
 #[inline]
 fn parse_canonical_uuid(id: &[u8]) -> Option<Uuid> {
-    if id.len() != 36 || id[8] != b'-' || id[13] != b'-' || id[18] != b'-' || id[23] != b'-' {
+    let id: &[u8; 36] = id.try_into().ok()?;
+    if id[8] != b'-' || id[13] != b'-' || id[18] != b'-' || id[23] != b'-' {
         return None;
     }
+    // Branch-free over the 32 digits: a bad one only sets the high bit.
     let mut words = [0u64; 2];
-    let mut nibble = 0;
-    for (at, &byte) in id.iter().enumerate() {
-        if matches!(at, 8 | 13 | 18 | 23) {
-            continue;
+    let mut bad = 0u8;
+    let mut digit = 0;
+    for group in [0..8, 9..13, 14..18, 19..23, 24..36] {
+        for &byte in &id[group] {
+            let value = HEX[byte as usize];
+            bad |= value;
+            let word = &mut words[digit / 16];
+            *word = (*word << 4) | u64::from(value & 0x0f);
+            digit += 1;
         }
-        let value = match byte {
-            b'0'..=b'9' => byte - b'0',
-            b'a'..=b'f' => byte - b'a' + 10,
-            _ => return None,
-        };
-        words[nibble / 16] = (words[nibble / 16] << 4) | u64::from(value);
-        nibble += 1;
     }
-    Some(words)
+    (bad & INVALID == 0).then_some(words)
 }
+
+const INVALID: u8 = 0x80;
+
+/// Lowercase hex digit values; every other byte maps to [`INVALID`].
+static HEX: [u8; 256] = {
+    let mut table = [INVALID; 256];
+    let mut n = 0;
+    while n < 10 {
+        table[b'0' as usize + n] = n as u8;
+        n += 1;
+    }
+    let mut n = 0;
+    while n < 6 {
+        table[b'a' as usize + n] = 10 + n as u8;
+        n += 1;
+    }
+    table
+};
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,94 @@
+//! The guard's decisions are observable: one counter and one tracing event
+//! per delivery. Alone in its own test binary, so the process-wide counters
+//! move only by what this test does.
+
+mod support;
+
+use std::io;
+use std::sync::{Arc, Mutex};
+
+use babel_idem::{Envelope, InMemoryStore, StoreError, guard, metrics};
+use serde_json::json;
+use support::{FailingStore, Failure};
+use tracing_subscriber::fmt::MakeWriter;
+
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl io::Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> MakeWriter<'a> for Captured {
+    type Writer = Captured;
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+fn order(id: &str) -> Envelope {
+    Envelope::new("urn:babel:orders:created", json!({})).with_id(id)
+}
+
+#[tokio::test]
+async fn every_decision_is_counted_and_traced() {
+    let log = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_writer(log.clone())
+        .with_ansi(false)
+        .finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+    let before = metrics::counts();
+
+    let store = InMemoryStore::new();
+    let ok = || async { Ok::<(), StoreError>(()) };
+    guard(&store, &order("id-ran"), ok()).await.unwrap();
+    guard(&store, &order("id-ran"), ok()).await.unwrap();
+    guard(&store, &order("id-ran"), ok()).await.unwrap();
+    let declined = StoreError::new(babel_idem::StoreOperation::Seen, "handler", "declined");
+    assert!(
+        guard(&store, &order("id-failed"), async { Err::<(), _>(declined) })
+            .await
+            .is_err()
+    );
+    guard(&store, &order("").without_id(), ok()).await.unwrap();
+    let broken_seen = FailingStore::new(Failure::Seen);
+    assert!(guard(&broken_seen, &order("id-x"), ok()).await.is_err());
+    let broken_remember = FailingStore::new(Failure::Remember);
+    guard(&broken_remember, &order("id-mark"), ok()).await.unwrap();
+
+    let moved = metrics::counts().since(&before);
+    assert_eq!(
+        (
+            moved.ran,
+            moved.skipped,
+            moved.failed,
+            moved.fail_open,
+            moved.store_failed,
+            moved.mark_failed
+        ),
+        (1, 2, 1, 1, 1, 1)
+    );
+
+    let log = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+    for (id, decision) in [
+        ("id-ran", "ran"),
+        ("id-ran", "skipped"),
+        ("id-failed", "failed"),
+        ("id-x", "store_failed"),
+        ("id-mark", "mark_failed"),
+    ] {
+        let wanted = format!("message_id=\"{id}\" decision=\"{decision}\"");
+        assert!(log.contains(&wanted), "no event {wanted} in:\n{log}");
+    }
+    assert!(log.contains("decision=\"fail_open\""));
+    let mark_failed_line = log.lines().find(|line| line.contains("mark_failed")).unwrap();
+    assert!(mark_failed_line.contains("WARN"), "{mark_failed_line}");
+}

@@ -1,0 +1,54 @@
+//! Test doubles shared by the integration tests.
+#![allow(dead_code)]
+
+use babel_idem::{InMemoryStore, Store, StoreError, StoreFuture, StoreOperation};
+
+/// Which operation a [`FailingStore`] refuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    Seen,
+    Remember,
+}
+
+/// A real in-memory seen-set whose `seen` or `remember` always fails, to
+/// drive the guard's error rows. It stands in for a store whose server is
+/// down; the backends' own outage tests use real servers.
+pub struct FailingStore {
+    inner: InMemoryStore,
+    failure: Failure,
+}
+
+impl FailingStore {
+    pub fn new(failure: Failure) -> Self {
+        FailingStore {
+            inner: InMemoryStore::new(),
+            failure,
+        }
+    }
+}
+
+fn refused(operation: StoreOperation) -> StoreError {
+    let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "connection refused");
+    StoreError::new(operation, "test", io)
+}
+
+impl Store for FailingStore {
+    fn seen<'a>(&'a self, id: &'a str) -> StoreFuture<'a, bool> {
+        if self.failure == Failure::Seen {
+            return StoreFuture::ready(Err(refused(StoreOperation::Seen)));
+        }
+        self.inner.seen(id)
+    }
+
+    fn remember<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
+        if self.failure == Failure::Remember {
+            // Through the boxed path too, like a network backend.
+            return StoreFuture::new(async { Err(refused(StoreOperation::Remember)) });
+        }
+        self.inner.remember(id)
+    }
+
+    fn forget<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
+        self.inner.forget(id)
+    }
+}
