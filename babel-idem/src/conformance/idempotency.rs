@@ -71,13 +71,13 @@ pub(super) fn check_dedup_key(dedup: &DedupKey, bytes: &[u8]) -> CaseOutcome {
             guard_key.as_str()
         ));
     }
-    problems.extend(same_trace_problems(&envelope));
+    problems.extend(same_trace_problem(&envelope));
     CaseOutcome::from_problems(Block::DedupKey, NAME, problems)
 }
 
 /// Delivers the envelope twice, then a copy with the same `trace_id` and a
 /// new `meta.id`: the redelivery dedupes, the new message runs.
-fn same_trace_problems(envelope: &Envelope) -> Option<String> {
+fn same_trace_problem(envelope: &Envelope) -> Option<String> {
     let runs = Cell::new(0u32);
     let handler = wrap(InMemoryStore::new(), |_: Envelope| async {
         runs.set(runs.get() + 1);
