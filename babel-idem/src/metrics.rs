@@ -1,10 +1,11 @@
 //! Process-wide counters of what guards decided, cheap enough for every delivery.
 //!
-//! Each thread adds to its own cache-line-padded stripe, so two workers
-//! counting at once never fight over one atomic; a read sums the stripes.
+//! Each thread counts in its own cache-line-padded counters, so two workers
+//! counting at once never touch one cache line; a read sums every thread's.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// What a guard did with one delivery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -121,9 +122,10 @@ impl GuardCounts {
 /// # }).unwrap();
 /// ```
 pub fn counts() -> GuardCounts {
-    let mut sums = [0u64; Decision::ALL.len()];
-    for stripe in &STRIPES {
-        for (sum, counter) in sums.iter_mut().zip(&stripe.0) {
+    let registry = registry();
+    let mut sums = registry.retired;
+    for counters in &registry.live {
+        for (sum, counter) in sums.iter_mut().zip(&counters.0) {
             *sum += counter.load(Ordering::Relaxed);
         }
     }
@@ -138,22 +140,90 @@ pub fn counts() -> GuardCounts {
     }
 }
 
-const STRIPE_COUNT: usize = 16;
+const DECISIONS: usize = Decision::ALL.len();
 
+/// One thread's counters. Only that thread writes them, with a plain load
+/// and store rather than a read-modify-write, so counting costs what an
+/// ordinary increment costs; [`counts`] reads them from any thread.
 #[repr(align(128))]
-struct Stripe([AtomicU64; Decision::ALL.len()]);
+#[derive(Default)]
+struct ThreadCounters([AtomicU64; DECISIONS]);
 
-static STRIPES: [Stripe; STRIPE_COUNT] =
-    [const { Stripe([const { AtomicU64::new(0) }; Decision::ALL.len()]) }; STRIPE_COUNT];
+/// The counters of live threads, and the sums of threads that have ended.
+struct Registry {
+    live: Vec<Arc<ThreadCounters>>,
+    retired: [u64; DECISIONS],
+}
 
-static NEXT_STRIPE: AtomicUsize = AtomicUsize::new(0);
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
+    live: Vec::new(),
+    retired: [0; DECISIONS],
+});
+
+/// Nothing panics while the registry is held, so a poisoned lock still
+/// guards consistent sums.
+fn registry() -> MutexGuard<'static, Registry> {
+    REGISTRY
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A thread's registration; on thread exit its sums move to `retired`.
+struct Registration(Arc<ThreadCounters>);
+
+impl Registration {
+    fn new() -> Self {
+        let counters = Arc::new(ThreadCounters::default());
+        registry().live.push(counters.clone());
+        Registration(counters)
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let mut registry = registry();
+        registry.live.retain(|live| !Arc::ptr_eq(live, &self.0));
+        for (retired, counter) in registry.retired.iter_mut().zip(&self.0.0) {
+            *retired += counter.load(Ordering::Relaxed);
+        }
+    }
+}
 
 thread_local! {
-    static MY_STRIPE: usize = NEXT_STRIPE.fetch_add(1, Ordering::Relaxed) % STRIPE_COUNT;
+    static MINE: Registration = Registration::new();
 }
 
 #[inline]
 pub(crate) fn record(decision: Decision) {
-    let stripe = MY_STRIPE.try_with(|stripe| *stripe).unwrap_or(0);
-    STRIPES[stripe].0[decision as usize].fetch_add(1, Ordering::Relaxed);
+    let counted = MINE.try_with(|mine| {
+        let counter = &mine.0.0[decision as usize];
+        counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    });
+    if counted.is_err() {
+        // The thread is shutting down and its counters are gone.
+        registry().retired[decision as usize] += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_of_ended_threads_are_kept() {
+        let before = counts();
+        std::thread::spawn(|| {
+            for _ in 0..3 {
+                record(Decision::MarkFailed);
+            }
+        })
+        .join()
+        .unwrap();
+        record(Decision::MarkFailed);
+        let moved = counts().since(&before);
+        assert_eq!(moved.mark_failed, 4);
+        assert_eq!(moved.get(Decision::MarkFailed), 4);
+        let live = registry().live.len();
+        assert!(live >= 1, "this thread is still registered");
+    }
 }

@@ -1,24 +1,34 @@
 //! [`InMemoryStore`]: the reference store. Process-local, thread-safe, fast.
 //!
-//! Ids are spread over cache-line-padded shards, each a small hash table
-//! behind its own lock, so workers on different ids rarely meet. An id in the
-//! canonical UUID form (lowercase, hyphenated, the form every BabelQueue SDK
-//! mints) is kept as 16 bytes; any other id is kept as its string.
+//! Ids are spread over cache-line-padded shards. An id in the canonical UUID
+//! form (lowercase, hyphenated: the form every BabelQueue SDK mints) is kept
+//! as 16 bytes in a table that `seen` probes without a lock
+//! ([`uuid_table`]), so duplicate deliveries on several cores never contend.
+//! Any other id is kept as its string, behind the shard's lock. Writes take
+//! the shard's lock.
 //!
 //! With neither a TTL nor a capacity, nothing else is stored per id. With
-//! either, each shard also keeps its ids in insertion order with a stamp, so
-//! the oldest (and therefore the first to expire) are found without a scan.
+//! either, each id also carries a stamp (when and in which order it was
+//! remembered) and each shard keeps its ids in insertion order, so the oldest
+//! (and therefore the first to expire) are found without a scan.
 
 use std::collections::VecDeque;
 use std::fmt;
 use std::hash::BuildHasher;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use arc_swap::ArcSwap;
 use foldhash::fast::RandomState;
 use hashbrown::HashTable;
 
 use super::{Store, StoreFuture};
+
+mod canonical_uuid;
+mod uuid_table;
+
+use canonical_uuid::Uuid;
+use uuid_table::{MIN_SLOTS, Probe, UuidTable};
 
 /// The reference store: a process-local seen-set in memory.
 ///
@@ -31,6 +41,9 @@ use super::{Store, StoreFuture};
 ///   is forgotten, so a late redelivery of it **runs again**: size the
 ///   capacity to cover the broker's redelivery window. Eviction order is exact
 ///   up to 4,096 ids and per shard (approximately oldest-first) above.
+///
+/// Remembering is set-if-absent, like Redis `SET NX`: remembering a live id
+/// again keeps its first stamp, so its TTL is not extended.
 ///
 /// ```
 /// use babel_idem::{InMemoryStore, Store};
@@ -48,14 +61,21 @@ use super::{Store, StoreFuture};
 /// # }).unwrap();
 /// ```
 pub struct InMemoryStore {
-    shards: Box<[Padded<Mutex<Shard>>]>,
+    shards: Box<[Padded<Shard>]>,
     hasher: RandomState,
-    ttl: Option<Duration>,
+    ttl_millis: Option<u64>,
     capacity_per_shard: Option<usize>,
     epoch: Instant,
 }
 
 /// Configures an [`InMemoryStore`]; made by [`InMemoryStore::builder`].
+///
+/// ```
+/// use babel_idem::InMemoryStore;
+///
+/// let store = InMemoryStore::builder().capacity(10_000).shards(4).build();
+/// assert!(store.is_empty());
+/// ```
 #[derive(Debug, Clone, Default)]
 pub struct InMemoryStoreBuilder {
     ttl: Option<Duration>,
@@ -67,7 +87,8 @@ const MAX_SHARDS: usize = 64;
 const EXACT_EVICTION_UP_TO: usize = 4096;
 
 impl InMemoryStoreBuilder {
-    /// Forget each id this long after it was remembered.
+    /// Forget each id this long after it was remembered (millisecond
+    /// resolution; a TTL under one millisecond is taken as one).
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = Some(ttl);
         self
@@ -80,7 +101,7 @@ impl InMemoryStoreBuilder {
         self
     }
 
-    /// The number of lock shards, rounded up to a power of two (default 64,
+    /// The number of shards, rounded up to a power of two (default 64,
     /// fewer for small capacities so eviction stays exact).
     pub fn shards(mut self, shards: usize) -> Self {
         self.shards = Some(shards.clamp(1, 1024).next_power_of_two());
@@ -95,13 +116,15 @@ impl InMemoryStoreBuilder {
                 .next_power_of_two(),
             None => MAX_SHARDS,
         });
-        let ordered = self.ttl.is_some() || self.capacity.is_some();
+        let stamped = self.ttl.is_some() || self.capacity.is_some();
         InMemoryStore {
             shards: (0..shard_count)
-                .map(|_| Padded(Mutex::new(Shard::new(ordered))))
+                .map(|_| Padded(Shard::new(stamped)))
                 .collect(),
             hasher: RandomState::default(),
-            ttl: self.ttl,
+            ttl_millis: self
+                .ttl
+                .map(|ttl| u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)),
             capacity_per_shard: self.capacity.map(|c| c.div_ceil(shard_count)),
             epoch: Instant::now(),
         }
@@ -121,7 +144,7 @@ impl InMemoryStore {
 
     /// How many ids the store holds, counting expired ones not yet reclaimed.
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|shard| lock(&shard.0).ids.len()).sum()
+        self.shards.iter().map(|shard| shard.0.lock().len()).sum()
     }
 
     /// Whether the store holds no id.
@@ -132,16 +155,21 @@ impl InMemoryStore {
     /// Forgets every id.
     pub fn clear(&self) {
         for shard in self.shards.iter() {
-            *lock(&shard.0) = Shard::new(shard_is_ordered(&self.ttl, &self.capacity_per_shard));
+            let mut writer = shard.0.lock();
+            shard
+                .0
+                .uuids
+                .store(Arc::new(UuidTable::new(MIN_SLOTS, writer.stamped())));
+            *writer = Writer::new(writer.stamped());
         }
     }
 
     #[inline]
-    fn locate<'k>(&self, id: &'k str) -> (Key<'k>, u64, &Mutex<Shard>) {
+    fn locate<'k>(&self, id: &'k str) -> (Key<'k>, u64, &Shard) {
         let key = Key::of(id);
         let hash = self.hash(key);
-        // hashbrown takes its bucket from the low bits and its tag from the
-        // top seven; the shard takes bits from neither.
+        // The tables index with the low bits and hashbrown tags with the top
+        // seven; the shard takes bits from neither.
         let shard = (hash >> 32) as usize & (self.shards.len() - 1);
         (key, hash, &self.shards[shard].0)
     }
@@ -154,77 +182,127 @@ impl InMemoryStore {
         }
     }
 
-    #[inline]
+    /// Milliseconds since the store was built; only read when stamps are kept.
     fn now(&self) -> u64 {
-        if self.ttl.is_none() {
-            return 0;
-        }
-        self.epoch.elapsed().as_millis() as u64
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    #[inline]
+    fn expired(&self, stamp: Stamp, now: impl FnOnce() -> u64) -> bool {
+        self.ttl_millis
+            .is_some_and(|ttl| now().saturating_sub(stamp.remembered_at()) >= ttl)
     }
 
     fn contains(&self, id: &str) -> bool {
         let (key, hash, shard) = self.locate(id);
-        let now = self.now();
-        let shard = lock(shard);
-        shard
-            .ids
-            .find(hash, key)
-            .is_some_and(|stamp| !self.expired(stamp, now))
+        let stamp = match key {
+            Key::Uuid(uuid) => match shard.uuids.load().probe(uuid, hash) {
+                Probe::Found { stamp, .. } => Some(Stamp(stamp)),
+                Probe::Vacant { .. } => None,
+            },
+            Key::Text(text) => shard.lock().find_text(hash, text),
+        };
+        stamp.is_some_and(|stamp| !self.expired(stamp, || self.now()))
     }
 
     fn insert(&self, id: &str) {
         let (key, hash, shard) = self.locate(id);
-        let now = self.now();
-        let mut shard = lock(shard);
-        match shard.ids.find(hash, key) {
-            // Set-if-absent, like `SET NX`: remembering again keeps the first stamp.
-            Some(stamp) if !self.expired(stamp, now) => return,
-            Some(_) => shard.ids.remove(hash, key),
+        let mut writer = shard.lock();
+        let now = if writer.stamped() { self.now() } else { 0 };
+        let uuids = shard.uuids.load_full();
+        match writer.find(&uuids, hash, key) {
+            // Set-if-absent: a live id keeps its first stamp.
+            Some((stamp, _)) if !self.expired(stamp, || now) => return,
+            Some((_, place)) => writer.remove(&uuids, hash, key, place),
             None => {}
         }
-        if shard.order.is_some() {
-            self.evict(&mut shard, now);
+        if writer.stamped() {
+            let capacity = self.capacity_per_shard.unwrap_or(usize::MAX);
+            self.evict(&mut writer, &uuids, now, capacity);
         }
-        shard.insert(hash, key, now, &self.hasher);
+        let stamp = writer.next_stamp(now);
+        match key {
+            Key::Uuid(uuid) => {
+                let uuids = self.room_for_one_more(shard, &mut writer, uuids);
+                if let Probe::Vacant { index } = uuids.probe(uuid, hash) {
+                    uuids.fill(index, uuid, stamp.0);
+                    writer.uuid_live += 1;
+                    writer.uuid_filled += 1;
+                }
+            }
+            Key::Text(text) => {
+                writer
+                    .texts
+                    .insert_unique(hash, (text.into(), stamp), |(text, _)| {
+                        self.hasher.hash_one(&**text)
+                    });
+            }
+        }
+        if let Some(order) = &mut writer.order {
+            order.push_back((key.to_owned(), stamp));
+        }
     }
 
     fn remove(&self, id: &str) {
         let (key, hash, shard) = self.locate(id);
-        lock(shard).ids.remove(hash, key);
+        let mut writer = shard.lock();
+        let uuids = shard.uuids.load_full();
+        if let Some((_, place)) = writer.find(&uuids, hash, key) {
+            writer.remove(&uuids, hash, key, place);
+        }
     }
 
-    #[inline]
-    fn expired(&self, stamp: Stamp, now: u64) -> bool {
-        self.ttl
-            .is_some_and(|ttl| now.saturating_sub(stamp.remembered_at) >= ttl.as_millis() as u64)
+    /// Rebuilds the shard's UUID table when it is full of live ids and
+    /// tombstones: larger when the live ids need it, the same size otherwise.
+    /// Readers still probing the old table finish on it undisturbed.
+    fn room_for_one_more(
+        &self,
+        shard: &Shard,
+        writer: &mut Writer,
+        uuids: Arc<UuidTable>,
+    ) -> Arc<UuidTable> {
+        if writer.uuid_filled < uuids.fill_limit() {
+            return uuids;
+        }
+        let slots = ((writer.uuid_live + 1) * 2)
+            .next_power_of_two()
+            .max(MIN_SLOTS);
+        let rebuilt = UuidTable::new(slots, writer.stamped());
+        for (uuid, stamp) in uuids.live() {
+            if let Probe::Vacant { index } = rebuilt.probe(uuid, self.hasher.hash_one(uuid)) {
+                rebuilt.fill(index, uuid, stamp);
+            }
+        }
+        writer.uuid_filled = writer.uuid_live;
+        let rebuilt = Arc::new(rebuilt);
+        shard.uuids.store(rebuilt.clone());
+        rebuilt
     }
 
     /// Drops expired ids and, at the capacity, the oldest ones, leaving room
     /// for one more.
-    fn evict(&self, shard: &mut Shard, now: u64) {
-        let capacity = self.capacity_per_shard.unwrap_or(usize::MAX);
-        let Shard { ids, order, .. } = shard;
-        let Some(order) = order else {
-            return;
-        };
-        while let Some((owned, stamp)) = order.front() {
-            let key = owned.as_key();
-            let hash = self.hash(key);
+    fn evict(&self, writer: &mut Writer, uuids: &UuidTable, now: u64, capacity: usize) {
+        while let Some((owned, stamp)) = writer.order.as_ref().and_then(VecDeque::front) {
+            let (owned_key, stamp) = (owned.as_key(), *stamp);
+            let hash = self.hash(owned_key);
             // An entry whose stamp differs was forgotten (and maybe remembered again later).
-            let live = ids.find(hash, key) == Some(*stamp);
-            if live && !self.expired(*stamp, now) && ids.len() < capacity {
+            let place = match writer.find(uuids, hash, owned_key) {
+                Some((current, place)) if current == stamp => Some(place),
+                _ => None,
+            };
+            if place.is_some() && !self.expired(stamp, || now) && writer.len() < capacity {
                 break;
             }
-            if live {
-                ids.remove(hash, key);
+            let (owned, _) = writer
+                .order
+                .as_mut()
+                .and_then(VecDeque::pop_front)
+                .expect("the front entry was just read");
+            if let Some(place) = place {
+                writer.remove(uuids, hash, owned.as_key(), place);
             }
-            order.pop_front();
         }
     }
-}
-
-fn shard_is_ordered(ttl: &Option<Duration>, capacity: &Option<usize>) -> bool {
-    ttl.is_some() || capacity.is_some()
 }
 
 impl Default for InMemoryStore {
@@ -238,7 +316,7 @@ impl fmt::Debug for InMemoryStore {
         f.debug_struct("InMemoryStore")
             .field("len", &self.len())
             .field("shards", &self.shards.len())
-            .field("ttl", &self.ttl)
+            .field("ttl_millis", &self.ttl_millis)
             .field("capacity_per_shard", &self.capacity_per_shard)
             .finish()
     }
@@ -263,18 +341,127 @@ impl Store for InMemoryStore {
     }
 }
 
+/// Keeps each shard on its own cache lines, so neighbours do not share them.
 #[repr(align(128))]
 struct Padded<T>(T);
 
-/// A shard's lock is only held for a table operation, which cannot panic
-/// half-way; a poisoned lock therefore still guards a consistent table.
-#[inline]
-fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
-    shard.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+struct Shard {
+    /// Read without a lock; replaced (never mutated in place) only by the
+    /// holder of `writer`.
+    uuids: ArcSwap<UuidTable>,
+    writer: Mutex<Writer>,
 }
 
-/// A canonical UUID as two words (alignment 8 keeps a table slot at 16 bytes).
-type Uuid = [u64; 2];
+impl Shard {
+    fn new(stamped: bool) -> Self {
+        Shard {
+            uuids: ArcSwap::from_pointee(UuidTable::new(MIN_SLOTS, stamped)),
+            writer: Mutex::new(Writer::new(stamped)),
+        }
+    }
+
+    /// The lock is only held for table operations that cannot panic half
+    /// way, so a poisoned lock still guards consistent tables.
+    fn lock(&self) -> MutexGuard<'_, Writer> {
+        self.writer
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// Everything of a shard that only the lock holder touches.
+struct Writer {
+    uuid_live: usize,
+    /// Live ids plus tombstones in the current UUID table.
+    uuid_filled: usize,
+    texts: HashTable<(Box<str>, Stamp)>,
+    /// Insertion order, kept only with a TTL or a capacity.
+    order: Option<VecDeque<(OwnedKey, Stamp)>>,
+    next_sequence: u64,
+}
+
+/// Where [`Writer::find`] found an id.
+#[derive(Clone, Copy)]
+enum Place {
+    UuidSlot(usize),
+    Text,
+}
+
+impl Writer {
+    fn new(stamped: bool) -> Self {
+        Writer {
+            uuid_live: 0,
+            uuid_filled: 0,
+            texts: HashTable::new(),
+            order: stamped.then(VecDeque::new),
+            next_sequence: 0,
+        }
+    }
+
+    fn stamped(&self) -> bool {
+        self.order.is_some()
+    }
+
+    fn len(&self) -> usize {
+        self.uuid_live + self.texts.len()
+    }
+
+    fn next_stamp(&mut self, now: u64) -> Stamp {
+        self.next_sequence += 1;
+        Stamp::new(now, self.next_sequence)
+    }
+
+    fn find_text(&self, hash: u64, text: &str) -> Option<Stamp> {
+        self.texts
+            .find(hash, |(key, _)| **key == *text)
+            .map(|(_, stamp)| *stamp)
+    }
+
+    fn find(&self, uuids: &UuidTable, hash: u64, key: Key<'_>) -> Option<(Stamp, Place)> {
+        match key {
+            Key::Uuid(uuid) => match uuids.probe(uuid, hash) {
+                Probe::Found { index, stamp } => Some((Stamp(stamp), Place::UuidSlot(index))),
+                Probe::Vacant { .. } => None,
+            },
+            Key::Text(text) => self.find_text(hash, text).map(|stamp| (stamp, Place::Text)),
+        }
+    }
+
+    fn remove(&mut self, uuids: &UuidTable, hash: u64, key: Key<'_>, place: Place) {
+        match (place, key) {
+            (Place::UuidSlot(index), _) => {
+                uuids.bury(index);
+                self.uuid_live -= 1;
+            }
+            (Place::Text, Key::Text(text)) => {
+                if let Ok(entry) = self.texts.find_entry(hash, |(key, _)| **key == *text) {
+                    entry.remove();
+                }
+            }
+            (Place::Text, Key::Uuid(_)) => {}
+        }
+    }
+}
+
+/// When an id was remembered (milliseconds since the store was built, high
+/// 44 bits) and its place in the shard's insertion sequence (low 20 bits).
+/// The sequence tells an order entry left behind by `forget` from the same
+/// id remembered again within the same millisecond.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp(u64);
+
+impl Stamp {
+    const SEQUENCE_BITS: u32 = 20;
+
+    fn new(remembered_at: u64, sequence: u64) -> Self {
+        let sequence = sequence & ((1 << Self::SEQUENCE_BITS) - 1);
+        Stamp((remembered_at << Self::SEQUENCE_BITS) | sequence)
+    }
+
+    fn remembered_at(self) -> u64 {
+        self.0 >> Self::SEQUENCE_BITS
+    }
+}
 
 #[derive(Clone, Copy)]
 enum Key<'a> {
@@ -290,7 +477,10 @@ enum OwnedKey {
 impl<'a> Key<'a> {
     #[inline]
     fn of(id: &'a str) -> Self {
-        parse_canonical_uuid(id.as_bytes()).map_or(Key::Text(id), Key::Uuid)
+        match canonical_uuid::parse(id) {
+            Some(uuid) if uuid_table::storable(uuid) => Key::Uuid(uuid),
+            _ => Key::Text(id),
+        }
     }
 
     fn to_owned(self) -> OwnedKey {
@@ -310,203 +500,12 @@ impl OwnedKey {
     }
 }
 
-/// When an id was remembered and which remembering it was, so an order entry
-/// left behind by `forget` is told apart from the id remembered again.
-#[derive(Clone, Copy, PartialEq, Eq)]
-struct Stamp {
-    remembered_at: u64,
-    sequence: u64,
-}
-
-/// One shard: plain sets when the store is unbounded, stamped maps plus an
-/// insertion order when it has a TTL or a capacity.
-struct Shard {
-    ids: Ids,
-    order: Option<VecDeque<(OwnedKey, Stamp)>>,
-    next_sequence: u64,
-}
-
-struct Ids {
-    uuids: Table<Uuid>,
-    texts: Table<Box<str>>,
-}
-
-enum Table<K> {
-    Plain(HashTable<K>),
-    Stamped(HashTable<(K, Stamp)>),
-}
-
-const NO_STAMP: Stamp = Stamp {
-    remembered_at: 0,
-    sequence: 0,
-};
-
-impl Shard {
-    fn new(ordered: bool) -> Self {
-        Shard {
-            ids: Ids {
-                uuids: Table::new(ordered),
-                texts: Table::new(ordered),
-            },
-            order: ordered.then(VecDeque::new),
-            next_sequence: 0,
-        }
-    }
-
-    fn insert(&mut self, hash: u64, key: Key<'_>, now: u64, hasher: &RandomState) {
-        self.next_sequence += 1;
-        let stamp = Stamp {
-            remembered_at: now,
-            sequence: self.next_sequence,
-        };
-        match key {
-            Key::Uuid(uuid) => self
-                .ids
-                .uuids
-                .insert(hash, uuid, stamp, |k| hasher.hash_one(k)),
-            Key::Text(text) => {
-                self.ids
-                    .texts
-                    .insert(hash, text.into(), stamp, |k| hasher.hash_one(&**k))
-            }
-        }
-        if let Some(order) = &mut self.order {
-            order.push_back((key.to_owned(), stamp));
-        }
-    }
-}
-
-impl Ids {
-    fn len(&self) -> usize {
-        self.uuids.len() + self.texts.len()
-    }
-
-    #[inline]
-    fn find(&self, hash: u64, key: Key<'_>) -> Option<Stamp> {
-        match key {
-            Key::Uuid(uuid) => self.uuids.find(hash, |k| *k == uuid),
-            Key::Text(text) => self.texts.find(hash, |k| **k == *text),
-        }
-    }
-
-    fn remove(&mut self, hash: u64, key: Key<'_>) {
-        match key {
-            Key::Uuid(uuid) => self.uuids.remove(hash, |k| *k == uuid),
-            Key::Text(text) => self.texts.remove(hash, |k| **k == *text),
-        }
-    }
-}
-
-impl<K> Table<K> {
-    fn new(stamped: bool) -> Self {
-        if stamped {
-            Table::Stamped(HashTable::new())
-        } else {
-            Table::Plain(HashTable::new())
-        }
-    }
-
-    fn len(&self) -> usize {
-        match self {
-            Table::Plain(table) => table.len(),
-            Table::Stamped(table) => table.len(),
-        }
-    }
-
-    #[inline]
-    fn find(&self, hash: u64, eq: impl Fn(&K) -> bool) -> Option<Stamp> {
-        match self {
-            Table::Plain(table) => table.find(hash, |k| eq(k)).map(|_| NO_STAMP),
-            Table::Stamped(table) => table.find(hash, |(k, _)| eq(k)).map(|(_, stamp)| *stamp),
-        }
-    }
-
-    fn insert(&mut self, hash: u64, key: K, stamp: Stamp, rehash: impl Fn(&K) -> u64) {
-        match self {
-            Table::Plain(table) => {
-                table.insert_unique(hash, key, |k| rehash(k));
-            }
-            Table::Stamped(table) => {
-                table.insert_unique(hash, (key, stamp), |(k, _)| rehash(k));
-            }
-        }
-    }
-
-    fn remove(&mut self, hash: u64, eq: impl Fn(&K) -> bool) {
-        match self {
-            Table::Plain(table) => {
-                if let Ok(entry) = table.find_entry(hash, |k| eq(k)) {
-                    entry.remove();
-                }
-            }
-            Table::Stamped(table) => {
-                if let Ok(entry) = table.find_entry(hash, |(k, _)| eq(k)) {
-                    entry.remove();
-                }
-            }
-        }
-    }
-}
-
-/// Parses the canonical form only (36 bytes, lowercase hex, hyphens at
-/// 8-13-18-23), so two ids are one key exactly when their strings are equal.
-#[inline]
-fn parse_canonical_uuid(id: &[u8]) -> Option<Uuid> {
-    let id: &[u8; 36] = id.try_into().ok()?;
-    if id[8] != b'-' || id[13] != b'-' || id[18] != b'-' || id[23] != b'-' {
-        return None;
-    }
-    // Branch-free over the 32 digits: a bad one only sets the high bit.
-    let mut words = [0u64; 2];
-    let mut bad = 0u8;
-    let mut digit = 0;
-    for group in [0..8, 9..13, 14..18, 19..23, 24..36] {
-        for &byte in &id[group] {
-            let value = HEX[byte as usize];
-            bad |= value;
-            let word = &mut words[digit / 16];
-            *word = (*word << 4) | u64::from(value & 0x0f);
-            digit += 1;
-        }
-    }
-    (bad & INVALID == 0).then_some(words)
-}
-
-const INVALID: u8 = 0x80;
-
-/// Lowercase hex digit values; every other byte maps to [`INVALID`].
-static HEX: [u8; 256] = {
-    let mut table = [INVALID; 256];
-    let mut n = 0;
-    while n < 10 {
-        table[b'0' as usize + n] = n as u8;
-        n += 1;
-    }
-    let mut n = 0;
-    while n < 6 {
-        table[b'a' as usize + n] = 10 + n as u8;
-        n += 1;
-    }
-    table
-};
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn only_the_canonical_uuid_form_is_compacted() {
-        let canonical = "f1e2d3c4-b5a6-4789-90ab-cdef01234567";
-        assert!(parse_canonical_uuid(canonical.as_bytes()).is_some());
-        for other in [
-            "F1E2D3C4-B5A6-4789-90AB-CDEF01234567",
-            "f1e2d3c4b5a6478990abcdef01234567",
-            "{f1e2d3c4-b5a6-4789-90ab-cdef01234567}",
-            "f1e2d3c4-b5a6-4789-90ab-cdef0123456g",
-            "f1e2d3c4-b5a6-4789-90ab_cdef01234567",
-        ] {
-            assert!(parse_canonical_uuid(other.as_bytes()).is_none(), "{other}");
-        }
+    fn uuid(n: u64) -> String {
+        format!("f1e2d3c4-b5a6-4789-90ab-{n:012x}")
     }
 
     #[test]
@@ -518,26 +517,110 @@ mod tests {
     }
 
     #[test]
+    fn uuids_that_look_like_markers_still_work() {
+        let store = InMemoryStore::new();
+        for id in [
+            "00000000-0000-0000-0000-000000000000",
+            "00000000-0000-0001-0000-000000000000",
+        ] {
+            store.insert(id);
+            assert!(store.contains(id));
+            store.remove(id);
+            assert!(!store.contains(id));
+        }
+    }
+
+    #[test]
+    fn tables_grow_and_drop_tombstones_without_losing_ids() {
+        let store = InMemoryStore::builder().shards(1).build();
+        for n in 0..10_000 {
+            store.insert(&uuid(n));
+            if n % 3 == 0 {
+                store.remove(&uuid(n));
+            }
+        }
+        for n in 0..10_000 {
+            assert_eq!(store.contains(&uuid(n)), n % 3 != 0, "id {n}");
+        }
+        assert_eq!(store.len(), 10_000 - 3334);
+        // Forget and remember the same ids over and over: tombstones must be
+        // cleaned up rather than growing the table for ever.
+        for round in 0..50 {
+            for n in 0..100 {
+                store.remove(&uuid(n));
+                store.insert(&uuid(n));
+            }
+            assert!(store.contains(&uuid(round)));
+        }
+        let slots = store.shards[0].0.uuids.load().slots();
+        assert!(slots <= 16_384, "{slots} slots for ~6,700 ids");
+    }
+
+    #[test]
     fn capacity_evicts_the_oldest_first() {
         let store = InMemoryStore::builder().capacity(3).build();
-        for id in ["a", "b", "c", "d"] {
+        for id in ["a", &uuid(1), "c", &uuid(2)] {
             store.insert(id);
         }
         assert_eq!(store.len(), 3);
         assert!(!store.contains("a"), "the oldest id is evicted");
-        assert!(store.contains("b") && store.contains("c") && store.contains("d"));
+        assert!(store.contains(&uuid(1)) && store.contains("c") && store.contains(&uuid(2)));
+        store.insert(&uuid(3));
+        assert!(!store.contains(&uuid(1)));
     }
 
     #[test]
     fn forget_then_remember_again_keeps_the_fresh_entry_in_order() {
         let store = InMemoryStore::builder().capacity(2).build();
-        store.insert("a");
+        store.insert(&uuid(1));
         store.insert("b");
-        store.remove("a");
-        store.insert("a"); // now the newest
+        store.remove(&uuid(1));
+        store.insert(&uuid(1)); // now the newest
         store.insert("c"); // evicts "b", the oldest live id
-        assert!(store.contains("a"));
+        assert!(store.contains(&uuid(1)));
         assert!(!store.contains("b"));
         assert!(store.contains("c"));
+    }
+
+    #[test]
+    fn expired_ids_are_reclaimed_by_later_inserts() {
+        let store = InMemoryStore::builder()
+            .ttl(Duration::from_millis(1))
+            .shards(1)
+            .build();
+        for n in 0..100 {
+            store.insert(&uuid(n));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(!store.contains(&uuid(0)));
+        store.insert("after");
+        assert_eq!(store.len(), 1, "the expired ids were dropped");
+    }
+
+    #[test]
+    fn concurrent_readers_see_every_id_a_writer_has_remembered() {
+        let store = InMemoryStore::builder().shards(2).build();
+        let written = std::sync::atomic::AtomicU64::new(0);
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                for n in 0..20_000 {
+                    store.insert(&uuid(n));
+                    written.store(n + 1, std::sync::atomic::Ordering::Release);
+                }
+            });
+            scope.spawn(|| {
+                loop {
+                    let done = written.load(std::sync::atomic::Ordering::Acquire);
+                    // Every id remembered before `done` was published must be seen,
+                    // through however many table rebuilds happened meanwhile.
+                    for n in done.saturating_sub(64)..done {
+                        assert!(store.contains(&uuid(n)), "id {n} lost");
+                    }
+                    if done == 20_000 {
+                        break;
+                    }
+                }
+            });
+        });
     }
 }
