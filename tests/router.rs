@@ -498,10 +498,14 @@ async fn panics(_: Envelope) -> Result<(), anyhow::Error> {
 async fn a_panicking_handler_is_a_failure_not_a_crashed_consumer() {
     let router = Router::builder()
         .route(urn!("urn:babel:orders:created"), panics)
-        .route(urn!("urn:babel:orders:paid"), |_: Envelope| {
+        .route(urn!("urn:babel:orders:paid"), |env: Envelope| {
             // Panics while building the future, before any `.await`.
-            let amount: Option<u64> = None;
-            let _ = amount.expect("no amount on the order");
+            let amount = env
+                .data
+                .get("amount")
+                .and_then(serde_json::Value::as_u64)
+                .expect("no amount on the order");
+            assert!(amount > 0);
             async { Ok::<(), anyhow::Error>(()) }
         })
         .max_attempts(2)
