@@ -246,3 +246,25 @@ fn panicked(payload: Box<dyn Any + Send>) -> DispatchError {
     };
     DispatchError::Panicked { message }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_message_is_kept_whatever_its_string_type() {
+        let message = |payload: Box<dyn Any + Send>| match panicked(payload) {
+            DispatchError::Panicked { message } => message,
+            other => panic!("expected Panicked, got {other:?}"),
+        };
+        assert_eq!(message(Box::new("static text")), "static text");
+        assert_eq!(
+            message(Box::new(String::from("formatted 7"))),
+            "formatted 7"
+        );
+        assert_eq!(
+            message(Box::new(42_u8)),
+            "a panic with a payload that is not a string"
+        );
+    }
+}

@@ -90,3 +90,23 @@ impl Backoff {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exponential_backoff_saturates_at_max_instead_of_overflowing() {
+        let backoff = Backoff::exponential(Duration::from_secs(1), Duration::from_secs(60));
+        assert_eq!(backoff.delay(0), Some(Duration::from_secs(1)));
+        assert_eq!(backoff.delay(3), Some(Duration::from_secs(4)));
+        assert_eq!(backoff.delay(40), Some(Duration::from_secs(60)));
+        assert_eq!(backoff.delay(u64::MAX), Some(Duration::from_secs(60)));
+    }
+
+    #[test]
+    fn fixed_backoff_is_the_same_every_time() {
+        let backoff = Backoff::fixed(Duration::from_millis(5));
+        assert_eq!(backoff.delay(1), backoff.delay(7));
+    }
+}
