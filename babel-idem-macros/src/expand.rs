@@ -41,7 +41,9 @@
 use proc_macro2::{Span, TokenStream, TokenTree};
 use quote::{ToTokens, quote, quote_spanned};
 use syn::spanned::Spanned;
-use syn::{Expr, GenericArgument, Ident, ItemFn, LitStr, PathArguments, ReturnType, Type};
+use syn::{
+    Expr, GenericArgument, Ident, ItemFn, LitStr, PathArguments, ReturnType, TraitItemFn, Type,
+};
 
 use crate::attr::Args;
 use crate::message;
@@ -62,18 +64,34 @@ pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
 
 fn parse_and_expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
     let args = syn::parse2::<Args>(args);
-    let function = syn::parse2::<ItemFn>(item).map_err(|error| {
-        syn::Error::new(
-            error.span(),
-            format!("`#[idempotent]` goes on an `async fn` with a body: {error}"),
-        )
-    });
+    let function = syn::parse2::<ItemFn>(item.clone()).map_err(|error| not_a_function(item, error));
     let (args, function) = match (args, function) {
         (Ok(args), Ok(function)) => (args, function),
         (args, function) => return Err(combine([args.err(), function.err()])),
     };
     let handler = check(&args, &function)?;
     Ok(expand(function, handler))
+}
+
+/// The error for an item that is not a function with a body; a trait's
+/// method declaration gets a hint of its own.
+fn not_a_function(item: TokenStream, error: syn::Error) -> syn::Error {
+    if let Ok(TraitItemFn {
+        default: None,
+        semi_token: Some(semi),
+        ..
+    }) = syn::parse2::<TraitItemFn>(item)
+    {
+        return syn::Error::new(
+            semi.span,
+            "`#[idempotent]` needs the function's body: put it on the `async fn` of each \
+             `impl`, not on the trait's declaration",
+        );
+    }
+    syn::Error::new(
+        error.span(),
+        format!("`#[idempotent]` goes on an `async fn` with a body: {error}"),
+    )
 }
 
 /// What the checks found out about the handler: everything the rewrite needs
@@ -158,16 +176,16 @@ fn declared_output(output: &ReturnType, name: &Ident) -> syn::Result<Type> {
     let path = match strip_groups(ty) {
         Type::Path(path) if path.qself.is_none() => &path.path,
         other => {
-            return Err(syn::Error::new(
-                other.span(),
+            return Err(syn::Error::new_spanned(
+                other,
                 "an idempotent handler returns `Result<(), E>` (or an alias of it, such as \
                  `anyhow::Result<()>`)",
             ));
         }
     };
     if contains_impl_trait(ty.to_token_stream()) {
-        return Err(syn::Error::new(
-            ty.span(),
+        return Err(syn::Error::new_spanned(
+            ty,
             "`impl Trait` in an idempotent handler's return type cannot be named by the guard: \
              write the error type out",
         ));
@@ -178,8 +196,8 @@ fn declared_output(output: &ReturnType, name: &Ident) -> syn::Result<Type> {
         && let Some(GenericArgument::Type(success)) = generics.args.first()
         && !is_unit(success)
     {
-        return Err(syn::Error::new(
-            success.span(),
+        return Err(syn::Error::new_spanned(
+            success,
             "an idempotent handler succeeds with `()`: a skipped duplicate has no value to \
              return, so return `Result<(), E>` and send results elsewhere",
         ));

@@ -11,8 +11,7 @@
 //! `#[diagnostic::on_unimplemented]` note.
 
 use proc_macro2::Span;
-use syn::spanned::Spanned;
-use syn::{FnArg, Ident, Pat, Signature, Type};
+use syn::{FnArg, Ident, Pat, PatType, Signature, Type};
 
 /// Finds the message parameter of `sig`; `named` is the `message = ...`
 /// argument when the user gave one. The returned ident is the user's token,
@@ -72,11 +71,11 @@ fn find_named(sig: &Signature, name: &Ident) -> syn::Result<Ident> {
 
 /// No `message = ...`: the single parameter typed as an `Envelope`.
 fn find_envelope(sig: &Signature) -> syn::Result<Ident> {
-    let candidates: Vec<(&Pat, &Type)> = sig
+    let candidates: Vec<&PatType> = sig
         .inputs
         .iter()
         .filter_map(|input| match input {
-            FnArg::Typed(param) if is_envelope(&param.ty) => Some((&*param.pat, &*param.ty)),
+            FnArg::Typed(param) if is_envelope(&param.ty) => Some(param),
             _ => None,
         })
         .collect();
@@ -92,15 +91,15 @@ fn find_envelope(sig: &Signature) -> syn::Result<Ident> {
                 sig.ident
             ),
         )),
-        [(pat, _)] => binding_name(pat).ok_or_else(|| {
-            syn::Error::new(
-                pat.span(),
+        [param] => binding_name(&param.pat).ok_or_else(|| {
+            syn::Error::new_spanned(
+                &param.pat,
                 "the envelope parameter must be bound to a name, as in `env: Envelope`, \
                  so the guard can read its id: destructure it inside the body instead",
             )
         }),
-        [_, (_, second), ..] => Err(syn::Error::new(
-            second.span(),
+        [_, second, ..] => Err(syn::Error::new_spanned(
+            second,
             format!(
                 "`#[idempotent]` cannot tell which parameter of `{}` carries the message id: \
                  {} parameters are envelopes; say which with `message = <parameter>`",
