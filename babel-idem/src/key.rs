@@ -7,6 +7,8 @@
 
 use std::fmt;
 
+use arrayvec::ArrayString;
+
 use crate::MessageId;
 
 /// The longest key (scope, separator and id) kept without a heap allocation.
@@ -33,7 +35,7 @@ pub struct DedupeKey(Repr);
 #[derive(Clone)]
 enum Repr {
     Missing,
-    Inline { len: u8, bytes: [u8; INLINE_CAPACITY] },
+    Inline(ArrayString<INLINE_CAPACITY>),
     Heap(Box<str>),
 }
 
@@ -49,29 +51,23 @@ impl DedupeKey {
 
     #[inline]
     fn from_parts(scope: Option<&str>, id: &str) -> Self {
-        let len = scope.map_or(0, |scope| scope.len() + 1) + id.len();
-        if len > INLINE_CAPACITY {
-            let mut key = String::with_capacity(len);
-            if let Some(scope) = scope {
-                key.push_str(scope);
-                key.push(SCOPE_SEPARATOR);
+        let mut inline = ArrayString::new();
+        let fits = match scope {
+            None => inline.try_push_str(id).is_ok(),
+            Some(scope) => {
+                inline.try_push_str(scope).is_ok()
+                    && inline.try_push(SCOPE_SEPARATOR).is_ok()
+                    && inline.try_push_str(id).is_ok()
             }
-            key.push_str(id);
-            return DedupeKey(Repr::Heap(key.into_boxed_str()));
+        };
+        if fits {
+            return DedupeKey(Repr::Inline(inline));
         }
-        let mut bytes = [0; INLINE_CAPACITY];
-        let mut at = 0;
-        if let Some(scope) = scope {
-            bytes[..scope.len()].copy_from_slice(scope.as_bytes());
-            at = scope.len();
-            bytes[at] = SCOPE_SEPARATOR as u8;
-            at += 1;
-        }
-        bytes[at..len].copy_from_slice(id.as_bytes());
-        DedupeKey(Repr::Inline {
-            len: len as u8,
-            bytes,
-        })
+        let key = match scope {
+            None => id.to_owned(),
+            Some(scope) => format!("{scope}{SCOPE_SEPARATOR}{id}"),
+        };
+        DedupeKey(Repr::Heap(key.into_boxed_str()))
     }
 
     /// The key as the store sees it, or `None` when the message had no id.
@@ -79,8 +75,7 @@ impl DedupeKey {
     pub fn as_str(&self) -> Option<&str> {
         match &self.0 {
             Repr::Missing => None,
-            // The inline bytes are whole UTF-8 strings copied end to end.
-            Repr::Inline { len, bytes } => std::str::from_utf8(&bytes[..*len as usize]).ok(),
+            Repr::Inline(key) => Some(key),
             Repr::Heap(key) => Some(key),
         }
     }
@@ -110,14 +105,23 @@ mod tests {
 
     #[test]
     fn keys_at_the_inline_boundary_and_past_it_are_verbatim() {
-        for len in [1, INLINE_CAPACITY - 1, INLINE_CAPACITY, INLINE_CAPACITY + 1, 10_000] {
+        for len in [
+            1,
+            INLINE_CAPACITY - 1,
+            INLINE_CAPACITY,
+            INLINE_CAPACITY + 1,
+            10_000,
+        ] {
             // `len` bytes exactly, with multi-byte characters in it.
             let id = format!("{}{}", "x".repeat(len % 2), "é".repeat(len / 2));
             let id: &'static str = Box::leak(id.into_boxed_str());
             assert_eq!(id.len(), len);
             assert_eq!(DedupeKey::new(None, &Id(id)).as_str(), Some(id));
             let scoped = format!("scope:{id}");
-            assert_eq!(DedupeKey::new(Some("scope"), &Id(id)).as_str(), Some(&*scoped));
+            assert_eq!(
+                DedupeKey::new(Some("scope"), &Id(id)).as_str(),
+                Some(&*scoped)
+            );
         }
     }
 
