@@ -209,7 +209,9 @@ impl InMemoryStore {
         let (key, hash, shard) = self.locate(id);
         let mut writer = shard.lock();
         let now = if writer.stamped() { self.now() } else { 0 };
-        let uuids = shard.uuids.load_full();
+        // `load`, not `load_full`: a reference count bump would write to the
+        // cache line every reader of this table reads.
+        let uuids = shard.uuids.load();
         match writer.find(&uuids, hash, key) {
             // Set-if-absent: a live id keeps its first stamp.
             Some((stamp, _)) if !self.expired(stamp, || now) => return,
@@ -223,7 +225,10 @@ impl InMemoryStore {
         let stamp = writer.next_stamp(now);
         match key {
             Key::Uuid(uuid) => {
-                let uuids = self.room_for_one_more(shard, &mut writer, uuids);
+                if writer.uuid_filled >= uuids.fill_limit() {
+                    self.rebuild(shard, &mut writer, &uuids);
+                }
+                let uuids = shard.uuids.load();
                 if let Probe::Vacant { index } = uuids.probe(uuid, hash) {
                     uuids.fill(index, uuid, stamp.0);
                     writer.uuid_live += 1;
@@ -246,37 +251,28 @@ impl InMemoryStore {
     fn remove(&self, id: &str) {
         let (key, hash, shard) = self.locate(id);
         let mut writer = shard.lock();
-        let uuids = shard.uuids.load_full();
+        let uuids = shard.uuids.load();
         if let Some((_, place)) = writer.find(&uuids, hash, key) {
             writer.remove(&uuids, hash, key, place);
         }
     }
 
-    /// Rebuilds the shard's UUID table when it is full of live ids and
-    /// tombstones: larger when the live ids need it, the same size otherwise.
-    /// Readers still probing the old table finish on it undisturbed.
-    fn room_for_one_more(
-        &self,
-        shard: &Shard,
-        writer: &mut Writer,
-        uuids: Arc<UuidTable>,
-    ) -> Arc<UuidTable> {
-        if writer.uuid_filled < uuids.fill_limit() {
-            return uuids;
-        }
+    /// Replaces the shard's full UUID table (live ids plus tombstones) with
+    /// one that holds the live ids at most half full: larger when they need
+    /// it, the same size when it was mostly tombstones. Readers still probing
+    /// the old table finish on it undisturbed.
+    fn rebuild(&self, shard: &Shard, writer: &mut Writer, full: &UuidTable) {
         let slots = ((writer.uuid_live + 1) * 2)
             .next_power_of_two()
             .max(MIN_SLOTS);
         let rebuilt = UuidTable::new(slots, writer.stamped());
-        for (uuid, stamp) in uuids.live() {
+        for (uuid, stamp) in full.live() {
             if let Probe::Vacant { index } = rebuilt.probe(uuid, self.hasher.hash_one(uuid)) {
                 rebuilt.fill(index, uuid, stamp);
             }
         }
         writer.uuid_filled = writer.uuid_live;
-        let rebuilt = Arc::new(rebuilt);
-        shard.uuids.store(rebuilt.clone());
-        rebuilt
+        shard.uuids.store(Arc::new(rebuilt));
     }
 
     /// Drops expired ids and, at the capacity, the oldest ones, leaving room

@@ -71,6 +71,7 @@ impl UuidTable {
         }
     }
 
+    #[cfg(test)]
     pub(super) fn slots(&self) -> usize {
         self.slots.len()
     }
