@@ -52,7 +52,10 @@ unsafe impl GlobalAlloc for Counting {
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE_BYTES.fetch_add(new_size as isize - layout.size() as isize, Ordering::Relaxed);
+        LIVE_BYTES.fetch_add(
+            new_size as isize - layout.size() as isize,
+            Ordering::Relaxed,
+        );
         ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
         // SAFETY: as in `alloc` and `dealloc`.
         unsafe { System.realloc(ptr, layout, new_size) }

@@ -177,7 +177,10 @@ async fn scopes_do_not_skip_each_others_messages() {
     }
     assert_eq!(runs.load(Ordering::SeqCst), 2);
     assert!(store.seen("billing:id-A").await.unwrap());
-    assert!(!store.seen("id-A").await.unwrap(), "scoped keys never touch the bare id");
+    assert!(
+        !store.seen("id-A").await.unwrap(),
+        "scoped keys never touch the bare id"
+    );
 }
 
 #[tokio::test]

@@ -54,15 +54,19 @@ async fn every_decision_is_counted_and_traced() {
     guard(&store, &order("id-ran"), ok()).await.unwrap();
     let declined = StoreError::new(babel_idem::StoreOperation::Seen, "handler", "declined");
     assert!(
-        guard(&store, &order("id-failed"), async { Err::<(), _>(declined) })
-            .await
-            .is_err()
+        guard(&store, &order("id-failed"), async {
+            Err::<(), _>(declined)
+        })
+        .await
+        .is_err()
     );
     guard(&store, &order("").without_id(), ok()).await.unwrap();
     let broken_seen = FailingStore::new(Failure::Seen);
     assert!(guard(&broken_seen, &order("id-x"), ok()).await.is_err());
     let broken_remember = FailingStore::new(Failure::Remember);
-    guard(&broken_remember, &order("id-mark"), ok()).await.unwrap();
+    guard(&broken_remember, &order("id-mark"), ok())
+        .await
+        .unwrap();
 
     let moved = metrics::counts().since(&before);
     assert_eq!(
@@ -89,6 +93,9 @@ async fn every_decision_is_counted_and_traced() {
         assert!(log.contains(&wanted), "no event {wanted} in:\n{log}");
     }
     assert!(log.contains("decision=\"fail_open\""));
-    let mark_failed_line = log.lines().find(|line| line.contains("mark_failed")).unwrap();
+    let mark_failed_line = log
+        .lines()
+        .find(|line| line.contains("mark_failed"))
+        .unwrap();
     assert!(mark_failed_line.contains("WARN"), "{mark_failed_line}");
 }

@@ -1,14 +1,4 @@
-//! The skip / run / mark decision: the one place it is made.
-//!
-//! | situation | the guard |
-//! |---|---|
-//! | no usable id | runs the handler, remembers nothing (`fail_open`) |
-//! | `seen` is true | does not run the handler, returns `Ok` (`skipped`) |
-//! | `seen` fails | does not run the handler, returns the store error (`store_failed`) |
-//! | the handler returns `Err` | leaves the id unmarked, returns the error (`failed`) |
-//! | the handler panics or is dropped | leaves the id unmarked |
-//! | `Ok`, then `remember` succeeds | returns `Ok` (`ran`) |
-//! | `Ok`, then `remember` fails | by [`OnRememberFailure`]: `Ok` and a warning (default), or the error (`mark_failed`) |
+//! The skip / run / mark decision: the one place it is made (see [`guard`]).
 //!
 //! Seen-set dedupe is not a lock: two concurrent deliveries of one id can
 //! both pass `seen` and both run.
@@ -35,7 +25,17 @@ pub enum OnRememberFailure {
 }
 
 /// Runs `handler` for `message` unless `store` has seen the message's id; on
-/// success remembers the id. See the [module docs](self) for every case.
+/// success remembers the id:
+///
+/// | situation | the guard |
+/// |---|---|
+/// | no usable id | runs the handler, remembers nothing (`fail_open`) |
+/// | `seen` is true | does not run the handler, returns `Ok` (`skipped`) |
+/// | `seen` fails | does not run the handler, returns the store error (`store_failed`) |
+/// | the handler returns `Err` | leaves the id unmarked, returns the error (`failed`) |
+/// | the handler panics or is dropped | leaves the id unmarked |
+/// | `Ok`, then `remember` succeeds | returns `Ok` (`ran`) |
+/// | `Ok`, then `remember` fails | by [`OnRememberFailure`]: `Ok` and a warning (default), or the error (`mark_failed`) |
 ///
 /// `store` is anything that implements [`Store`]: a reference, an `Arc`, an
 /// `Arc<dyn Store>`. The handler's error type must absorb a [`StoreError`].
