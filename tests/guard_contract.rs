@@ -26,6 +26,12 @@ impl From<StoreError> for HandlerError {
     }
 }
 
+/// A handler that counts its runs and succeeds.
+async fn counted(runs: &AtomicU32) -> Result<(), HandlerError> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
 fn order(id: &str) -> Envelope {
     Envelope::new("urn:babel:orders:created", json!({"order_id": 1})).with_id(id)
 }
@@ -35,12 +41,7 @@ async fn a_message_without_id_runs_every_time_and_is_never_remembered() {
     let store = InMemoryStore::new();
     let runs = AtomicU32::new(0);
     for env in [order(""), order("").without_id(), order("").without_id()] {
-        guard(&store, &env, async {
-            runs.fetch_add(1, Ordering::SeqCst);
-            Ok::<(), HandlerError>(())
-        })
-        .await
-        .unwrap();
+        guard(&store, &env, counted(&runs)).await.unwrap();
     }
     assert_eq!(runs.load(Ordering::SeqCst), 3);
     assert!(store.is_empty());
@@ -83,12 +84,7 @@ async fn a_handler_error_leaves_the_id_unmarked_so_a_redelivery_runs() {
     assert!(!store.seen("id-A").await.unwrap());
 
     let runs = AtomicU32::new(0);
-    guard(&store, &env, async {
-        runs.fetch_add(1, Ordering::SeqCst);
-        Ok::<(), HandlerError>(())
-    })
-    .await
-    .unwrap();
+    guard(&store, &env, counted(&runs)).await.unwrap();
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     assert!(store.seen("id-A").await.unwrap());
 }
@@ -136,11 +132,7 @@ async fn a_success_is_remembered() {
 async fn a_failing_remember_acks_by_default() {
     let store = FailingStore::new(Failure::Remember);
     let runs = AtomicU32::new(0);
-    let result = guard(&store, &order("id-A"), async {
-        runs.fetch_add(1, Ordering::SeqCst);
-        Ok::<(), HandlerError>(())
-    })
-    .await;
+    let result = guard(&store, &order("id-A"), counted(&runs)).await;
     assert!(result.is_ok(), "the effect happened: the delivery is acked");
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
@@ -168,10 +160,7 @@ async fn scopes_do_not_skip_each_others_messages() {
     for scope in ["billing", "shipping", "billing"] {
         Guard::new(&store)
             .scope(scope)
-            .run(&env, async {
-                runs.fetch_add(1, Ordering::SeqCst);
-                Ok::<(), HandlerError>(())
-            })
+            .run(&env, counted(&runs))
             .await
             .unwrap();
     }
@@ -190,12 +179,7 @@ async fn the_dedupe_key_is_meta_id_not_trace_id() {
     let same_chain_other_message = order("id-B").with_trace_id("trace-1");
     let runs = AtomicU32::new(0);
     for env in [&first, &same_chain_other_message, &first] {
-        guard(&store, env, async {
-            runs.fetch_add(1, Ordering::SeqCst);
-            Ok::<(), HandlerError>(())
-        })
-        .await
-        .unwrap();
+        guard(&store, env, counted(&runs)).await.unwrap();
     }
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
@@ -206,18 +190,10 @@ async fn a_store_chosen_at_run_time_works_as_dyn_store() {
     let by_ref: &dyn Store = &*store;
     let runs = AtomicU32::new(0);
     for _ in 0..2 {
-        guard(store.clone(), &order("id-A"), async {
-            runs.fetch_add(1, Ordering::SeqCst);
-            Ok::<(), HandlerError>(())
-        })
-        .await
-        .unwrap();
-        guard(by_ref, &order("id-B"), async {
-            runs.fetch_add(1, Ordering::SeqCst);
-            Ok::<(), HandlerError>(())
-        })
-        .await
-        .unwrap();
+        guard(store.clone(), &order("id-A"), counted(&runs))
+            .await
+            .unwrap();
+        guard(by_ref, &order("id-B"), counted(&runs)).await.unwrap();
     }
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
