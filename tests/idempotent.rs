@@ -6,6 +6,10 @@
 //! `TRYBUILD=overwrite cargo test --test idempotent`, then read the diff: the
 //! error must point at the user's token and say what to write.
 
+// Each pass case is also a standalone program for trybuild, so each one
+// includes `idempotent/support.rs` itself; here that file is loaded once per case.
+#![allow(clippy::duplicate_mod)]
+
 macro_rules! pass_cases {
     ($($case:ident => $path:literal),+ $(,)?) => {$(
         // The case's `main` is for trybuild; here `exercise` is the test.

@@ -114,9 +114,12 @@ use proc_macro::TokenStream;
 ///
 /// - The store expression is evaluated, and the key copied out of the
 ///   message, **before** the body takes ownership of the parameters: the body
-///   may move or mutate the message. The body borrows nothing from the guard,
-///   but the guard borrows the store expression's value, so with `&mut self`
-///   or `self: Arc<Self>` write `store = self.store.clone()` (an `Arc`).
+///   may move or mutate the message. The guard keeps a borrow of the store
+///   expression's value while the body runs, so when that value borrows
+///   something the body takes (`&mut self`, `self: Arc<Self>`, an owned
+///   `ctx: Context` parameter), clone an `Arc` out instead:
+///   `store = self.store.clone()`, `store = ctx.store().clone()`. Through
+///   `&self` or `&ctx`, `store = self.store` and `store = ctx.store()` work.
 /// - The body is quoted once, inside one `async move` block: `return` and `?`
 ///   leave the body, never the guard, so a failure can never skip the
 ///   decision of whether to remember the id. No inner `fn`, no hidden static.

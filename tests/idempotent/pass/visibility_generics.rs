@@ -56,6 +56,11 @@ pub async fn exercise() {
     let store = InMemoryStore::new();
     support::check_contract(&GENERIC_RUNS, |env| generic::<_, HandlerError>(&store, env)).await;
 
+    let env = support::envelope(&support::fresh_id());
+    support::assert_send(generic::<_, HandlerError>(&store, env))
+        .await
+        .unwrap();
+
     let dyn_store: &dyn Store = &store;
     let env = support::envelope(&support::fresh_id());
     generic::<dyn Store, HandlerError>(dyn_store, env.clone())
