@@ -32,6 +32,7 @@ pass_cases!(
     results => "idempotent/pass/results.rs",
     scope_policy => "idempotent/pass/scope_policy.rs",
     signature => "idempotent/pass/signature.rs",
+    store_expressions => "idempotent/pass/store_expressions.rs",
     trait_impl => "idempotent/pass/trait_impl.rs",
     tracing_stacked => "idempotent/pass/tracing_stacked.rs",
     visibility_generics => "idempotent/pass/visibility_generics.rs",

@@ -11,6 +11,12 @@ async fn on_order(env: Envelope, attempt: u32) -> Result<(), StoreError> {
     Ok(())
 }
 
+#[idempotent(store = STORE, message = self)]
+async fn no_receiver(env: Envelope) -> Result<(), StoreError> {
+    let _ = env;
+    Ok(())
+}
+
 fn main() {
-    let _ = on_order;
+    let _ = (on_order, no_receiver);
 }

@@ -34,6 +34,14 @@ async fn charge(retries: u8, payment: Payment) -> Result<(), HandlerError> {
     Ok(())
 }
 
+/// An `impl Trait` message: any type with an id.
+#[idempotent(store = STORE, message = message, scope = "any")]
+async fn any_message(message: impl MessageId + Send + Sync) -> Result<(), HandlerError> {
+    let _ = message.message_id();
+    CHARGES.fetch_add(10, Ordering::SeqCst);
+    Ok(())
+}
+
 impl Payment {
     #[idempotent(store = STORE, message = self, scope = "refund")]
     async fn refund(self) -> Result<(), HandlerError> {
@@ -79,6 +87,16 @@ pub async fn exercise() {
         before + 4,
         "no key fails open"
     );
+
+    let mid = CHARGES.load(Ordering::SeqCst);
+    any_message(payment.clone()).await.unwrap();
+    any_message(payment.clone()).await.unwrap();
+    assert_eq!(
+        CHARGES.load(Ordering::SeqCst),
+        mid + 10,
+        "an `impl MessageId` dedupes"
+    );
+    CHARGES.fetch_sub(10, Ordering::SeqCst);
 
     payment.clone().refund().await.unwrap();
     payment.refund().await.unwrap();
