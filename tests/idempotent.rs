@@ -44,3 +44,61 @@ fn trybuild_cases() {
     cases.pass("tests/idempotent/pass/*.rs");
     cases.compile_fail("tests/idempotent/fail/*.rs");
 }
+
+/// The attribute adds no state to the handler's future: it is the size of
+/// the same body behind a hand-written `Guard::run_keyed` call, for a
+/// borrowed and for an owned envelope.
+mod future_size {
+    use std::sync::LazyLock;
+
+    use babel_idem::{Envelope, Guard, InMemoryStore, StoreError, idempotent};
+
+    static STORE: LazyLock<InMemoryStore> = LazyLock::new(InMemoryStore::new);
+
+    #[idempotent(store = STORE)]
+    async fn annotated_borrowed(env: &Envelope) -> Result<(), StoreError> {
+        assert!(!env.urn().is_empty());
+        Ok(())
+    }
+
+    async fn hand_written_borrowed(env: &Envelope) -> Result<(), StoreError> {
+        let guard = Guard::new(&*STORE);
+        let key = guard.key(env);
+        guard
+            .run_keyed(key, async move {
+                assert!(!env.urn().is_empty());
+                Ok(())
+            })
+            .await
+    }
+
+    #[idempotent(store = STORE)]
+    async fn annotated_owned(env: Envelope) -> Result<(), StoreError> {
+        assert!(!env.urn().is_empty());
+        Ok(())
+    }
+
+    async fn hand_written_owned(env: Envelope) -> Result<(), StoreError> {
+        let guard = Guard::new(&*STORE);
+        let key = guard.key(&env);
+        guard
+            .run_keyed(key, async move {
+                assert!(!env.urn().is_empty());
+                Ok(())
+            })
+            .await
+    }
+
+    #[test]
+    fn matches_a_hand_written_guard_call() {
+        let env = Envelope::new("urn:babel:orders:created", serde_json::json!({}));
+        assert_eq!(
+            size_of_val(&annotated_borrowed(&env)),
+            size_of_val(&hand_written_borrowed(&env)),
+        );
+        assert_eq!(
+            size_of_val(&annotated_owned(env.clone())),
+            size_of_val(&hand_written_owned(env)),
+        );
+    }
+}

@@ -46,7 +46,7 @@ use syn::{
 };
 
 use crate::attr::Args;
-use crate::message;
+use crate::message::{self, Message};
 
 /// The whole attribute: `args` and `item` as the compiler hands them over.
 /// Never panics: every mistake becomes a `compile_error!` next to the
@@ -100,7 +100,7 @@ struct Handler {
     /// The `store = ...` expression.
     store: Expr,
     /// The parameter (or `self`) whose id is the dedupe key.
-    message: Ident,
+    message: Message,
     /// The declared return type, the `R` of `HandlerResult`.
     output: Type,
     scope: Option<LitStr>,
@@ -264,8 +264,12 @@ fn expand(function: ItemFn, handler: Handler) -> TokenStream {
             #store.__babel_idem_as_store()
         }
     };
-    let take_key = quote_spanned! {message.span()=>
-        let #key = #guard.key(&#message);
+    // A reference parameter is passed as it is: borrowing it would keep the
+    // parameter itself alive in the future across every `.await`.
+    let Message { name, is_reference } = message;
+    let borrow = (!is_reference).then(|| quote_spanned!(name.span()=> &));
+    let take_key = quote_spanned! {name.span()=>
+        let #key = #guard.key(#borrow #name);
     };
     let run = quote_spanned! {output_span=>
         <#output as ::babel_idem::__private::HandlerResult>::run_guarded(

@@ -13,10 +13,20 @@
 use proc_macro2::Span;
 use syn::{FnArg, Ident, Pat, PatType, Signature, Type};
 
+/// The parameter whose id is the dedupe key.
+pub(crate) struct Message {
+    /// The user's token for it, so errors about it point at the user's code.
+    pub(crate) name: Ident,
+    /// Whether its declared type is a reference (`&Envelope`, `&self`): the
+    /// key is then read through the reference itself, without borrowing the
+    /// parameter, which would keep it in the handler's future for its whole
+    /// life.
+    pub(crate) is_reference: bool,
+}
+
 /// Finds the message parameter of `sig`; `named` is the `message = ...`
-/// argument when the user gave one. The returned ident is the user's token,
-/// so code built with its span points errors at the user's code.
-pub(crate) fn pick(sig: &Signature, named: Option<&Ident>) -> syn::Result<Ident> {
+/// argument when the user gave one.
+pub(crate) fn pick(sig: &Signature, named: Option<&Ident>) -> syn::Result<Message> {
     match named {
         Some(name) => find_named(sig, name),
         None => find_envelope(sig),
@@ -24,10 +34,13 @@ pub(crate) fn pick(sig: &Signature, named: Option<&Ident>) -> syn::Result<Ident>
 }
 
 /// `message = name`: the receiver or a binding in some parameter's pattern.
-fn find_named(sig: &Signature, name: &Ident) -> syn::Result<Ident> {
+fn find_named(sig: &Signature, name: &Ident) -> syn::Result<Message> {
     if name == "self" {
         return match sig.receiver() {
-            Some(receiver) => Ok(Ident::new("self", receiver.self_token.span)),
+            Some(receiver) => Ok(Message {
+                name: Ident::new("self", receiver.self_token.span),
+                is_reference: matches!(*receiver.ty, Type::Reference(_)),
+            }),
             None => Err(syn::Error::new(
                 name.span(),
                 format!(
@@ -48,10 +61,10 @@ fn find_named(sig: &Signature, name: &Ident) -> syn::Result<Ident> {
         // The attribute's token carries the name; the parameter's token
         // carries the hygiene of the signature, so resolve through it but
         // report at the attribute, where the user chose it.
-        return Ok(Ident::new(
-            &found.to_string(),
-            found.span().located_at(name.span()),
-        ));
+        return Ok(Message {
+            name: Ident::new(&found.to_string(), found.span().located_at(name.span())),
+            is_reference: declared_type(sig, found).is_some_and(is_reference),
+        });
     }
 
     let known = if bindings.is_empty() {
@@ -70,7 +83,7 @@ fn find_named(sig: &Signature, name: &Ident) -> syn::Result<Ident> {
 }
 
 /// No `message = ...`: the single parameter typed as an `Envelope`.
-fn find_envelope(sig: &Signature) -> syn::Result<Ident> {
+fn find_envelope(sig: &Signature) -> syn::Result<Message> {
     let candidates: Vec<&PatType> = sig
         .inputs
         .iter()
@@ -91,13 +104,18 @@ fn find_envelope(sig: &Signature) -> syn::Result<Ident> {
                 sig.ident
             ),
         )),
-        [param] => binding_name(&param.pat).ok_or_else(|| {
-            syn::Error::new_spanned(
-                &param.pat,
-                "the envelope parameter must be bound to a name, as in `env: Envelope`, \
+        [param] => binding_name(&param.pat)
+            .map(|name| Message {
+                name,
+                is_reference: is_reference(&param.ty),
+            })
+            .ok_or_else(|| {
+                syn::Error::new_spanned(
+                    &param.pat,
+                    "the envelope parameter must be bound to a name, as in `env: Envelope`, \
                  so the guard can read its id: destructure it inside the body instead",
-            )
-        }),
+                )
+            }),
         [_, second, ..] => Err(syn::Error::new_spanned(
             second,
             format!(
@@ -107,6 +125,29 @@ fn find_envelope(sig: &Signature) -> syn::Result<Ident> {
                 candidates.len()
             ),
         )),
+    }
+}
+
+/// The declared type of the parameter bound as a whole to `name` (`name: T`),
+/// or `None` when `name` is bound inside a pattern.
+fn declared_type<'a>(sig: &'a Signature, name: &Ident) -> Option<&'a Type> {
+    sig.inputs.iter().find_map(|input| match input {
+        FnArg::Typed(param) => match &*param.pat {
+            Pat::Ident(binding) if binding.ident == *name && binding.by_ref.is_none() => {
+                Some(&*param.ty)
+            }
+            _ => None,
+        },
+        FnArg::Receiver(_) => None,
+    })
+}
+
+fn is_reference(ty: &Type) -> bool {
+    match ty {
+        Type::Reference(_) => true,
+        Type::Paren(inner) => is_reference(&inner.elem),
+        Type::Group(inner) => is_reference(&inner.elem),
+        _ => false,
     }
 }
 
