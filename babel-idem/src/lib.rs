@@ -9,12 +9,15 @@
 //! use babel_idem::{idempotent, Envelope, InMemoryStore, StoreError};
 //! use serde_json::json;
 //! use std::sync::LazyLock;
+//! use std::sync::atomic::{AtomicU32, Ordering};
 //!
 //! static STORE: LazyLock<InMemoryStore> = LazyLock::new(InMemoryStore::new);
+//! static CHARGES: AtomicU32 = AtomicU32::new(0);
 //!
 //! #[idempotent(store = STORE)]
 //! async fn on_order_created(env: Envelope) -> Result<(), StoreError> {
 //!     println!("charging order {}", env.data["order_id"]);
+//!     CHARGES.fetch_add(1, Ordering::Relaxed);
 //!     Ok(())
 //! }
 //!
@@ -22,6 +25,7 @@
 //! let env = Envelope::new("urn:babel:orders:created", json!({"order_id": 1042}));
 //! on_order_created(env.clone()).await?; // runs
 //! on_order_created(env).await?;         // a redelivery: skipped
+//! assert_eq!(CHARGES.load(Ordering::Relaxed), 1);
 //! # Ok::<(), StoreError>(())
 //! # }).unwrap();
 //! ```
