@@ -1,2 +1,779 @@
-//! Placeholder: replaced by the benchmark of this name.
-fn main() {}
+//! Deliveries per second through the guarded handler on each persistent
+//! store, against the raw commands the guard issues, sent directly through
+//! the same client and connection setup:
+//!
+//! | backend | first delivery (raw) | duplicate (raw) |
+//! |---|---|---|
+//! | SQLite | the store's `SELECT EXISTS`, then its `INSERT ... ON CONFLICT` | the `SELECT EXISTS` |
+//! | Redis | `EXISTS`, then `SET key 1 NX` | `EXISTS` |
+//! | PostgreSQL | the store's `SELECT EXISTS`, then its `INSERT ... ON CONFLICT` | the `SELECT EXISTS` |
+//!
+//! at 1, 16 and 64 concurrent deliveries, with the ratio guarded / raw, and
+//! the round trips per delivery: the store calls the guard made (counted by
+//! a wrapping store) and, as a cross-check, what the server counted (Redis
+//! `INFO commandstats`; PostgreSQL committed transactions, one per
+//! autocommit statement). The server counts are server-wide: run the bench
+//! alone on its servers for them to be exact.
+//!
+//! Run: `BABEL_IDEM_REDIS_URL=redis://127.0.0.1:6379/
+//! BABEL_IDEM_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/postgres
+//! cargo bench --features redis,postgres --bench stores`. A backend whose
+//! URL is not set (or whose feature is off) is skipped with a line saying
+//! so. `BABEL_IDEM_BENCH_SECS` sets the seconds per point (default 2).
+//! Without `--bench` (as under `cargo test --benches`) every point runs for
+//! a few milliseconds, to check the bench still works.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use babel_idem::{MessageId, SqliteStore, Store, StoreError, StoreFuture, guard};
+
+const CONCURRENCY: [usize; 3] = [1, 16, 64];
+/// Ids remembered before the duplicate-path runs, delivered round robin.
+const DUPLICATE_IDS: usize = 1024;
+
+fn main() {
+    let full_run = std::env::args().any(|arg| arg == "--bench");
+    let seconds: f64 = std::env::var("BABEL_IDEM_BENCH_SECS")
+        .ok()
+        .and_then(|secs| secs.parse().ok())
+        .unwrap_or(2.0);
+    let point = if full_run {
+        Duration::from_secs_f64(seconds)
+    } else {
+        Duration::from_millis(20)
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a Tokio runtime");
+    runtime.block_on(async {
+        print_header(point);
+        sqlite::bench(point).await;
+        redis_bench(point).await;
+        postgres_bench(point).await;
+    });
+}
+
+// ------------------------------------------------------------------ harness
+
+/// A message that is only its id: the bench measures the store, not decoding.
+struct Delivery(String);
+
+impl MessageId for Delivery {
+    fn message_id(&self) -> Option<&str> {
+        Some(&self.0)
+    }
+}
+
+/// Counts the store calls the guard makes, each one command or statement.
+struct Counted<S> {
+    inner: S,
+    calls: AtomicU64,
+}
+
+impl<S: Store> Counted<S> {
+    fn new(inner: S) -> Self {
+        Counted {
+            inner,
+            calls: AtomicU64::new(0),
+        }
+    }
+
+    fn take_calls(&self) -> u64 {
+        self.calls.swap(0, Ordering::Relaxed)
+    }
+}
+
+impl<S: Store> Store for Counted<S> {
+    fn seen<'a>(&'a self, id: &'a str) -> StoreFuture<'a, bool> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.inner.seen(id)
+    }
+    fn remember<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.inner.remember(id)
+    }
+    fn forget<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.inner.forget(id)
+    }
+}
+
+/// The raw commands of one backend, issued without the guard.
+trait RawCommands: Send + Sync + 'static {
+    fn seen(&self, id: String) -> impl Future<Output = bool> + Send;
+    fn remember(&self, id: String) -> impl Future<Output = ()> + Send;
+}
+
+/// Which delivery the workers repeat.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Path {
+    /// A fresh id each time: `seen` (false), the handler, `remember`.
+    First,
+    /// An id remembered beforehand: `seen` (true), skipped.
+    Duplicate,
+}
+
+impl Path {
+    fn name(self) -> &'static str {
+        match self {
+            Path::First => "first delivery",
+            Path::Duplicate => "duplicate",
+        }
+    }
+
+    fn id(self, run: &str, worker: usize, n: u64) -> String {
+        match self {
+            Path::First => format!("first-{run}-{worker}-{n}"),
+            Path::Duplicate => format!("dup-{run}-{}", n as usize % DUPLICATE_IDS),
+        }
+    }
+}
+
+/// Runs `deliver(worker, n)` on `concurrency` tasks for `duration`; returns
+/// the deliveries per second and how many there were.
+async fn measure<F, Fut>(concurrency: usize, duration: Duration, deliver: F) -> (f64, u64)
+where
+    F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send,
+{
+    let deliver = Arc::new(deliver);
+    let total = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let deadline = started + duration;
+    let workers: Vec<_> = (0..concurrency)
+        .map(|worker| {
+            let deliver = Arc::clone(&deliver);
+            let total = Arc::clone(&total);
+            tokio::spawn(async move {
+                let mut n = 0;
+                while Instant::now() < deadline {
+                    deliver(worker, n).await;
+                    n += 1;
+                }
+                total.fetch_add(n, Ordering::Relaxed);
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.await.expect("a bench worker");
+    }
+    let deliveries = total.load(Ordering::Relaxed);
+    (
+        deliveries as f64 / started.elapsed().as_secs_f64(),
+        deliveries,
+    )
+}
+
+/// A server-side count of commands, read before and after a run.
+trait ServerCounter: Send + Sync {
+    fn read(&self) -> impl Future<Output = Option<u64>> + Send;
+}
+
+/// No server: the store calls are the only count.
+struct NoServer;
+
+impl ServerCounter for NoServer {
+    async fn read(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// Rounds per point: guarded and raw alternate, so a machine that slows
+/// down for a moment (other builds, the other backend's server) hurts both
+/// sides of a ratio alike. The medians are reported.
+const ROUNDS: usize = 5;
+
+/// Every point of one backend: both paths, every concurrency, guarded and raw.
+async fn bench_backend<S, R, C>(
+    backend: &str,
+    store: Arc<Counted<S>>,
+    raw: Arc<R>,
+    server: &C,
+    point: Duration,
+) where
+    S: Store + 'static,
+    R: RawCommands,
+    C: ServerCounter,
+{
+    let run = unique_suffix();
+    for n in 0..DUPLICATE_IDS {
+        raw.remember(Path::Duplicate.id(&run, 0, n as u64)).await;
+    }
+    let slice = point / (2 * ROUNDS as u32);
+    for path in [Path::First, Path::Duplicate] {
+        for concurrency in CONCURRENCY {
+            let mut guarded_rates = Vec::with_capacity(ROUNDS);
+            let mut raw_rates = Vec::with_capacity(ROUNDS);
+            let mut ratios = Vec::with_capacity(ROUNDS);
+            let (mut calls, mut server_calls, mut deliveries) = (0, 0, 0);
+            for round in 0..ROUNDS {
+                // The duplicate path reads the ids remembered above; the
+                // first-delivery path needs ids no round has used.
+                let ids = |side: &str| match path {
+                    Path::First => format!("{run}{side}{concurrency}x{round}"),
+                    Path::Duplicate => run.clone(),
+                };
+                let before = server.read().await;
+                let (guarded, done) = measure(concurrency, slice, {
+                    let store = Arc::clone(&store);
+                    let ids = ids("g");
+                    move |worker, n| {
+                        let store = Arc::clone(&store);
+                        let message = Delivery(path.id(&ids, worker, n));
+                        async move {
+                            guard(&*store, &message, async { Ok::<(), StoreError>(()) })
+                                .await
+                                .expect("a guarded delivery");
+                        }
+                    }
+                })
+                .await;
+                let after = server.read().await;
+                calls += store.take_calls();
+                server_calls += after
+                    .zip(before)
+                    .map_or(0, |(after, before)| after - before);
+                deliveries += done;
+
+                let (direct, _) = measure(concurrency, slice, {
+                    let raw = Arc::clone(&raw);
+                    let ids = ids("r");
+                    move |worker, n| {
+                        let raw = Arc::clone(&raw);
+                        let id = path.id(&ids, worker, n);
+                        async move {
+                            if !raw.seen(id.clone()).await && path == Path::First {
+                                raw.remember(id).await;
+                            }
+                        }
+                    }
+                })
+                .await;
+                guarded_rates.push(guarded);
+                raw_rates.push(direct);
+                ratios.push(guarded / direct);
+            }
+            let has_server_count = server.read().await.is_some();
+            println!(
+                "{backend:<10} {:<15} {concurrency:>5} {:>12.0} {:>12.0} {:>7.3} {:>14.2} {:>15}",
+                path.name(),
+                median(&mut guarded_rates),
+                median(&mut raw_rates),
+                median(&mut ratios),
+                calls as f64 / deliveries as f64,
+                if has_server_count {
+                    format!("{:.2}", server_calls as f64 / deliveries as f64)
+                } else {
+                    "-".to_owned()
+                },
+            );
+        }
+    }
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn print_header(point: Duration) {
+    println!(
+        "stores: {:.2} s per point ({ROUNDS} alternating rounds of guarded and raw; medians)",
+        point.as_secs_f64()
+    );
+    println!(
+        "{:<10} {:<15} {:>5} {:>12} {:>12} {:>7} {:>14} {:>15}",
+        "backend",
+        "path",
+        "conc",
+        "guarded/s",
+        "raw/s",
+        "ratio",
+        "calls/delivery",
+        "server/delivery"
+    );
+}
+
+fn unique_suffix() -> String {
+    uuid::Uuid::new_v4().simple().to_string()[..8].to_owned()
+}
+
+fn skipped(backend: &str, reason: &str) {
+    println!("{backend:<10} skipped: {reason}");
+}
+
+// ------------------------------------------------------------------- SQLite
+
+mod sqlite {
+    use super::*;
+
+    /// The store's own statements, on the store's own pool.
+    struct Raw {
+        pool: sqlx::SqlitePool,
+        seen: String,
+        remember: String,
+    }
+
+    const NOW_MS: &str = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)";
+
+    impl RawCommands for Raw {
+        async fn seen(&self, id: String) -> bool {
+            sqlx::query_scalar(&self.seen)
+                .bind(id)
+                .fetch_one(&self.pool)
+                .await
+                .expect("raw SELECT")
+        }
+
+        async fn remember(&self, id: String) {
+            sqlx::query(&self.remember)
+                .bind(id)
+                .bind(None::<i64>)
+                .execute(&self.pool)
+                .await
+                .expect("raw INSERT");
+        }
+    }
+
+    pub(super) async fn bench(point: Duration) {
+        let dir = std::env::temp_dir().join(format!("babel-idem-bench-{}", unique_suffix()));
+        std::fs::create_dir_all(&dir).expect("a scratch directory");
+        let store = SqliteStore::open(dir.join("seen.db"))
+            .await
+            .expect("open SQLite");
+        let table = store.table().to_owned();
+        let raw = Raw {
+            pool: store.pool().clone(),
+            seen: format!(
+                "SELECT EXISTS (SELECT 1 FROM {table} WHERE message_id = ?1
+                     AND (expires_at IS NULL OR expires_at > {NOW_MS}))"
+            ),
+            remember: format!(
+                "INSERT INTO {table} (message_id, created_at, expires_at)
+                     VALUES (?1, {NOW_MS}, {NOW_MS} + ?2)
+                 ON CONFLICT (message_id) DO UPDATE
+                     SET created_at = excluded.created_at, expires_at = excluded.expires_at
+                     WHERE {table}.expires_at IS NOT NULL AND {table}.expires_at <= excluded.created_at"
+            ),
+        };
+        bench_backend(
+            "sqlite",
+            Arc::new(Counted::new(store)),
+            Arc::new(raw),
+            &NoServer,
+            point,
+        )
+        .await;
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+// -------------------------------------------------------------------- Redis
+
+#[cfg(not(feature = "redis"))]
+async fn redis_bench(_point: Duration) {
+    skipped("redis", "the `redis` feature is off");
+}
+
+#[cfg(feature = "redis")]
+async fn redis_bench(point: Duration) {
+    redis_backend::bench(point).await
+}
+
+#[cfg(feature = "redis")]
+mod redis_backend {
+    use super::*;
+    use babel_idem::RedisStore;
+    use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+    /// `EXISTS` and `SET NX` on the connection manager the store uses.
+    struct Raw {
+        connection: ConnectionManager,
+        prefix: String,
+    }
+
+    impl RawCommands for Raw {
+        async fn seen(&self, id: String) -> bool {
+            let mut connection = self.connection.clone();
+            let count: i64 = redis::cmd("EXISTS")
+                .arg(format!("{}{id}", self.prefix))
+                .query_async(&mut connection)
+                .await
+                .expect("raw EXISTS");
+            count > 0
+        }
+
+        async fn remember(&self, id: String) {
+            let mut connection = self.connection.clone();
+            let _: redis::Value = redis::cmd("SET")
+                .arg(format!("{}{id}", self.prefix))
+                .arg(1)
+                .arg("NX")
+                .query_async(&mut connection)
+                .await
+                .expect("raw SET NX");
+        }
+    }
+
+    /// `exists` + `set` calls from `INFO commandstats`.
+    struct CommandStats(ConnectionManager);
+
+    impl ServerCounter for CommandStats {
+        async fn read(&self) -> Option<u64> {
+            let mut connection = self.0.clone();
+            let info: String = redis::cmd("INFO")
+                .arg("commandstats")
+                .query_async(&mut connection)
+                .await
+                .ok()?;
+            let calls = |command: &str| -> u64 {
+                info.lines()
+                    .find_map(|line| line.strip_prefix(&format!("cmdstat_{command}:calls=")))
+                    .and_then(|rest| rest.split(',').next()?.parse().ok())
+                    .unwrap_or(0)
+            };
+            Some(calls("exists") + calls("set"))
+        }
+    }
+
+    pub(super) async fn bench(point: Duration) {
+        let Ok(url) = std::env::var("BABEL_IDEM_REDIS_URL") else {
+            skipped("redis", "BABEL_IDEM_REDIS_URL not set");
+            return;
+        };
+        let client = redis::Client::open(url.as_str()).expect("a Redis URL");
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(2)))
+            .set_response_timeout(Some(Duration::from_secs(2)));
+        let connection = ConnectionManager::new_with_config(client, config)
+            .await
+            .expect("connect to Redis");
+        let prefix = format!("bqbench:{}:", unique_suffix());
+        let store = RedisStore::builder()
+            .prefix(prefix.clone())
+            .from_connection_manager(connection.clone())
+            .expect("a Redis store");
+        let raw = Raw {
+            connection: connection.clone(),
+            prefix: prefix.clone(),
+        };
+        bench_backend(
+            "redis",
+            Arc::new(Counted::new(store)),
+            Arc::new(raw),
+            &CommandStats(connection.clone()),
+            point,
+        )
+        .await;
+        delete_prefix(connection, &prefix).await;
+    }
+
+    async fn delete_prefix(mut connection: ConnectionManager, prefix: &str) {
+        let mut cursor = 0u64;
+        loop {
+            let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(format!("{prefix}*"))
+                .arg("COUNT")
+                .arg(10_000)
+                .query_async(&mut connection)
+                .await
+                .expect("SCAN");
+            if !keys.is_empty() {
+                let _: i64 = redis::cmd("DEL")
+                    .arg(keys)
+                    .query_async(&mut connection)
+                    .await
+                    .expect("DEL");
+            }
+            if next == 0 {
+                return;
+            }
+            cursor = next;
+        }
+    }
+}
+
+// --------------------------------------------------------------- PostgreSQL
+
+#[cfg(not(feature = "postgres"))]
+async fn postgres_bench(_point: Duration) {
+    skipped("postgres", "the `postgres` feature is off");
+}
+
+#[cfg(feature = "postgres")]
+async fn postgres_bench(point: Duration) {
+    postgres_backend::bench(point).await
+}
+
+#[cfg(feature = "postgres")]
+mod postgres_backend {
+    use super::*;
+    use babel_idem::PostgresStore;
+    use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgSslMode};
+
+    /// The store's own statements, on the pool the store uses.
+    struct Raw {
+        pool: PgPool,
+        seen: String,
+        remember: String,
+    }
+
+    impl Raw {
+        fn new(pool: PgPool, table: &str) -> Self {
+            Raw {
+                pool,
+                seen: format!(
+                    "SELECT EXISTS (SELECT 1 FROM {table} WHERE message_id = $1
+                         AND (expires_at IS NULL OR expires_at > now()))"
+                ),
+                remember: format!(
+                    "INSERT INTO {table} (message_id, expires_at)
+                         VALUES ($1, now() + $2::bigint * interval '1 millisecond')
+                     ON CONFLICT (message_id) DO UPDATE
+                         SET created_at = now(), expires_at = EXCLUDED.expires_at
+                         WHERE {table}.expires_at IS NOT NULL AND {table}.expires_at <= now()"
+                ),
+            }
+        }
+    }
+
+    impl RawCommands for Raw {
+        async fn seen(&self, id: String) -> bool {
+            sqlx::query_scalar(&self.seen)
+                .bind(id)
+                .fetch_one(&self.pool)
+                .await
+                .expect("raw SELECT")
+        }
+
+        async fn remember(&self, id: String) {
+            sqlx::query(&self.remember)
+                .bind(id)
+                .bind(None::<i64>)
+                .execute(&self.pool)
+                .await
+                .expect("raw INSERT");
+        }
+    }
+
+    /// What went over the wire, counted by [`wire::Proxy`].
+    #[derive(Clone, Copy, Default)]
+    struct Wire {
+        /// `ReadyForQuery` messages: one per round trip that ends in a Sync.
+        round_trips: u64,
+        /// `CommandComplete` messages: one per statement executed.
+        statements: u64,
+    }
+
+    /// Round trips and statements per delivery on one path, guarded and
+    /// raw, through a counting proxy in front of the server (one connection,
+    /// one delivery at a time, so nothing else is on the wire).
+    async fn wire_counts(options: &PgConnectOptions, table: &str, path: Path) -> [(f64, f64); 2] {
+        const DELIVERIES: u64 = 1000;
+        let proxy = wire::Proxy::start(options.get_host(), options.get_port());
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .test_before_acquire(false)
+            .connect_with(
+                options
+                    .clone()
+                    .host("127.0.0.1")
+                    .port(proxy.port())
+                    .ssl_mode(PgSslMode::Disable),
+            )
+            .await
+            .expect("connect through the counting proxy");
+        let store = PostgresStore::builder()
+            .table(table)
+            .from_pool(pool.clone())
+            .expect("a PostgreSQL store");
+        let raw = Raw::new(pool.clone(), table);
+        let run = unique_suffix();
+        if path == Path::Duplicate {
+            for n in 0..DUPLICATE_IDS {
+                raw.remember(path.id(&run, 0, n as u64)).await;
+            }
+        }
+        let mut per_delivery = [(0.0, 0.0); 2];
+        for (side, counts) in per_delivery.iter_mut().enumerate() {
+            // Let the last release ping finish before reading the counters.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let before = proxy.counts();
+            for n in 0..DELIVERIES {
+                // Duplicates read the ids remembered above; first deliveries
+                // need ids of their own per side.
+                let id = match path {
+                    Path::First => path.id(&format!("{run}{side}"), 0, n),
+                    Path::Duplicate => path.id(&run, 0, n),
+                };
+                if side == 0 {
+                    guard(&store, &Delivery(id), async { Ok::<(), StoreError>(()) })
+                        .await
+                        .expect("a guarded delivery");
+                } else if !raw.seen(id.clone()).await && path == Path::First {
+                    raw.remember(id).await;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let after = proxy.counts();
+            *counts = (
+                (after.round_trips - before.round_trips) as f64 / DELIVERIES as f64,
+                (after.statements - before.statements) as f64 / DELIVERIES as f64,
+            );
+        }
+        pool.close().await;
+        per_delivery
+    }
+
+    /// A TCP proxy that counts the server's `ReadyForQuery` and
+    /// `CommandComplete` messages. Plain threads and blocking sockets: it
+    /// only has to keep up with one connection at a time.
+    mod wire {
+        use super::Wire;
+        use std::io::{Read, Write};
+        use std::net::{Shutdown, TcpListener, TcpStream};
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicU64, Ordering};
+        use std::thread;
+
+        pub(super) struct Proxy {
+            port: u16,
+            round_trips: Arc<AtomicU64>,
+            statements: Arc<AtomicU64>,
+        }
+
+        impl Proxy {
+            pub(super) fn start(host: &str, port: u16) -> Proxy {
+                let listener = TcpListener::bind("127.0.0.1:0").expect("a proxy port");
+                let proxy = Proxy {
+                    port: listener.local_addr().expect("an address").port(),
+                    round_trips: Arc::default(),
+                    statements: Arc::default(),
+                };
+                let upstream = format!("{host}:{port}");
+                let (round_trips, statements) = (
+                    Arc::clone(&proxy.round_trips),
+                    Arc::clone(&proxy.statements),
+                );
+                thread::spawn(move || {
+                    for client in listener.incoming().flatten() {
+                        let server = TcpStream::connect(&upstream).expect("reach PostgreSQL");
+                        let _ = client.set_nodelay(true);
+                        let _ = server.set_nodelay(true);
+                        let (round_trips, statements) =
+                            (Arc::clone(&round_trips), Arc::clone(&statements));
+                        let (client_in, server_out) = (
+                            client.try_clone().expect("a socket"),
+                            server.try_clone().expect("a socket"),
+                        );
+                        thread::spawn(move || copy(client_in, server_out));
+                        thread::spawn(move || count(server, client, &round_trips, &statements));
+                    }
+                });
+                proxy
+            }
+
+            pub(super) fn port(&self) -> u16 {
+                self.port
+            }
+
+            pub(super) fn counts(&self) -> Wire {
+                Wire {
+                    round_trips: self.round_trips.load(Ordering::SeqCst),
+                    statements: self.statements.load(Ordering::SeqCst),
+                }
+            }
+        }
+
+        fn copy(mut from: TcpStream, mut to: TcpStream) {
+            let _ = std::io::copy(&mut from, &mut to);
+            let _ = to.shutdown(Shutdown::Write);
+        }
+
+        /// Forwards the server's messages (a type byte, then a big-endian
+        /// length that counts itself) and counts two of their types.
+        fn count(
+            mut server: TcpStream,
+            mut client: TcpStream,
+            round_trips: &AtomicU64,
+            statements: &AtomicU64,
+        ) {
+            let mut header = [0u8; 5];
+            let mut body = Vec::new();
+            let mut message = Vec::new();
+            while server.read_exact(&mut header).is_ok() {
+                let length = u32::from_be_bytes([header[1], header[2], header[3], header[4]]);
+                body.resize((length as usize).saturating_sub(4), 0);
+                if server.read_exact(&mut body).is_err() {
+                    break;
+                }
+                match header[0] {
+                    b'Z' => round_trips.fetch_add(1, Ordering::SeqCst),
+                    b'C' => statements.fetch_add(1, Ordering::SeqCst),
+                    _ => 0,
+                };
+                // One write per message: two small writes would wait on
+                // Nagle's algorithm and the peer's delayed ACK.
+                message.clear();
+                message.extend_from_slice(&header);
+                message.extend_from_slice(&body);
+                if client.write_all(&message).is_err() {
+                    break;
+                }
+            }
+            let _ = client.shutdown(Shutdown::Write);
+        }
+    }
+
+    pub(super) async fn bench(point: Duration) {
+        let Ok(url) = std::env::var("BABEL_IDEM_POSTGRES_URL") else {
+            skipped("postgres", "BABEL_IDEM_POSTGRES_URL not set");
+            return;
+        };
+        // The settings `PostgresStore::connect_lazy` gives its own pool.
+        let pool = PgPoolOptions::new()
+            .max_connections(10)
+            .test_before_acquire(false)
+            .connect(&url)
+            .await
+            .expect("connect to PostgreSQL");
+        let table = format!("bqbench_{}", unique_suffix());
+        let store = PostgresStore::builder()
+            .table(table.clone())
+            .from_pool(pool.clone())
+            .expect("a PostgreSQL store");
+        store.migrate().await.expect("create the bench table");
+        let raw = Raw::new(pool.clone(), &table);
+        bench_backend(
+            "postgres",
+            Arc::new(Counted::new(store)),
+            Arc::new(raw),
+            &NoServer,
+            point,
+        )
+        .await;
+        let options: PgConnectOptions = url.parse().expect("a PostgreSQL URL");
+        for path in [Path::First, Path::Duplicate] {
+            let [
+                (guarded_trips, guarded_statements),
+                (raw_trips, raw_statements),
+            ] = wire_counts(&options, &table, path).await;
+            println!(
+                "postgres   {:<15} per delivery on the wire: guarded {guarded_statements:.2} statements in \
+                 {guarded_trips:.2} round trips, raw {raw_statements:.2} in {raw_trips:.2} \
+                 (sqlx pings each connection it takes back into the pool)",
+                path.name()
+            );
+        }
+        sqlx::query(&format!("DROP TABLE {table}"))
+            .execute(&pool)
+            .await
+            .expect("drop the bench table");
+    }
+}
