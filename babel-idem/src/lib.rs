@@ -69,11 +69,11 @@ pub use router::{
     Handler, HandlerError, HandlerFuture, Retry, Router, RouterBuilder, RouterError,
     UnknownUrnStrategy, Urn, UrnError,
 };
-pub use store::{InMemoryStore, Store, StoreError, StoreFuture, StoreOperation};
 #[cfg(feature = "postgres")]
 pub use store::PostgresStore;
 #[cfg(feature = "redis")]
 pub use store::RedisStore;
 #[cfg(feature = "sqlite")]
 pub use store::SqliteStore;
+pub use store::{InMemoryStore, Store, StoreError, StoreFuture, StoreOperation};
 pub use wrap::{Wrapped, wrap};

@@ -7,7 +7,11 @@ use super::{DeadLetter, DeadLetterReason, Envelope, EnvelopeError, Meta, SCHEMA_
 pub(super) fn envelope(value: Value) -> Result<Envelope, EnvelopeError> {
     let mut fields = match value {
         Value::Object(fields) => fields,
-        other => return Err(EnvelopeError::NotAnObject { found: kind(&other) }),
+        other => {
+            return Err(EnvelopeError::NotAnObject {
+                found: kind(&other),
+            });
+        }
     };
 
     // The version decides how everything else reads, so it is checked first.
@@ -35,7 +39,11 @@ pub(super) fn envelope(value: Value) -> Result<Envelope, EnvelopeError> {
 
     let data = match fields.remove("data") {
         Some(Value::Object(data)) => data,
-        Some(other) => return Err(EnvelopeError::DataNotObject { found: kind(&other) }),
+        Some(other) => {
+            return Err(EnvelopeError::DataNotObject {
+                found: kind(&other),
+            });
+        }
         None => return Err(EnvelopeError::DataNotObject { found: "absent" }),
     };
 
@@ -77,19 +85,23 @@ fn meta_block(mut fields: Map<String, Value>) -> Result<Meta, EnvelopeError> {
 }
 
 fn dead_letter_block(mut fields: Map<String, Value>) -> Result<DeadLetter, EnvelopeError> {
-    let reason = optional_string(fields.remove("reason"), "dead_letter.reason")?
-        .ok_or(EnvelopeError::WrongType {
+    let reason = optional_string(fields.remove("reason"), "dead_letter.reason")?.ok_or(
+        EnvelopeError::WrongType {
             field: "dead_letter.reason",
             expected: "a string",
             found: "absent",
-        })?;
+        },
+    )?;
     Ok(DeadLetter {
         reason: DeadLetterReason::from_wire(&reason),
         error: optional_string(fields.remove("error"), "dead_letter.error")?,
         exception: optional_string(fields.remove("exception"), "dead_letter.exception")?,
         failed_at: optional_u64(fields.remove("failed_at"), "dead_letter.failed_at")?.unwrap_or(0),
-        original_queue: optional_string(fields.remove("original_queue"), "dead_letter.original_queue")?
-            .unwrap_or_default(),
+        original_queue: optional_string(
+            fields.remove("original_queue"),
+            "dead_letter.original_queue",
+        )?
+        .unwrap_or_default(),
         attempts: optional_u64(fields.remove("attempts"), "dead_letter.attempts")?.unwrap_or(0),
         lang: optional_string(fields.remove("lang"), "dead_letter.lang")?,
         extra: fields,
@@ -100,7 +112,10 @@ fn non_empty_string(value: Value, field: &'static str) -> Result<Option<String>,
     Ok(optional_string(Some(value), field)?.filter(|s| !s.is_empty()))
 }
 
-fn optional_string(value: Option<Value>, field: &'static str) -> Result<Option<String>, EnvelopeError> {
+fn optional_string(
+    value: Option<Value>,
+    field: &'static str,
+) -> Result<Option<String>, EnvelopeError> {
     match value {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s)),

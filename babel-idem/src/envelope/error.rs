@@ -52,7 +52,9 @@ impl fmt::Display for EnvelopeError {
             EnvelopeError::NotAnObject { found } => {
                 write!(f, "envelope is not a JSON object (found {found})")
             }
-            EnvelopeError::MissingSchemaVersion => f.write_str("envelope has no meta.schema_version"),
+            EnvelopeError::MissingSchemaVersion => {
+                f.write_str("envelope has no meta.schema_version")
+            }
             EnvelopeError::UnsupportedSchemaVersion(version) => write!(
                 f,
                 "meta.schema_version {version} is not supported (this consumer reads version {})",
@@ -70,7 +72,10 @@ impl fmt::Display for EnvelopeError {
                 field,
                 expected,
                 found,
-            } => write!(f, "envelope field `{field}` must be {expected} (found {found})"),
+            } => write!(
+                f,
+                "envelope field `{field}` must be {expected} (found {found})"
+            ),
         }
     }
 }
