@@ -1,29 +1,5 @@
 //! [`PostgresStore`]: a seen-set shared by a fleet, in PostgreSQL (feature `postgres`).
-//!
-//! The table is the Go SDK's, so Go and Rust consumers can share it:
-//!
-//! ```sql
-#![doc = include_str!("postgres.sql")]
-//! ```
-//!
-//! | operation | statement (one round trip each) |
-//! |---|---|
-//! | `seen` | `SELECT EXISTS (... WHERE message_id = $1 AND (expires_at IS NULL OR expires_at > now()))` |
-//! | `remember` | `INSERT ... ON CONFLICT (message_id) DO UPDATE ... WHERE` the existing row has expired |
-//! | `forget` | `DELETE ... WHERE message_id = $1` |
-//!
-//! Expiry is computed by the database clock (`now() + interval`), never the
-//! client's, so consumers with skewed clocks agree on it.
-//!
-//! # Ids PostgreSQL cannot hold
-//!
-//! - An id containing NUL (`\0`): PostgreSQL `TEXT` cannot store it. All three
-//!   operations fail with a [`StoreError`] saying so, before any round trip;
-//!   the guard then does not run the handler and the message goes to retry or
-//!   dead-letter, rather than running on every redelivery.
-//! - A very long id: the primary-key index holds entries up to about 2.7 KB
-//!   after compression. A longer id is seen as unseen, and `remember` fails
-//!   with a [`StoreError`] that says the id is too long for the index.
+//! The commands, the layout and the limits are documented on the type.
 
 use std::error::Error as StdError;
 use std::fmt;
@@ -43,6 +19,34 @@ const DDL: &str = include_str!("postgres.sql");
 const PROGRAM_LIMIT_EXCEEDED: &str = "54000";
 
 /// A seen-set in a PostgreSQL table, shared by every consumer that points at it.
+///
+/// The table is the Go SDK's, so Go and Rust consumers can share it:
+///
+/// ```sql
+#[doc = include_str!("postgres.sql")]
+/// ```
+///
+/// | operation | statement (one each, in one round trip) |
+/// |---|---|
+/// | `seen` | `SELECT EXISTS (... WHERE message_id = $1 AND (expires_at IS NULL OR expires_at > now()))` |
+/// | `remember` | `INSERT ... ON CONFLICT (message_id) DO UPDATE ... WHERE` the existing row has expired |
+/// | `forget` | `DELETE ... WHERE message_id = $1` |
+///
+/// Expiry is computed by the database clock (`now() + interval`), never the
+/// client's, so consumers with skewed clocks agree on it.
+///
+/// The pool (sqlx's) also pings each connection as it takes it back, one
+/// more round trip per operation that the delivery does not wait for.
+///
+/// # Ids PostgreSQL cannot hold
+///
+/// - An id containing NUL (`\0`): PostgreSQL `TEXT` cannot store it. All three
+///   operations fail with a [`StoreError`] saying so, before any round trip;
+///   the guard then does not run the handler and the message goes to retry or
+///   dead-letter, rather than running on every redelivery.
+/// - A very long id: the primary-key index holds entries up to about 2.7 KB
+///   after compression. A longer id is seen as unseen, and `remember` fails
+///   with a [`StoreError`] that says the id is too long for the index.
 ///
 /// The store connects lazily: building it needs no server, and each operation
 /// fails with a [`StoreError`] until the server answers.

@@ -1,22 +1,5 @@
 //! [`RedisStore`]: a seen-set shared by a fleet, in Redis (feature `redis`).
-//!
-//! The key layout is the Go SDK's, so Go and Rust consumers share one seen-set:
-//!
-//! | operation | command (one round trip each) |
-//! |---|---|
-//! | `seen` | `EXISTS bq:idemp:<id>` |
-//! | `remember` | `SET bq:idemp:<id> 1 NX`, plus `PX <ttl ms>` with a TTL |
-//! | `forget` | `DEL bq:idemp:<id>` |
-//!
-//! Keys are binary safe, so any id (NUL, newlines, 10 KB) is stored verbatim.
-//! Expiry is Redis's own, so no purge is needed.
-//!
-//! # One server, not Redis Cluster
-//!
-//! The store talks to one Redis server (a standalone server, or the primary
-//! a proxy or Sentinel points to). Redis Cluster is **not supported**: a
-//! cluster URL is refused when the store is built, and a cluster node that
-//! answers `MOVED`/`ASK` makes the operation fail with an error that says so.
+//! The commands, the layout and the limits are documented on the type.
 
 use std::error::Error as StdError;
 use std::fmt;
@@ -34,6 +17,24 @@ const BACKEND: &str = "redis";
 const DEFAULT_PREFIX: &str = "bq:idemp:";
 
 /// A seen-set in Redis, shared by every consumer that points at the server.
+///
+/// The key layout is the Go SDK's, so Go and Rust consumers share one seen-set:
+///
+/// | operation | command (one round trip each) |
+/// |---|---|
+/// | `seen` | `EXISTS bq:idemp:<id>` |
+/// | `remember` | `SET bq:idemp:<id> 1 NX`, plus `PX <ttl ms>` with a TTL |
+/// | `forget` | `DEL bq:idemp:<id>` |
+///
+/// Keys are binary safe, so any id (NUL, newlines, 10 KB) is stored verbatim.
+/// Expiry is Redis's own, so no purge is needed.
+///
+/// # One server, not Redis Cluster
+///
+/// The store talks to one Redis server (a standalone server, or the primary
+/// a proxy or Sentinel points to). Redis Cluster is **not supported**: a
+/// cluster URL is refused when the store is built, and a cluster node that
+/// answers `MOVED`/`ASK` makes the operation fail with an error that says so.
 ///
 /// The store connects lazily and reconnects by itself: building it needs no
 /// server, each operation fails with a [`StoreError`] while the server is

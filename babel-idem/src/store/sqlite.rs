@@ -1,18 +1,5 @@
 //! [`SqliteStore`]: the embedded, persistent seen-set (feature `sqlite`).
-//!
-//! One table, the same shape as the PostgreSQL one, with times as Unix
-//! milliseconds:
-//!
-//! ```sql
-//! CREATE TABLE babelqueue_idempotency (
-//!     message_id TEXT PRIMARY KEY NOT NULL,
-//!     created_at INTEGER NOT NULL,  -- Unix ms
-//!     expires_at INTEGER NULL       -- Unix ms; NULL: never expires
-//! );
-//! ```
-//!
-//! A file database runs in WAL mode with a busy timeout, so workers in one
-//! process and processes sharing the file all read and write it safely.
+//! The commands, the layout and the limits are documented on the type.
 
 use std::fmt;
 use std::path::Path;
@@ -31,6 +18,20 @@ const BACKEND: &str = "sqlite";
 const NOW_MS: &str = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)";
 
 /// A seen-set in a SQLite database: a file that survives restarts, or memory.
+///
+/// One table, the same shape as the PostgreSQL one, with times as Unix
+/// milliseconds:
+///
+/// ```sql
+/// CREATE TABLE babelqueue_idempotency (
+///     message_id TEXT PRIMARY KEY NOT NULL,
+///     created_at INTEGER NOT NULL,  -- Unix ms
+///     expires_at INTEGER NULL       -- Unix ms; NULL: never expires
+/// );
+/// ```
+///
+/// A file database runs in WAL mode with a busy timeout, so workers in one
+/// process and processes sharing the file all read and write it safely.
 ///
 /// ```
 /// use babel_idem::{SqliteStore, Store};
