@@ -1,6 +1,6 @@
 //! The store contract against `SqliteStore`, plus what only SQLite has: a
-//! file that survives the store, shared by several stores at once, a
-//! checked table name and a purge of expired ids.
+//! file that survives the store, shared by several stores and processes at
+//! once, a checked table name and a purge of expired ids.
 //!
 //! `sqlite` is a default feature of babel-idem, so these always run.
 
@@ -47,6 +47,72 @@ async fn stores_sharing_one_file_see_each_others_writes() {
     for n in 0..64 {
         let reader = &stores[(n + 1) % stores.len()];
         assert!(reader.seen(&format!("id-{n}")).await.unwrap(), "id-{n}");
+    }
+}
+
+/// Where the child process of the next test writes: the database file and table.
+const CHILD_DATABASE: &str = "BABEL_IDEM_TEST_SQLITE_CHILD_DATABASE";
+const CHILD_TABLE: &str = "BABEL_IDEM_TEST_SQLITE_CHILD_TABLE";
+const IDS_PER_PROCESS: usize = 200;
+
+/// Two processes write one file at the same time (WAL and the busy timeout
+/// make them wait for each other, not fail), and each sees the other's ids.
+#[tokio::test]
+async fn processes_sharing_one_file_see_each_others_writes() {
+    let backend = SqliteBackend::create("processes").unwrap();
+    let store = backend.open("processes", None).await;
+    // The child is this test binary running only the writer below.
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--ignored",
+            "--exact",
+            "child_process_writer",
+            "--test-threads=1",
+        ])
+        .env(CHILD_DATABASE, backend.database())
+        .env(CHILD_TABLE, backend.table("processes"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the child process");
+    for n in 0..IDS_PER_PROCESS {
+        store.remember(&format!("parent-{n}")).await.unwrap();
+    }
+    let output = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .expect("the child process ran");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("1 passed"),
+        "the child writer failed: {stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for n in 0..IDS_PER_PROCESS {
+        assert!(
+            store.seen(&format!("child-{n}")).await.unwrap(),
+            "child-{n}"
+        );
+        assert!(
+            store.seen(&format!("parent-{n}")).await.unwrap(),
+            "parent-{n}"
+        );
+    }
+}
+
+/// The child half of the test above; it only runs when that test starts it.
+#[tokio::test]
+#[ignore = "run by processes_sharing_one_file_see_each_others_writes in a child process"]
+async fn child_process_writer() {
+    let database = std::env::var(CHILD_DATABASE).expect("started by the parent test");
+    let table = std::env::var(CHILD_TABLE).expect("started by the parent test");
+    let store = SqliteStore::builder()
+        .table(table)
+        .open(database)
+        .await
+        .unwrap();
+    for n in 0..IDS_PER_PROCESS {
+        store.remember(&format!("child-{n}")).await.unwrap();
     }
 }
 
