@@ -39,7 +39,13 @@
 //! - [`guard`], [`Guard`], [`wrap`] and [`idempotent`]: the decision and the
 //!   ways to put it in front of a handler.
 //! - [`metrics`]: what the guards decided, counted.
-#![cfg_attr(docsrs, feature(doc_auto_cfg))]
+//! - [`Router`], [`Urn`] and [`urn!`]: handlers registered by URN, raw
+//!   deliveries dispatched to a [`Disposition`] a broker loop acts on.
+//! - `conformance` (feature `conformance`): the BabelQueue conformance runner.
+//!
+//! Backends are cargo features: `sqlite` (default, `SqliteStore`), `redis`
+//! (`RedisStore`) and `postgres` (`PostgresStore`).
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs, unreachable_pub)]
 #![forbid(unsafe_code)]
 
