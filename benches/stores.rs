@@ -318,8 +318,6 @@ mod sqlite {
         remember: String,
     }
 
-    const NOW_MS: &str = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)";
-
     impl RawCommands for Raw {
         async fn seen(&self, id: String) -> bool {
             sqlx::query_scalar(&self.seen)
@@ -345,20 +343,10 @@ mod sqlite {
         let store = SqliteStore::open(dir.join("seen.db"))
             .await
             .expect("open SQLite");
-        let table = store.table().to_owned();
         let raw = Raw {
             pool: store.pool().clone(),
-            seen: format!(
-                "SELECT EXISTS (SELECT 1 FROM {table} WHERE message_id = ?1
-                     AND (expires_at IS NULL OR expires_at > {NOW_MS}))"
-            ),
-            remember: format!(
-                "INSERT INTO {table} (message_id, created_at, expires_at)
-                     VALUES (?1, {NOW_MS}, {NOW_MS} + ?2)
-                 ON CONFLICT (message_id) DO UPDATE
-                     SET created_at = excluded.created_at, expires_at = excluded.expires_at
-                     WHERE {table}.expires_at IS NOT NULL AND {table}.expires_at <= excluded.created_at"
-            ),
+            seen: store.seen_statement().to_owned(),
+            remember: store.remember_statement().to_owned(),
         };
         bench_backend(
             "sqlite",
@@ -525,20 +513,11 @@ mod postgres_backend {
     }
 
     impl Raw {
-        fn new(pool: PgPool, table: &str) -> Self {
+        fn new(pool: PgPool, store: &PostgresStore) -> Self {
             Raw {
                 pool,
-                seen: format!(
-                    "SELECT EXISTS (SELECT 1 FROM {table} WHERE message_id = $1
-                         AND (expires_at IS NULL OR expires_at > now()))"
-                ),
-                remember: format!(
-                    "INSERT INTO {table} (message_id, expires_at)
-                         VALUES ($1, now() + $2::bigint * interval '1 millisecond')
-                     ON CONFLICT (message_id) DO UPDATE
-                         SET created_at = now(), expires_at = EXCLUDED.expires_at
-                         WHERE {table}.expires_at IS NOT NULL AND {table}.expires_at <= now()"
-                ),
+                seen: store.seen_statement().to_owned(),
+                remember: store.remember_statement().to_owned(),
             }
         }
     }
@@ -593,7 +572,7 @@ mod postgres_backend {
             .table(table)
             .from_pool(pool.clone())
             .expect("a PostgreSQL store");
-        let raw = Raw::new(pool.clone(), table);
+        let raw = Raw::new(pool.clone(), &store);
         let run = unique_suffix();
         if path == Path::Duplicate {
             for n in 0..DUPLICATE_IDS {
@@ -749,7 +728,7 @@ mod postgres_backend {
             .from_pool(pool.clone())
             .expect("a PostgreSQL store");
         store.migrate().await.expect("create the bench table");
-        let raw = Raw::new(pool.clone(), &table);
+        let raw = Raw::new(pool.clone(), &store);
         bench_backend(
             "postgres",
             Arc::new(Counted::new(store)),

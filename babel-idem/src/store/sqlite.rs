@@ -241,6 +241,18 @@ impl SqliteStore {
     pub fn table(&self) -> &str {
         &self.table
     }
+
+    /// The statement `seen` runs, with the id bound to `?1`: to `EXPLAIN` it,
+    /// or to issue exactly it as a baseline.
+    pub fn seen_statement(&self) -> &str {
+        &self.sql.seen
+    }
+
+    /// The statement `remember` runs, with the id bound to `?1` and the TTL
+    /// in milliseconds (or `NULL`) to the second parameter.
+    pub fn remember_statement(&self) -> &str {
+        &self.sql.remember
+    }
 }
 
 impl Store for SqliteStore {
