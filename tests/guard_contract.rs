@@ -165,11 +165,54 @@ async fn scopes_do_not_skip_each_others_messages() {
             .unwrap();
     }
     assert_eq!(runs.load(Ordering::SeqCst), 2);
-    assert!(store.seen("billing:id-A").await.unwrap());
+    assert!(store.seen("7:billing:id-A").await.unwrap());
     assert!(
         !store.seen("id-A").await.unwrap(),
         "scoped keys never touch the bare id"
     );
+}
+
+/// The three messages: their scope and id joined with a bare `:`
+/// read alike (`orders:eu:123`), yet they are three messages and each runs.
+#[tokio::test]
+async fn scope_and_id_pairs_that_join_alike_are_three_messages() {
+    let store = InMemoryStore::new();
+    let runs = AtomicU32::new(0);
+    let deliveries = [
+        (Some("orders:eu"), "123"),
+        (Some("orders"), "eu:123"),
+        (None, "orders:eu:123"),
+    ];
+    for round in 1..=2 {
+        for (scope, id) in deliveries {
+            let guard = match scope {
+                Some(scope) => Guard::new(&store).scope(scope),
+                None => Guard::new(&store),
+            };
+            guard.run(&order(id), counted(&runs)).await.unwrap();
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), 3, "round {round}");
+    }
+    assert_eq!(store.len(), 3);
+    assert!(
+        store.seen("orders:eu:123").await.unwrap(),
+        "the unscoped key is the bare id, as the Go SDK writes it"
+    );
+}
+
+/// An empty scope is a scope of its own: not the unscoped seen-set.
+#[tokio::test]
+async fn an_empty_scope_keeps_apart_from_no_scope() {
+    let store = InMemoryStore::new();
+    let runs = AtomicU32::new(0);
+    let env = order("id-A");
+    Guard::new(&store)
+        .scope("")
+        .run(&env, counted(&runs))
+        .await
+        .unwrap();
+    guard(&store, &env, counted(&runs)).await.unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
 
 #[tokio::test]
@@ -218,7 +261,14 @@ async fn wrap_dedupes_a_closure_that_owns_its_message() {
     handler.call(env.clone()).await.unwrap();
     handler.call(env).await.unwrap();
     assert_eq!(runs.load(Ordering::SeqCst), 1);
-    assert!(handler.guard().store().seen("wrapped:id-A").await.unwrap());
+    assert!(
+        handler
+            .guard()
+            .store()
+            .seen("7:wrapped:id-A")
+            .await
+            .unwrap()
+    );
 }
 
 #[test]

@@ -249,7 +249,7 @@ pub async fn scopes_are_isolated<B: Backend>(backend: &B) {
     shipping.run(&env, handler()).await.unwrap();
     billing.run(&env, handler()).await.unwrap();
     assert_eq!(runs.load(Ordering::SeqCst), 2);
-    assert!(store.seen("billing:id-A").await.unwrap());
+    assert!(store.seen("7:billing:id-A").await.unwrap());
     assert!(!store.seen("id-A").await.unwrap());
 }
 
