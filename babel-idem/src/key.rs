@@ -1,24 +1,6 @@
 //! [`DedupeKey`]: the key a guard looks up, taken from a message before its
 //! handler runs.
 //!
-//! # Layout
-//!
-//! | guard | key | example (id `id-A`) |
-//! |---|---|---|
-//! | unscoped | the id, byte for byte (the Go SDK's key) | `id-A` |
-//! | scope `s` | `<byte length of s>:<s>:<id>` | scope `billing`: `7:billing:id-A` |
-//!
-//! The length in front says where the scope ends, so the scope and the id
-//! may contain anything (`:` included) and two different `(scope, id)`
-//! pairs never give one key: `orders:eu` + `123` is `9:orders:eu:123`,
-//! `orders` + `eu:123` is `6:orders:eu:123`. No scope is refused, the empty
-//! one included (`0::id-A`, apart from the unscoped `id-A`).
-//!
-//! An unscoped key must stay the bare id, which leaves no string free: an
-//! unscoped message whose id is literally `7:billing:id-A` shares its key
-//! with the `billing` message `id-A`. Where producers are not trusted to
-//! choose ids, give every guard that shares a store a scope.
-//!
 //! A key is copied out of the message (a handler may move or mutate the
 //! message), so it must be cheap: keys up to [`INLINE_CAPACITY`] bytes, which
 //! covers a UUID with a scope of up to 22 bytes in front, live inline and
@@ -38,8 +20,25 @@ pub(crate) const INLINE_CAPACITY: usize = 62;
 const SEPARATOR: char = ':';
 
 /// The dedupe key of one delivery: the message id, prefixed by the guard's
-/// scope (see [the layout](self#layout)) when it has one. `None` for a
-/// message without a usable id.
+/// scope when it has one. `None` for a message without a usable id.
+///
+/// # Layout
+///
+/// | guard | key | example (id `id-A`) |
+/// |---|---|---|
+/// | unscoped | the id, byte for byte (the Go SDK's key) | `id-A` |
+/// | scope `s` | `<byte length of s>:<s>:<id>` | scope `billing`: `7:billing:id-A` |
+///
+/// The length in front says where the scope ends, so the scope and the id
+/// may contain anything (`:` included) and two different `(scope, id)`
+/// pairs never give one key: `orders:eu` + `123` is `9:orders:eu:123`,
+/// `orders` + `eu:123` is `6:orders:eu:123`. No scope is refused, the empty
+/// one included (`0::id-A`, apart from the unscoped `id-A`).
+///
+/// An unscoped key must stay the bare id, which leaves no string free: an
+/// unscoped message whose id is literally `7:billing:id-A` shares its key
+/// with the `billing` message `id-A`. Where producers are not trusted to
+/// choose ids, give every guard that shares a store a scope.
 ///
 /// ```
 /// use babel_idem::{DedupeKey, Envelope};
@@ -93,7 +92,7 @@ impl DedupeKey {
     }
 }
 
-/// Writes the key of `id` under `scope` (see [the layout](self#layout)); fails
+/// Writes the key of `id` under `scope` (see [the layout](DedupeKey#layout)); fails
 /// only when `out` is full.
 #[inline]
 fn write_key(out: &mut impl fmt::Write, scope: Option<&str>, id: &str) -> fmt::Result {

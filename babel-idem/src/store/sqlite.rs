@@ -30,13 +30,11 @@ const NOW_MS: &str = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
 /// ```
 ///
 /// The table name is checked when the store is built: it must match
-/// `[A-Za-z_][A-Za-z0-9_]{0,47}`, the same rule as [`PostgresStore`]'s.
+/// `[A-Za-z_][A-Za-z0-9_]{0,47}`, the same rule as `PostgresStore`'s.
 /// The TTL must be at least 1 ms and at most
 /// [`MAX_TTL`](crate::store::MAX_TTL), counted in whole milliseconds. The
 /// store needs a Tokio runtime with timers (its pool times out waiting for a
 /// connection); building it on one without fails with an error that says so.
-///
-/// [`PostgresStore`]: https://docs.rs/babel-idem/latest/babel_idem/struct.PostgresStore.html
 ///
 /// A file database runs in WAL mode with a busy timeout, so workers in one
 /// process and processes sharing the file all read and write it safely.
