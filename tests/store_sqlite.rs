@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use babel_idem::{SqliteStore, Store, StoreOperation};
-use store_contract::{Backend, SqliteBackend};
+use store_contract::{Backend, SqliteBackend, assert_refused_when_built};
 
 store_contract_tests!(SqliteBackend::create);
 store_settings_tests!(SqliteBackend::create);
@@ -143,17 +143,8 @@ async fn a_table_name_that_is_not_an_identifier_is_refused() {
         "main.t",
         &"t".repeat(49),
     ] {
-        let error = SqliteStore::builder()
-            .table(table)
-            .in_memory()
-            .await
-            .expect_err(table);
-        assert_eq!(error.operation(), StoreOperation::Open);
-        assert_eq!(error.backend(), "sqlite");
-        assert!(
-            error.to_string().contains("not a plain identifier"),
-            "{error}"
-        );
+        let built = SqliteStore::builder().table(table).in_memory().await;
+        assert_refused_when_built(built, table, &["sqlite store", "not a plain identifier"]);
     }
 }
 

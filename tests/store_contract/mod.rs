@@ -384,17 +384,26 @@ pub async fn unusual_ids_round_trip<B: Backend>(backend: &B) {
     }
 }
 
-/// Asserts that `result` is the build-time refusal of a TTL, naming the range.
-fn assert_ttl_refused<S>(result: Result<S, StoreError>, ttl: Duration) {
+/// Asserts that building a store with `setting` failed as an `open` error
+/// whose text contains every one of `rule` (the rule it broke).
+#[track_caller]
+pub fn assert_refused_when_built<S>(
+    result: Result<S, StoreError>,
+    setting: impl std::fmt::Debug,
+    rule: &[&str],
+) {
     let Err(error) = result else {
-        panic!("a TTL of {ttl:?} was accepted");
+        panic!("{setting:?} was accepted");
     };
-    assert_eq!(error.operation(), StoreOperation::Open, "{ttl:?}: {error}");
-    let text = error.to_string();
-    assert!(
-        text.contains("at least 1 ms") && text.contains("at most 36500 days"),
-        "{ttl:?}: {text}"
+    assert_eq!(
+        error.operation(),
+        StoreOperation::Open,
+        "{setting:?}: {error}"
     );
+    let text = error.to_string();
+    for part in rule {
+        assert!(text.contains(part), "{setting:?}: {text:?} lacks {part:?}");
+    }
 }
 
 /// Zero, under a millisecond, or longer than [`MAX_TTL`] (up to what the
@@ -410,7 +419,8 @@ pub async fn ttls_out_of_range_are_refused_when_built<B: Backend>(backend: &B) {
         Duration::from_millis(i64::MAX as u64),        // Redis: invalid expire time
         Duration::MAX,
     ] {
-        assert_ttl_refused(backend.build("ttl_refused", Some(ttl)).await, ttl);
+        let built = backend.build("ttl_refused", Some(ttl)).await;
+        assert_refused_when_built(built, ttl, &["at least 1 ms", "at most 36500 days"]);
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
-use super::settings::{SqlSettings, Statements, require_tokio_timers};
+use super::settings::{SqlSettings, Statements};
 use super::{Store, StoreError, StoreFuture, StoreOperation, failed};
 
 const BACKEND: &str = "postgres";
@@ -164,9 +164,7 @@ impl PostgresStoreBuilder {
 
     /// Every setting checked, and the runtime, before anything is built.
     fn checked(&self) -> Result<SqlSettings, StoreError> {
-        let settings = SqlSettings::check(BACKEND, &self.table, self.ttl, postgres_statements)?;
-        require_tokio_timers().map_err(failed(BACKEND, StoreOperation::Open))?;
-        Ok(settings)
+        SqlSettings::check(BACKEND, &self.table, self.ttl, postgres_statements)
     }
 }
 
@@ -367,27 +365,5 @@ pub(crate) fn postgres_statements(table: &str) -> Statements {
         ),
         forget: format!("DELETE FROM {table} WHERE message_id = $1"),
         purge: format!("DELETE FROM {table} WHERE expires_at IS NOT NULL AND expires_at <= now()"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::store::settings::{DEFAULT_TABLE, INDEX_SUFFIX};
-
-    #[test]
-    fn the_shipped_ddl_is_the_one_the_store_runs_and_names_the_index_by_the_rule() {
-        let create = postgres_statements("seen_ids").create;
-        assert!(
-            create.contains("CREATE TABLE IF NOT EXISTS seen_ids ("),
-            "{create}"
-        );
-        assert!(
-            create.contains(&format!(
-                "CREATE INDEX IF NOT EXISTS seen_ids{INDEX_SUFFIX}"
-            )),
-            "{create}"
-        );
-        assert!(!create.contains(DEFAULT_TABLE), "{create}");
     }
 }

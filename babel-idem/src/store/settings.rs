@@ -189,9 +189,10 @@ pub(crate) struct SqlSettings {
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 impl SqlSettings {
-    /// The one check both SQL builders run: the table name and the TTL, each
-    /// refused as an `open` error of `backend`; then the statements of
-    /// `dialect` for that table.
+    /// The one check both SQL builders run: the table name, the TTL and the
+    /// runtime (the pools time out with Tokio timers), each refused as an
+    /// `open` error of `backend`; then the statements of `dialect` for that
+    /// table.
     pub(crate) fn check(
         backend: &'static str,
         table: &str,
@@ -200,6 +201,7 @@ impl SqlSettings {
     ) -> Result<Self, StoreError> {
         let table = checked_table_name(table).map_err(failed(backend, StoreOperation::Open))?;
         let ttl_ms = optional_ttl_millis(ttl).map_err(failed(backend, StoreOperation::Open))?;
+        require_tokio_timers().map_err(failed(backend, StoreOperation::Open))?;
         Ok(SqlSettings {
             sql: dialect(table),
             table: table.to_owned(),
@@ -305,6 +307,30 @@ mod tests {
     fn the_longest_table_name_still_names_its_index_in_63_bytes() {
         let table = "a".repeat(MAX_TABLE_LEN);
         assert_eq!(format!("{table}{INDEX_SUFFIX}").len(), 63);
+    }
+
+    /// Each backend's `.sql` file, as the store runs it for a table of its
+    /// own: the table and the index named by the rule, nothing left of the
+    /// default name.
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    #[test]
+    fn each_shipped_ddl_names_the_table_and_its_index_by_the_rule() {
+        let dialects: &[fn(&str) -> Statements] = &[
+            #[cfg(feature = "sqlite")]
+            crate::store::sqlite::sqlite_statements,
+            #[cfg(feature = "postgres")]
+            crate::store::postgres::postgres_statements,
+        ];
+        for dialect in dialects {
+            let create = dialect("seen_ids").create;
+            let index = format!("CREATE INDEX IF NOT EXISTS seen_ids{INDEX_SUFFIX}");
+            assert!(
+                create.contains("CREATE TABLE IF NOT EXISTS seen_ids ("),
+                "{create}"
+            );
+            assert!(create.contains(&index), "{create}");
+            assert!(!create.contains(DEFAULT_TABLE), "{create}");
+        }
     }
 
     #[cfg(feature = "sqlite")]

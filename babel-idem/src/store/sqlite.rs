@@ -9,7 +9,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 
-use super::settings::{DEFAULT_TABLE, SqlSettings, Statements, require_tokio_timers};
+use super::settings::{DEFAULT_TABLE, SqlSettings, Statements};
 use super::{Store, StoreError, StoreFuture, StoreOperation, failed};
 
 const BACKEND: &str = "sqlite";
@@ -150,9 +150,7 @@ impl SqliteStoreBuilder {
 
     /// Every setting checked, and the runtime, before anything is built.
     fn checked(&self) -> Result<SqlSettings, StoreError> {
-        let settings = SqlSettings::check(BACKEND, &self.table, self.ttl, sqlite_statements)?;
-        require_tokio_timers().map_err(failed(BACKEND, StoreOperation::Open))?;
-        Ok(settings)
+        SqlSettings::check(BACKEND, &self.table, self.ttl, sqlite_statements)
     }
 
     async fn connect(
@@ -334,22 +332,13 @@ pub(crate) fn sqlite_statements(table: &str) -> Statements {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::settings::INDEX_SUFFIX;
 
     #[test]
-    fn the_shipped_ddl_is_the_one_the_store_runs_and_names_the_index_by_the_rule() {
-        let create = sqlite_statements("seen_ids").create;
+    fn the_table_keeps_no_rowid() {
         assert!(
-            create.contains("CREATE TABLE IF NOT EXISTS seen_ids ("),
-            "{create}"
+            sqlite_statements("seen_ids")
+                .create
+                .contains(") WITHOUT ROWID;")
         );
-        assert!(create.contains(") WITHOUT ROWID;"), "{create}");
-        assert!(
-            create.contains(&format!(
-                "CREATE INDEX IF NOT EXISTS seen_ids{INDEX_SUFFIX}"
-            )),
-            "{create}"
-        );
-        assert!(!create.contains(DEFAULT_TABLE), "{create}");
     }
 }
