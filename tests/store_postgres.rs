@@ -12,7 +12,7 @@ use sqlx::Row;
 use store_contract::{Backend, PostgresBackend, assert_refused_when_built};
 
 store_contract_tests!(PostgresBackend::create);
-store_settings_tests!(PostgresBackend::create);
+store_settings_tests!(server PostgresBackend::create);
 
 /// `migrate` creates the Go SDK's table: the columns, types, defaults and
 /// the index on `expires_at`; running it again changes nothing.

@@ -82,6 +82,17 @@ macro_rules! store_settings_tests {
             }
         }
     };
+    // A store whose client talks over Tokio sockets.
+    (server $create:path) => {
+        store_settings_tests!($create);
+
+        #[test]
+        fn a_runtime_without_io_is_refused_when_built() {
+            if let Some(backend) = $create("a_runtime_without_io_is_refused_when_built") {
+                crate::store_contract::a_runtime_without_io_is_refused_when_built(&backend);
+            }
+        }
+    };
 }
 
 /// What a guarded test handler returns: its own failure, or the store's.
@@ -457,4 +468,20 @@ pub fn a_runtime_without_timers_is_refused_when_built<B: Backend>(backend: &B) {
     };
     assert_eq!(error.operation(), StoreOperation::Open);
     assert!(error.to_string().contains("enable_time"), "{error}");
+}
+
+/// A Tokio runtime with timers but without its I/O driver (`enable_io` not
+/// called): a server store's build fails with an error that says so, rather
+/// than the first `seen` panicking inside the client.
+pub fn a_runtime_without_io_is_refused_when_built<B: Backend>(backend: &B) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("a runtime without I/O");
+    let result = runtime.block_on(backend.build("no_io", None));
+    let Err(error) = result else {
+        panic!("a server store was built on a runtime without I/O");
+    };
+    assert_eq!(error.operation(), StoreOperation::Open);
+    assert!(error.to_string().contains("enable_io"), "{error}");
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
-use super::settings::{SqlSettings, Statements};
+use super::settings::{Drivers, SqlSettings, Statements};
 use super::{Store, StoreError, StoreFuture, StoreOperation, failed};
 
 const BACKEND: &str = "postgres";
@@ -58,9 +58,10 @@ const PROGRAM_LIMIT_EXCEEDED: &str = "54000";
 /// - The TTL must be at least 1 ms and at most
 ///   [`MAX_TTL`](crate::store::MAX_TTL) (about 100 years; PostgreSQL's
 ///   intervals end near 292,000 years), counted in whole milliseconds.
-/// - The store needs a Tokio runtime with timers (its pool times out
-///   waiting for a connection); building it on one without fails with an
-///   error that says so.
+/// - The store needs a Tokio runtime with timers and I/O (its pool times
+///   out waiting for a connection, and connects over Tokio sockets);
+///   building it on one without fails with an error that says so (how it
+///   is checked: see `RedisStore`'s docs, the check is the same).
 ///
 /// The store connects lazily: building it needs no server, and each operation
 /// fails with a [`StoreError`] until the server answers.
@@ -136,7 +137,7 @@ impl PostgresStoreBuilder {
 
     /// A store with its own pool for `url` (`postgres://user:password@host/db`).
     /// Nothing connects until the first operation. Must be called inside a
-    /// Tokio runtime with timers.
+    /// Tokio runtime with timers and I/O.
     ///
     /// Connections are not pinged before use, which would cost a round trip
     /// per operation. After a server restart each pooled connection fails
@@ -156,7 +157,7 @@ impl PostgresStoreBuilder {
 
     /// A store over a pool the caller already has, with the pool's own
     /// settings. The store never closes it. Must be called inside a Tokio
-    /// runtime with timers.
+    /// runtime with timers and I/O.
     pub fn from_pool(self, pool: PgPool) -> Result<PostgresStore, StoreError> {
         let settings = self.checked()?;
         Ok(PostgresStore { pool, settings })
@@ -164,7 +165,13 @@ impl PostgresStoreBuilder {
 
     /// Every setting checked, and the runtime, before anything is built.
     fn checked(&self) -> Result<SqlSettings, StoreError> {
-        SqlSettings::check(BACKEND, &self.table, self.ttl, postgres_statements)
+        SqlSettings::check(
+            BACKEND,
+            &self.table,
+            self.ttl,
+            postgres_statements,
+            Drivers::TimeAndIo,
+        )
     }
 }
 

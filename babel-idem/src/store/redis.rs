@@ -8,7 +8,7 @@ use std::time::Duration;
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::{Client, RedisError};
 
-use super::settings::{optional_ttl_millis, require_tokio_timers};
+use super::settings::{Drivers, optional_ttl_millis, require_tokio};
 use super::{Store, StoreError, StoreFuture, StoreOperation, failed};
 
 const BACKEND: &str = "redis";
@@ -52,10 +52,14 @@ const DEFAULT_PREFIX: &str = "bq:idemp:";
 ///
 /// # Runtime
 ///
-/// Build the store inside a Tokio runtime that has its time driver (the
-/// default of `#[tokio::main]`, or `enable_all()`): the client times out
-/// every command. On a runtime without it, building fails with an error
-/// that says so.
+/// Build the store inside a Tokio runtime that has its time and I/O drivers
+/// (the default of `#[tokio::main]`, or `enable_all()`): the client times
+/// out every command and talks over Tokio sockets. On a runtime without
+/// them, building fails with an error that says so. (Tokio offers no query
+/// for its drivers: the check makes a timer and a socket and catches the
+/// panic Tokio raises when a driver is missing, so the panic hook prints
+/// Tokio's message once; under `panic = "abort"` the process stops there,
+/// when the store is built, not at the first delivery.)
 ///
 /// # One server, not Redis Cluster
 ///
@@ -143,7 +147,7 @@ impl RedisStoreBuilder {
     /// A store for `url` (`redis://[user:password@]host:port/db`, `rediss://`
     /// needs the crate's TLS features, `redis+unix:///path`). Nothing
     /// connects until the first operation. Must be called inside a Tokio
-    /// runtime with timers. A Redis Cluster URL is refused.
+    /// runtime with timers and I/O. A Redis Cluster URL is refused.
     pub fn connect_lazy(self, url: &str) -> Result<RedisStore, StoreError> {
         if let Some(reason) = cluster_url_reason(url) {
             return Err(open_failed(RedisOpenError::Cluster(reason)));
@@ -154,7 +158,7 @@ impl RedisStoreBuilder {
 
     /// A store over a client the caller already built, with its own
     /// reconnecting connection. Must be called inside a Tokio runtime with
-    /// timers.
+    /// timers and I/O.
     pub fn from_client(self, client: Client) -> Result<RedisStore, StoreError> {
         let settings = self.checked()?;
         let config = ConnectionManagerConfig::new()
@@ -170,7 +174,7 @@ impl RedisStoreBuilder {
 
     /// A store over a connection manager the caller already has (it is
     /// cloned per command, never closed by the store; its settings apply).
-    /// Must be called inside a Tokio runtime with timers.
+    /// Must be called inside a Tokio runtime with timers and I/O.
     pub fn from_connection_manager(
         self,
         connection: ConnectionManager,
@@ -183,7 +187,7 @@ impl RedisStoreBuilder {
         let prefix = checked_prefix(&self.prefix).map_err(open_failed)?;
         let ttl_ms =
             optional_ttl_millis(self.ttl).map_err(failed(BACKEND, StoreOperation::Open))?;
-        require_tokio_timers().map_err(failed(BACKEND, StoreOperation::Open))?;
+        require_tokio(Drivers::TimeAndIo).map_err(failed(BACKEND, StoreOperation::Open))?;
         Ok(RedisSettings {
             prefix: prefix.to_owned(),
             ttl_ms,

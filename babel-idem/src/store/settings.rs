@@ -60,18 +60,33 @@ impl fmt::Display for InvalidTtl {
 
 impl StdError for InvalidTtl {}
 
-/// Fails unless a Tokio runtime with its time driver is running: the server
-/// clients start background tasks when they are built, and time out every
-/// command with Tokio timers, which panic on a runtime built without
-/// `enable_time`.
+/// The Tokio drivers a store's client uses once it is built.
 #[cfg(any(feature = "sqlite", feature = "redis", feature = "postgres"))]
-pub(crate) fn require_tokio_timers() -> Result<(), RuntimeUnfit> {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Drivers {
+    /// Timers only: SQLite runs its I/O on its own threads.
+    Time,
+    /// Timers and sockets: the server clients.
+    TimeAndIo,
+}
+
+/// Fails unless a Tokio runtime with `drivers` is running: the clients start
+/// background tasks when they are built, time out every command with Tokio
+/// timers and, for a server, talk over Tokio sockets; each panics on a
+/// runtime built without `enable_time` / `enable_io`, at the first delivery.
+#[cfg(any(feature = "sqlite", feature = "redis", feature = "postgres"))]
+pub(crate) fn require_tokio(drivers: Drivers) -> Result<(), RuntimeUnfit> {
     if tokio::runtime::Handle::try_current().is_err() {
         return Err(RuntimeUnfit::NoRuntime);
     }
     if !timers_enabled() {
         return Err(RuntimeUnfit::TimersDisabled);
     }
+    #[cfg(any(feature = "redis", feature = "postgres"))]
+    if drivers == Drivers::TimeAndIo && !io_enabled() {
+        return Err(RuntimeUnfit::IoDisabled);
+    }
+    let _ = drivers;
     Ok(())
 }
 
@@ -87,12 +102,28 @@ fn timers_enabled() -> bool {
     std::panic::catch_unwind(|| drop(tokio::time::sleep(Duration::ZERO))).is_ok()
 }
 
-/// The current thread has no Tokio runtime a server store can run on.
+/// Whether the current runtime has an I/O driver, tested as
+/// [`timers_enabled`] is: registering a socket panics without one. A socket
+/// that cannot be opened at all says nothing, and is not held against the
+/// runtime.
+#[cfg(any(feature = "redis", feature = "postgres"))]
+fn io_enabled() -> bool {
+    let Ok(socket) = std::net::UdpSocket::bind((std::net::Ipv4Addr::LOCALHOST, 0)) else {
+        return true;
+    };
+    if socket.set_nonblocking(true).is_err() {
+        return true;
+    }
+    std::panic::catch_unwind(move || drop(tokio::net::UdpSocket::from_std(socket))).is_ok()
+}
+
+/// The current thread has no Tokio runtime a store can run on.
 #[cfg(any(feature = "sqlite", feature = "redis", feature = "postgres"))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum RuntimeUnfit {
     NoRuntime,
     TimersDisabled,
+    IoDisabled,
 }
 
 #[cfg(any(feature = "sqlite", feature = "redis", feature = "postgres"))]
@@ -106,6 +137,10 @@ impl fmt::Display for RuntimeUnfit {
             RuntimeUnfit::TimersDisabled => {
                 "the Tokio runtime has no time driver, which the store's client needs \
                  for its timeouts: build the runtime with `enable_time()` (or `enable_all()`)"
+            }
+            RuntimeUnfit::IoDisabled => {
+                "the Tokio runtime has no I/O driver, which the store's client needs \
+                 for its connections: build the runtime with `enable_io()` (or `enable_all()`)"
             }
         })
     }
@@ -198,10 +233,11 @@ impl SqlSettings {
         table: &str,
         ttl: Option<Duration>,
         dialect: fn(&str) -> Statements,
+        drivers: Drivers,
     ) -> Result<Self, StoreError> {
         let table = checked_table_name(table).map_err(failed(backend, StoreOperation::Open))?;
         let ttl_ms = optional_ttl_millis(ttl).map_err(failed(backend, StoreOperation::Open))?;
-        require_tokio_timers().map_err(failed(backend, StoreOperation::Open))?;
+        require_tokio(drivers).map_err(failed(backend, StoreOperation::Open))?;
         Ok(SqlSettings {
             sql: dialect(table),
             table: table.to_owned(),
@@ -336,17 +372,40 @@ mod tests {
     #[cfg(feature = "sqlite")]
     #[test]
     fn a_runtime_without_timers_is_told_apart_from_none() {
-        assert_eq!(require_tokio_timers(), Err(RuntimeUnfit::NoRuntime));
+        assert_eq!(require_tokio(Drivers::Time), Err(RuntimeUnfit::NoRuntime));
         let no_timers = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
         no_timers.block_on(async {
-            assert_eq!(require_tokio_timers(), Err(RuntimeUnfit::TimersDisabled));
+            assert_eq!(
+                require_tokio(Drivers::Time),
+                Err(RuntimeUnfit::TimersDisabled)
+            );
         });
-        let with_timers = tokio::runtime::Builder::new_current_thread()
+        let timers_only = tokio::runtime::Builder::new_current_thread()
             .enable_time()
             .build()
             .unwrap();
-        with_timers.block_on(async { assert_eq!(require_tokio_timers(), Ok(())) });
+        timers_only.block_on(async { assert_eq!(require_tokio(Drivers::Time), Ok(())) });
+    }
+
+    #[cfg(any(feature = "redis", feature = "postgres"))]
+    #[test]
+    fn a_runtime_without_io_is_refused_to_a_server_client() {
+        let timers_only = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        timers_only.block_on(async {
+            assert_eq!(
+                require_tokio(Drivers::TimeAndIo),
+                Err(RuntimeUnfit::IoDisabled)
+            );
+        });
+        let both = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        both.block_on(async { assert_eq!(require_tokio(Drivers::TimeAndIo), Ok(())) });
     }
 }

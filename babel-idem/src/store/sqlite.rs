@@ -9,7 +9,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 
-use super::settings::{DEFAULT_TABLE, SqlSettings, Statements};
+use super::settings::{DEFAULT_TABLE, Drivers, SqlSettings, Statements};
 use super::{Store, StoreError, StoreFuture, StoreOperation, failed};
 
 const BACKEND: &str = "sqlite";
@@ -150,7 +150,13 @@ impl SqliteStoreBuilder {
 
     /// Every setting checked, and the runtime, before anything is built.
     fn checked(&self) -> Result<SqlSettings, StoreError> {
-        SqlSettings::check(BACKEND, &self.table, self.ttl, sqlite_statements)
+        SqlSettings::check(
+            BACKEND,
+            &self.table,
+            self.ttl,
+            sqlite_statements,
+            Drivers::Time,
+        )
     }
 
     async fn connect(
