@@ -458,30 +458,24 @@ pub async fn the_longest_ttl_allowed_is_accepted_by_the_server<B: Backend>(backe
 /// building the store fails with an error that says so, rather than the
 /// first `seen` panicking inside the client.
 pub fn a_runtime_without_timers_is_refused_when_built<B: Backend>(backend: &B) {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .build()
-        .expect("a runtime without timers");
-    let result = runtime.block_on(backend.build("no_timers", None));
-    let Err(error) = result else {
-        panic!("a store was built on a runtime without timers");
-    };
-    assert_eq!(error.operation(), StoreOperation::Open);
-    assert!(error.to_string().contains("enable_time"), "{error}");
+    let mut runtime = tokio::runtime::Builder::new_current_thread();
+    runtime.enable_io();
+    assert_refused_on(runtime, backend, "enable_time");
 }
 
 /// A Tokio runtime with timers but without its I/O driver (`enable_io` not
 /// called): a server store's build fails with an error that says so, rather
 /// than the first `seen` panicking inside the client.
 pub fn a_runtime_without_io_is_refused_when_built<B: Backend>(backend: &B) {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .expect("a runtime without I/O");
-    let result = runtime.block_on(backend.build("no_io", None));
-    let Err(error) = result else {
-        panic!("a server store was built on a runtime without I/O");
-    };
-    assert_eq!(error.operation(), StoreOperation::Open);
-    assert!(error.to_string().contains("enable_io"), "{error}");
+    let mut runtime = tokio::runtime::Builder::new_current_thread();
+    runtime.enable_time();
+    assert_refused_on(runtime, backend, "enable_io");
+}
+
+/// Builds a store on the runtime `builder` makes, and asserts that it was
+/// refused with an error naming `missing`, the builder call it lacks.
+fn assert_refused_on<B: Backend>(mut builder: tokio::runtime::Builder, backend: &B, missing: &str) {
+    let runtime = builder.build().expect("a runtime");
+    let built = runtime.block_on(backend.build("unfit_runtime", None));
+    assert_refused_when_built(built, format!("a runtime without {missing}"), &[missing]);
 }
