@@ -14,6 +14,36 @@ use babel_idem::{
 use serde_json::json;
 use support::{FailingStore, Failure};
 
+/// Counts heap allocations made by the current thread, so a test can assert
+/// that a code path makes none (other tests' threads do not count).
+struct CountingAllocator;
+
+thread_local! {
+    static ALLOCATIONS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+// SAFETY: every call is forwarded unchanged to the system allocator; the
+// counter is a const-initialised thread local, which never allocates.
+unsafe impl std::alloc::GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        let _ = ALLOCATIONS.try_with(|count| count.set(count.get() + 1));
+        // SAFETY: forwarded with the caller's layout.
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        // SAFETY: `ptr` came from `alloc` with this layout.
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static COUNTING: CountingAllocator = CountingAllocator;
+
+fn allocations_on_this_thread() -> u64 {
+    ALLOCATIONS.with(|count| count.get())
+}
+
 #[derive(Debug)]
 enum HandlerError {
     Declined,
@@ -165,11 +195,82 @@ async fn scopes_do_not_skip_each_others_messages() {
             .unwrap();
     }
     assert_eq!(runs.load(Ordering::SeqCst), 2);
-    assert!(store.seen("billing:id-A").await.unwrap());
+    assert!(store.seen("7:billing:id-A").await.unwrap());
     assert!(
         !store.seen("id-A").await.unwrap(),
         "scoped keys never touch the bare id"
     );
+}
+
+/// The three messages: their scope and id joined with a bare `:`
+/// read alike (`orders:eu:123`), yet they are three messages and each runs.
+#[tokio::test]
+async fn scope_and_id_pairs_that_join_alike_are_three_messages() {
+    let store = InMemoryStore::new();
+    let runs = AtomicU32::new(0);
+    let deliveries = [
+        (Some("orders:eu"), "123"),
+        (Some("orders"), "eu:123"),
+        (None, "orders:eu:123"),
+    ];
+    for round in 1..=2 {
+        for (scope, id) in deliveries {
+            let guard = match scope {
+                Some(scope) => Guard::new(&store).scope(scope),
+                None => Guard::new(&store),
+            };
+            guard.run(&order(id), counted(&runs)).await.unwrap();
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), 3, "round {round}");
+    }
+    assert_eq!(store.len(), 3);
+    assert!(
+        store.seen("orders:eu:123").await.unwrap(),
+        "the unscoped key is the bare id, as the Go SDK writes it"
+    );
+}
+
+/// A scoped duplicate of a UUID id is skipped without a heap allocation:
+/// the length-prefixed key fits inline (scopes up to 22 bytes).
+#[test]
+fn a_scoped_duplicate_of_a_uuid_id_allocates_nothing() {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+
+    let store = InMemoryStore::new();
+    let guard = Guard::new(&store).scope("billing-eu-west-1-prod");
+    let env = order("f1e2d3c4-b5a6-4789-90ab-cdef01234567");
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut deliver = || {
+        let run = guard.run(&env, async { Ok::<(), HandlerError>(()) });
+        let mut run = std::pin::pin!(run);
+        match run.as_mut().poll(&mut cx) {
+            Poll::Ready(result) => result.unwrap(),
+            Poll::Pending => panic!("the in-memory store answers at once"),
+        }
+    };
+    deliver(); // the first delivery runs and remembers the key
+    let before = allocations_on_this_thread();
+    for _ in 0..100 {
+        deliver();
+    }
+    assert_eq!(allocations_on_this_thread() - before, 0);
+    assert_eq!(store.len(), 1);
+}
+
+/// An empty scope is a scope of its own: not the unscoped seen-set.
+#[tokio::test]
+async fn an_empty_scope_keeps_apart_from_no_scope() {
+    let store = InMemoryStore::new();
+    let runs = AtomicU32::new(0);
+    let env = order("id-A");
+    Guard::new(&store)
+        .scope("")
+        .run(&env, counted(&runs))
+        .await
+        .unwrap();
+    guard(&store, &env, counted(&runs)).await.unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
 
 #[tokio::test]
@@ -218,7 +319,14 @@ async fn wrap_dedupes_a_closure_that_owns_its_message() {
     handler.call(env.clone()).await.unwrap();
     handler.call(env).await.unwrap();
     assert_eq!(runs.load(Ordering::SeqCst), 1);
-    assert!(handler.guard().store().seen("wrapped:id-A").await.unwrap());
+    assert!(
+        handler
+            .guard()
+            .store()
+            .seen("7:wrapped:id-A")
+            .await
+            .unwrap()
+    );
 }
 
 #[test]

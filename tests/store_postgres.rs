@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use babel_idem::{PostgresStore, Store, StoreOperation};
 use sqlx::Row;
-use store_contract::{Backend, PostgresBackend};
+use store_contract::{Backend, PostgresBackend, assert_refused_when_built};
 
 store_contract_tests!(PostgresBackend::create);
+store_settings_tests!(server PostgresBackend::create);
 
 /// `migrate` creates the Go SDK's table: the columns, types, defaults and
 /// the index on `expires_at`; running it again changes nothing.
@@ -185,16 +186,10 @@ async fn a_table_name_that_is_not_an_identifier_is_refused() {
         "public.t",
         &"t".repeat(64),
     ] {
-        let error = PostgresStore::builder()
+        let built = PostgresStore::builder()
             .table(table)
-            .connect_lazy("postgres://postgres@127.0.0.1:5432/postgres")
-            .expect_err(table);
-        assert_eq!(error.operation(), StoreOperation::Open);
-        assert_eq!(error.backend(), "postgres");
-        assert!(
-            error.to_string().contains("not a plain identifier"),
-            "{error}"
-        );
+            .connect_lazy("postgres://postgres@127.0.0.1:5432/postgres");
+        assert_refused_when_built(built, table, &["postgres store", "not a plain identifier"]);
     }
 }
 
@@ -230,4 +225,47 @@ fn building_outside_a_tokio_runtime_is_an_error_not_a_panic() {
     let error = PostgresStore::connect_lazy("postgres://postgres@127.0.0.1:5432/postgres")
         .expect_err("no runtime");
     assert!(error.to_string().contains("Tokio runtime"), "{error}");
+}
+
+/// The `expires_at` index is named `<table>_expires_at_idx`, which must fit
+/// PostgreSQL's 63-byte identifier: a 49- or 63-character table name (whose
+/// index name the server would truncate, then skip as already there) is
+/// refused when the store is built; at 48 characters migrate creates the
+/// index under its full name, on the real server.
+#[tokio::test]
+async fn a_table_name_whose_index_name_would_be_truncated_is_refused() {
+    let Some(backend) =
+        PostgresBackend::create("a_table_name_whose_index_name_would_be_truncated_is_refused")
+    else {
+        return;
+    };
+    // The fixture's name for a 31-character space is 48 characters long.
+    let table = backend.table(&"t".repeat(31));
+    assert_eq!(table.len(), 48);
+    for len in [49, 63] {
+        let longer = format!("{table}{}", "t".repeat(len - table.len()));
+        let built = PostgresStore::builder()
+            .table(&longer)
+            .connect_lazy(&backend.url);
+        assert_refused_when_built(built, longer, &["at most 48 characters", "_expires_at_idx"]);
+    }
+
+    let store = PostgresStore::builder()
+        .table(&table)
+        .connect_lazy(&backend.url)
+        .unwrap();
+    store.migrate().await.unwrap();
+    store.migrate().await.unwrap();
+    let mut raw = backend.raw().await;
+    let indexes: Vec<String> = sqlx::query_scalar(
+        "SELECT indexname::text FROM pg_indexes WHERE tablename = $1 ORDER BY indexname",
+    )
+    .bind(&table)
+    .fetch_all(&mut raw)
+    .await
+    .unwrap();
+    assert_eq!(
+        indexes,
+        [format!("{table}_expires_at_idx"), format!("{table}_pkey")]
+    );
 }

@@ -10,9 +10,10 @@ use std::time::Duration;
 
 use babel_idem::{RedisStore, Store, StoreOperation};
 use redis::AsyncCommands;
-use store_contract::{Backend, RedisBackend};
+use store_contract::{Backend, RedisBackend, assert_refused_when_built};
 
 store_contract_tests!(RedisBackend::create);
+store_settings_tests!(server RedisBackend::create);
 
 /// A key written by `RedisStore` is the one the Go SDK's store reads:
 /// `bq:idemp:` + id, value `1`, a millisecond expiry when a TTL is set.
@@ -107,4 +108,76 @@ async fn a_malformed_url_is_an_open_error() {
 fn building_outside_a_tokio_runtime_is_an_error_not_a_panic() {
     let error = RedisStore::connect_lazy("redis://127.0.0.1:6379/").expect_err("no runtime");
     assert!(error.to_string().contains("Tokio runtime"), "{error}");
+}
+
+/// A prefix that is empty, does not end with `:`, holds spaces, control or
+/// glob characters, or nests with the Go SDK's default `bq:idemp:` (so one
+/// store's key is another's id) is refused when the store is built, with
+/// the rule.
+#[tokio::test]
+async fn an_ambiguous_prefix_is_refused_when_built() {
+    for prefix in [
+        "",
+        ":",
+        "bq:idemp",
+        "bq:",
+        "bq:idemp:x:",
+        "billing idemp:",
+        "billing\nidemp:",
+        "billing*:",
+        "billing?:",
+        "billing[1]:",
+        "billing\\:",
+        "caché:",
+        &format!("{}:", "p".repeat(128)),
+    ] {
+        let built = RedisStore::builder()
+            .prefix(prefix)
+            .connect_lazy("redis://127.0.0.1:6379/");
+        let quoted = format!("{prefix:?}");
+        assert_refused_when_built(
+            built,
+            prefix,
+            &["redis store", &quoted, "must end with ':'"],
+        );
+    }
+    for prefix in [
+        "bq:idemp:",
+        "bq:idem:",
+        "billing:idemp:",
+        "x:",
+        &format!("{}:", "p".repeat(127)),
+    ] {
+        let store = RedisStore::builder()
+            .prefix(prefix)
+            .connect_lazy("redis://127.0.0.1:6379/")
+            .expect(prefix);
+        assert_eq!(store.prefix(), prefix);
+    }
+}
+
+/// With the empty prefix an application key `user:42` read as an id: seen
+/// was true and forget deleted it. The store cannot be built that way now,
+/// and a store on a valid prefix leaves the application's key alone.
+#[tokio::test]
+async fn application_keys_outside_the_prefix_are_never_touched() {
+    let Some(backend) =
+        RedisBackend::create("application_keys_outside_the_prefix_are_never_touched")
+    else {
+        return;
+    };
+    let mut raw = backend.raw().await;
+    let app_key = format!("{}app:user:42", backend.run_prefix());
+    let _: () = raw.set(&app_key, "alice").await.unwrap();
+    assert!(
+        RedisStore::builder()
+            .prefix("")
+            .connect_lazy(&backend.url)
+            .is_err()
+    );
+    let store = backend.open("seen", None).await;
+    assert!(!store.seen(&app_key).await.unwrap());
+    store.forget(&app_key).await.unwrap();
+    let value: Option<String> = raw.get(&app_key).await.unwrap();
+    assert_eq!(value.as_deref(), Some("alice"));
 }

@@ -11,9 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use babel_idem::{SqliteStore, Store, StoreOperation};
-use store_contract::{Backend, SqliteBackend};
+use store_contract::{Backend, SqliteBackend, assert_refused_when_built};
 
 store_contract_tests!(SqliteBackend::create);
+store_settings_tests!(SqliteBackend::create);
 
 #[tokio::test]
 async fn a_remembered_id_survives_reopening_the_file() {
@@ -140,29 +141,11 @@ async fn a_table_name_that_is_not_an_identifier_is_refused() {
         "t; DROP TABLE users",
         "\"t\"",
         "main.t",
+        &"t".repeat(49),
     ] {
-        let error = SqliteStore::builder()
-            .table(table)
-            .in_memory()
-            .await
-            .expect_err(table);
-        assert_eq!(error.operation(), StoreOperation::Open);
-        assert_eq!(error.backend(), "sqlite");
-        assert!(
-            error.to_string().contains("not a plain identifier"),
-            "{error}"
-        );
+        let built = SqliteStore::builder().table(table).in_memory().await;
+        assert_refused_when_built(built, table, &["sqlite store", "not a plain identifier"]);
     }
-}
-
-#[tokio::test]
-async fn a_zero_ttl_is_refused() {
-    let error = SqliteStore::builder()
-        .ttl(Duration::ZERO)
-        .in_memory()
-        .await
-        .expect_err("a zero TTL");
-    assert!(error.to_string().contains("TTL"), "{error}");
 }
 
 #[tokio::test]

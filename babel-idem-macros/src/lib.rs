@@ -85,7 +85,7 @@ use proc_macro::TokenStream;
 /// # let billing = Billing { store: Arc::new(babel_idem::InMemoryStore::new()) };
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 /// # billing.charge(Payment { key: "p-1".into() }, 1).await.unwrap();
-/// # assert!(billing.store.seen("billing:p-1").await.unwrap());
+/// # assert!(billing.store.seen("7:billing:p-1").await.unwrap());
 /// # });
 /// ```
 ///

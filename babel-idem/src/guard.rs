@@ -121,8 +121,24 @@ impl<S: Store> Guard<S> {
         }
     }
 
-    /// Namespaces every key as `scope:id`, so services sharing one store do
+    /// Namespaces every key as `<scope length>:<scope>:<id>` (see
+    /// [`DedupeKey`](crate::DedupeKey)), so services sharing one store do
     /// not skip each other's messages.
+    ///
+    /// Every scope is accepted: the length in front keeps any two
+    /// `(scope, id)` pairs apart, whatever `:` they contain, and the empty
+    /// scope is a scope of its own. An unscoped guard keys on the bare id
+    /// (the Go SDK's layout).
+    ///
+    /// ```
+    /// use babel_idem::{Envelope, Guard, InMemoryStore};
+    /// use serde_json::json;
+    ///
+    /// let env = Envelope::new("urn:babel:orders:created", json!({})).with_id("eu:123");
+    /// let store = InMemoryStore::new();
+    /// assert_eq!(Guard::new(&store).scope("orders").key(&env).as_str(), Some("6:orders:eu:123"));
+    /// assert_eq!(Guard::new(&store).key(&env).as_str(), Some("eu:123"));
+    /// ```
     pub fn scope(mut self, scope: impl Into<Cow<'static, str>>) -> Self {
         self.scope = Some(scope.into());
         self

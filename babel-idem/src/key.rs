@@ -2,8 +2,9 @@
 //! handler runs.
 //!
 //! A key is copied out of the message (a handler may move or mutate the
-//! message), so it must be cheap: ids up to [`INLINE_CAPACITY`] bytes, which
-//! covers a UUID with a scope in front, live inline and cost no allocation.
+//! message), so it must be cheap: keys up to [`INLINE_CAPACITY`] bytes, which
+//! covers a UUID with a scope of up to 22 bytes in front, live inline and
+//! cost no allocation.
 
 use std::fmt;
 
@@ -11,14 +12,33 @@ use arrayvec::ArrayString;
 
 use crate::MessageId;
 
-/// The longest key (scope, separator and id) kept without a heap allocation.
+/// The longest key (length, scope, separators and id) kept without a heap
+/// allocation.
 pub(crate) const INLINE_CAPACITY: usize = 62;
 
-/// The separator between a guard's scope and the message id.
-pub(crate) const SCOPE_SEPARATOR: char = ':';
+/// The separator after a scope's length and after the scope itself.
+const SEPARATOR: char = ':';
 
 /// The dedupe key of one delivery: the message id, prefixed by the guard's
 /// scope when it has one. `None` for a message without a usable id.
+///
+/// # Layout
+///
+/// | guard | key | example (id `id-A`) |
+/// |---|---|---|
+/// | unscoped | the id, byte for byte (the Go SDK's key) | `id-A` |
+/// | scope `s` | `<byte length of s>:<s>:<id>` | scope `billing`: `7:billing:id-A` |
+///
+/// The length in front says where the scope ends, so the scope and the id
+/// may contain anything (`:` included) and two different `(scope, id)`
+/// pairs never give one key: `orders:eu` + `123` is `9:orders:eu:123`,
+/// `orders` + `eu:123` is `6:orders:eu:123`. No scope is refused, the empty
+/// one included (`0::id-A`, apart from the unscoped `id-A`).
+///
+/// An unscoped key must stay the bare id, which leaves no string free: an
+/// unscoped message whose id is literally `7:billing:id-A` shares its key
+/// with the `billing` message `id-A`. Where producers are not trusted to
+/// choose ids, give every guard that shares a store a scope.
 ///
 /// ```
 /// use babel_idem::{DedupeKey, Envelope};
@@ -26,7 +46,7 @@ pub(crate) const SCOPE_SEPARATOR: char = ':';
 ///
 /// let env = Envelope::new("urn:babel:orders:created", json!({})).with_id("id-A");
 /// assert_eq!(DedupeKey::new(None, &env).as_str(), Some("id-A"));
-/// assert_eq!(DedupeKey::new(Some("billing"), &env).as_str(), Some("billing:id-A"));
+/// assert_eq!(DedupeKey::new(Some("billing"), &env).as_str(), Some("7:billing:id-A"));
 /// assert_eq!(DedupeKey::new(None, &env.clone().without_id()).as_str(), None);
 /// ```
 #[derive(Clone)]
@@ -52,22 +72,13 @@ impl DedupeKey {
     #[inline]
     fn from_parts(scope: Option<&str>, id: &str) -> Self {
         let mut inline = ArrayString::new();
-        let fits = match scope {
-            None => inline.try_push_str(id).is_ok(),
-            Some(scope) => {
-                inline.try_push_str(scope).is_ok()
-                    && inline.try_push(SCOPE_SEPARATOR).is_ok()
-                    && inline.try_push_str(id).is_ok()
-            }
-        };
-        if fits {
+        if write_key(&mut inline, scope, id).is_ok() {
             return DedupeKey(Repr::Inline(inline));
         }
-        let key = match scope {
-            None => id.to_owned(),
-            Some(scope) => format!("{scope}{SCOPE_SEPARATOR}{id}"),
-        };
-        DedupeKey(Repr::Heap(key.into_boxed_str()))
+        let mut heap = String::new();
+        // Writing to a `String` cannot fail.
+        let _ = write_key(&mut heap, scope, id);
+        DedupeKey(Repr::Heap(heap.into_boxed_str()))
     }
 
     /// The key as the store sees it, or `None` when the message had no id.
@@ -79,6 +90,32 @@ impl DedupeKey {
             Repr::Heap(key) => Some(key),
         }
     }
+}
+
+/// Writes the key of `id` under `scope` (see [the layout](DedupeKey#layout)); fails
+/// only when `out` is full.
+#[inline]
+fn write_key(out: &mut impl fmt::Write, scope: Option<&str>, id: &str) -> fmt::Result {
+    if let Some(scope) = scope {
+        // Digits by hand: `write!` with `{}` tripled the cost of a scoped key.
+        let mut digits = [0u8; 20];
+        let mut rest = scope.len();
+        let mut start = digits.len();
+        loop {
+            start -= 1;
+            digits[start] = b'0' + (rest % 10) as u8;
+            rest /= 10;
+            if rest == 0 {
+                break;
+            }
+        }
+        // ASCII digits are UTF-8.
+        out.write_str(std::str::from_utf8(&digits[start..]).unwrap_or_default())?;
+        out.write_char(SEPARATOR)?;
+        out.write_str(scope)?;
+        out.write_char(SEPARATOR)?;
+    }
+    out.write_str(id)
 }
 
 impl fmt::Debug for DedupeKey {
@@ -117,12 +154,54 @@ mod tests {
             let id: &'static str = Box::leak(id.into_boxed_str());
             assert_eq!(id.len(), len);
             assert_eq!(DedupeKey::new(None, &Id(id)).as_str(), Some(id));
-            let scoped = format!("scope:{id}");
+            let scoped = format!("5:scope:{id}");
             assert_eq!(
                 DedupeKey::new(Some("scope"), &Id(id)).as_str(),
                 Some(&*scoped)
             );
         }
+    }
+
+    /// Splits a scoped key back into its scope and id, the way the layout
+    /// says it is read; `None` when the key is not in that layout.
+    fn parse(key: &str) -> Option<(&str, &str)> {
+        let (len, rest) = key.split_once(SEPARATOR)?;
+        let len: usize = len.parse().ok()?;
+        let scope = rest.get(..len)?;
+        let id = rest.get(len..)?.strip_prefix(SEPARATOR)?;
+        Some((scope, id))
+    }
+
+    #[test]
+    fn a_scoped_key_reads_back_as_its_scope_and_id() {
+        let parts = [
+            "", ":", "::", "a", "a:", ":a", "7:", "10:x", "é:☕", "\\:", "\0",
+        ];
+        let mut keys = std::collections::HashSet::new();
+        for scope in parts {
+            for id in parts.iter().filter(|id| !id.is_empty()) {
+                let id: &'static str = id;
+                let key = DedupeKey::new(Some(scope), &Id(id));
+                let key = key.as_str().unwrap();
+                assert_eq!(parse(key), Some((scope, id)), "{key:?}");
+                assert!(keys.insert(key.to_owned()), "{key:?} twice");
+            }
+        }
+    }
+
+    #[test]
+    fn a_uuid_under_a_22_byte_scope_stays_inline() {
+        let uuid = "f1e2d3c4-b5a6-4789-90ab-cdef01234567";
+        let scope = "s".repeat(22);
+        let key = DedupeKey::new(Some(&scope), &Id(uuid));
+        assert!(matches!(key.0, Repr::Inline(_)), "{key:?}");
+        let longer = DedupeKey::new(Some(&format!("{scope}s")), &Id(uuid));
+        assert!(matches!(longer.0, Repr::Heap(_)), "{longer:?}");
+        assert_eq!(parse(longer.as_str().unwrap()).unwrap().1, uuid);
+        let long_scope = "s".repeat(1_234);
+        let key = DedupeKey::new(Some(&long_scope), &Id(uuid));
+        assert_eq!(parse(key.as_str().unwrap()), Some((&*long_scope, uuid)));
+        assert!(key.as_str().unwrap().starts_with("1234:s"));
     }
 
     #[test]

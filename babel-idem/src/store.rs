@@ -17,7 +17,8 @@ mod memory;
 mod postgres;
 #[cfg(feature = "redis")]
 mod redis;
-#[cfg(any(feature = "sqlite", feature = "redis", feature = "postgres"))]
+// Always built: `InMemoryStore`'s builder is meant to share the TTL rule.
+#[allow(dead_code)]
 mod settings;
 #[cfg(feature = "sqlite")]
 mod sqlite;
@@ -27,6 +28,7 @@ pub use memory::{InMemoryStore, InMemoryStoreBuilder};
 pub use postgres::{PostgresStore, PostgresStoreBuilder};
 #[cfg(feature = "redis")]
 pub use redis::{RedisStore, RedisStoreBuilder};
+pub use settings::MAX_TTL;
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteStore, SqliteStoreBuilder};
 
@@ -277,6 +279,18 @@ impl StoreError {
     pub fn into_source(self) -> BoxError {
         self.source
     }
+}
+
+/// The `map_err` adapter of every backend: an error of `backend` while it
+/// ran `operation`, as a [`StoreError`].
+///
+/// `.map_err(failed(BACKEND, StoreOperation::Seen))?`
+#[cfg(any(feature = "sqlite", feature = "redis", feature = "postgres"))]
+pub(crate) fn failed<E: Into<BoxError>>(
+    backend: &'static str,
+    operation: StoreOperation,
+) -> impl FnOnce(E) -> StoreError {
+    move |source| StoreError::new(operation, backend, source)
 }
 
 impl fmt::Display for StoreError {

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use babel_idem::{InMemoryStore, Store};
+use babel_idem::{InMemoryStore, Store, StoreError};
 
 use super::servers::unique_suffix;
 
@@ -20,7 +20,15 @@ pub trait Backend {
     /// A store on the seen-set named `space` (a Redis prefix, a SQL table),
     /// private to this test run. Stores on different spaces never share
     /// ids; stores on one space do, where the backend is shared at all.
-    async fn open(&self, space: &str, ttl: Option<Duration>) -> Self::Store;
+    async fn open(&self, space: &str, ttl: Option<Duration>) -> Self::Store {
+        self.build(space, ttl)
+            .await
+            .unwrap_or_else(|e| panic!("open a store on {space}: {e}"))
+    }
+
+    /// What building (and migrating) that store returns: how a test sees a
+    /// setting refused.
+    async fn build(&self, space: &str, ttl: Option<Duration>) -> Result<Self::Store, StoreError>;
 
     /// Whether the backend stores ids containing NUL. PostgreSQL `TEXT`
     /// cannot, and `PostgresStore` refuses them with a `StoreError`.
@@ -41,23 +49,43 @@ impl MemoryBackend {
 impl Backend for MemoryBackend {
     type Store = InMemoryStore;
 
-    async fn open(&self, _space: &str, ttl: Option<Duration>) -> InMemoryStore {
-        match ttl {
+    async fn build(
+        &self,
+        _space: &str,
+        ttl: Option<Duration>,
+    ) -> Result<InMemoryStore, StoreError> {
+        Ok(match ttl {
             Some(ttl) => InMemoryStore::builder().ttl(ttl).build(),
             None => InMemoryStore::new(),
-        }
+        })
     }
 }
 
-/// A table name for `space` that is unique to one run and a plain identifier.
+/// The longest table name the SQL stores accept.
+pub const MAX_TABLE_NAME: usize = 48;
+
+/// A table name for `space` that is unique to one run and a plain
+/// identifier; a long space is cut and keeps a hash of its whole name, so
+/// two long spaces never share a table.
 fn table_name(run: &str, space: &str) -> String {
     let space: String = space
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
         .collect();
     let mut name = format!("bqt_{run}_{space}");
-    name.truncate(63);
+    if name.len() > MAX_TABLE_NAME {
+        let digest = fnv1a(space.as_bytes());
+        name.truncate(MAX_TABLE_NAME - 9);
+        name.push_str(&format!("_{digest:08x}"));
+    }
     name
+}
+
+/// FNV-1a, 32 bits: a fixed, dependency-free hash for short names.
+fn fnv1a(bytes: &[u8]) -> u32 {
+    bytes.iter().fold(0x811c_9dc5, |hash, &byte| {
+        (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193)
+    })
 }
 
 /// SQLite (babel-idem's default feature, so always built): one database
@@ -94,15 +122,16 @@ mod sqlite {
     impl Backend for SqliteBackend {
         type Store = SqliteStore;
 
-        async fn open(&self, space: &str, ttl: Option<Duration>) -> SqliteStore {
+        async fn build(
+            &self,
+            space: &str,
+            ttl: Option<Duration>,
+        ) -> Result<SqliteStore, StoreError> {
             let mut builder = SqliteStore::builder().table(self.table(space));
             if let Some(ttl) = ttl {
                 builder = builder.ttl(ttl);
             }
-            builder
-                .open(self.database())
-                .await
-                .expect("open the SQLite store")
+            builder.open(self.database()).await
         }
     }
 
@@ -164,14 +193,16 @@ mod redis_backend {
     impl Backend for RedisBackend {
         type Store = RedisStore;
 
-        async fn open(&self, space: &str, ttl: Option<Duration>) -> RedisStore {
+        async fn build(
+            &self,
+            space: &str,
+            ttl: Option<Duration>,
+        ) -> Result<RedisStore, StoreError> {
             let mut builder = RedisStore::builder().prefix(self.prefix(space));
             if let Some(ttl) = ttl {
                 builder = builder.ttl(ttl);
             }
-            builder
-                .connect_lazy(&self.url)
-                .expect("build the Redis store")
+            builder.connect_lazy(&self.url)
         }
     }
 
@@ -257,15 +288,22 @@ mod postgres_backend {
 
         /// A store on `space` that is built but not migrated.
         pub fn unmigrated(&self, space: &str, ttl: Option<Duration>) -> PostgresStore {
+            self.build_unmigrated(space, ttl)
+                .expect("build the PostgreSQL store")
+        }
+
+        fn build_unmigrated(
+            &self,
+            space: &str,
+            ttl: Option<Duration>,
+        ) -> Result<PostgresStore, StoreError> {
             let mut builder = PostgresStore::builder()
                 .table(self.table(space))
                 .acquire_timeout(self.acquire_timeout);
             if let Some(ttl) = ttl {
                 builder = builder.ttl(ttl);
             }
-            builder
-                .connect_lazy(&self.url)
-                .expect("build the PostgreSQL store")
+            builder.connect_lazy(&self.url)
         }
 
         /// A plain connection, to read the table without the store.
@@ -279,10 +317,14 @@ mod postgres_backend {
     impl Backend for PostgresBackend {
         type Store = PostgresStore;
 
-        async fn open(&self, space: &str, ttl: Option<Duration>) -> PostgresStore {
-            let store = self.unmigrated(space, ttl);
-            store.migrate().await.expect("create the table");
-            store
+        async fn build(
+            &self,
+            space: &str,
+            ttl: Option<Duration>,
+        ) -> Result<PostgresStore, StoreError> {
+            let store = self.build_unmigrated(space, ttl)?;
+            store.migrate().await?;
+            Ok(store)
         }
 
         fn stores_nul(&self) -> bool {

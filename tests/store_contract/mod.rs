@@ -19,7 +19,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use babel_idem::{Envelope, Guard, MessageId, Store, StoreError, guard, wrap};
+use babel_idem::store::MAX_TTL;
+use babel_idem::{Envelope, Guard, MessageId, Store, StoreError, StoreOperation, guard, wrap};
 use serde_json::{Value, json};
 
 /// Expands to one `#[tokio::test]` per contract check, each opening its own
@@ -52,6 +53,46 @@ macro_rules! store_contract_tests {
             }
         }
     )+};
+}
+
+/// Expands to the settings checks every persistent store shares: the TTL
+/// range and the Tokio runtime it needs, each checked when the store is built.
+#[allow(unused_macros)]
+macro_rules! store_settings_tests {
+    ($create:path) => {
+        #[tokio::test]
+        async fn ttls_out_of_range_are_refused_when_built() {
+            if let Some(backend) = $create("ttls_out_of_range_are_refused_when_built") {
+                crate::store_contract::ttls_out_of_range_are_refused_when_built(&backend).await;
+            }
+        }
+
+        #[tokio::test]
+        async fn the_longest_ttl_allowed_is_accepted_by_the_server() {
+            if let Some(backend) = $create("the_longest_ttl_allowed_is_accepted_by_the_server") {
+                crate::store_contract::the_longest_ttl_allowed_is_accepted_by_the_server(&backend)
+                    .await;
+            }
+        }
+
+        #[test]
+        fn a_runtime_without_timers_is_refused_when_built() {
+            if let Some(backend) = $create("a_runtime_without_timers_is_refused_when_built") {
+                crate::store_contract::a_runtime_without_timers_is_refused_when_built(&backend);
+            }
+        }
+    };
+    // A store whose client talks over Tokio sockets.
+    (server $create:path) => {
+        store_settings_tests!($create);
+
+        #[test]
+        fn a_runtime_without_io_is_refused_when_built() {
+            if let Some(backend) = $create("a_runtime_without_io_is_refused_when_built") {
+                crate::store_contract::a_runtime_without_io_is_refused_when_built(&backend);
+            }
+        }
+    };
 }
 
 /// What a guarded test handler returns: its own failure, or the store's.
@@ -249,7 +290,7 @@ pub async fn scopes_are_isolated<B: Backend>(backend: &B) {
     shipping.run(&env, handler()).await.unwrap();
     billing.run(&env, handler()).await.unwrap();
     assert_eq!(runs.load(Ordering::SeqCst), 2);
-    assert!(store.seen("billing:id-A").await.unwrap());
+    assert!(store.seen("7:billing:id-A").await.unwrap());
     assert!(!store.seen("id-A").await.unwrap());
 }
 
@@ -352,4 +393,89 @@ pub async fn unusual_ids_round_trip<B: Backend>(backend: &B) {
         assert!(matches!(result, Err(DeliveryError::Store(_))), "{result:?}");
         assert_eq!(runs.load(Ordering::SeqCst), 0, "the handler did not run");
     }
+}
+
+/// Asserts that building a store with `setting` failed as an `open` error
+/// whose text contains every one of `rule` (the rule it broke).
+#[track_caller]
+pub fn assert_refused_when_built<S>(
+    result: Result<S, StoreError>,
+    setting: impl std::fmt::Debug,
+    rule: &[&str],
+) {
+    let Err(error) = result else {
+        panic!("{setting:?} was accepted");
+    };
+    assert_eq!(
+        error.operation(),
+        StoreOperation::Open,
+        "{setting:?}: {error}"
+    );
+    let text = error.to_string();
+    for part in rule {
+        assert!(text.contains(part), "{setting:?}: {text:?} lacks {part:?}");
+    }
+}
+
+/// Zero, under a millisecond, or longer than [`MAX_TTL`] (up to what the
+/// servers reject on every call: PostgreSQL's interval range, Redis's `PX`
+/// limit) is refused when the store is built, with the allowed range.
+pub async fn ttls_out_of_range_are_refused_when_built<B: Backend>(backend: &B) {
+    for ttl in [
+        Duration::ZERO,
+        Duration::from_nanos(1),
+        Duration::from_micros(999),
+        MAX_TTL + Duration::from_millis(1),
+        Duration::from_millis(10_000_000_000_000_000), // PostgreSQL: interval out of range
+        Duration::from_millis(i64::MAX as u64),        // Redis: invalid expire time
+        Duration::MAX,
+    ] {
+        let built = backend.build("ttl_refused", Some(ttl)).await;
+        assert_refused_when_built(built, ttl, &["at least 1 ms", "at most 36500 days"]);
+    }
+}
+
+/// The range's ends are real: a store with a 1 ms TTL and one with
+/// [`MAX_TTL`] both remember, and the long one's id is seen.
+pub async fn the_longest_ttl_allowed_is_accepted_by_the_server<B: Backend>(backend: &B) {
+    let longest = backend.build("ttl_longest", Some(MAX_TTL)).await.unwrap();
+    longest
+        .remember("id-A")
+        .await
+        .expect("the server takes MAX_TTL");
+    assert!(longest.seen("id-A").await.unwrap());
+    let shortest = backend
+        .build("ttl_shortest", Some(Duration::from_millis(1)))
+        .await
+        .unwrap();
+    shortest
+        .remember("id-A")
+        .await
+        .expect("the server takes 1 ms");
+}
+
+/// A Tokio runtime without its time driver (`enable_time` not called):
+/// building the store fails with an error that says so, rather than the
+/// first `seen` panicking inside the client.
+pub fn a_runtime_without_timers_is_refused_when_built<B: Backend>(backend: &B) {
+    let mut runtime = tokio::runtime::Builder::new_current_thread();
+    runtime.enable_io();
+    assert_refused_on(runtime, backend, "enable_time");
+}
+
+/// A Tokio runtime with timers but without its I/O driver (`enable_io` not
+/// called): a server store's build fails with an error that says so, rather
+/// than the first `seen` panicking inside the client.
+pub fn a_runtime_without_io_is_refused_when_built<B: Backend>(backend: &B) {
+    let mut runtime = tokio::runtime::Builder::new_current_thread();
+    runtime.enable_time();
+    assert_refused_on(runtime, backend, "enable_io");
+}
+
+/// Builds a store on the runtime `builder` makes, and asserts that it was
+/// refused with an error naming `missing`, the builder call it lacks.
+fn assert_refused_on<B: Backend>(mut builder: tokio::runtime::Builder, backend: &B, missing: &str) {
+    let runtime = builder.build().expect("a runtime");
+    let built = runtime.block_on(backend.build("unfit_runtime", None));
+    assert_refused_when_built(built, format!("a runtime without {missing}"), &[missing]);
 }

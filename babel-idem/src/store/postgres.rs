@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
-use super::settings::{DEFAULT_TABLE, checked_table_name, require_tokio_runtime, ttl_millis};
-use super::{Store, StoreError, StoreFuture, StoreOperation};
+use super::settings::{Drivers, SqlSettings, Statements};
+use super::{Store, StoreError, StoreFuture, StoreOperation, failed};
 
 const BACKEND: &str = "postgres";
 
@@ -48,6 +48,21 @@ const PROGRAM_LIMIT_EXCEEDED: &str = "54000";
 ///   after compression. A longer id is seen as unseen, and `remember` fails
 ///   with a [`StoreError`] that says the id is too long for the index.
 ///
+/// # Settings, checked when the store is built
+///
+/// - The table name must match `[A-Za-z_][A-Za-z0-9_]{0,47}`: a plain
+///   identifier that needs no quoting, short enough that the index name
+///   `<table>_expires_at_idx` fits PostgreSQL's 63-byte identifiers (a
+///   truncated one would make `CREATE INDEX IF NOT EXISTS` skip the index).
+///   Unquoted, PostgreSQL folds it to lower case.
+/// - The TTL must be at least 1 ms and at most
+///   [`MAX_TTL`](crate::store::MAX_TTL) (about 100 years; PostgreSQL's
+///   intervals end near 292,000 years), counted in whole milliseconds.
+/// - The store needs a Tokio runtime with timers and I/O (its pool times
+///   out waiting for a connection, and connects over Tokio sockets);
+///   building it on one without fails with an error that says so (how it
+///   is checked: see `RedisStore`'s docs, the check is the same).
+///
 /// The store connects lazily: building it needs no server, and each operation
 /// fails with a [`StoreError`] until the server answers.
 ///
@@ -67,9 +82,7 @@ const PROGRAM_LIMIT_EXCEEDED: &str = "54000";
 #[derive(Clone)]
 pub struct PostgresStore {
     pool: PgPool,
-    table: String,
-    ttl_ms: Option<i64>,
-    sql: Statements,
+    settings: SqlSettings,
 }
 
 /// Configures a [`PostgresStore`]; made by [`PostgresStore::builder`].
@@ -84,7 +97,7 @@ pub struct PostgresStoreBuilder {
 impl Default for PostgresStoreBuilder {
     fn default() -> Self {
         PostgresStoreBuilder {
-            table: DEFAULT_TABLE.to_owned(),
+            table: super::settings::DEFAULT_TABLE.to_owned(),
             ttl: None,
             acquire_timeout: Duration::from_secs(5),
             max_connections: 10,
@@ -94,13 +107,15 @@ impl Default for PostgresStoreBuilder {
 
 impl PostgresStoreBuilder {
     /// The table to use (default `babelqueue_idempotency`). It must match
-    /// `[A-Za-z_][A-Za-z0-9_]{0,62}`, or building the store fails.
+    /// `[A-Za-z_][A-Za-z0-9_]{0,47}`, or building the store fails.
     pub fn table(mut self, table: impl Into<String>) -> Self {
         self.table = table.into();
         self
     }
 
-    /// Forget each id this long after it was first remembered (at least 1 ms).
+    /// Forget each id this long after it was first remembered: at least
+    /// 1 ms and at most [`MAX_TTL`](crate::store::MAX_TTL) (about 100 years),
+    /// counted in whole milliseconds; checked when the store is built.
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = Some(ttl);
         self
@@ -122,42 +137,41 @@ impl PostgresStoreBuilder {
 
     /// A store with its own pool for `url` (`postgres://user:password@host/db`).
     /// Nothing connects until the first operation. Must be called inside a
-    /// Tokio runtime.
+    /// Tokio runtime with timers and I/O.
     ///
     /// Connections are not pinged before use, which would cost a round trip
     /// per operation. After a server restart each pooled connection fails
     /// one operation (a [`StoreError`]: the message is retried) and is
     /// replaced.
     pub fn connect_lazy(self, url: &str) -> Result<PostgresStore, StoreError> {
-        let options: PgConnectOptions = url
-            .parse()
-            .map_err(|e| StoreError::new(StoreOperation::Open, BACKEND, e))?;
-        require_tokio_runtime().map_err(|e| StoreError::new(StoreOperation::Open, BACKEND, e))?;
-        let (table, ttl_ms) = self.checked()?;
+        let options: PgConnectOptions =
+            url.parse().map_err(failed(BACKEND, StoreOperation::Open))?;
+        let settings = self.checked()?;
         let pool = PgPoolOptions::new()
             .max_connections(self.max_connections)
             .acquire_timeout(self.acquire_timeout)
             .test_before_acquire(false)
             .connect_lazy_with(options);
-        Ok(PostgresStore::assemble(pool, table, ttl_ms))
+        Ok(PostgresStore { pool, settings })
     }
 
     /// A store over a pool the caller already has, with the pool's own
-    /// settings. The store never closes it.
+    /// settings. The store never closes it. Must be called inside a Tokio
+    /// runtime with timers and I/O.
     pub fn from_pool(self, pool: PgPool) -> Result<PostgresStore, StoreError> {
-        let (table, ttl_ms) = self.checked()?;
-        Ok(PostgresStore::assemble(pool, table, ttl_ms))
+        let settings = self.checked()?;
+        Ok(PostgresStore { pool, settings })
     }
 
-    fn checked(&self) -> Result<(String, Option<i64>), StoreError> {
-        let table = checked_table_name(&self.table)
-            .map_err(|e| StoreError::new(StoreOperation::Open, BACKEND, e))?;
-        let ttl_ms = self
-            .ttl
-            .map(ttl_millis)
-            .transpose()
-            .map_err(|e| StoreError::new(StoreOperation::Open, BACKEND, e))?;
-        Ok((table.to_owned(), ttl_ms))
+    /// Every setting checked, and the runtime, before anything is built.
+    fn checked(&self) -> Result<SqlSettings, StoreError> {
+        SqlSettings::check(
+            BACKEND,
+            &self.table,
+            self.ttl,
+            postgres_statements,
+            Drivers::TimeAndIo,
+        )
     }
 }
 
@@ -192,32 +206,23 @@ impl PostgresStore {
         PostgresStoreBuilder::default()
     }
 
-    fn assemble(pool: PgPool, table: String, ttl_ms: Option<i64>) -> Self {
-        PostgresStore {
-            sql: Statements::for_table(&table),
-            table,
-            ttl_ms,
-            pool,
-        }
-    }
-
     /// Creates the table and its `expires_at` index if they do not exist
     /// (the statements of `postgres.sql`, for this store's table).
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        sqlx::raw_sql(&self.sql.create)
+        sqlx::raw_sql(&self.settings.sql.create)
             .execute(&self.pool)
             .await
-            .map_err(|e| StoreError::new(StoreOperation::Open, BACKEND, e))?;
+            .map_err(failed(BACKEND, StoreOperation::Open))?;
         Ok(())
     }
 
     /// Deletes the expired ids and returns how many went. Expired ids are
     /// already not seen; this only reclaims their space.
     pub async fn purge_expired(&self) -> Result<u64, StoreError> {
-        let done = sqlx::query(&self.sql.purge)
+        let done = sqlx::query(&self.settings.sql.purge)
             .execute(&self.pool)
             .await
-            .map_err(|e| StoreError::new(StoreOperation::Maintenance, BACKEND, e))?;
+            .map_err(failed(BACKEND, StoreOperation::Maintenance))?;
         Ok(done.rows_affected())
     }
 
@@ -228,64 +233,64 @@ impl PostgresStore {
 
     /// The table the store uses.
     pub fn table(&self) -> &str {
-        &self.table
+        &self.settings.table
     }
 
     /// The statement `seen` runs, with the id bound to `$1`: to `EXPLAIN` it,
     /// or to issue exactly it as a baseline.
     pub fn seen_statement(&self) -> &str {
-        &self.sql.seen
+        &self.settings.sql.seen
     }
 
     /// The statement `remember` runs, with the id bound to `$1` and the TTL
     /// in milliseconds (or `NULL`) to the second parameter.
     pub fn remember_statement(&self) -> &str {
-        &self.sql.remember
+        &self.settings.sql.remember
     }
 }
 
 impl Store for PostgresStore {
     fn seen<'a>(&'a self, id: &'a str) -> StoreFuture<'a, bool> {
         StoreFuture::new(async move {
-            let fail = |e: UnstorableId| StoreError::new(StoreOperation::Seen, BACKEND, e);
-            UnstorableId::check(id).map_err(fail)?;
-            sqlx::query_scalar::<_, bool>(&self.sql.seen)
+            UnstorableId::check(id).map_err(failed(BACKEND, StoreOperation::Seen))?;
+            sqlx::query_scalar::<_, bool>(&self.settings.sql.seen)
                 .bind(id)
                 .fetch_one(&self.pool)
                 .await
-                .map_err(|e| StoreError::new(StoreOperation::Seen, BACKEND, e))
+                .map_err(failed(BACKEND, StoreOperation::Seen))
         })
     }
 
     fn remember<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
         StoreFuture::new(async move {
-            let fail = |e: UnstorableId| StoreError::new(StoreOperation::Remember, BACKEND, e);
-            UnstorableId::check(id).map_err(fail)?;
-            let done = sqlx::query(&self.sql.remember)
+            let remember = StoreOperation::Remember;
+            UnstorableId::check(id).map_err(failed(BACKEND, remember))?;
+            let done = sqlx::query(&self.settings.sql.remember)
                 .bind(id)
-                .bind(self.ttl_ms)
+                .bind(self.settings.ttl_ms)
                 .execute(&self.pool)
                 .await;
             match done {
                 Ok(_) => Ok(()),
-                Err(e) if is_index_limit(&e) => Err(fail(UnstorableId::TooLong {
-                    bytes: id.len(),
-                    source: e,
-                })),
-                Err(e) => Err(StoreError::new(StoreOperation::Remember, BACKEND, e)),
+                Err(e) if is_index_limit(&e) => {
+                    Err(failed(BACKEND, remember)(UnstorableId::TooLong {
+                        bytes: id.len(),
+                        source: e,
+                    }))
+                }
+                Err(e) => Err(failed(BACKEND, remember)(e)),
             }
         })
     }
 
     fn forget<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
         StoreFuture::new(async move {
-            let fail = |e: UnstorableId| StoreError::new(StoreOperation::Forget, BACKEND, e);
-            UnstorableId::check(id).map_err(fail)?;
-            sqlx::query(&self.sql.forget)
+            UnstorableId::check(id).map_err(failed(BACKEND, StoreOperation::Forget))?;
+            sqlx::query(&self.settings.sql.forget)
                 .bind(id)
                 .execute(&self.pool)
                 .await
-                .map_err(|e| StoreError::new(StoreOperation::Forget, BACKEND, e))?;
+                .map_err(failed(BACKEND, StoreOperation::Forget))?;
             Ok(())
         })
     }
@@ -294,8 +299,8 @@ impl Store for PostgresStore {
 impl fmt::Debug for PostgresStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PostgresStore")
-            .field("table", &self.table)
-            .field("ttl_ms", &self.ttl_ms)
+            .field("table", &self.settings.table)
+            .field("ttl_ms", &self.settings.ttl_ms)
             .finish_non_exhaustive()
     }
 }
@@ -347,40 +352,25 @@ impl StdError for UnstorableId {
     }
 }
 
-/// The statements for one (checked) table name, written out once.
-#[derive(Clone)]
-struct Statements {
-    create: String,
-    seen: String,
-    remember: String,
-    forget: String,
-    purge: String,
-}
-
-impl Statements {
-    fn for_table(table: &str) -> Self {
-        Statements {
-            // The table name is a checked plain identifier, and the DDL's only
-            // occurrences of the default name are the table and its index.
-            create: DDL.replace(DEFAULT_TABLE, table),
-            seen: format!(
-                "SELECT EXISTS (SELECT 1 FROM {table} WHERE message_id = $1
-                     AND (expires_at IS NULL OR expires_at > now()))"
-            ),
-            // Set-if-absent, like `SET NX`: a live row keeps its first expiry,
-            // an expired one is taken over, in one statement. A NULL TTL makes
-            // a NULL expiry (never expires).
-            remember: format!(
-                "INSERT INTO {table} (message_id, expires_at)
-                     VALUES ($1, now() + $2::bigint * interval '1 millisecond')
-                 ON CONFLICT (message_id) DO UPDATE
-                     SET created_at = now(), expires_at = EXCLUDED.expires_at
-                     WHERE {table}.expires_at IS NOT NULL AND {table}.expires_at <= now()"
-            ),
-            forget: format!("DELETE FROM {table} WHERE message_id = $1"),
-            purge: format!(
-                "DELETE FROM {table} WHERE expires_at IS NOT NULL AND expires_at <= now()"
-            ),
-        }
+/// PostgreSQL's statements for one checked table name.
+pub(crate) fn postgres_statements(table: &str) -> Statements {
+    Statements {
+        create: Statements::ddl_for(DDL, table),
+        seen: format!(
+            "SELECT EXISTS (SELECT 1 FROM {table} WHERE message_id = $1
+                 AND (expires_at IS NULL OR expires_at > now()))"
+        ),
+        // Set-if-absent, like `SET NX`: a live row keeps its first expiry,
+        // an expired one is taken over, in one statement. A NULL TTL makes
+        // a NULL expiry (never expires).
+        remember: format!(
+            "INSERT INTO {table} (message_id, expires_at)
+                 VALUES ($1, now() + $2::bigint * interval '1 millisecond')
+             ON CONFLICT (message_id) DO UPDATE
+                 SET created_at = now(), expires_at = EXCLUDED.expires_at
+                 WHERE {table}.expires_at IS NOT NULL AND {table}.expires_at <= now()"
+        ),
+        forget: format!("DELETE FROM {table} WHERE message_id = $1"),
+        purge: format!("DELETE FROM {table} WHERE expires_at IS NOT NULL AND expires_at <= now()"),
     }
 }

@@ -8,8 +8,8 @@ use std::time::Duration;
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::{Client, RedisError};
 
-use super::settings::{require_tokio_runtime, ttl_millis};
-use super::{Store, StoreError, StoreFuture, StoreOperation};
+use super::settings::{Drivers, optional_ttl_millis, require_tokio};
+use super::{Store, StoreError, StoreFuture, StoreOperation, failed};
 
 const BACKEND: &str = "redis";
 
@@ -28,6 +28,38 @@ const DEFAULT_PREFIX: &str = "bq:idemp:";
 ///
 /// Keys are binary safe, so any id (NUL, newlines, 10 KB) is stored verbatim.
 /// Expiry is Redis's own, so no purge is needed.
+///
+/// # Prefixes
+///
+/// A store owns every key that starts with its prefix, so a prefix is
+/// refused when the store is built unless it:
+///
+/// - is 2 to 128 printable ASCII characters, starting with a letter or a
+///   digit and ending with `:` (never empty: with no prefix, any
+///   application key would read as a remembered id and `forget` would
+///   delete it);
+/// - holds no space, control or glob character (`* ? [ ] \`), so
+///   `SCAN MATCH <prefix>*` lists exactly the store's keys;
+/// - does not nest with the Go SDK's default `bq:idemp:` (`bq:` or
+///   `bq:idemp:billing:` are refused): with nested prefixes, the id
+///   `billing:X` of one store is the id `X` of the other.
+///
+/// Nesting between two prefixes of your own (`billing:` and
+/// `billing:eu:`) cannot be seen from one store: give each seen-set a
+/// sibling prefix (`billing:idemp:`, `shipping:idemp:`), or share one
+/// prefix and keep services apart with [`Guard::scope`](crate::Guard::scope),
+/// whose keys never collide.
+///
+/// # Runtime
+///
+/// Build the store inside a Tokio runtime that has its time and I/O drivers
+/// (the default of `#[tokio::main]`, or `enable_all()`): the client times
+/// out every command and talks over Tokio sockets. On a runtime without
+/// them, building fails with an error that says so. (Tokio offers no query
+/// for its drivers: the check makes a timer and a socket and catches the
+/// panic Tokio raises when a driver is missing, so the panic hook prints
+/// Tokio's message once; under `panic = "abort"` the process stops there,
+/// when the store is built, not at the first delivery.)
 ///
 /// # One server, not Redis Cluster
 ///
@@ -82,14 +114,17 @@ impl Default for RedisStoreBuilder {
 }
 
 impl RedisStoreBuilder {
-    /// The key prefix (default `bq:idemp:`, the Go SDK's). Two prefixes are
-    /// two separate seen-sets on one server.
+    /// The key prefix (default `bq:idemp:`, the Go SDK's). Two sibling
+    /// prefixes are two separate seen-sets on one server; see
+    /// [the rules](RedisStore#prefixes), checked when the store is built.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
         self
     }
 
-    /// Forget each id this long after it was first remembered (at least 1 ms).
+    /// Forget each id this long after it was first remembered: at least
+    /// 1 ms and at most [`MAX_TTL`](crate::store::MAX_TTL) (about 100 years),
+    /// counted in whole milliseconds; checked when the store is built.
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = Some(ttl);
         self
@@ -112,48 +147,95 @@ impl RedisStoreBuilder {
     /// A store for `url` (`redis://[user:password@]host:port/db`, `rediss://`
     /// needs the crate's TLS features, `redis+unix:///path`). Nothing
     /// connects until the first operation. Must be called inside a Tokio
-    /// runtime. A Redis Cluster URL is refused.
+    /// runtime with timers and I/O. A Redis Cluster URL is refused.
     pub fn connect_lazy(self, url: &str) -> Result<RedisStore, StoreError> {
-        let open = |e: RedisOpenError| StoreError::new(StoreOperation::Open, BACKEND, e);
         if let Some(reason) = cluster_url_reason(url) {
-            return Err(open(RedisOpenError::Cluster(reason)));
+            return Err(open_failed(RedisOpenError::Cluster(reason)));
         }
-        let client = Client::open(url).map_err(|e| open(RedisOpenError::Url(e)))?;
+        let client = Client::open(url).map_err(|e| open_failed(RedisOpenError::Url(e)))?;
         self.from_client(client)
     }
 
     /// A store over a client the caller already built, with its own
-    /// reconnecting connection. Must be called inside a Tokio runtime.
+    /// reconnecting connection. Must be called inside a Tokio runtime with
+    /// timers and I/O.
     pub fn from_client(self, client: Client) -> Result<RedisStore, StoreError> {
-        require_tokio_runtime().map_err(|e| StoreError::new(StoreOperation::Open, BACKEND, e))?;
+        let settings = self.checked()?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(self.timeout))
             .set_response_timeout(Some(self.timeout))
             .set_number_of_retries(self.reconnect_attempts)
             .set_min_delay(Duration::from_millis(50))
             .set_max_delay(self.timeout);
-        let connection = ConnectionManager::new_lazy_with_config(client, config).map_err(|e| {
-            StoreError::new(StoreOperation::Open, BACKEND, RedisOpenError::Client(e))
-        })?;
-        self.from_connection_manager(connection)
+        let connection = ConnectionManager::new_lazy_with_config(client, config)
+            .map_err(|e| open_failed(RedisOpenError::Client(e)))?;
+        Ok(settings.with(connection))
     }
 
     /// A store over a connection manager the caller already has (it is
     /// cloned per command, never closed by the store; its settings apply).
+    /// Must be called inside a Tokio runtime with timers and I/O.
     pub fn from_connection_manager(
         self,
         connection: ConnectionManager,
     ) -> Result<RedisStore, StoreError> {
-        let ttl_ms = self
-            .ttl
-            .map(ttl_millis)
-            .transpose()
-            .map_err(|e| StoreError::new(StoreOperation::Open, BACKEND, e))?;
-        Ok(RedisStore {
-            connection,
-            prefix: self.prefix,
+        Ok(self.checked()?.with(connection))
+    }
+
+    /// Every setting checked, and the runtime, before anything is built.
+    fn checked(&self) -> Result<RedisSettings, StoreError> {
+        let prefix = checked_prefix(&self.prefix).map_err(open_failed)?;
+        let ttl_ms =
+            optional_ttl_millis(self.ttl).map_err(failed(BACKEND, StoreOperation::Open))?;
+        require_tokio(Drivers::TimeAndIo).map_err(failed(BACKEND, StoreOperation::Open))?;
+        Ok(RedisSettings {
+            prefix: prefix.to_owned(),
             ttl_ms,
         })
+    }
+}
+
+/// The checked settings of a [`RedisStore`], waiting for its connection.
+struct RedisSettings {
+    prefix: String,
+    ttl_ms: Option<i64>,
+}
+
+impl RedisSettings {
+    fn with(self, connection: ConnectionManager) -> RedisStore {
+        RedisStore {
+            connection,
+            prefix: self.prefix,
+            ttl_ms: self.ttl_ms,
+        }
+    }
+}
+
+fn open_failed(error: RedisOpenError) -> StoreError {
+    failed(BACKEND, StoreOperation::Open)(error)
+}
+
+/// The longest prefix accepted, in bytes.
+const MAX_PREFIX_LEN: usize = 128;
+
+/// Returns `prefix` when it follows [the rules](RedisStore#prefixes).
+fn checked_prefix(prefix: &str) -> Result<&str, RedisOpenError> {
+    let refused = || RedisOpenError::Prefix(prefix.to_owned());
+    let bytes = prefix.as_bytes();
+    let (Some(first), Some(b':')) = (bytes.first(), bytes.last()) else {
+        return Err(refused());
+    };
+    let plain = |byte: &u8| byte.is_ascii_graphic() && !b"*?[]\\".contains(byte);
+    let nests_with_default = prefix != DEFAULT_PREFIX
+        && (prefix.starts_with(DEFAULT_PREFIX) || DEFAULT_PREFIX.starts_with(prefix));
+    if first.is_ascii_alphanumeric()
+        && (2..=MAX_PREFIX_LEN).contains(&bytes.len())
+        && bytes.iter().all(plain)
+        && !nests_with_default
+    {
+        Ok(prefix)
+    } else {
+        Err(refused())
     }
 }
 
@@ -207,7 +289,7 @@ impl RedisStore {
         command
             .query_async(&mut connection)
             .await
-            .map_err(|e| StoreError::new(operation, BACKEND, RedisCommandError::from(e)))
+            .map_err(|e| failed(BACKEND, operation)(RedisCommandError::from(e)))
     }
 }
 
@@ -272,6 +354,7 @@ const CLUSTER_UNSUPPORTED: &str = "Redis Cluster is not supported by RedisStore:
 /// Building the store failed.
 #[derive(Debug)]
 enum RedisOpenError {
+    Prefix(String),
     Cluster(&'static str),
     Url(RedisError),
     Client(RedisError),
@@ -280,6 +363,13 @@ enum RedisOpenError {
 impl fmt::Display for RedisOpenError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            RedisOpenError::Prefix(prefix) => write!(
+                f,
+                "Redis key prefix {prefix:?} is refused: it must end with ':', be 2 to \
+                 {MAX_PREFIX_LEN} printable ASCII characters starting with a letter or digit, \
+                 hold no space or glob character (* ? [ ] \\), and not nest with the Go SDK's \
+                 {DEFAULT_PREFIX:?} (one store's key would be another's id)"
+            ),
             RedisOpenError::Cluster(reason) => write!(f, "{CLUSTER_UNSUPPORTED} ({reason})"),
             RedisOpenError::Url(e) => write!(f, "not a usable Redis URL: {e}"),
             RedisOpenError::Client(e) => write!(f, "could not set up the connection: {e}"),
@@ -290,7 +380,7 @@ impl fmt::Display for RedisOpenError {
 impl StdError for RedisOpenError {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
         match self {
-            RedisOpenError::Cluster(_) => None,
+            RedisOpenError::Prefix(_) | RedisOpenError::Cluster(_) => None,
             RedisOpenError::Url(e) | RedisOpenError::Client(e) => Some(e),
         }
     }
@@ -325,6 +415,28 @@ impl StdError for RedisCommandError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn prefixes_follow_the_documented_rules() {
+        for good in ["bq:idemp:", "bq:idem:", "billing:idemp:", "a:", "9-x.y_z:"] {
+            assert_eq!(checked_prefix(good).ok(), Some(good));
+        }
+        for bad in [
+            "",
+            ":",
+            "a",
+            "bq:",
+            "bq:idemp:x:",
+            "_a:",
+            "a b:",
+            "a\t:",
+            "a*:",
+            "a\\:",
+            "é:",
+        ] {
+            assert!(checked_prefix(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn cluster_urls_are_recognised() {

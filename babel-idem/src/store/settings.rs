@@ -1,26 +1,47 @@
-//! Settings the persistent stores share, checked once when a store is built:
-//! the TTL and, for the SQL stores, the table name.
+//! Settings the stores share, checked once when a store is built: the TTL,
+//! the Tokio runtime the server clients need and, for the SQL stores, the
+//! table name and the statements written for it.
 //!
-//! SQL placeholders bind values, not identifiers, so the stores have to put
-//! the table name into their statements as text. Only a plain identifier is
-//! accepted, which needs no quoting and cannot change what a statement means.
+//! Every builder calls these, so a setting means the same thing, and is
+//! refused with the same words, whichever backend it is given to.
 
 use std::error::Error as StdError;
 use std::fmt;
 use std::time::Duration;
 
-/// The TTL in whole milliseconds, the unit every backend expires in.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+use super::{StoreError, StoreOperation, failed};
+
+/// The longest TTL a store accepts: 36,500 days (about 100 years).
 ///
-/// A TTL under a millisecond would forget each id as it is remembered (and
-/// Redis refuses `PX 0`), so it is refused here rather than by the server.
+/// PostgreSQL cannot add much more than 292,000 years to `now()` ("interval
+/// out of range") and Redis refuses a `PX` past `i64::MAX` ms from now; one
+/// bound far inside both keeps the rule identical for every backend. For ids
+/// that never expire, set no TTL.
+pub const MAX_TTL: Duration = Duration::from_secs(36_500 * 24 * 3600);
+
+/// The TTL in whole milliseconds, the unit every backend expires in; a
+/// fraction of a millisecond is dropped.
+///
+/// Under one millisecond would forget each id as it is remembered (and
+/// Redis refuses `PX 0`); over [`MAX_TTL`] a server refuses every write.
+/// Both are refused here, when the store is built, rather than by the
+/// server on every delivery (which, with the default remember-failure
+/// policy, silently turns dedupe off).
 pub(crate) fn ttl_millis(ttl: Duration) -> Result<i64, InvalidTtl> {
-    match i64::try_from(ttl.as_millis()) {
-        Ok(0) | Err(_) => Err(InvalidTtl { ttl }),
-        Ok(millis) => Ok(millis),
+    if ttl < Duration::from_millis(1) || ttl > MAX_TTL {
+        return Err(InvalidTtl { ttl });
     }
+    // In range, so at most 3.2e12: it fits.
+    Ok(ttl.as_millis() as i64)
 }
 
-/// A TTL under one millisecond, or too long to count in milliseconds.
+/// [`ttl_millis`] of an optional TTL (`None`: ids never expire).
+pub(crate) fn optional_ttl_millis(ttl: Option<Duration>) -> Result<Option<i64>, InvalidTtl> {
+    ttl.map(ttl_millis).transpose()
+}
+
+/// A TTL outside 1 ms ..= [`MAX_TTL`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct InvalidTtl {
     ttl: Duration,
@@ -30,7 +51,8 @@ impl fmt::Display for InvalidTtl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "TTL {:?} is out of range: it must be at least 1 ms and at most i64::MAX ms",
+            "TTL {:?} is out of range: it must be at least 1 ms and at most 36500 days \
+             (about 100 years); for ids that never expire, set no TTL",
             self.ttl
         )
     }
@@ -38,39 +60,117 @@ impl fmt::Display for InvalidTtl {
 
 impl StdError for InvalidTtl {}
 
-/// Fails unless a Tokio runtime is running: the clients of the server stores
-/// start background tasks when they are built and would panic without one.
-#[cfg(any(feature = "redis", feature = "postgres"))]
-pub(crate) fn require_tokio_runtime() -> Result<(), NoTokioRuntime> {
-    tokio::runtime::Handle::try_current()
-        .map(drop)
-        .map_err(|_| NoTokioRuntime)
+/// The Tokio drivers a store's client uses once it is built.
+#[cfg(any(feature = "sqlite", feature = "redis", feature = "postgres"))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Drivers {
+    /// Timers only: SQLite runs its I/O on its own threads.
+    Time,
+    /// Timers and sockets: the server clients.
+    TimeAndIo,
 }
 
-/// A server store was built outside a Tokio runtime.
-#[cfg(any(feature = "redis", feature = "postgres"))]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct NoTokioRuntime;
+/// Fails unless a Tokio runtime with `drivers` is running: the clients start
+/// background tasks when they are built, time out every command with Tokio
+/// timers and, for a server, talk over Tokio sockets; each panics on a
+/// runtime built without `enable_time` / `enable_io`, at the first delivery.
+#[cfg(any(feature = "sqlite", feature = "redis", feature = "postgres"))]
+pub(crate) fn require_tokio(drivers: Drivers) -> Result<(), RuntimeUnfit> {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return Err(RuntimeUnfit::NoRuntime);
+    }
+    if !timers_enabled() {
+        return Err(RuntimeUnfit::TimersDisabled);
+    }
+    #[cfg(any(feature = "redis", feature = "postgres"))]
+    if drivers == Drivers::TimeAndIo && !io_enabled() {
+        return Err(RuntimeUnfit::IoDisabled);
+    }
+    let _ = drivers;
+    Ok(())
+}
 
+/// Whether the current runtime has a time driver.
+///
+/// Tokio offers no query for it; making a timer is the test, and panics
+/// without a driver. The panic is caught here, once, when a store is built
+/// (the panic hook still prints Tokio's message; under `panic = "abort"` the
+/// process stops here, at start-up, rather than at the first delivery). The
+/// timer is never polled, so it is never registered.
+#[cfg(any(feature = "sqlite", feature = "redis", feature = "postgres"))]
+fn timers_enabled() -> bool {
+    std::panic::catch_unwind(|| drop(tokio::time::sleep(Duration::ZERO))).is_ok()
+}
+
+/// Whether the current runtime has an I/O driver, tested as
+/// [`timers_enabled`] is: registering a socket panics without one. A socket
+/// that cannot be opened at all says nothing, and is not held against the
+/// runtime.
 #[cfg(any(feature = "redis", feature = "postgres"))]
-impl fmt::Display for NoTokioRuntime {
+fn io_enabled() -> bool {
+    let Ok(socket) = std::net::UdpSocket::bind((std::net::Ipv4Addr::LOCALHOST, 0)) else {
+        return true;
+    };
+    if socket.set_nonblocking(true).is_err() {
+        return true;
+    }
+    std::panic::catch_unwind(move || drop(tokio::net::UdpSocket::from_std(socket))).is_ok()
+}
+
+/// The current thread has no Tokio runtime a store can run on.
+#[cfg(any(feature = "sqlite", feature = "redis", feature = "postgres"))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RuntimeUnfit {
+    NoRuntime,
+    TimersDisabled,
+    IoDisabled,
+}
+
+#[cfg(any(feature = "sqlite", feature = "redis", feature = "postgres"))]
+impl fmt::Display for RuntimeUnfit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("no Tokio runtime is running: build this store inside one (for example in `#[tokio::main]`)")
+        f.write_str(match self {
+            RuntimeUnfit::NoRuntime => {
+                "no Tokio runtime is running: build this store inside one \
+                 (for example in `#[tokio::main]`)"
+            }
+            RuntimeUnfit::TimersDisabled => {
+                "the Tokio runtime has no time driver, which the store's client needs \
+                 for its timeouts: build the runtime with `enable_time()` (or `enable_all()`)"
+            }
+            RuntimeUnfit::IoDisabled => {
+                "the Tokio runtime has no I/O driver, which the store's client needs \
+                 for its connections: build the runtime with `enable_io()` (or `enable_all()`)"
+            }
+        })
     }
 }
 
-#[cfg(any(feature = "redis", feature = "postgres"))]
-impl StdError for NoTokioRuntime {}
+#[cfg(any(feature = "sqlite", feature = "redis", feature = "postgres"))]
+impl StdError for RuntimeUnfit {}
 
 /// The table the SQL stores use unless told otherwise; the Go SDK's name.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) const DEFAULT_TABLE: &str = "babelqueue_idempotency";
 
-/// The longest identifier PostgreSQL keeps without truncating it.
+/// What each SQL store's `.sql` file appends to the table name to name the
+/// `expires_at` index.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-const MAX_LEN: usize = 63;
+pub(crate) const INDEX_SUFFIX: &str = "_expires_at_idx";
 
-/// Returns `name` when it matches `[A-Za-z_][A-Za-z0-9_]{0,62}`.
+/// The longest table name: PostgreSQL truncates identifiers past 63 bytes,
+/// and a truncated index name would make `CREATE INDEX IF NOT EXISTS` skip
+/// the index (the truncated name is the table's own) or name it
+/// unpredictably. SQLite has no such limit; the rule is the same so a table
+/// name moves between the two.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+const MAX_TABLE_LEN: usize = 63 - INDEX_SUFFIX.len();
+
+/// Returns `name` when it matches `[A-Za-z_][A-Za-z0-9_]{0,47}`.
+///
+/// SQL placeholders bind values, not identifiers, so the stores put the
+/// table name into their statements as text. Only a plain identifier is
+/// accepted, which needs no quoting and cannot change what a statement means.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) fn checked_table_name(name: &str) -> Result<&str, InvalidTableName> {
     let mut bytes = name.bytes();
@@ -78,7 +178,7 @@ pub(crate) fn checked_table_name(name: &str) -> Result<&str, InvalidTableName> {
         .next()
         .is_some_and(|first| first.is_ascii_alphabetic() || first == b'_');
     let rest_is_plain = bytes.all(|byte| byte.is_ascii_alphanumeric() || byte == b'_');
-    if starts_well && rest_is_plain && name.len() <= MAX_LEN {
+    if starts_well && rest_is_plain && name.len() <= MAX_TABLE_LEN {
         Ok(name)
     } else {
         Err(InvalidTableName {
@@ -87,7 +187,7 @@ pub(crate) fn checked_table_name(name: &str) -> Result<&str, InvalidTableName> {
     }
 }
 
-/// A table name that is not a plain SQL identifier.
+/// A table name that is not a plain SQL identifier of at most 48 characters.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct InvalidTableName {
@@ -99,14 +199,81 @@ impl fmt::Display for InvalidTableName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "table name {:?} is not a plain identifier: it must match [A-Za-z_][A-Za-z0-9_]{{0,62}}",
-            self.name
+            "table name {:?} is not a plain identifier of at most {MAX_TABLE_LEN} characters: \
+             it must match [A-Za-z_][A-Za-z0-9_]{{0,{}}}, so that its index \
+             `<table>{INDEX_SUFFIX}` fits PostgreSQL's 63-byte identifiers",
+            self.name,
+            MAX_TABLE_LEN - 1,
         )
     }
 }
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 impl StdError for InvalidTableName {}
+
+/// The checked settings of a SQL store, and the statements it runs.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+#[derive(Debug, Clone)]
+pub(crate) struct SqlSettings {
+    /// A plain identifier of at most 48 characters.
+    pub(crate) table: String,
+    /// The TTL in milliseconds; `None`: ids never expire.
+    pub(crate) ttl_ms: Option<i64>,
+    pub(crate) sql: Statements,
+}
+
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+impl SqlSettings {
+    /// The one check both SQL builders run: the table name, the TTL and the
+    /// runtime (the pools time out with Tokio timers), each refused as an
+    /// `open` error of `backend`; then the statements of `dialect` for that
+    /// table.
+    pub(crate) fn check(
+        backend: &'static str,
+        table: &str,
+        ttl: Option<Duration>,
+        dialect: fn(&str) -> Statements,
+        drivers: Drivers,
+    ) -> Result<Self, StoreError> {
+        let table = checked_table_name(table).map_err(failed(backend, StoreOperation::Open))?;
+        let ttl_ms = optional_ttl_millis(ttl).map_err(failed(backend, StoreOperation::Open))?;
+        require_tokio(drivers).map_err(failed(backend, StoreOperation::Open))?;
+        Ok(SqlSettings {
+            sql: dialect(table),
+            table: table.to_owned(),
+            ttl_ms,
+        })
+    }
+}
+
+/// The statements a SQL store runs, written out once for its table.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+#[derive(Debug, Clone)]
+pub(crate) struct Statements {
+    /// The backend's `.sql` file, for this table.
+    pub(crate) create: String,
+    /// Whether an id is remembered and not expired: the id is the first
+    /// parameter.
+    pub(crate) seen: String,
+    /// Set-if-absent (an expired row is taken over): the id, then the TTL in
+    /// milliseconds or `NULL`.
+    pub(crate) remember: String,
+    /// Deletes the id given as the first parameter.
+    pub(crate) forget: String,
+    /// Deletes every expired row.
+    pub(crate) purge: String,
+}
+
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+impl Statements {
+    /// A backend's `.sql` file (written for [`DEFAULT_TABLE`]) for `table`.
+    ///
+    /// The table name is a checked plain identifier, and the files name
+    /// only the table and its index, `<table>_expires_at_idx`, with it.
+    pub(crate) fn ddl_for(ddl: &str, table: &str) -> String {
+        ddl.replace(DEFAULT_TABLE, table)
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -115,16 +282,35 @@ mod tests {
     #[test]
     fn ttl_is_counted_in_whole_milliseconds() {
         assert_eq!(ttl_millis(Duration::from_millis(1)), Ok(1));
+        assert_eq!(ttl_millis(Duration::from_micros(1_999)), Ok(1));
         assert_eq!(ttl_millis(Duration::from_secs(86_400)), Ok(86_400_000));
-        assert!(ttl_millis(Duration::ZERO).is_err());
-        assert!(ttl_millis(Duration::from_micros(999)).is_err());
-        assert!(ttl_millis(Duration::MAX).is_err());
+        assert_eq!(ttl_millis(MAX_TTL), Ok(3_153_600_000_000));
+    }
+
+    #[test]
+    fn ttls_outside_the_range_are_refused_with_the_range() {
+        for ttl in [
+            Duration::ZERO,
+            Duration::from_micros(999),
+            MAX_TTL + Duration::from_nanos(1),
+            Duration::from_millis(i64::MAX as u64),
+            Duration::MAX,
+        ] {
+            let error = ttl_millis(ttl).unwrap_err();
+            assert!(
+                error
+                    .to_string()
+                    .contains("at least 1 ms and at most 36500 days"),
+                "{error}"
+            );
+        }
+        assert_eq!(optional_ttl_millis(None), Ok(None));
     }
 
     #[cfg(any(feature = "sqlite", feature = "postgres"))]
     #[test]
-    fn plain_identifiers_pass() {
-        for name in ["babelqueue_idempotency", "_t", "T9", &"a".repeat(63)] {
+    fn plain_identifiers_up_to_48_characters_pass() {
+        for name in ["babelqueue_idempotency", "_t", "T9", &"a".repeat(48)] {
             assert_eq!(checked_table_name(name), Ok(name));
         }
     }
@@ -140,10 +326,86 @@ mod tests {
             "\"quoted\"",
             "schema.table",
             "tablé",
-            &"a".repeat(64),
+            &"a".repeat(49),
+            &"a".repeat(63),
         ] {
             let err = checked_table_name(name).unwrap_err();
-            assert!(err.to_string().contains("not a plain identifier"), "{name}");
+            assert!(
+                err.to_string()
+                    .contains("not a plain identifier of at most 48 characters"),
+                "{name}: {err}"
+            );
         }
+    }
+
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    #[test]
+    fn the_longest_table_name_still_names_its_index_in_63_bytes() {
+        let table = "a".repeat(MAX_TABLE_LEN);
+        assert_eq!(format!("{table}{INDEX_SUFFIX}").len(), 63);
+    }
+
+    /// Each backend's `.sql` file, as the store runs it for a table of its
+    /// own: the table and the index named by the rule, nothing left of the
+    /// default name.
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    #[test]
+    fn each_shipped_ddl_names_the_table_and_its_index_by_the_rule() {
+        let dialects: &[fn(&str) -> Statements] = &[
+            #[cfg(feature = "sqlite")]
+            crate::store::sqlite::sqlite_statements,
+            #[cfg(feature = "postgres")]
+            crate::store::postgres::postgres_statements,
+        ];
+        for dialect in dialects {
+            let create = dialect("seen_ids").create;
+            let index = format!("CREATE INDEX IF NOT EXISTS seen_ids{INDEX_SUFFIX}");
+            assert!(
+                create.contains("CREATE TABLE IF NOT EXISTS seen_ids ("),
+                "{create}"
+            );
+            assert!(create.contains(&index), "{create}");
+            assert!(!create.contains(DEFAULT_TABLE), "{create}");
+        }
+    }
+
+    #[cfg(feature = "sqlite")]
+    #[test]
+    fn a_runtime_without_timers_is_told_apart_from_none() {
+        assert_eq!(require_tokio(Drivers::Time), Err(RuntimeUnfit::NoRuntime));
+        let no_timers = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        no_timers.block_on(async {
+            assert_eq!(
+                require_tokio(Drivers::Time),
+                Err(RuntimeUnfit::TimersDisabled)
+            );
+        });
+        let timers_only = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        timers_only.block_on(async { assert_eq!(require_tokio(Drivers::Time), Ok(())) });
+    }
+
+    #[cfg(any(feature = "redis", feature = "postgres"))]
+    #[test]
+    fn a_runtime_without_io_is_refused_to_a_server_client() {
+        let timers_only = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        timers_only.block_on(async {
+            assert_eq!(
+                require_tokio(Drivers::TimeAndIo),
+                Err(RuntimeUnfit::IoDisabled)
+            );
+        });
+        let both = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        both.block_on(async { assert_eq!(require_tokio(Drivers::TimeAndIo), Ok(())) });
     }
 }

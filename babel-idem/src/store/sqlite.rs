@@ -9,10 +9,13 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 
-use super::settings::{DEFAULT_TABLE, checked_table_name, ttl_millis};
-use super::{Store, StoreError, StoreFuture, StoreOperation};
+use super::settings::{DEFAULT_TABLE, Drivers, SqlSettings, Statements};
+use super::{Store, StoreError, StoreFuture, StoreOperation, failed};
 
 const BACKEND: &str = "sqlite";
+
+/// The DDL, shipped as `sqlite.sql` for users who run their own migrations.
+const DDL: &str = include_str!("sqlite.sql");
 
 /// The database clock in Unix milliseconds; `'now'` is fixed within a statement.
 const NOW_MS: &str = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)";
@@ -20,15 +23,18 @@ const NOW_MS: &str = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
 /// A seen-set in a SQLite database: a file that survives restarts, or memory.
 ///
 /// One table, the same shape as the PostgreSQL one, with times as Unix
-/// milliseconds:
+/// milliseconds (`sqlite.sql`, which the store runs):
 ///
 /// ```sql
-/// CREATE TABLE babelqueue_idempotency (
-///     message_id TEXT PRIMARY KEY NOT NULL,
-///     created_at INTEGER NOT NULL,  -- Unix ms
-///     expires_at INTEGER NULL       -- Unix ms; NULL: never expires
-/// );
+#[doc = include_str!("sqlite.sql")]
 /// ```
+///
+/// The table name is checked when the store is built: it must match
+/// `[A-Za-z_][A-Za-z0-9_]{0,47}`, the same rule as `PostgresStore`'s.
+/// The TTL must be at least 1 ms and at most
+/// [`MAX_TTL`](crate::store::MAX_TTL), counted in whole milliseconds. The
+/// store needs a Tokio runtime with timers (its pool times out waiting for a
+/// connection); building it on one without fails with an error that says so.
 ///
 /// A file database runs in WAL mode with a busy timeout, so workers in one
 /// process and processes sharing the file all read and write it safely.
@@ -57,9 +63,7 @@ const NOW_MS: &str = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
 #[derive(Clone)]
 pub struct SqliteStore {
     pool: SqlitePool,
-    table: String,
-    ttl_ms: Option<i64>,
-    sql: Statements,
+    settings: SqlSettings,
 }
 
 /// Configures a [`SqliteStore`]; made by [`SqliteStore::builder`].
@@ -84,13 +88,15 @@ impl Default for SqliteStoreBuilder {
 
 impl SqliteStoreBuilder {
     /// The table to use (default `babelqueue_idempotency`). It must match
-    /// `[A-Za-z_][A-Za-z0-9_]{0,62}`, or building the store fails.
+    /// `[A-Za-z_][A-Za-z0-9_]{0,47}`, or building the store fails.
     pub fn table(mut self, table: impl Into<String>) -> Self {
         self.table = table.into();
         self
     }
 
-    /// Forget each id this long after it was first remembered (at least 1 ms).
+    /// Forget each id this long after it was first remembered: at least
+    /// 1 ms and at most [`MAX_TTL`](crate::store::MAX_TTL) (about 100 years),
+    /// counted in whole milliseconds; checked when the store is built.
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = Some(ttl);
         self
@@ -134,22 +140,23 @@ impl SqliteStoreBuilder {
     }
 
     /// A store over a pool the caller already has. The table is not created:
-    /// call [`SqliteStore::migrate`] or run the DDL from the module docs.
-    /// The store never closes the pool.
+    /// call [`SqliteStore::migrate`] or run `sqlite.sql` (in the type's docs).
+    /// The store never closes the pool. Must be called inside a Tokio
+    /// runtime with timers.
     pub fn from_pool(self, pool: SqlitePool) -> Result<SqliteStore, StoreError> {
-        let table = checked_table_name(&self.table)
-            .map_err(|e| StoreError::new(StoreOperation::Open, BACKEND, e))?;
-        let ttl_ms = self
-            .ttl
-            .map(ttl_millis)
-            .transpose()
-            .map_err(|e| StoreError::new(StoreOperation::Open, BACKEND, e))?;
-        Ok(SqliteStore {
-            sql: Statements::for_table(table),
-            table: table.to_owned(),
-            ttl_ms,
-            pool,
-        })
+        let settings = self.checked()?;
+        Ok(SqliteStore { pool, settings })
+    }
+
+    /// Every setting checked, and the runtime, before anything is built.
+    fn checked(&self) -> Result<SqlSettings, StoreError> {
+        SqlSettings::check(
+            BACKEND,
+            &self.table,
+            self.ttl,
+            sqlite_statements,
+            Drivers::Time,
+        )
     }
 
     async fn connect(
@@ -157,10 +164,14 @@ impl SqliteStoreBuilder {
         pool_options: SqlitePoolOptions,
         options: SqliteConnectOptions,
     ) -> Result<SqliteStore, StoreError> {
-        // Check the settings before touching the file system.
-        let unconnected = self.from_pool(pool_options.connect_lazy_with(options))?;
-        unconnected.migrate().await?;
-        Ok(unconnected)
+        // Check the settings before a pool starts or the file system is touched.
+        let settings = self.checked()?;
+        let store = SqliteStore {
+            pool: pool_options.connect_lazy_with(options),
+            settings,
+        };
+        store.migrate().await?;
+        Ok(store)
     }
 }
 
@@ -213,22 +224,23 @@ impl SqliteStore {
         SqliteStoreBuilder::default()
     }
 
-    /// Creates the table and its `expires_at` index if they do not exist.
+    /// Creates the table and its `expires_at` index if they do not exist
+    /// (the statements of `sqlite.sql`, for this store's table).
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        sqlx::raw_sql(&self.sql.create)
+        sqlx::raw_sql(&self.settings.sql.create)
             .execute(&self.pool)
             .await
-            .map_err(|e| StoreError::new(StoreOperation::Open, BACKEND, e))?;
+            .map_err(failed(BACKEND, StoreOperation::Open))?;
         Ok(())
     }
 
     /// Deletes the expired ids and returns how many went. Expired ids are
     /// already not seen; this only reclaims their space.
     pub async fn purge_expired(&self) -> Result<u64, StoreError> {
-        let done = sqlx::query(&self.sql.purge)
+        let done = sqlx::query(&self.settings.sql.purge)
             .execute(&self.pool)
             .await
-            .map_err(|e| StoreError::new(StoreOperation::Maintenance, BACKEND, e))?;
+            .map_err(failed(BACKEND, StoreOperation::Maintenance))?;
         Ok(done.rows_affected())
     }
 
@@ -239,52 +251,52 @@ impl SqliteStore {
 
     /// The table the store uses.
     pub fn table(&self) -> &str {
-        &self.table
+        &self.settings.table
     }
 
     /// The statement `seen` runs, with the id bound to `?1`: to `EXPLAIN` it,
     /// or to issue exactly it as a baseline.
     pub fn seen_statement(&self) -> &str {
-        &self.sql.seen
+        &self.settings.sql.seen
     }
 
     /// The statement `remember` runs, with the id bound to `?1` and the TTL
     /// in milliseconds (or `NULL`) to the second parameter.
     pub fn remember_statement(&self) -> &str {
-        &self.sql.remember
+        &self.settings.sql.remember
     }
 }
 
 impl Store for SqliteStore {
     fn seen<'a>(&'a self, id: &'a str) -> StoreFuture<'a, bool> {
         StoreFuture::new(async move {
-            sqlx::query_scalar::<_, bool>(&self.sql.seen)
+            sqlx::query_scalar::<_, bool>(&self.settings.sql.seen)
                 .bind(id)
                 .fetch_one(&self.pool)
                 .await
-                .map_err(|e| StoreError::new(StoreOperation::Seen, BACKEND, e))
+                .map_err(failed(BACKEND, StoreOperation::Seen))
         })
     }
 
     fn remember<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
         StoreFuture::new(async move {
-            sqlx::query(&self.sql.remember)
+            sqlx::query(&self.settings.sql.remember)
                 .bind(id)
-                .bind(self.ttl_ms)
+                .bind(self.settings.ttl_ms)
                 .execute(&self.pool)
                 .await
-                .map_err(|e| StoreError::new(StoreOperation::Remember, BACKEND, e))?;
+                .map_err(failed(BACKEND, StoreOperation::Remember))?;
             Ok(())
         })
     }
 
     fn forget<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
         StoreFuture::new(async move {
-            sqlx::query(&self.sql.forget)
+            sqlx::query(&self.settings.sql.forget)
                 .bind(id)
                 .execute(&self.pool)
                 .await
-                .map_err(|e| StoreError::new(StoreOperation::Forget, BACKEND, e))?;
+                .map_err(failed(BACKEND, StoreOperation::Forget))?;
             Ok(())
         })
     }
@@ -293,50 +305,46 @@ impl Store for SqliteStore {
 impl fmt::Debug for SqliteStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SqliteStore")
-            .field("table", &self.table)
-            .field("ttl_ms", &self.ttl_ms)
+            .field("table", &self.settings.table)
+            .field("ttl_ms", &self.settings.ttl_ms)
             .finish_non_exhaustive()
     }
 }
 
-/// The statements for one (checked) table name, written out once.
-#[derive(Clone)]
-struct Statements {
-    create: String,
-    seen: String,
-    remember: String,
-    forget: String,
-    purge: String,
+/// SQLite's statements for one checked table name.
+pub(crate) fn sqlite_statements(table: &str) -> Statements {
+    Statements {
+        create: Statements::ddl_for(DDL, table),
+        seen: format!(
+            "SELECT EXISTS (SELECT 1 FROM {table} WHERE message_id = ?1
+                 AND (expires_at IS NULL OR expires_at > {NOW_MS}))"
+        ),
+        // Set-if-absent, like `SET NX`: a live row keeps its first expiry,
+        // an expired one is taken over, in one statement.
+        remember: format!(
+            "INSERT INTO {table} (message_id, created_at, expires_at)
+                 VALUES (?1, {NOW_MS}, {NOW_MS} + ?2)
+             ON CONFLICT (message_id) DO UPDATE
+                 SET created_at = excluded.created_at, expires_at = excluded.expires_at
+                 WHERE {table}.expires_at IS NOT NULL AND {table}.expires_at <= excluded.created_at"
+        ),
+        forget: format!("DELETE FROM {table} WHERE message_id = ?1"),
+        purge: format!(
+            "DELETE FROM {table} WHERE expires_at IS NOT NULL AND expires_at <= {NOW_MS}"
+        ),
+    }
 }
 
-impl Statements {
-    fn for_table(table: &str) -> Self {
-        Statements {
-            create: format!(
-                "CREATE TABLE IF NOT EXISTS {table} (
-                     message_id TEXT PRIMARY KEY NOT NULL,
-                     created_at INTEGER NOT NULL,
-                     expires_at INTEGER NULL
-                 ) WITHOUT ROWID;
-                 CREATE INDEX IF NOT EXISTS {table}_expires_at_idx ON {table} (expires_at);"
-            ),
-            seen: format!(
-                "SELECT EXISTS (SELECT 1 FROM {table} WHERE message_id = ?1
-                     AND (expires_at IS NULL OR expires_at > {NOW_MS}))"
-            ),
-            // Set-if-absent, like `SET NX`: a live row keeps its first expiry,
-            // an expired one is taken over, in one statement.
-            remember: format!(
-                "INSERT INTO {table} (message_id, created_at, expires_at)
-                     VALUES (?1, {NOW_MS}, {NOW_MS} + ?2)
-                 ON CONFLICT (message_id) DO UPDATE
-                     SET created_at = excluded.created_at, expires_at = excluded.expires_at
-                     WHERE {table}.expires_at IS NOT NULL AND {table}.expires_at <= excluded.created_at"
-            ),
-            forget: format!("DELETE FROM {table} WHERE message_id = ?1"),
-            purge: format!(
-                "DELETE FROM {table} WHERE expires_at IS NOT NULL AND expires_at <= {NOW_MS}"
-            ),
-        }
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_keeps_no_rowid() {
+        assert!(
+            sqlite_statements("seen_ids")
+                .create
+                .contains(") WITHOUT ROWID;")
+        );
     }
 }

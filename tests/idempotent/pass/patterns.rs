@@ -63,7 +63,7 @@ pub async fn exercise() {
     )
     .await
     .unwrap();
-    assert!(STORE.seen(&format!("delivery:{id}")).await.unwrap());
+    assert!(STORE.seen(&format!("8:delivery:{id}")).await.unwrap());
 }
 
 fn main() {

@@ -55,8 +55,8 @@ pub async fn exercise() {
         shipped + 1,
         "shipping was not skipped by billing's mark"
     );
-    assert!(SHARED.seen(&format!("billing:{id}")).await.unwrap());
-    assert!(SHARED.seen(&format!("shipping:{id}")).await.unwrap());
+    assert!(SHARED.seen(&format!("7:billing:{id}")).await.unwrap());
+    assert!(SHARED.seen(&format!("8:shipping:{id}")).await.unwrap());
     assert!(
         !SHARED.seen(&id).await.unwrap(),
         "no unscoped key was written"

@@ -56,7 +56,7 @@ pub async fn exercise() {
     assert!(
         shipping
             .store
-            .seen(&format!("async-trait:{id}"))
+            .seen(&format!("11:async-trait:{id}"))
             .await
             .unwrap()
     );
