@@ -5,6 +5,11 @@
 //! `RUSTFLAGS="--cfg loom" cargo test -p babel-idem --release --lib loom`.
 //!
 //! Each test prints how many interleavings loom explored.
+//!
+//! The writer runs on the model's main thread and the reader on a spawned
+//! one: loom's exploration remembers only the last access to each atomic,
+//! so a race between a reader's load and a *later* store is found from the
+//! store's side only when the reader runs after it in the first schedule.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -41,23 +46,23 @@ fn loom_reader_racing_an_insert_sees_nothing_or_the_whole_id() {
     const HASH: u64 = 5;
     explore("reader racing an insert", || {
         let table = Arc::new(UuidTable::new(MIN_SLOTS, true));
-        let writer = {
+        let reader = {
             let table = Arc::clone(&table);
             thread::spawn(move || {
-                if let Probe::Vacant { index } = table.probe([HIGH, 42], HASH) {
-                    table.fill(index, [HIGH, 42], 7);
+                assert!(
+                    !matches!(table.probe([HIGH, 0], HASH), Probe::Found { .. }),
+                    "a half-published slot matched another UUID"
+                );
+                match table.probe([HIGH, 42], HASH) {
+                    Probe::Found { index: 5, stamp: 7 } | Probe::Vacant { index: 5 } => {}
+                    other => panic!("reader saw {other:?}"),
                 }
             })
         };
-        assert!(
-            !matches!(table.probe([HIGH, 0], HASH), Probe::Found { .. }),
-            "a half-published slot matched another UUID"
-        );
-        match table.probe([HIGH, 42], HASH) {
-            Probe::Found { index: 5, stamp: 7 } | Probe::Vacant { index: 5 } => {}
-            other => panic!("reader saw {other:?}"),
+        if let Probe::Vacant { index } = table.probe([HIGH, 42], HASH) {
+            table.fill(index, [HIGH, 42], 7);
         }
-        writer.join().unwrap();
+        reader.join().unwrap();
         assert_eq!(
             table.probe([HIGH, 42], HASH),
             Probe::Found { index: 5, stamp: 7 }
@@ -78,26 +83,27 @@ fn loom_reader_racing_a_removal_probes_past_the_tombstone() {
                 table.fill(index, uuid, 0);
             }
         }
-        let writer = {
+        let reader = {
             let table = Arc::clone(&table);
             thread::spawn(move || {
-                if let Probe::Found { index, .. } = table.probe(first, HASH) {
-                    table.bury(index);
-                }
+                assert_eq!(
+                    table.probe(second, HASH),
+                    Probe::Found {
+                        index: 10,
+                        stamp: 0
+                    },
+                    "a tombstone ended the probe"
+                );
+                assert!(matches!(
+                    table.probe(first, HASH),
+                    Probe::Found { index: 9, .. } | Probe::Vacant { index: 11 }
+                ));
             })
         };
-        assert_eq!(
-            table.probe(second, HASH),
-            Probe::Found {
-                index: 10,
-                stamp: 0
-            }
-        );
-        assert!(matches!(
-            table.probe(first, HASH),
-            Probe::Found { index: 9, .. } | Probe::Vacant { index: 11 }
-        ));
-        writer.join().unwrap();
+        if let Probe::Found { index, .. } = table.probe(first, HASH) {
+            table.bury(index);
+        }
+        reader.join().unwrap();
         assert_eq!(table.probe(first, HASH), Probe::Vacant { index: 11 });
     });
 }
@@ -115,31 +121,32 @@ fn loom_reader_racing_a_table_replacement_loses_no_id() {
             store.insert(&uuid(n));
         }
         let slots_before = store.shards[0].0.uuids.load().slots();
-        let writer = {
+        let reader = {
             let store = Arc::clone(&store);
             thread::spawn(move || {
-                store.remove(&uuid(0));
-                store.insert(&uuid(limit));
+                let forgotten_at_first = !store.contains(&uuid(0));
+                assert!(
+                    store.contains(&uuid(1)),
+                    "an id was lost in the replacement"
+                );
+                assert!(
+                    store.contains(&uuid(limit - 1)),
+                    "an id was lost in the replacement"
+                );
+                assert!(
+                    !forgotten_at_first || !store.contains(&uuid(0)),
+                    "a forgotten id came back"
+                );
             })
         };
-        let forgotten_at_first = !store.contains(&uuid(0));
-        assert!(
-            store.contains(&uuid(1)),
-            "an id was lost in the replacement"
-        );
-        assert!(
-            store.contains(&uuid(limit - 1)),
-            "an id was lost in the replacement"
-        );
-        assert!(
-            !forgotten_at_first || !store.contains(&uuid(0)),
-            "a forgotten id came back"
-        );
-        writer.join().unwrap();
+        store.remove(&uuid(0));
+        store.insert(&uuid(limit));
+        reader.join().unwrap();
         assert!(store.contains(&uuid(limit)));
         assert!(!store.contains(&uuid(0)));
         assert_eq!(store.len(), limit as usize);
-        // The point of the test: the table really was replaced.
+        // The point of the test: the table really was replaced (a rebuild
+        // drops the tombstone `remove` left).
         assert!(store.shards[0].0.uuids.load().slots() >= slots_before);
         assert_eq!(store.shards[0].0.lock().uuid_filled, limit as usize);
     });
