@@ -135,8 +135,12 @@ fn with_capacity_and_ttl() -> InMemoryStoreBuilder {
     with_capacity().ttl(Duration::from_secs(24 * 3600))
 }
 
+/// One shard, so that the pinned id stands in front of all the churn (with
+/// 64 shards, the other 63 would shed theirs as they went).
 fn with_ttl() -> InMemoryStoreBuilder {
-    InMemoryStore::builder().ttl(Duration::from_secs(24 * 3600))
+    InMemoryStore::builder()
+        .ttl(Duration::from_secs(24 * 3600))
+        .shards(1)
 }
 
 #[test]

@@ -321,21 +321,15 @@ impl InMemoryStore {
         if writer.uuid_filled >= uuids.fill_limit() {
             uuids = self.rebuild(shard, writer, &uuids);
         }
-        let index = match uuids.probe(uuid, hash) {
-            Probe::Vacant { index } => Some(index),
-            // Only if the fill bookkeeping were wrong: rebuild from what the
-            // table really holds, which leaves it at most half full.
-            Probe::Full => {
-                uuids = self.rebuild(shard, writer, &uuids);
-                match uuids.probe(uuid, hash) {
-                    Probe::Vacant { index } => Some(index),
-                    Probe::Found { .. } | Probe::Full => None,
-                }
-            }
-            // Absent a moment ago, under the same lock: cannot happen.
-            Probe::Found { .. } => None,
-        };
-        if let Some(index) = index {
+        let mut probe = uuids.probe(uuid, hash);
+        if probe == Probe::Full {
+            // Only if the fill bookkeeping were wrong. The rebuilt table is
+            // sized from what the old one really holds: at most half full.
+            uuids = self.rebuild(shard, writer, &uuids);
+            probe = uuids.probe(uuid, hash);
+        }
+        // `Found` cannot happen: `find` said absent, under this same lock.
+        if let Probe::Vacant { index } = probe {
             uuids.fill(index, uuid, stamp.0);
             writer.uuid_live += 1;
             writer.uuid_filled += 1;
