@@ -81,7 +81,7 @@ impl UuidTable {
         }
     }
 
-    #[cfg(any(test, loom))]
+    #[cfg(test)]
     pub(super) fn slots(&self) -> usize {
         self.slots.len()
     }
