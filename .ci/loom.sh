@@ -6,7 +6,8 @@
 #
 # `--cfg loom` changes how every crate compiles, so this build keeps its own
 # target directory and does not invalidate the main one. Only the memory
-# store is under test, so no backend feature is compiled.
+# store is under test, so no backend feature is compiled (and must not be:
+# sqlx's event-listener does not build under `--cfg loom` without loom).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
