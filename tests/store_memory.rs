@@ -1,8 +1,230 @@
-//! The store contract against `InMemoryStore`, the reference store.
+//! The store contract against `InMemoryStore`, the reference store, and the
+//! bounds it promises on top: memory under remember/forget churn, capacity
+//! across shards.
 
 #[macro_use]
 mod store_contract;
 
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::future::Future;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use babel_idem::store::{InMemoryStoreBuilder, StoreFuture};
+use babel_idem::{InMemoryStore, Store};
 use store_contract::MemoryBackend;
 
 store_contract_tests!(MemoryBackend::create);
+
+// ---------------------------------------------------------------- bounds
+
+/// Counts the heap bytes each thread holds, so a test measures its own
+/// store while the other tests of this binary run beside it.
+struct PerThreadCounting;
+
+thread_local! {
+    static HELD_BYTES: Cell<isize> = const { Cell::new(0) };
+}
+
+fn count(delta: isize) {
+    // `try_with`: the allocator also runs while a thread's locals are torn down.
+    let _ = HELD_BYTES.try_with(|held| held.set(held.get() + delta));
+}
+
+// SAFETY: every call is forwarded unchanged to the system allocator; the
+// counting only touches a const-initialised thread local, which never allocates.
+unsafe impl GlobalAlloc for PerThreadCounting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count(layout.size() as isize);
+        // SAFETY: the caller's layout, passed on.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        count(-(layout.size() as isize));
+        // SAFETY: `ptr` came from `alloc` with this layout.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: PerThreadCounting = PerThreadCounting;
+
+/// What `build` leaves on this thread's heap, with the value it built.
+fn heap_bytes_kept_by<T>(build: impl FnOnce() -> T) -> (T, usize) {
+    let before = HELD_BYTES.with(Cell::get);
+    let value = build();
+    let kept = HELD_BYTES.with(Cell::get) - before;
+    (value, usize::try_from(kept).unwrap_or(0))
+}
+
+/// The in-memory store answers at once; polling on this thread keeps every
+/// allocation on this thread's count.
+fn now<T>(future: StoreFuture<'_, T>) -> T {
+    match pin!(future).poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(result) => result.expect("the in-memory store does not fail"),
+        Poll::Pending => panic!("the in-memory store answered later"),
+    }
+}
+
+fn uuid_id(n: usize) -> String {
+    format!("f1e2d3c4-b5a6-4789-90ab-{n:012x}")
+}
+
+fn text_id(n: usize) -> String {
+    format!("order-{n}")
+}
+
+const CAPACITY: usize = 1000;
+/// The issue's figure in release builds; scaled down to run in seconds in debug.
+const CHURN_PAIRS: usize = if cfg!(debug_assertions) {
+    200_000
+} else {
+    3_000_000
+};
+
+/// The issue's repro: one pinned id, then many (remember, forget) pairs.
+/// The store's memory afterwards must stay within twice what the same
+/// store needs to hold `CAPACITY` ids.
+fn churn_behind_a_pinned_id_stays_within_twice_the_memory_at_capacity(
+    what: &str,
+    config: fn() -> InMemoryStoreBuilder,
+    id: fn(usize) -> String,
+) {
+    let (full, at_capacity) = heap_bytes_kept_by(|| {
+        let store = config().build();
+        for n in 0..CAPACITY {
+            now(store.remember(&id(n)));
+        }
+        store
+    });
+    assert_eq!(full.len(), CAPACITY);
+    drop(full);
+
+    let pinned = id(0);
+    let (churned, after_churn) = heap_bytes_kept_by(|| {
+        let store = config().build();
+        now(store.remember(&pinned));
+        for n in 1..=CHURN_PAIRS {
+            let id = id(n);
+            now(store.remember(&id));
+            now(store.forget(&id));
+        }
+        store
+    });
+    assert!(now(churned.seen(&pinned)), "{what}: the pinned id was lost");
+    assert_eq!(churned.len(), 1, "{what}");
+    println!(
+        "{what}: {at_capacity} heap bytes holding {CAPACITY} ids; {after_churn} after \
+         {CHURN_PAIRS} remember/forget pairs behind one pinned id"
+    );
+    assert!(
+        after_churn <= 2 * at_capacity,
+        "{what}: {after_churn} heap bytes after {CHURN_PAIRS} pairs, \
+         more than twice the {at_capacity} at capacity"
+    );
+}
+
+fn with_capacity() -> InMemoryStoreBuilder {
+    InMemoryStore::builder().capacity(CAPACITY)
+}
+
+fn with_capacity_and_ttl() -> InMemoryStoreBuilder {
+    with_capacity().ttl(Duration::from_secs(24 * 3600))
+}
+
+/// One shard, so that the pinned id stands in front of all the churn (with
+/// 64 shards, the other 63 would shed theirs as they went).
+fn with_ttl() -> InMemoryStoreBuilder {
+    InMemoryStore::builder()
+        .ttl(Duration::from_secs(24 * 3600))
+        .shards(1)
+}
+
+#[test]
+fn churn_with_a_capacity_keeps_memory_bounded_uuid_ids() {
+    churn_behind_a_pinned_id_stays_within_twice_the_memory_at_capacity(
+        "capacity, UUID ids",
+        with_capacity,
+        uuid_id,
+    );
+}
+
+#[test]
+fn churn_with_a_capacity_keeps_memory_bounded_text_ids() {
+    churn_behind_a_pinned_id_stays_within_twice_the_memory_at_capacity(
+        "capacity, text ids",
+        with_capacity,
+        text_id,
+    );
+}
+
+#[test]
+fn churn_with_a_capacity_and_a_ttl_keeps_memory_bounded() {
+    for (what, id) in [
+        (
+            "capacity + 24 h TTL, UUID ids",
+            uuid_id as fn(usize) -> String,
+        ),
+        ("capacity + 24 h TTL, text ids", text_id),
+    ] {
+        churn_behind_a_pinned_id_stays_within_twice_the_memory_at_capacity(
+            what,
+            with_capacity_and_ttl,
+            id,
+        );
+    }
+}
+
+#[test]
+fn churn_with_a_ttl_keeps_memory_bounded() {
+    for (what, id) in [
+        ("24 h TTL, UUID ids", uuid_id as fn(usize) -> String),
+        ("24 h TTL, text ids", text_id),
+    ] {
+        churn_behind_a_pinned_id_stays_within_twice_the_memory_at_capacity(what, with_ttl, id);
+    }
+}
+
+/// Mixes UUID and text ids, which live in different tables.
+fn mixed_id(n: usize) -> String {
+    if n % 2 == 0 { uuid_id(n) } else { text_id(n) }
+}
+
+#[test]
+fn an_explicit_shard_count_does_not_multiply_the_capacity() {
+    for (capacity, shards) in [(1, 1024), (10, 64), (3, 4), (100, 1024), (1000, 64)] {
+        let store = InMemoryStore::builder()
+            .capacity(capacity)
+            .shards(shards)
+            .build();
+        for n in 0..capacity * 20 {
+            now(store.remember(&mixed_id(n)));
+            assert!(
+                store.len() <= capacity,
+                "capacity({capacity}).shards({shards}) holds {} ids",
+                store.len()
+            );
+            assert!(now(store.seen(&mixed_id(n))), "the newest id is kept");
+        }
+        // Each shard holds its share, and the shares add up to the capacity.
+        assert_eq!(
+            store.len(),
+            capacity,
+            "capacity({capacity}).shards({shards})"
+        );
+    }
+}
+
+#[test]
+fn one_shard_with_a_capacity_evicts_exactly_the_oldest() {
+    let store = InMemoryStore::builder().capacity(5).shards(1).build();
+    for n in 0..12 {
+        now(store.remember(&mixed_id(n)));
+    }
+    for n in 0..12 {
+        assert_eq!(now(store.seen(&mixed_id(n))), n >= 7, "id {n}");
+    }
+}

@@ -10,24 +10,28 @@
 //! With neither a TTL nor a capacity, nothing else is stored per id. With
 //! either, each id also carries a stamp (when and in which order it was
 //! remembered) and each shard keeps its ids in insertion order, so the oldest
-//! (and therefore the first to expire) are found without a scan.
+//! (and therefore the first to expire) are found without a scan. `forget`
+//! leaves the id's entry in that order behind; once such entries outnumber
+//! the live ids, the shard drops them all in one pass, so the order holds at
+//! most about twice the live ids whatever the churn.
 
 use std::collections::VecDeque;
 use std::fmt;
 use std::hash::BuildHasher;
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use arc_swap::ArcSwap;
-use foldhash::fast::RandomState;
 use hashbrown::HashTable;
 
 use super::{Store, StoreFuture};
 
 mod canonical_uuid;
+#[cfg(all(test, loom))]
+mod loom;
+mod sync;
 mod uuid_table;
 
 use canonical_uuid::Uuid;
+use sync::{IdHasher, Loaded, Mutex, MutexGuard, Published};
 use uuid_table::{MIN_SLOTS, Probe, UuidTable};
 
 /// The reference store: a process-local seen-set in memory.
@@ -39,11 +43,28 @@ use uuid_table::{MIN_SLOTS, Probe, UuidTable};
 ///   memory is reclaimed as newer ids arrive;
 /// - a **capacity**: past it, the oldest ids are evicted first. An evicted id
 ///   is forgotten, so a late redelivery of it **runs again**: size the
-///   capacity to cover the broker's redelivery window. Eviction order is exact
-///   up to 4,096 ids and per shard (approximately oldest-first) above.
+///   capacity to cover the broker's redelivery window.
 ///
 /// Remembering is set-if-absent, like Redis `SET NX`: remembering a live id
 /// again keeps its first stamp, so its TTL is not extended.
+///
+/// # The rules that hold
+///
+/// - **Capacity is for the whole store.** It never holds more than
+///   `capacity` ids, whatever the shard count: the shard count is at most
+///   the capacity (an explicit [`shards`](InMemoryStoreBuilder::shards) above
+///   it is lowered to the largest power of two that fits), and the capacity
+///   is split between the shards, each evicting its own oldest ids. So
+///   eviction is exactly oldest-first with one shard (the default below a
+///   capacity of 8,192) and approximately oldest-first above.
+/// - **Memory follows the ids held, not the ids seen.** Forgotten, expired
+///   and evicted ids give their memory back: however many ids pass through
+///   it (remembered, then forgotten), the store's memory stays within a
+///   constant factor of what it needed for the most ids it held at once, so
+///   at most the capacity when there is one.
+/// - **Every lookup ends.** A lookup looks at each slot of a table at most
+///   once, so it ends even if the table's bookkeeping were wrong; a writer
+///   that finds no free slot rebuilds the table rather than wait for one.
 ///
 /// ```
 /// use babel_idem::{InMemoryStore, Store};
@@ -62,9 +83,9 @@ use uuid_table::{MIN_SLOTS, Probe, UuidTable};
 /// ```
 pub struct InMemoryStore {
     shards: Box<[Padded<Shard>]>,
-    hasher: RandomState,
+    hasher: IdHasher,
     ttl_millis: Option<u64>,
-    capacity_per_shard: Option<usize>,
+    capacity: Option<usize>,
     epoch: Instant,
 }
 
@@ -94,15 +115,44 @@ impl InMemoryStoreBuilder {
         self
     }
 
-    /// Keep at most about this many ids, evicting the oldest first.
-    /// A capacity of 0 is taken as 1.
+    /// Keep at most this many ids in the whole store, evicting the oldest
+    /// first. A capacity of 0 is taken as 1.
+    ///
+    /// ```
+    /// use babel_idem::{InMemoryStore, Store};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let store = InMemoryStore::builder().capacity(2).build();
+    /// for id in ["a", "b", "c"] {
+    ///     store.remember(id).await?;
+    /// }
+    /// assert_eq!(store.len(), 2);
+    /// assert!(!store.seen("a").await?, "the oldest id was evicted");
+    /// # Ok::<(), babel_idem::StoreError>(())
+    /// # }).unwrap();
+    /// ```
     pub fn capacity(mut self, capacity: usize) -> Self {
         self.capacity = Some(capacity.max(1));
         self
     }
 
-    /// The number of shards, rounded up to a power of two (default 64,
-    /// fewer for small capacities so eviction stays exact).
+    /// The number of shards, rounded up to a power of two and at most 1,024
+    /// (default 64, fewer for small capacities so eviction stays exact).
+    /// With a capacity, the count is also at most the capacity: each shard
+    /// holds a share of it, never a copy.
+    ///
+    /// ```
+    /// use babel_idem::{InMemoryStore, Store};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let store = InMemoryStore::builder().capacity(10).shards(64).build();
+    /// for n in 0..1_000 {
+    ///     store.remember(&format!("order-{n}")).await?;
+    /// }
+    /// assert!(store.len() <= 10);
+    /// # Ok::<(), babel_idem::StoreError>(())
+    /// # }).unwrap();
+    /// ```
     pub fn shards(mut self, shards: usize) -> Self {
         self.shards = Some(shards.clamp(1, 1024).next_power_of_two());
         self
@@ -116,19 +166,41 @@ impl InMemoryStoreBuilder {
                 .next_power_of_two(),
             None => MAX_SHARDS,
         });
+        // A shard cannot hold less than one id, so there are never more
+        // shards than the capacity.
+        let shard_count = match self.capacity {
+            Some(capacity) => shard_count.min(largest_power_of_two_at_most(capacity)),
+            None => shard_count,
+        };
         let stamped = self.ttl.is_some() || self.capacity.is_some();
         InMemoryStore {
             shards: (0..shard_count)
-                .map(|_| Padded(Shard::new(stamped)))
+                .map(|index| {
+                    let share = self.capacity.map_or(usize::MAX, |capacity| {
+                        share_of(capacity, shard_count, index)
+                    });
+                    Padded(Shard::new(stamped, share))
+                })
                 .collect(),
-            hasher: RandomState::default(),
+            hasher: IdHasher::default(),
             ttl_millis: self
                 .ttl
                 .map(|ttl| u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)),
-            capacity_per_shard: self.capacity.map(|c| c.div_ceil(shard_count)),
+            capacity: self.capacity,
             epoch: Instant::now(),
         }
     }
+}
+
+fn largest_power_of_two_at_most(n: usize) -> usize {
+    debug_assert!(n > 0);
+    1 << (usize::BITS - 1 - n.leading_zeros())
+}
+
+/// Shard `index`'s share of `capacity`: an even split, the remainder going
+/// one each to the first shards, so the shares add up to `capacity` exactly.
+fn share_of(capacity: usize, shards: usize, index: usize) -> usize {
+    capacity / shards + usize::from(index < capacity % shards)
 }
 
 impl InMemoryStore {
@@ -159,8 +231,8 @@ impl InMemoryStore {
             shard
                 .0
                 .uuids
-                .store(Arc::new(UuidTable::new(MIN_SLOTS, writer.stamped())));
-            *writer = Writer::new(writer.stamped());
+                .store(UuidTable::new(MIN_SLOTS, writer.stamped()));
+            *writer = Writer::new(writer.stamped(), writer.capacity);
         }
     }
 
@@ -198,7 +270,7 @@ impl InMemoryStore {
         let stamp = match key {
             Key::Uuid(uuid) => match shard.uuids.load().probe(uuid, hash) {
                 Probe::Found { stamp, .. } => Some(Stamp(stamp)),
-                Probe::Vacant { .. } => None,
+                Probe::Vacant { .. } | Probe::Full => None,
             },
             Key::Text(text) => shard.lock().find_text(hash, text),
         };
@@ -209,8 +281,6 @@ impl InMemoryStore {
         let (key, hash, shard) = self.locate(id);
         let mut writer = shard.lock();
         let now = if writer.stamped() { self.now() } else { 0 };
-        // `load`, not `load_full`: a reference count bump would write to the
-        // cache line every reader of this table reads.
         let uuids = shard.uuids.load();
         match writer.find(&uuids, hash, key) {
             // Set-if-absent: a live id keeps its first stamp.
@@ -219,22 +289,12 @@ impl InMemoryStore {
             None => {}
         }
         if writer.stamped() {
-            let capacity = self.capacity_per_shard.unwrap_or(usize::MAX);
-            self.evict(&mut writer, &uuids, now, capacity);
+            self.evict(&mut writer, &uuids, now);
+            self.drop_forgotten_from_order(&mut writer, &uuids);
         }
         let stamp = writer.next_stamp(now);
         match key {
-            Key::Uuid(uuid) => {
-                if writer.uuid_filled >= uuids.fill_limit() {
-                    self.rebuild(shard, &mut writer, &uuids);
-                }
-                let uuids = shard.uuids.load();
-                if let Probe::Vacant { index } = uuids.probe(uuid, hash) {
-                    uuids.fill(index, uuid, stamp.0);
-                    writer.uuid_live += 1;
-                    writer.uuid_filled += 1;
-                }
-            }
+            Key::Uuid(uuid) => self.insert_uuid(shard, &mut writer, uuids, uuid, hash, stamp),
             Key::Text(text) => {
                 writer
                     .texts
@@ -248,45 +308,75 @@ impl InMemoryStore {
         }
     }
 
+    /// Puts a UUID that `find` just reported absent into the shard's table.
+    fn insert_uuid(
+        &self,
+        shard: &Shard,
+        writer: &mut Writer,
+        mut uuids: Loaded<UuidTable>,
+        uuid: Uuid,
+        hash: u64,
+        stamp: Stamp,
+    ) {
+        if writer.uuid_filled >= uuids.fill_limit() {
+            uuids = self.rebuild(shard, writer, &uuids);
+        }
+        let mut probe = uuids.probe(uuid, hash);
+        if probe == Probe::Full {
+            // Only if the fill bookkeeping were wrong. The rebuilt table is
+            // sized from what the old one really holds: at most half full.
+            uuids = self.rebuild(shard, writer, &uuids);
+            probe = uuids.probe(uuid, hash);
+        }
+        // `Found` cannot happen: `find` said absent, under this same lock.
+        if let Probe::Vacant { index } = probe {
+            uuids.fill(index, uuid, stamp.0);
+            writer.uuid_live += 1;
+            writer.uuid_filled += 1;
+        }
+    }
+
     fn remove(&self, id: &str) {
         let (key, hash, shard) = self.locate(id);
         let mut writer = shard.lock();
         let uuids = shard.uuids.load();
         if let Some((_, place)) = writer.find(&uuids, hash, key) {
             writer.remove(&uuids, hash, key, place);
+            self.drop_forgotten_from_order(&mut writer, &uuids);
         }
     }
 
-    /// Replaces the shard's full UUID table (live ids plus tombstones) with
-    /// one that holds the live ids at most half full: larger when they need
-    /// it, the same size when it was mostly tombstones. Readers still probing
-    /// the old table finish on it undisturbed.
-    fn rebuild(&self, shard: &Shard, writer: &mut Writer, full: &UuidTable) {
-        let slots = ((writer.uuid_live + 1) * 2)
-            .next_power_of_two()
-            .max(MIN_SLOTS);
+    /// Replaces the shard's UUID table (live ids plus tombstones) with one
+    /// that holds its live ids at most half full: larger when they need it,
+    /// the same size or smaller when it was mostly tombstones. Readers still
+    /// probing the old table finish on it undisturbed. Sized from the ids the
+    /// table really holds, not from the bookkeeping, so the new table always
+    /// has free slots.
+    fn rebuild(&self, shard: &Shard, writer: &mut Writer, full: &UuidTable) -> Loaded<UuidTable> {
+        let live = full.live().count();
+        let slots = ((live + 1) * 2).next_power_of_two().max(MIN_SLOTS);
         let rebuilt = UuidTable::new(slots, writer.stamped());
+        let mut moved = 0;
         for (uuid, stamp) in full.live() {
             if let Probe::Vacant { index } = rebuilt.probe(uuid, self.hasher.hash_one(uuid)) {
                 rebuilt.fill(index, uuid, stamp);
+                moved += 1;
             }
         }
-        writer.uuid_filled = writer.uuid_live;
-        shard.uuids.store(Arc::new(rebuilt));
+        writer.uuid_live = moved;
+        writer.uuid_filled = moved;
+        shard.uuids.store(rebuilt);
+        shard.uuids.load()
     }
 
-    /// Drops expired ids and, at the capacity, the oldest ones, leaving room
-    /// for one more.
-    fn evict(&self, writer: &mut Writer, uuids: &UuidTable, now: u64, capacity: usize) {
+    /// Drops expired ids and, at the shard's share of the capacity, the
+    /// oldest ones, leaving room for one more.
+    fn evict(&self, writer: &mut Writer, uuids: &UuidTable, now: u64) {
         while let Some((owned, stamp)) = writer.order.as_ref().and_then(VecDeque::front) {
             let (owned_key, stamp) = (owned.as_key(), *stamp);
             let hash = self.hash(owned_key);
-            // An entry whose stamp differs was forgotten (and maybe remembered again later).
-            let place = match writer.find(uuids, hash, owned_key) {
-                Some((current, place)) if current == stamp => Some(place),
-                _ => None,
-            };
-            if place.is_some() && !self.expired(stamp, || now) && writer.len() < capacity {
+            let place = writer.live_place(uuids, hash, owned_key, stamp);
+            if place.is_some() && !self.expired(stamp, || now) && writer.len() < writer.capacity {
                 break;
             }
             let (owned, _) = writer
@@ -298,6 +388,31 @@ impl InMemoryStore {
                 writer.remove(uuids, hash, owned.as_key(), place);
             }
         }
+    }
+
+    /// Once the order's entries for forgotten ids outnumber the live ids,
+    /// drops them all in one pass (amortised O(1) per `forget`), so that
+    /// remember-and-forget churn behind a long-lived id cannot grow it.
+    fn drop_forgotten_from_order(&self, writer: &mut Writer, uuids: &UuidTable) {
+        /// Below this many forgotten entries a pass is not worth its cost.
+        const SLACK: usize = 32;
+        let Some(order) = &writer.order else { return };
+        let live = writer.len();
+        if order.len().saturating_sub(live) <= live.max(SLACK) {
+            return;
+        }
+        let mut order = writer.order.take().expect("checked just above");
+        order.retain(|(owned, stamp)| {
+            let key = owned.as_key();
+            writer
+                .live_place(uuids, self.hash(key), key, *stamp)
+                .is_some()
+        });
+        // Give back a buffer left over from a burst.
+        if order.capacity() > 4 * order.len().max(SLACK) {
+            order.shrink_to(2 * order.len().max(SLACK));
+        }
+        writer.order = Some(order);
     }
 }
 
@@ -313,7 +428,7 @@ impl fmt::Debug for InMemoryStore {
             .field("len", &self.len())
             .field("shards", &self.shards.len())
             .field("ttl_millis", &self.ttl_millis)
-            .field("capacity_per_shard", &self.capacity_per_shard)
+            .field("capacity", &self.capacity)
             .finish()
     }
 }
@@ -344,15 +459,15 @@ struct Padded<T>(T);
 struct Shard {
     /// Read without a lock; replaced (never mutated in place) only by the
     /// holder of `writer`.
-    uuids: ArcSwap<UuidTable>,
+    uuids: Published<UuidTable>,
     writer: Mutex<Writer>,
 }
 
 impl Shard {
-    fn new(stamped: bool) -> Self {
+    fn new(stamped: bool, capacity: usize) -> Self {
         Shard {
-            uuids: ArcSwap::from_pointee(UuidTable::new(MIN_SLOTS, stamped)),
-            writer: Mutex::new(Writer::new(stamped)),
+            uuids: Published::new(UuidTable::new(MIN_SLOTS, stamped)),
+            writer: Mutex::new(Writer::new(stamped, capacity)),
         }
     }
 
@@ -371,9 +486,12 @@ struct Writer {
     /// Live ids plus tombstones in the current UUID table.
     uuid_filled: usize,
     texts: HashTable<(Box<str>, Stamp)>,
-    /// Insertion order, kept only with a TTL or a capacity.
+    /// Insertion order, kept only with a TTL or a capacity: one entry per
+    /// live id, plus entries left behind by `forget` (told apart by stamp).
     order: Option<VecDeque<(OwnedKey, Stamp)>>,
     next_sequence: u64,
+    /// This shard's share of the store's capacity (`usize::MAX`: none).
+    capacity: usize,
 }
 
 /// Where [`Writer::find`] found an id.
@@ -384,13 +502,14 @@ enum Place {
 }
 
 impl Writer {
-    fn new(stamped: bool) -> Self {
+    fn new(stamped: bool, capacity: usize) -> Self {
         Writer {
             uuid_live: 0,
             uuid_filled: 0,
             texts: HashTable::new(),
             order: stamped.then(VecDeque::new),
             next_sequence: 0,
+            capacity,
         }
     }
 
@@ -417,9 +536,25 @@ impl Writer {
         match key {
             Key::Uuid(uuid) => match uuids.probe(uuid, hash) {
                 Probe::Found { index, stamp } => Some((Stamp(stamp), Place::UuidSlot(index))),
-                Probe::Vacant { .. } => None,
+                Probe::Vacant { .. } | Probe::Full => None,
             },
             Key::Text(text) => self.find_text(hash, text).map(|stamp| (stamp, Place::Text)),
+        }
+    }
+
+    /// Where the id of an order entry stamped `stamp` lives, if that entry is
+    /// still the id's own: a different stamp means the id was forgotten
+    /// since (and maybe remembered again later).
+    fn live_place(
+        &self,
+        uuids: &UuidTable,
+        hash: u64,
+        key: Key<'_>,
+        stamp: Stamp,
+    ) -> Option<Place> {
+        match self.find(uuids, hash, key) {
+            Some((current, place)) if current == stamp => Some(place),
+            _ => None,
         }
     }
 
@@ -550,6 +685,73 @@ mod tests {
         }
         let slots = store.shards[0].0.uuids.load().slots();
         assert!(slots <= 16_384, "{slots} slots for ~6,700 ids");
+    }
+
+    #[test]
+    fn a_table_with_no_free_slot_is_rebuilt_rather_than_probed_for_ever() {
+        let store = InMemoryStore::builder().shards(1).build();
+        // Fill every slot behind the writer's back, as a bookkeeping mistake would.
+        let table = store.shards[0].0.uuids.load();
+        for n in 0..table.slots() as u64 {
+            let id = canonical_uuid::parse(&uuid(n)).unwrap();
+            if let Probe::Vacant { index } = table.probe(id, store.hasher.hash_one(id)) {
+                table.fill(index, id, 0);
+            }
+        }
+        drop(table);
+        assert!(!store.contains(&uuid(1000)), "a lookup ends after one lap");
+        store.insert(&uuid(1000));
+        assert!(store.contains(&uuid(1000)));
+        for n in 0..MIN_SLOTS as u64 {
+            assert!(store.contains(&uuid(n)), "id {n}");
+        }
+        assert_eq!(
+            store.len(),
+            MIN_SLOTS + 1,
+            "the rebuild counted what the table held"
+        );
+    }
+
+    #[test]
+    fn forgotten_entries_leave_the_insertion_order() {
+        let store = InMemoryStore::builder().capacity(1000).build();
+        store.insert("pinned");
+        for n in 0..10_000 {
+            store.insert(&uuid(n));
+            store.remove(&uuid(n));
+            store.insert(&format!("text-{n}"));
+            store.remove(&format!("text-{n}"));
+        }
+        let writer = store.shards[0].0.lock();
+        let order = writer.order.as_ref().unwrap();
+        assert!(order.len() <= 2 * 32 + 1, "{} order entries", order.len());
+        assert!(order.capacity() <= 1024, "{} order slots", order.capacity());
+        drop(writer);
+        assert!(store.contains("pinned"));
+        assert_eq!(store.len(), 1);
+    }
+
+    #[test]
+    fn dropping_forgotten_entries_keeps_the_eviction_order() {
+        let store = InMemoryStore::builder().capacity(40).build();
+        for n in 0..40 {
+            store.insert(&uuid(n));
+        }
+        // Forget every other id: enough forgotten entries to drop them all.
+        for n in (0..40).step_by(2).chain(100..140) {
+            store.insert(&uuid(n));
+            store.remove(&uuid(n));
+        }
+        store.insert("a");
+        store.insert("b");
+        assert_eq!(store.len(), 22);
+        for n in 100..120 {
+            store.insert(&uuid(n));
+        }
+        // 42 ids for 40 places: the two oldest survivors went first.
+        assert!(!store.contains(&uuid(1)) && !store.contains(&uuid(3)));
+        assert!(store.contains(&uuid(5)) && store.contains("a") && store.contains("b"));
+        assert_eq!(store.len(), 40);
     }
 
     #[test]

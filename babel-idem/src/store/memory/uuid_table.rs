@@ -12,11 +12,19 @@
 //! another's low word. Growth and tombstone clean-up build a new table that
 //! replaces this one as a whole (see `memory.rs`), so a reader always probes
 //! a consistent table.
+//!
+//! A probe looks at each slot at most once. The writer keeps the table at
+//! most three quarters full, so a probe normally ends on an empty slot; if
+//! that bookkeeping were ever wrong, a probe still ends, after one lap, with
+//! [`Probe::Full`] (the UUID is absent: every slot was looked at), and the
+//! writer rebuilds the table instead of looping for ever.
+//!
+//! `loom.rs` checks this protocol under the loom model checker.
 
-use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
 use super::canonical_uuid::Uuid;
+use super::sync::AtomicU64;
 
 /// A high word that marks an empty slot.
 const EMPTY: u64 = 0;
@@ -53,6 +61,8 @@ pub(super) enum Probe {
     Found { index: usize, stamp: u64 },
     /// Absent; `index` is the empty slot that ends its probe sequence.
     Vacant { index: usize },
+    /// Absent, and no slot is empty: the probe looked at every slot once.
+    Full,
 }
 
 impl UuidTable {
@@ -82,11 +92,12 @@ impl UuidTable {
         self.slots.len() / 4 * 3
     }
 
-    /// Finds `uuid`. Safe to call concurrently with the writer.
+    /// Finds `uuid`, looking at each slot at most once. Safe to call
+    /// concurrently with the writer.
     #[inline]
     pub(super) fn probe(&self, uuid: Uuid, hash: u64) -> Probe {
         let mut index = hash as usize & self.mask;
-        loop {
+        for _ in 0..self.slots.len() {
             let slot = &self.slots[index];
             let high = slot.high.load(Acquire);
             if high == EMPTY {
@@ -100,6 +111,7 @@ impl UuidTable {
             }
             index = (index + 1) & self.mask;
         }
+        Probe::Full
     }
 
     #[inline]
@@ -173,6 +185,29 @@ mod tests {
         assert_eq!(
             table.probe([21, 1], 15),
             Probe::Found { index: 0, stamp: 0 }
+        );
+    }
+
+    #[test]
+    fn a_probe_of_a_table_with_no_empty_slot_ends_after_one_lap() {
+        let table = UuidTable::new(MIN_SLOTS, false);
+        // Fill every slot, past the fill limit the writer keeps to.
+        for n in 0..MIN_SLOTS as u64 {
+            let index = vacant_index(&table, [100 + n, 1], 3);
+            table.fill(index, [100 + n, 1], 0);
+        }
+        assert_eq!(table.probe([99, 1], 3), Probe::Full);
+        let last = [100 + MIN_SLOTS as u64 - 1, 1];
+        assert_eq!(
+            table.probe(last, 3),
+            Probe::Found { index: 2, stamp: 0 },
+            "the last slot of the lap is still looked at"
+        );
+        table.bury(7);
+        assert_eq!(
+            table.probe([99, 1], 3),
+            Probe::Full,
+            "a tombstone is not empty"
         );
     }
 

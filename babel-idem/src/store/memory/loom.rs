@@ -1,0 +1,153 @@
+//! The UUID table's publish / read / replace protocol, model-checked: loom
+//! runs each test under every interleaving of its threads (and every value
+//! a relaxed or acquire load may return) and fails on the first that breaks
+//! an assertion. Run by `.ci/loom.sh`:
+//! `RUSTFLAGS="--cfg loom" cargo test -p babel-idem --release --lib loom`.
+//!
+//! Each test prints how many interleavings loom explored.
+//!
+//! The writer runs on the model's main thread and the reader on a spawned
+//! one: loom's exploration remembers only the last access to each atomic,
+//! so a race between a reader's load and a *later* store is found from the
+//! store's side only when the reader runs after it in the first schedule.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use loom::sync::Arc;
+use loom::thread;
+
+use super::InMemoryStore;
+use super::uuid_table::{MIN_SLOTS, Probe, UuidTable};
+
+/// Runs `body` under loom and prints how many interleavings it explored.
+fn explore(name: &str, body: impl Fn() + Sync + Send + 'static) {
+    let explored = std::sync::Arc::new(AtomicUsize::new(0));
+    let counter = std::sync::Arc::clone(&explored);
+    loom::model(move || {
+        counter.fetch_add(1, Ordering::Relaxed);
+        body();
+    });
+    println!(
+        "loom: {name}: {} interleavings explored",
+        explored.load(Ordering::Relaxed)
+    );
+}
+
+fn uuid(n: u64) -> String {
+    format!("f1e2d3c4-b5a6-4789-90ab-{n:012x}")
+}
+
+/// A reader racing the writer's `fill` sees either an empty slot or the
+/// whole UUID with its stamp: never its high word with a stale low word
+/// (which would make `[HIGH, 0]` look remembered) or a stale stamp.
+#[test]
+fn loom_reader_racing_an_insert_sees_nothing_or_the_whole_id() {
+    const HIGH: u64 = 0xf1e2_d3c4_b5a6_4789;
+    const HASH: u64 = 5;
+    explore("reader racing an insert", || {
+        let table = Arc::new(UuidTable::new(MIN_SLOTS, true));
+        let reader = {
+            let table = Arc::clone(&table);
+            thread::spawn(move || {
+                assert!(
+                    !matches!(table.probe([HIGH, 0], HASH), Probe::Found { .. }),
+                    "a half-published slot matched another UUID"
+                );
+                match table.probe([HIGH, 42], HASH) {
+                    Probe::Found { index: 5, stamp: 7 } | Probe::Vacant { index: 5 } => {}
+                    other => panic!("reader saw {other:?}"),
+                }
+            })
+        };
+        if let Probe::Vacant { index } = table.probe([HIGH, 42], HASH) {
+            table.fill(index, [HIGH, 42], 7);
+        }
+        reader.join().unwrap();
+        assert_eq!(
+            table.probe([HIGH, 42], HASH),
+            Probe::Found { index: 5, stamp: 7 }
+        );
+    });
+}
+
+/// A reader racing the writer's `bury` of one UUID still finds the UUID
+/// that collided with it and sits further along the probe sequence.
+#[test]
+fn loom_reader_racing_a_removal_probes_past_the_tombstone() {
+    const HASH: u64 = 9;
+    let (first, second) = ([10, 1], [11, 2]);
+    explore("reader racing a removal", move || {
+        let table = Arc::new(UuidTable::new(MIN_SLOTS, false));
+        for uuid in [first, second] {
+            if let Probe::Vacant { index } = table.probe(uuid, HASH) {
+                table.fill(index, uuid, 0);
+            }
+        }
+        let reader = {
+            let table = Arc::clone(&table);
+            thread::spawn(move || {
+                assert_eq!(
+                    table.probe(second, HASH),
+                    Probe::Found {
+                        index: 10,
+                        stamp: 0
+                    },
+                    "a tombstone ended the probe"
+                );
+                assert!(matches!(
+                    table.probe(first, HASH),
+                    Probe::Found { index: 9, .. } | Probe::Vacant { index: 11 }
+                ));
+            })
+        };
+        if let Probe::Found { index, .. } = table.probe(first, HASH) {
+            table.bury(index);
+        }
+        reader.join().unwrap();
+        assert_eq!(table.probe(first, HASH), Probe::Vacant { index: 11 });
+    });
+}
+
+/// The whole store, one shard: the writer forgets one id and remembers
+/// another, which fills the table to its limit and so replaces it. A reader
+/// racing that sees every other remembered id throughout, never sees the
+/// forgotten one come back, and sees the new one once the writer is done.
+#[test]
+fn loom_reader_racing_a_table_replacement_loses_no_id() {
+    explore("reader racing a table replacement", || {
+        let store = Arc::new(InMemoryStore::builder().shards(1).build());
+        let limit = store.shards[0].0.uuids.load().fill_limit() as u64;
+        for n in 0..limit {
+            store.insert(&uuid(n));
+        }
+        let slots_before = store.shards[0].0.uuids.load().slots();
+        let reader = {
+            let store = Arc::clone(&store);
+            thread::spawn(move || {
+                let forgotten_at_first = !store.contains(&uuid(0));
+                assert!(
+                    store.contains(&uuid(1)),
+                    "an id was lost in the replacement"
+                );
+                assert!(
+                    store.contains(&uuid(limit - 1)),
+                    "an id was lost in the replacement"
+                );
+                assert!(
+                    !forgotten_at_first || !store.contains(&uuid(0)),
+                    "a forgotten id came back"
+                );
+            })
+        };
+        store.remove(&uuid(0));
+        store.insert(&uuid(limit));
+        reader.join().unwrap();
+        assert!(store.contains(&uuid(limit)));
+        assert!(!store.contains(&uuid(0)));
+        assert_eq!(store.len(), limit as usize);
+        // The point of the test: the table really was replaced (a rebuild
+        // drops the tombstone `remove` left).
+        assert!(store.shards[0].0.uuids.load().slots() >= slots_before);
+        assert_eq!(store.shards[0].0.lock().uuid_filled, limit as usize);
+    });
+}
