@@ -522,7 +522,8 @@ fn each_refused_integer_says_what_is_wrong_with_it() {
 
 #[test]
 fn negative_zero_reads_as_zero_as_the_python_sdk_reads_it() {
-    let fields: [(&str, fn(&Envelope) -> u64); 4] = [
+    type Read = fn(&Envelope) -> u64;
+    let fields: [(&str, Read); 4] = [
         ("attempts", |e| e.attempts),
         ("meta/created_at", |e| e.meta.created_at),
         ("dead_letter/failed_at", |e| {

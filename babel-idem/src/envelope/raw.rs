@@ -33,6 +33,10 @@ pub(super) fn members(text: &str) -> Option<Vec<Member<'_>>> {
 
 struct MembersVisitor;
 
+/// Up to this many members, a repeated key is found by a linear search
+/// (envelope blocks are small); beyond, through a hash index.
+const SEARCHED: usize = 16;
+
 impl<'de> Visitor<'de> for MembersVisitor {
     type Value = Vec<Member<'de>>;
 
@@ -42,13 +46,29 @@ impl<'de> Visitor<'de> for MembersVisitor {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut members: Vec<Member<'de>> = Vec::new();
+        // A key's position, indexed once the object is too large to search.
         let mut position: HashMap<String, usize> = HashMap::new();
         while let Some(key) = map.next_key::<String>()? {
             let value: &'de RawValue = map.next_value()?;
-            match position.get(&key) {
-                Some(&at) => members[at].value = value,
+            let seen = if members.len() < SEARCHED {
+                members.iter().position(|member| member.key == key)
+            } else {
+                if position.is_empty() {
+                    position.extend(
+                        members
+                            .iter()
+                            .enumerate()
+                            .map(|(at, m)| (m.key.clone(), at)),
+                    );
+                }
+                position.get(&key).copied()
+            };
+            match seen {
+                Some(at) => members[at].value = value,
                 None => {
-                    position.insert(key.clone(), members.len());
+                    if !position.is_empty() {
+                        position.insert(key.clone(), members.len());
+                    }
                     members.push(Member { key, value });
                 }
             }
@@ -125,6 +145,16 @@ mod tests {
                 ("b".to_owned(), "2".to_owned())
             ]
         );
+    }
+
+    #[test]
+    fn a_repeated_key_in_a_large_object_is_found_too() {
+        let keys: Vec<String> = (0..40).map(|i| format!(r#""k{i}":{i}"#)).collect();
+        let text = format!(r#"{{{},"k3":"late","k39":"last"}}"#, keys.join(","));
+        let members = keys_and_values(&text);
+        assert_eq!(members.len(), 40);
+        assert_eq!(members[3], ("k3".to_owned(), r#""late""#.to_owned()));
+        assert_eq!(members[39], ("k39".to_owned(), r#""last""#.to_owned()));
     }
 
     #[test]
