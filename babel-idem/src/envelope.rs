@@ -473,6 +473,9 @@ impl Serialize for DeadLetter {
     }
 }
 
+/// Applies the same rules as [`Envelope::from_value`]; like it, the result
+/// re-encodes in the canonical layout (a deserializer hands over values, not
+/// their text).
 impl<'de> Deserialize<'de> for Envelope {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let value = Value::deserialize(deserializer)?;
