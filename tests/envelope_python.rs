@@ -12,6 +12,7 @@
 //! Without `BABEL_IDEM_PYTHON` each test prints `skipped:` and passes
 //! (fails with `BABEL_IDEM_REQUIRE_SERVERS=1`).
 
+mod envelope_gen;
 #[path = "store_contract/servers.rs"]
 #[allow(dead_code)]
 mod servers;
@@ -21,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use babel_idem::{DeadLetter, DeadLetterReason, Envelope};
+use envelope_gen::{META_FIELDS, TOP_LEVEL_FIELDS, finite_float, text};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
@@ -79,30 +81,6 @@ fn answer<'a>(answer: &'a Value, field: &str) -> &'a str {
 
 // ------------------------------------------------------------- generators
 
-fn text() -> impl Strategy<Value = String> {
-    prop_oneof![
-        3 => any::<String>(),
-        2 => vec(any::<char>(), 0..12).prop_map(String::from_iter),
-        1 => Just(String::new()),
-        1 => Just("\0\n\r\t\"\\/\u{7f}\u{85}\u{2028}\u{feff}\u{10ffff}".to_owned()),
-        1 => Just("Café — 日本語 🚀 עברית".to_owned()),
-    ]
-}
-
-fn float() -> impl Strategy<Value = f64> {
-    prop_oneof![
-        Just(1e-7),
-        Just(-0.0),
-        Just(0.1),
-        Just(1e16),
-        Just(1e22),
-        Just(5e-324),
-        Just(f64::MAX),
-        Just(f64::MIN_POSITIVE),
-        any::<f64>().prop_filter("JSON has no NaN or infinity", |f| f.is_finite()),
-    ]
-}
-
 /// JSON text, so that it can hold what a serde_json value cannot: integers
 /// beyond 64 bits (Python's ints have no bound).
 fn json_text() -> impl Strategy<Value = String> {
@@ -112,7 +90,7 @@ fn json_text() -> impl Strategy<Value = String> {
         any::<i64>().prop_map(|n| n.to_string()),
         any::<u64>().prop_map(|n| n.to_string()),
         "-?[1-9][0-9]{19,40}",
-        float().prop_map(|f| serde_json::to_string(&f).unwrap()),
+        finite_float().prop_map(|f| serde_json::to_string(&f).unwrap()),
         text().prop_map(|s| serde_json::to_string(&s).unwrap()),
     ];
     leaf.prop_recursive(4, 48, 6, |inner| {
@@ -133,33 +111,19 @@ fn object_text(values: impl Strategy<Value = String>) -> impl Strategy<Value = S
     })
 }
 
-/// Keys the SDK writes itself or refuses to write, per block.
-const RESERVED_TOP: &[&str] = &[
-    "job",
-    "urn",
-    "trace_id",
-    "data",
-    "meta",
-    "attempts",
-    "dead_letter",
-    "timestamp",
-];
-const RESERVED_META: &[&str] = &[
-    "id",
-    "queue",
-    "lang",
-    "schema_version",
-    "created_at",
-    "max_retries",
-    "attempts",
-    "source",
-    "ts",
-];
+/// Keys the SDK refuses to write (message-envelope.md section 10), besides
+/// the known ones.
+const FORBIDDEN_TOP: &[&str] = &["timestamp"];
+const FORBIDDEN_META: &[&str] = &["max_retries", "attempts", "source", "ts"];
 
-fn unknown_fields(reserved: &'static [&'static str]) -> impl Strategy<Value = String> {
-    object_text(json_text()).prop_filter("a reserved key", move |object| {
+fn unknown_fields(
+    known: &'static [&'static str],
+    forbidden: &'static [&'static str],
+) -> impl Strategy<Value = String> {
+    object_text(json_text()).prop_filter("a known or forbidden key", move |object| {
         let keys: serde_json::Map<String, Value> = serde_json::from_str(object).unwrap_or_default();
-        keys.keys().all(|key| !reserved.contains(&key.as_str()))
+        keys.keys()
+            .all(|key| !known.contains(&key.as_str()) && !forbidden.contains(&key.as_str()))
     })
 }
 
@@ -184,10 +148,10 @@ fn case() -> impl Strategy<Value = String> {
             text().prop_filter("blank", |t| !t.trim().is_empty()),
         ),
         (
-            unknown_fields(RESERVED_META),
+            unknown_fields(META_FIELDS, FORBIDDEN_META),
             meta_id(),
             prop_oneof![0..10u64, 0..u64::MAX - 1],
-            unknown_fields(RESERVED_TOP),
+            unknown_fields(TOP_LEVEL_FIELDS, FORBIDDEN_TOP),
         ),
         (
             prop::sample::select(&["failed", "unknown_urn", "poison"][..]),
