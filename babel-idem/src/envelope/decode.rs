@@ -163,8 +163,8 @@ fn kind(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "boolean",
-        Value::Number(n) if n.is_f64() => "fractional number",
-        Value::Number(n) if n.is_i64() && n.as_i64().is_some_and(|n| n < 0) => "negative number",
+        // The JSON type only: a parsed value cannot tell `1e2`, `-0` or `2^64`
+        // from a fraction, and the integer rule says what is wrong with those.
         Value::Number(_) => "number",
         Value::String(_) => "string",
         Value::Array(_) => "array",
