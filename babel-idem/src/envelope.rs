@@ -5,9 +5,16 @@
 //! not an object) and reports which one failed as an [`EnvelopeError`].
 //! Fields this crate does not know are kept, so a decoded envelope encodes
 //! back without losing anything.
+//!
+//! Re-encoding is faithful: [`Envelope::to_vec`] writes a decoded envelope
+//! back as the bytes it came from (in compact form), except for the members
+//! the code changed. Key order, number spelling (`1e-07`), `null` members
+//! and unknown fields all survive; setting `attempts` or adding a
+//! `dead_letter` block changes only those members.
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::de::Error as _;
@@ -18,9 +25,13 @@ use serde_json::{Map, Value};
 use crate::MessageId;
 
 mod decode;
+mod encode;
 mod error;
+mod integer;
+mod raw;
 
 pub use error::EnvelopeError;
+pub use integer::{IntegerProblem, MAX_INTEGER};
 
 /// The only `meta.schema_version` this crate reads and writes.
 pub const SCHEMA_VERSION: u64 = 1;
@@ -47,7 +58,10 @@ pub const LANG: &str = "rust";
 /// assert_eq!(env.message_id(), Some("f1e2d3c4-b5a6-4789-90ab-cdef01234567"));
 /// # Ok::<(), babel_idem::EnvelopeError>(())
 /// ```
-#[derive(Debug, Clone, PartialEq)]
+///
+/// Two envelopes are equal when their fields are; the text an envelope was
+/// decoded from (kept for faithful re-encoding) takes no part.
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct Envelope {
     /// The message URN (`job` on the wire; `urn` is accepted as an alias).
@@ -64,6 +78,42 @@ pub struct Envelope {
     pub dead_letter: Option<DeadLetter>,
     /// Top-level fields this crate does not know, kept for re-encoding.
     pub extra: Map<String, Value>,
+    /// The text this envelope was decoded from, if it was decoded from text.
+    source: Option<Source>,
+}
+
+impl PartialEq for Envelope {
+    fn eq(&self, other: &Self) -> bool {
+        // Destructured so that a new field cannot be left out of the comparison.
+        let Envelope {
+            job,
+            trace_id,
+            data,
+            meta,
+            attempts,
+            dead_letter,
+            extra,
+            source: _,
+        } = self;
+        *job == other.job
+            && *trace_id == other.trace_id
+            && *data == other.data
+            && *meta == other.meta
+            && *attempts == other.attempts
+            && *dead_letter == other.dead_letter
+            && *extra == other.extra
+    }
+}
+
+/// The JSON text a decoded envelope came from: re-encoding writes every
+/// member the code did not change as this text spells it.
+#[derive(Clone)]
+struct Source(Arc<str>);
+
+impl fmt::Debug for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Source({} bytes)", self.0.len())
+    }
 }
 
 /// The envelope's `meta` block.
@@ -187,6 +237,7 @@ impl Envelope {
             attempts: 0,
             dead_letter: None,
             extra: Map::new(),
+            source: None,
         }
     }
 
@@ -222,6 +273,9 @@ impl Envelope {
 
     /// Decodes and checks an envelope from JSON bytes.
     ///
+    /// The envelope keeps a copy of `bytes`, so that [`Envelope::to_vec`]
+    /// writes back what it did not change exactly as it came.
+    ///
     /// ```
     /// use babel_idem::{Envelope, EnvelopeError};
     ///
@@ -230,13 +284,30 @@ impl Envelope {
     /// assert!(matches!(err, EnvelopeError::MissingUrn));
     /// ```
     pub fn from_slice(bytes: &[u8]) -> Result<Self, EnvelopeError> {
-        let value: Value = serde_json::from_slice(bytes).map_err(EnvelopeError::NotJson)?;
-        Self::from_value(value)
+        match std::str::from_utf8(bytes) {
+            Ok(text) => Self::from_text(text),
+            // Not UTF-8, so not JSON: the parser says where and why.
+            Err(_) => match serde_json::from_slice::<Value>(bytes) {
+                Err(error) => Err(EnvelopeError::NotJson(error)),
+                Ok(value) => Self::from_value(value),
+            },
+        }
     }
 
     /// Checks and takes apart an already parsed JSON value.
+    ///
+    /// A [`Value`] no longer knows how its text was spelled (key order,
+    /// `1e-07`, `-0`), so the envelope re-encodes in the canonical layout;
+    /// decode from bytes to re-encode faithfully.
     pub fn from_value(value: Value) -> Result<Self, EnvelopeError> {
-        decode::envelope(value)
+        decode::envelope(value, None)
+    }
+
+    fn from_text(text: &str) -> Result<Self, EnvelopeError> {
+        let value: Value = serde_json::from_str(text).map_err(EnvelopeError::NotJson)?;
+        let mut envelope = decode::envelope(value, Some(text))?;
+        envelope.source = Some(Source(Arc::from(text)));
+        Ok(envelope)
     }
 
     /// The message URN, whichever of `job` or `urn` carried it.
@@ -244,10 +315,29 @@ impl Envelope {
         &self.job
     }
 
-    /// Encodes the envelope as JSON bytes (`job`, never the `urn` alias).
+    /// Encodes the envelope as compact JSON bytes (`job`, never the `urn`
+    /// alias).
+    ///
+    /// An envelope decoded from bytes comes back as those bytes, in compact
+    /// form, apart from the members the code changed: each changed member is
+    /// written in its old place, a new one is appended, a removed one is left
+    /// out. Every other envelope, and the [`Serialize`] impl, write the
+    /// canonical layout (`job`, `trace_id`, `data`, `meta`, `attempts`,
+    /// `dead_letter`, then unknown fields).
+    ///
+    /// ```
+    /// use babel_idem::Envelope;
+    ///
+    /// let python = r#"{"job":"urn:babel:orders:created","trace_id":"t","data":{"z":1e-07,"a":null},"meta":{"id":null,"queue":"orders","lang":"python","schema_version":1,"created_at":1749132727000},"attempts":0}"#;
+    /// let mut envelope: Envelope = python.parse()?;
+    /// assert_eq!(envelope.to_vec(), python.as_bytes());
+    ///
+    /// envelope.attempts += 1;
+    /// assert_eq!(envelope.to_vec(), python.replace(r#""attempts":0"#, r#""attempts":1"#).as_bytes());
+    /// # Ok::<(), babel_idem::EnvelopeError>(())
+    /// ```
     pub fn to_vec(&self) -> Vec<u8> {
-        // Serializing a tree of strings, numbers and JSON values cannot fail.
-        serde_json::to_vec(self).unwrap_or_default()
+        encode::envelope(self)
     }
 
     /// Encodes the envelope as a JSON value.
@@ -260,7 +350,7 @@ impl FromStr for Envelope {
     type Err = EnvelopeError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::from_slice(s.as_bytes())
+        Self::from_text(s)
     }
 }
 
@@ -383,6 +473,9 @@ impl Serialize for DeadLetter {
     }
 }
 
+/// Applies the same rules as [`Envelope::from_value`]; like it, the result
+/// re-encodes in the canonical layout (a deserializer hands over values, not
+/// their text).
 impl<'de> Deserialize<'de> for Envelope {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let value = Value::deserialize(deserializer)?;

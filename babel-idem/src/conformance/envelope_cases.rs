@@ -19,7 +19,7 @@ pub(super) fn check(case: &EnvelopeCase, bytes: &[u8]) -> CaseOutcome {
 
 /// The name of the rejection rule an error stands for, as a manifest's
 /// `rejected_by` spells it: `unsupported_schema_version`, `missing_urn`,
-/// `wrong_type(meta.created_at)`, ...
+/// `wrong_type(meta.id)`, `invalid_integer(attempts)`, ...
 pub(super) fn rule_of(error: &EnvelopeError) -> String {
     match error {
         EnvelopeError::NotJson(_) => "not_json".to_owned(),
@@ -31,6 +31,7 @@ pub(super) fn rule_of(error: &EnvelopeError) -> String {
         EnvelopeError::DataNotObject { .. } => "data_not_object".to_owned(),
         EnvelopeError::MissingField(field) => format!("missing_field({field})"),
         EnvelopeError::WrongType { field, .. } => format!("wrong_type({field})"),
+        EnvelopeError::InvalidInteger { field, .. } => format!("invalid_integer({field})"),
     }
 }
 

@@ -2,9 +2,14 @@
 
 use serde_json::{Map, Value};
 
-use super::{DeadLetter, DeadLetterReason, Envelope, EnvelopeError, Meta, SCHEMA_VERSION};
+use super::{
+    DeadLetter, DeadLetterReason, Envelope, EnvelopeError, Meta, SCHEMA_VERSION, integer, raw,
+};
 
-pub(super) fn envelope(value: Value) -> Result<Envelope, EnvelopeError> {
+/// Takes `value` apart. `source` is the text it was parsed from, when there
+/// is one: the integer rule reads a rejected number's spelling from it.
+pub(super) fn envelope(value: Value, source: Option<&str>) -> Result<Envelope, EnvelopeError> {
+    let integer = |value: Option<Value>, field: &'static str| integer_field(value, field, source);
     let mut fields = match value {
         Value::Object(fields) => fields,
         other => {
@@ -20,7 +25,7 @@ pub(super) fn envelope(value: Value) -> Result<Envelope, EnvelopeError> {
         Some(other) => return Err(wrong_type("meta", "an object", &other)),
         None => return Err(EnvelopeError::MissingField("meta")),
     };
-    let meta = meta_block(meta)?;
+    let meta = meta_block(meta, source)?;
 
     let job = match (fields.remove("job"), fields.get("urn")) {
         (Some(job), _) => non_empty_string(job, "job")?,
@@ -47,11 +52,11 @@ pub(super) fn envelope(value: Value) -> Result<Envelope, EnvelopeError> {
         None => return Err(EnvelopeError::DataNotObject { found: "absent" }),
     };
 
-    let attempts = optional_u64(fields.remove("attempts"), "attempts")?.unwrap_or(0);
+    let attempts = integer(fields.remove("attempts"), "attempts")?.unwrap_or(0);
 
     let dead_letter = match fields.remove("dead_letter") {
         None | Some(Value::Null) => None,
-        Some(Value::Object(block)) => Some(dead_letter_block(block)?),
+        Some(Value::Object(block)) => Some(dead_letter_block(block, source)?),
         Some(other) => return Err(wrong_type("dead_letter", "an object", &other)),
     };
 
@@ -63,11 +68,13 @@ pub(super) fn envelope(value: Value) -> Result<Envelope, EnvelopeError> {
         attempts,
         dead_letter,
         extra: fields,
+        source: None,
     })
 }
 
-fn meta_block(mut fields: Map<String, Value>) -> Result<Meta, EnvelopeError> {
-    let schema_version = optional_u64(fields.remove("schema_version"), "meta.schema_version")?
+fn meta_block(mut fields: Map<String, Value>, source: Option<&str>) -> Result<Meta, EnvelopeError> {
+    let integer = |value: Option<Value>, field: &'static str| integer_field(value, field, source);
+    let schema_version = integer(fields.remove("schema_version"), "meta.schema_version")?
         .ok_or(EnvelopeError::MissingSchemaVersion)?;
     if schema_version != SCHEMA_VERSION {
         return Err(EnvelopeError::UnsupportedSchemaVersion(schema_version));
@@ -79,12 +86,16 @@ fn meta_block(mut fields: Map<String, Value>) -> Result<Meta, EnvelopeError> {
         queue: optional_string(fields.remove("queue"), "meta.queue")?.unwrap_or_default(),
         lang: optional_string(fields.remove("lang"), "meta.lang")?.unwrap_or_default(),
         schema_version,
-        created_at: optional_u64(fields.remove("created_at"), "meta.created_at")?.unwrap_or(0),
+        created_at: integer(fields.remove("created_at"), "meta.created_at")?.unwrap_or(0),
         extra: fields,
     })
 }
 
-fn dead_letter_block(mut fields: Map<String, Value>) -> Result<DeadLetter, EnvelopeError> {
+fn dead_letter_block(
+    mut fields: Map<String, Value>,
+    source: Option<&str>,
+) -> Result<DeadLetter, EnvelopeError> {
+    let integer = |value: Option<Value>, field: &'static str| integer_field(value, field, source);
     let reason = optional_string(fields.remove("reason"), "dead_letter.reason")?.ok_or(
         EnvelopeError::WrongType {
             field: "dead_letter.reason",
@@ -96,13 +107,13 @@ fn dead_letter_block(mut fields: Map<String, Value>) -> Result<DeadLetter, Envel
         reason: DeadLetterReason::from_wire(&reason),
         error: optional_string(fields.remove("error"), "dead_letter.error")?,
         exception: optional_string(fields.remove("exception"), "dead_letter.exception")?,
-        failed_at: optional_u64(fields.remove("failed_at"), "dead_letter.failed_at")?.unwrap_or(0),
+        failed_at: integer(fields.remove("failed_at"), "dead_letter.failed_at")?.unwrap_or(0),
         original_queue: optional_string(
             fields.remove("original_queue"),
             "dead_letter.original_queue",
         )?
         .unwrap_or_default(),
-        attempts: optional_u64(fields.remove("attempts"), "dead_letter.attempts")?.unwrap_or(0),
+        attempts: integer(fields.remove("attempts"), "dead_letter.attempts")?.unwrap_or(0),
         lang: optional_string(fields.remove("lang"), "dead_letter.lang")?,
         extra: fields,
     })
@@ -123,14 +134,20 @@ fn optional_string(
     }
 }
 
-fn optional_u64(value: Option<Value>, field: &'static str) -> Result<Option<u64>, EnvelopeError> {
+/// An integer field, by the rule stated on [`integer::IntegerProblem`].
+fn integer_field(
+    value: Option<Value>,
+    field: &'static str,
+    source: Option<&str>,
+) -> Result<Option<u64>, EnvelopeError> {
     match value {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) => n
-            .as_u64()
-            .map(Some)
-            .ok_or_else(|| wrong_type(field, "a non-negative integer", &Value::Number(n))),
-        Some(other) => Err(wrong_type(field, "a non-negative integer", &other)),
+        Some(Value::Number(number)) => integer::read(&number, || {
+            source.and_then(|text| raw::value_at(text, field))
+        })
+        .map(Some)
+        .map_err(|problem| EnvelopeError::InvalidInteger { field, problem }),
+        Some(other) => Err(wrong_type(field, "an integer", &other)),
     }
 }
 
@@ -146,8 +163,8 @@ fn kind(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "boolean",
-        Value::Number(n) if n.is_f64() => "fractional number",
-        Value::Number(n) if n.is_i64() && n.as_i64().is_some_and(|n| n < 0) => "negative number",
+        // The JSON type only: a parsed value cannot tell `1e2`, `-0` or `2^64`
+        // from a fraction, and the integer rule says what is wrong with those.
         Value::Number(_) => "number",
         Value::String(_) => "string",
         Value::Array(_) => "array",

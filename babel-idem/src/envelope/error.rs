@@ -1,5 +1,7 @@
 use std::fmt;
 
+use super::integer::{IntegerProblem, MAX_INTEGER};
+
 /// Why an envelope was rejected. Each variant names the rule that failed.
 ///
 /// ```
@@ -34,7 +36,16 @@ pub enum EnvelopeError {
     },
     /// A required object (`meta`) is absent.
     MissingField(&'static str),
-    /// A field holds a value of the wrong JSON type or range.
+    /// An integer field holds a number that is not an integer literal from 0
+    /// to [`MAX_INTEGER`](crate::envelope::MAX_INTEGER); [`IntegerProblem`]
+    /// states the rule.
+    InvalidInteger {
+        /// The field's path, such as `meta.created_at`.
+        field: &'static str,
+        /// What is wrong with the number.
+        problem: IntegerProblem,
+    },
+    /// A field holds a value of the wrong JSON type.
     WrongType {
         /// The field's path, such as `meta.created_at`.
         field: &'static str,
@@ -68,6 +79,11 @@ impl fmt::Display for EnvelopeError {
                 write!(f, "envelope `data` must be a JSON object (found {found})")
             }
             EnvelopeError::MissingField(field) => write!(f, "envelope has no `{field}`"),
+            EnvelopeError::InvalidInteger { field, problem } => write!(
+                f,
+                "envelope field `{field}` must be an integer from 0 to {MAX_INTEGER} \
+                 written without fraction or exponent, and {problem}"
+            ),
             EnvelopeError::WrongType {
                 field,
                 expected,
