@@ -81,5 +81,5 @@ pub use store::PostgresStore;
 pub use store::RedisStore;
 #[cfg(feature = "sqlite")]
 pub use store::SqliteStore;
-pub use store::{InMemoryStore, Store, StoreError, StoreFuture, StoreOperation};
+pub use store::{ClaimStore, InMemoryStore, Store, StoreError, StoreFuture, StoreOperation};
 pub use wrap::{Wrapped, wrap};

@@ -12,6 +12,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+mod claim;
 mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
@@ -22,6 +23,7 @@ mod settings;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
+pub use claim::{Claim, ClaimStore, ClaimToken};
 pub use memory::{InMemoryStore, InMemoryStoreBuilder};
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresStore, PostgresStoreBuilder};
