@@ -3,9 +3,14 @@
 
 use std::future::Future;
 
+use std::time::Duration;
+
+use crate::guard::Leased;
+use crate::store::InvalidLease;
+
 pub use crate::guard::{Guard, OnRememberFailure};
 pub use crate::key::DedupeKey;
-pub use crate::{MessageId, Store, StoreError};
+pub use crate::{ClaimStore, MessageId, Store, StoreError};
 
 /// Finds the [`Store`] behind the `store = ...` expression by method-call
 /// auto-deref, so `&STORE` reaches the store inside a `LazyLock`, and
@@ -48,6 +53,19 @@ pub trait HandlerResult: Sized {
         S: Store,
         F: Future<Output = Self>,
         Self::Error: AbsorbsStoreError;
+
+    /// Claim mode (`lease = ...`): runs `body` under the leased guard, or
+    /// returns a lease out of range as the handler's error without running
+    /// it.
+    fn run_claimed<S, F>(
+        guard: Result<Guard<S, Leased>, InvalidLease>,
+        key: DedupeKey,
+        body: F,
+    ) -> impl Future<Output = Self>
+    where
+        S: ClaimStore,
+        F: Future<Output = Self>,
+        Self::Error: AbsorbsStoreError;
 }
 
 impl<E> HandlerResult for Result<(), E> {
@@ -61,6 +79,24 @@ impl<E> HandlerResult for Result<(), E> {
         E: AbsorbsStoreError,
     {
         guard.run_keyed(key, body)
+    }
+
+    fn run_claimed<S, F>(
+        guard: Result<Guard<S, Leased>, InvalidLease>,
+        key: DedupeKey,
+        body: F,
+    ) -> impl Future<Output = Self>
+    where
+        S: ClaimStore,
+        F: Future<Output = Self>,
+        E: AbsorbsStoreError,
+    {
+        async move {
+            match guard {
+                Ok(guard) => guard.run_keyed(key, body).await,
+                Err(refused) => Err(E::from(StoreError::from(refused))),
+            }
+        }
     }
 }
 
