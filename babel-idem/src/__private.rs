@@ -3,8 +3,6 @@
 
 use std::future::Future;
 
-use std::time::Duration;
-
 use crate::guard::Leased;
 use crate::store::InvalidLease;
 
@@ -81,21 +79,19 @@ impl<E> HandlerResult for Result<(), E> {
         guard.run_keyed(key, body)
     }
 
-    fn run_claimed<S, F>(
+    async fn run_claimed<S, F>(
         guard: Result<Guard<S, Leased>, InvalidLease>,
         key: DedupeKey,
         body: F,
-    ) -> impl Future<Output = Self>
+    ) -> Self
     where
         S: ClaimStore,
         F: Future<Output = Self>,
         E: AbsorbsStoreError,
     {
-        async move {
-            match guard {
-                Ok(guard) => guard.run_keyed(key, body).await,
-                Err(refused) => Err(E::from(StoreError::from(refused))),
-            }
+        match guard {
+            Ok(guard) => guard.run_keyed(key, body).await,
+            Err(refused) => Err(E::from(StoreError::from(refused))),
         }
     }
 }
