@@ -701,7 +701,7 @@ async fn parked_and_lost_claim_are_counted() {
 }
 
 #[allow(dead_code)]
-fn guards_are_send_for_spawning(guard: Guard<Arc<InMemoryStore>, babel_idem::guard::Leased>) {
+fn guards_are_send_for_spawning(guard: Guard<Arc<InMemoryStore>, babel_idem::Leased>) {
     fn assert_send<T: Send>(_: T) {}
     let env = order("x");
     let counter = AtomicU64::new(0);
