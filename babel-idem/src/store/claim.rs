@@ -6,6 +6,7 @@
 //! seen-set, so a seen-set reader (a Go consumer) never takes a claim for a
 //! done id.
 
+use std::cell::Cell;
 use std::error::Error as StdError;
 use std::fmt;
 use std::sync::Arc;
@@ -21,14 +22,28 @@ use super::{Store, StoreError, StoreFuture, StoreOperation};
 pub struct ClaimToken(u128);
 
 impl ClaimToken {
-    /// A fresh random token.
+    /// A fresh random token, unique among the tokens of every thread.
     ///
     /// ```
     /// use babel_idem::store::ClaimToken;
     /// assert_ne!(ClaimToken::random(), ClaimToken::random());
     /// ```
     pub fn random() -> Self {
-        ClaimToken(uuid::Uuid::new_v4().as_u128())
+        // Seeded once per thread from the OS (a system call per delivery
+        // would cost more than an in-memory claim), then stepped: the high
+        // half never repeats within a thread, the low half tells threads
+        // apart.
+        thread_local! {
+            static STATE: Cell<(u64, u64)> = Cell::new(split(uuid::Uuid::new_v4().as_u128()));
+        }
+        let next = STATE.try_with(|state| {
+            let (counter, salt) = state.get();
+            let counter = counter.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            state.set((counter, salt));
+            (u128::from(mix(counter)) << 64) | u128::from(mix(counter ^ salt))
+        });
+        // Only while the thread is being torn down: ask the OS.
+        ClaimToken(next.unwrap_or_else(|_| uuid::Uuid::new_v4().as_u128()))
     }
 
     /// The token as a number (how the in-memory store keeps it).
@@ -40,6 +55,17 @@ impl ClaimToken {
     pub fn to_hex(self) -> String {
         format!("{:032x}", self.0)
     }
+}
+
+fn split(seed: u128) -> (u64, u64) {
+    ((seed >> 64) as u64, seed as u64)
+}
+
+/// SplitMix64's finaliser: a bijection on `u64` that scrambles a counter.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 impl fmt::Debug for ClaimToken {
@@ -326,6 +352,20 @@ pub(crate) fn parked_in(error: &(dyn StdError + 'static)) -> Option<Option<Durat
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tokens_never_repeat_within_or_across_threads() {
+        let mine: Vec<ClaimToken> = (0..10_000).map(|_| ClaimToken::random()).collect();
+        let theirs = std::thread::spawn(|| {
+            (0..10_000)
+                .map(|_| ClaimToken::random())
+                .collect::<Vec<_>>()
+        })
+        .join()
+        .unwrap();
+        let distinct: std::collections::HashSet<_> = mine.iter().chain(&theirs).collect();
+        assert_eq!(distinct.len(), 20_000);
+    }
 
     #[test]
     fn leases_count_in_whole_milliseconds_within_range() {
