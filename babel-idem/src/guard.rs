@@ -328,6 +328,44 @@ impl<S: ClaimStore> Guard<S, Leased> {
     }
 }
 
+/// The store could not tell whether to run (`seen` or `claim` failed): the
+/// handler did not run and the store's error goes back for retry.
+fn store_failed<E: From<StoreError>>(id: &str, error: StoreError) -> Result<(), E> {
+    tracing::warn!(
+        target: "babel_idem",
+        message_id = id,
+        decision = Decision::StoreFailed.as_str(),
+        operation = %error.operation(),
+        %error,
+        "store unavailable; the message was not run and goes back for retry",
+    );
+    metrics::record(Decision::StoreFailed);
+    Err(E::from(error))
+}
+
+/// The handler succeeded but marking it done (`remember` or `commit`) failed:
+/// ack or return the error, by `policy`.
+fn mark_failed<E: From<StoreError>>(
+    id: &str,
+    error: StoreError,
+    policy: OnRememberFailure,
+) -> Result<(), E> {
+    tracing::warn!(
+        target: "babel_idem",
+        message_id = id,
+        decision = Decision::MarkFailed.as_str(),
+        operation = %error.operation(),
+        %error,
+        policy = ?policy,
+        "handler succeeded but its id could not be marked done; a redelivery will run it again",
+    );
+    metrics::record(Decision::MarkFailed);
+    match policy {
+        OnRememberFailure::AckAndReport => Ok(()),
+        OnRememberFailure::ReturnError => Err(E::from(error)),
+    }
+}
+
 #[inline]
 fn report(decision: Decision, id: &str) {
     tracing::debug!(target: "babel_idem", message_id = id, decision = decision.as_str());

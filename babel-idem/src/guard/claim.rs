@@ -9,7 +9,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use super::timer::Sleep;
-use super::{OnRememberFailure, fence, report};
+use super::{OnRememberFailure, fence, mark_failed, report, store_failed};
 use crate::metrics::{self, Decision};
 use crate::store::{Claim, ClaimToken};
 use crate::{ClaimStore, DedupeKey, StoreError, StoreFuture};
@@ -61,17 +61,7 @@ where
             metrics::record(Decision::Parked);
             return Err(E::from(StoreError::parked(retry_after)));
         }
-        Err(error) => {
-            tracing::warn!(
-                target: "babel_idem",
-                message_id = id,
-                decision = Decision::StoreFailed.as_str(),
-                %error,
-                "claim failed; the message was not run and goes back for retry",
-            );
-            metrics::record(Decision::StoreFailed);
-            return Err(E::from(error));
-        }
+        Err(error) => return store_failed(id, error),
     };
     // Fence 0: the store keeps none (an unfenced layout).
     let fence = (fence != 0).then_some(fence);
@@ -107,22 +97,7 @@ where
             metrics::record(Decision::LostClaim);
             Err(E::from(StoreError::lost_claim()))
         }
-        Err(error) => {
-            tracing::warn!(
-                target: "babel_idem",
-                message_id = id,
-                decision = Decision::MarkFailed.as_str(),
-                %error,
-                policy = ?on_commit_failure,
-                "handler succeeded but its claim could not be committed; the claim lapses with its \
-                 lease and a redelivery will run it again",
-            );
-            metrics::record(Decision::MarkFailed);
-            match on_commit_failure {
-                OnRememberFailure::AckAndReport => Ok(()),
-                OnRememberFailure::ReturnError => Err(E::from(error)),
-            }
-        }
+        Err(error) => mark_failed(id, error, on_commit_failure),
     }
 }
 

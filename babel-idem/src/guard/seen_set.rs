@@ -2,8 +2,8 @@
 
 use std::future::Future;
 
-use super::{OnRememberFailure, report};
-use crate::metrics::{self, Decision};
+use super::{OnRememberFailure, mark_failed, report, store_failed};
+use crate::metrics::Decision;
 use crate::{DedupeKey, Store, StoreError};
 
 /// The decision itself; every public entry point ends here.
@@ -29,17 +29,7 @@ where
             report(Decision::Skipped, id);
             return Ok(());
         }
-        Err(error) => {
-            tracing::warn!(
-                target: "babel_idem",
-                message_id = id,
-                decision = Decision::StoreFailed.as_str(),
-                %error,
-                "seen-set unavailable; the message was not run and goes back for retry",
-            );
-            metrics::record(Decision::StoreFailed);
-            return Err(E::from(error));
-        }
+        Err(error) => return store_failed(id, error),
     }
 
     // A panic or a drop inside the handler leaves before `remember`: unmarked.
@@ -53,20 +43,6 @@ where
             report(Decision::Ran, id);
             Ok(())
         }
-        Err(error) => {
-            tracing::warn!(
-                target: "babel_idem",
-                message_id = id,
-                decision = Decision::MarkFailed.as_str(),
-                %error,
-                policy = ?on_remember_failure,
-                "handler succeeded but its id could not be remembered; a redelivery will run it again",
-            );
-            metrics::record(Decision::MarkFailed);
-            match on_remember_failure {
-                OnRememberFailure::AckAndReport => Ok(()),
-                OnRememberFailure::ReturnError => Err(E::from(error)),
-            }
-        }
+        Err(error) => mark_failed(id, error, on_remember_failure),
     }
 }
