@@ -288,7 +288,7 @@ impl StoreError {
     ///
     /// ```
     /// use babel_idem::store::ClaimToken;
-    /// use babel_idem::{ClaimStore, Envelope, Guard, InMemoryStore, StoreError};
+    /// use babel_idem::{ClaimStore, Envelope, Guard, InMemoryStore, MessageId, StoreError};
     /// use serde_json::json;
     /// use std::time::Duration;
     ///
@@ -297,7 +297,8 @@ impl StoreError {
     /// let env = Envelope::new("urn:babel:orders:created", json!({}));
     /// let lease = Duration::from_secs(30);
     /// // Another worker is running this message.
-    /// store.claim(env.meta.id.as_str(), ClaimToken::random(), lease).await?;
+    /// let id = env.message_id().expect("a fresh envelope has an id");
+    /// store.claim(id, ClaimToken::random(), lease).await?;
     ///
     /// let guard = Guard::new(&store).lease(lease)?;
     /// let error = guard.run(&env, async { Ok::<(), StoreError>(()) }).await.unwrap_err();
