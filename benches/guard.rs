@@ -9,7 +9,10 @@
 //!   store (custom loop: the store must grow through the whole range);
 //! - throughput of two threads against one on the duplicate path;
 //! - heap allocations per duplicate delivery and bytes per remembered UUID id,
-//!   counted by a counting global allocator.
+//!   counted by a counting global allocator;
+//! - claim mode (`Guard::lease`) on the same store: the duplicate of a done
+//!   id (one `claim` that answers done) and the first delivery (`claim`, run,
+//!   `commit`), beside the seen-set figures.
 //!
 //! Run: `cargo bench --bench guard` (add `-- --quick` for a shorter run).
 
@@ -23,12 +26,17 @@ use std::sync::{Barrier, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use babel_idem::{Envelope, InMemoryStore, MessageId, Store, StoreError, StoreFuture, guard};
+use babel_idem::{
+    Envelope, Guard, InMemoryStore, MessageId, Store, StoreError, StoreFuture, guard,
+};
 use criterion::{BatchSize, Criterion};
 use serde_json::json;
 
 const WORKING_SET: usize = 100_000;
 const FRESH_IDS: usize = 1_000_000;
+/// The claim-mode lease: never lapses during a run, and no handler here waits
+/// long enough to renew it.
+const LEASE: Duration = Duration::from_secs(30);
 
 // ---------------------------------------------------------------- allocator
 
@@ -170,6 +178,26 @@ fn latency(c: &mut Criterion, working_set: &[Envelope], store: &InMemoryStore) {
             BatchSize::PerIteration,
         )
     });
+    let claimed = Guard::new(store).lease(LEASE).unwrap();
+    group.bench_function("claim mode: duplicate of a done id, &InMemoryStore", |b| {
+        b.iter(|| {
+            let env = cycle.next().unwrap();
+            ready(claimed.run(env, handler(env)))
+        })
+    });
+    group.bench_function("claim mode: first delivery, 10k fresh ids per batch", |b| {
+        b.iter_batched(
+            || (InMemoryStore::new(), envelopes(10_000)),
+            |(store, fresh)| {
+                let claimed = Guard::new(&store).lease(LEASE).unwrap();
+                for env in &fresh {
+                    ready(claimed.run(env, handler(env))).unwrap();
+                }
+                (store, fresh)
+            },
+            BatchSize::PerIteration,
+        )
+    });
     group.finish();
 }
 
@@ -208,6 +236,17 @@ fn first_delivery() {
         drop(store);
         elapsed
     });
+    let claimed = per_delivery(5, FRESH_IDS, || {
+        let store = InMemoryStore::new();
+        let claimed = Guard::new(&store).lease(LEASE).unwrap();
+        let start = Instant::now();
+        for env in &fresh {
+            ready(claimed.run(env, handler(env))).unwrap();
+        }
+        let elapsed = start.elapsed();
+        drop(store);
+        elapsed
+    });
     let naive = per_delivery(3, FRESH_IDS, || {
         let store = NaiveStore::default();
         let start = Instant::now();
@@ -221,6 +260,11 @@ fn first_delivery() {
     println!(
         "  guarded, InMemoryStore {guarded:8.1} ns  (+{:.1} ns over bare)",
         guarded - bare
+    );
+    println!(
+        "  claim mode, InMemory   {claimed:8.1} ns  (+{:.1} ns over bare, {:.2}x the seen-set path)",
+        claimed - bare,
+        (claimed - bare) / (guarded - bare)
     );
     println!(
         "  guarded, naive store   {naive:8.1} ns  (+{:.1} ns over bare, {:.2}x the InMemoryStore path)",
@@ -280,9 +324,12 @@ fn allocations_per_duplicate(working_set: &[Envelope], store: &InMemoryStore) {
     };
     let concrete = count(&|env| ready(guard(store, env, handler(env))).unwrap());
     let through_dyn = count(&|env| ready(guard(dynamic, env, handler(env))).unwrap());
+    let claimed = Guard::new(store).lease(LEASE).unwrap();
+    let claim_mode = count(&|env| ready(claimed.run(env, handler(env))).unwrap());
     println!("heap allocations per duplicate delivery:");
-    println!("  &InMemoryStore  {concrete:.3}");
-    println!("  &dyn Store      {through_dyn:.3}");
+    println!("  &InMemoryStore              {concrete:.3}");
+    println!("  &dyn Store                  {through_dyn:.3}");
+    println!("  claim mode, &InMemoryStore  {claim_mode:.3}");
 }
 
 fn bytes_per_id() {

@@ -8,6 +8,7 @@
 //! | `message` | a parameter name (or `self`) | no |
 //! | `scope` | a non-empty string literal | no |
 //! | `on_remember_failure` | `AckAndReport` or `ReturnError` | no |
+//! | `lease` | an expression of type `Duration`: turns on claim mode | no |
 //!
 //! Each mistake is a `syn::Error` on the token that is wrong, and every
 //! mistake in the list is reported, not only the first.
@@ -18,7 +19,7 @@ use syn::parse::{Parse, ParseStream};
 use syn::{Expr, Ident, LitStr, Token};
 
 /// The names `#[idempotent]` accepts, in the order the docs list them.
-const ARGUMENTS: &str = "`store`, `message`, `scope`, `on_remember_failure`";
+const ARGUMENTS: &str = "`store`, `message`, `scope`, `on_remember_failure`, `lease`";
 
 /// The variants of `babel_idem::OnRememberFailure` the attribute can name.
 const POLICIES: [&str; 2] = ["AckAndReport", "ReturnError"];
@@ -33,6 +34,8 @@ pub(crate) struct Args {
     pub(crate) scope: Option<LitStr>,
     /// A variant of `OnRememberFailure`, already checked against [`POLICIES`].
     pub(crate) on_remember_failure: Option<Ident>,
+    /// The claim-mode lease (a `Duration` expression), when the user asks for it.
+    pub(crate) lease: Option<Expr>,
 }
 
 impl Args {
@@ -55,6 +58,7 @@ impl Parse for Args {
             message: None,
             scope: None,
             on_remember_failure: None,
+            lease: None,
         };
         let mut errors = Errors::default();
 
@@ -116,6 +120,15 @@ impl Parse for Args {
                         ));
                     }
                     set_once(&mut args.on_remember_failure, &name, value, &mut errors);
+                }
+                "lease" => {
+                    let value = parse_value(
+                        input,
+                        &name,
+                        "a `Duration` expression, as in `lease = Duration::from_secs(30)`",
+                        Expr::parse,
+                    )?;
+                    set_once(&mut args.lease, &name, value, &mut errors);
                 }
                 _ => {
                     errors.push(syn::Error::new(

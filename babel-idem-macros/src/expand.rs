@@ -28,6 +28,12 @@
 //! }
 //! ```
 //!
+//! With `lease = EXPR` (claim mode) the lease is evaluated after the key,
+//! `let __babel_idem_lease: Duration = EXPR;`, and
+//! `let __babel_idem_guard = __babel_idem_guard.lease(__babel_idem_lease);`
+//! leases the guard, and `HandlerResult::run_claimed(guard, key, body)` runs
+//! the body under it (or returns a refused lease as the handler's error).
+//!
 //! - The store expression is evaluated and the key taken before the
 //!   `async move` block takes ownership of the parameters, so a body may move
 //!   or mutate the message, and `&mut self` works with
@@ -105,6 +111,8 @@ struct Handler {
     output: Type,
     scope: Option<LitStr>,
     on_remember_failure: Option<Ident>,
+    /// The claim-mode lease expression, if any.
+    lease: Option<Expr>,
 }
 
 /// Every check that does not need the type checker, all reported at once.
@@ -132,6 +140,7 @@ fn check(args: &Args, function: &ItemFn) -> syn::Result<Handler> {
             output,
             scope: args.scope.clone(),
             on_remember_failure: args.on_remember_failure.clone(),
+            lease: args.lease.clone(),
         }),
         (asyncness, store, output, message) => Err(combine([
             asyncness.err(),
@@ -239,6 +248,7 @@ fn expand(function: ItemFn, handler: Handler) -> TokenStream {
         output,
         scope,
         on_remember_failure,
+        lease,
     } = handler;
 
     // Hygienic locals: the body can neither see nor shadow them.
@@ -271,13 +281,40 @@ fn expand(function: ItemFn, handler: Handler) -> TokenStream {
     let take_key = quote_spanned! {name.span()=>
         let #key = #guard.key(#borrow #name);
     };
-    let run = quote_spanned! {output_span=>
-        <#output as ::babel_idem::__private::HandlerResult>::run_guarded(
-            &#guard,
-            #key,
-            async move #block,
-        )
-        .await
+    let run = match lease {
+        None => quote_spanned! {output_span=>
+            <#output as ::babel_idem::__private::HandlerResult>::run_guarded(
+                &#guard,
+                #key,
+                async move #block,
+            )
+            .await
+        },
+        // Claim mode: the lease is evaluated with the store, before the body
+        // takes the parameters. A store without the capability is an error
+        // on the store expression with `ClaimStore`'s own message (repeated
+        // once, on the return type, for `run_claimed`); a lease out of range becomes the
+        // handler's error at run time.
+        Some(lease_expr) => {
+            let lease = local("lease");
+            let take_lease = quote_spanned! {lease_expr.span()=>
+                let #lease: ::core::time::Duration = #lease_expr;
+            };
+            let handler_result = quote_spanned! {output_span=>
+                <#output as ::babel_idem::__private::HandlerResult>
+            };
+            let lease_guard = quote_spanned! {store_span=>
+                let #guard = #guard.lease(#lease);
+            };
+            let run_claimed = quote_spanned! {output_span=>
+                #handler_result::run_claimed(#guard, #key, async move #block).await
+            };
+            quote! {
+                #take_lease
+                #lease_guard
+                #run_claimed
+            }
+        }
     };
 
     quote! {

@@ -3,9 +3,12 @@
 
 use std::future::Future;
 
+use crate::guard::Leased;
+use crate::store::InvalidLease;
+
 pub use crate::guard::{Guard, OnRememberFailure};
 pub use crate::key::DedupeKey;
-pub use crate::{MessageId, Store, StoreError};
+pub use crate::{ClaimStore, MessageId, Store, StoreError};
 
 /// Finds the [`Store`] behind the `store = ...` expression by method-call
 /// auto-deref, so `&STORE` reaches the store inside a `LazyLock`, and
@@ -48,6 +51,19 @@ pub trait HandlerResult: Sized {
         S: Store,
         F: Future<Output = Self>,
         Self::Error: AbsorbsStoreError;
+
+    /// Claim mode (`lease = ...`): runs `body` under the leased guard, or
+    /// returns a lease out of range as the handler's error without running
+    /// it.
+    fn run_claimed<S, F>(
+        guard: Result<Guard<S, Leased>, InvalidLease>,
+        key: DedupeKey,
+        body: F,
+    ) -> impl Future<Output = Self>
+    where
+        S: ClaimStore,
+        F: Future<Output = Self>,
+        Self::Error: AbsorbsStoreError;
 }
 
 impl<E> HandlerResult for Result<(), E> {
@@ -61,6 +77,22 @@ impl<E> HandlerResult for Result<(), E> {
         E: AbsorbsStoreError,
     {
         guard.run_keyed(key, body)
+    }
+
+    async fn run_claimed<S, F>(
+        guard: Result<Guard<S, Leased>, InvalidLease>,
+        key: DedupeKey,
+        body: F,
+    ) -> Self
+    where
+        S: ClaimStore,
+        F: Future<Output = Self>,
+        E: AbsorbsStoreError,
+    {
+        match guard {
+            Ok(guard) => guard.run_keyed(key, body).await,
+            Err(refused) => Err(E::from(StoreError::from(refused))),
+        }
     }
 }
 

@@ -66,7 +66,7 @@ pub mod __private;
 
 pub use babel_idem_macros::idempotent;
 pub use envelope::{DeadLetter, DeadLetterReason, Envelope, EnvelopeError, Meta};
-pub use guard::{Guard, OnRememberFailure, guard};
+pub use guard::{Guard, Leased, OnRememberFailure, SeenSet, fence, guard};
 pub use key::DedupeKey;
 pub use message::MessageId;
 pub use metrics::Decision;
@@ -81,5 +81,5 @@ pub use store::PostgresStore;
 pub use store::RedisStore;
 #[cfg(feature = "sqlite")]
 pub use store::SqliteStore;
-pub use store::{InMemoryStore, Store, StoreError, StoreFuture, StoreOperation};
+pub use store::{ClaimStore, InMemoryStore, Store, StoreError, StoreFuture, StoreOperation};
 pub use wrap::{Wrapped, wrap};

@@ -12,6 +12,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+pub(crate) mod claim;
 mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
@@ -23,6 +24,7 @@ mod settings;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
+pub use claim::{Claim, ClaimStore, ClaimToken, InvalidLease, MAX_LEASE};
 pub use memory::{InMemoryStore, InMemoryStoreBuilder};
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresStore, PostgresStoreBuilder};
@@ -203,6 +205,14 @@ pub enum StoreOperation {
     Open,
     /// Housekeeping outside the three operations, such as purging expired ids.
     Maintenance,
+    /// [`ClaimStore::claim`].
+    Claim,
+    /// [`ClaimStore::commit`].
+    Commit,
+    /// [`ClaimStore::release`].
+    Release,
+    /// [`ClaimStore::renew`].
+    Renew,
 }
 
 impl StoreOperation {
@@ -214,6 +224,10 @@ impl StoreOperation {
             StoreOperation::Forget => "forget",
             StoreOperation::Open => "open",
             StoreOperation::Maintenance => "maintenance",
+            StoreOperation::Claim => "claim",
+            StoreOperation::Commit => "commit",
+            StoreOperation::Release => "release",
+            StoreOperation::Renew => "renew",
         }
     }
 }
@@ -270,7 +284,9 @@ impl StoreError {
         self.operation
     }
 
-    /// The backend that failed: `memory`, `sqlite`, `redis`, `postgres`, ...
+    /// The backend that failed: `memory`, `sqlite`, `redis`, `postgres`, ...,
+    /// or `guard` for a refusal a claim-mode guard made itself (a parked
+    /// delivery, a lost claim, a lease out of range).
     pub fn backend(&self) -> &'static str {
         self.backend
     }
@@ -295,6 +311,10 @@ pub(crate) fn failed<E: Into<BoxError>>(
 
 impl fmt::Display for StoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // A refusal made by the claim-mode guard itself is not a backend failure.
+        if self.backend == claim::GUARD {
+            return fmt::Display::fmt(&self.source, f);
+        }
         write!(
             f,
             "{} store: `{}` failed: {}",

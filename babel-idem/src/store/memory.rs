@@ -25,6 +25,7 @@ use hashbrown::HashTable;
 use super::{Store, StoreFuture};
 
 mod canonical_uuid;
+mod claims;
 #[cfg(all(test, loom))]
 mod loom;
 mod sync;
@@ -87,6 +88,7 @@ pub struct InMemoryStore {
     ttl_millis: Option<u64>,
     capacity: Option<usize>,
     epoch: Instant,
+    claims: claims::Claims,
 }
 
 /// Configures an [`InMemoryStore`]; made by [`InMemoryStore::builder`].
@@ -188,6 +190,7 @@ impl InMemoryStoreBuilder {
                 .map(|ttl| u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)),
             capacity: self.capacity,
             epoch: Instant::now(),
+            claims: claims::Claims::default(),
         }
     }
 }

@@ -1,0 +1,436 @@
+//! [`ClaimStore`]: the capability behind claim mode (DESIGN section 8.1).
+//!
+//! A claim is a lease on one id, held by one owner ([`ClaimToken`]) and
+//! numbered by a fencing token that grows with every claim of that id. The
+//! three-method [`Store`] stays the cross-SDK contract; claims live beside the
+//! seen-set, so a seen-set reader (a Go consumer) never takes a claim for a
+//! done id.
+
+use std::cell::Cell;
+use std::error::Error as StdError;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{Store, StoreError, StoreFuture, StoreOperation};
+
+/// The owner of one claim: random, fresh for every claim a guard makes.
+///
+/// Every operation after [`ClaimStore::claim`] names its owner, so a late
+/// `commit` or `release` from an owner whose lease lapsed changes nothing.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ClaimToken(u128);
+
+impl ClaimToken {
+    /// A fresh random token, unique among the tokens of every thread.
+    ///
+    /// ```
+    /// use babel_idem::store::ClaimToken;
+    /// assert_ne!(ClaimToken::random(), ClaimToken::random());
+    /// ```
+    pub fn random() -> Self {
+        // Seeded once per thread from the OS (a system call per delivery
+        // would cost more than an in-memory claim), then stepped: the high
+        // half never repeats within a thread, the low half tells threads
+        // apart.
+        thread_local! {
+            static STATE: Cell<(u64, u64)> = Cell::new(split(uuid::Uuid::new_v4().as_u128()));
+        }
+        let next = STATE.try_with(|state| {
+            let (counter, salt) = state.get();
+            let counter = counter.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            state.set((counter, salt));
+            (u128::from(mix(counter)) << 64) | u128::from(mix(counter ^ salt))
+        });
+        // Only while the thread is being torn down: ask the OS.
+        ClaimToken(next.unwrap_or_else(|_| uuid::Uuid::new_v4().as_u128()))
+    }
+
+    /// The token as a number (how the in-memory store keeps it).
+    pub fn as_u128(self) -> u128 {
+        self.0
+    }
+
+    /// The token as 32 lowercase hex digits (how servers keep it).
+    pub fn to_hex(self) -> String {
+        format!("{:032x}", self.0)
+    }
+}
+
+fn split(seed: u128) -> (u64, u64) {
+    ((seed >> 64) as u64, seed as u64)
+}
+
+/// SplitMix64's finaliser: a bijection on `u64` that scrambles a counter.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+impl fmt::Debug for ClaimToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ClaimToken({:032x})", self.0)
+    }
+}
+
+/// What [`ClaimStore::claim`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Claim {
+    /// The id is done (in the seen-set): skip the delivery.
+    Done,
+    /// The caller holds the id until its lease lapses. `fence` is strictly
+    /// greater than the fence of every earlier claim of this id.
+    Won {
+        /// The claim's fencing token, from 1 up. `0` means the store keeps
+        /// no fence (an unfenced layout such as the PHP SDK's): a guard then
+        /// offers the handler no fence ([`fence`](crate::fence) is `None`).
+        fence: u64,
+    },
+    /// Another owner holds a live lease.
+    Held {
+        /// How long the current lease has left, where the store knows it.
+        retry_after: Option<Duration>,
+    },
+}
+
+/// A [`Store`] that can also lease an id to one owner at a time.
+///
+/// Each operation is atomic on the server (one script or one statement) and
+/// takes the owner's token:
+///
+/// - [`claim`](ClaimStore::claim): done, won with a fence, or held.
+/// - [`commit`](ClaimStore::commit): while the claim is still the owner's,
+///   write the seen-set's done marker (the Go-compatible layout) and drop the
+///   claim; `false` when the claim was lost.
+/// - [`release`](ClaimStore::release): drop the owner's claim (never another
+///   owner's), so a redelivery can run; the fence counter is kept.
+/// - [`renew`](ClaimStore::renew): extend the owner's live lease; `false` when
+///   it was lost.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot claim ids: it is not a babel-idem `ClaimStore`",
+    label = "this store has no claim capability",
+    note = "claim mode (`lease = ...`, `Guard::lease`) needs a store that implements `babel_idem::ClaimStore`: \
+            `InMemoryStore`, `SqliteStore`, `RedisStore` or `PostgresStore`"
+)]
+pub trait ClaimStore: Store {
+    /// Claims `id` for `owner` for `lease`, unless it is done or held by a
+    /// live owner.
+    fn claim<'a>(
+        &'a self,
+        id: &'a str,
+        owner: ClaimToken,
+        lease: Duration,
+    ) -> StoreFuture<'a, Claim>;
+
+    /// Marks `id` done and drops `owner`'s claim, if `owner` still holds it.
+    fn commit<'a>(&'a self, id: &'a str, owner: ClaimToken) -> StoreFuture<'a, bool>;
+
+    /// Drops `owner`'s claim on `id`, if `owner` still holds it.
+    fn release<'a>(&'a self, id: &'a str, owner: ClaimToken) -> StoreFuture<'a, bool>;
+
+    /// Extends `owner`'s live claim on `id` to `lease` from now.
+    fn renew<'a>(
+        &'a self,
+        id: &'a str,
+        owner: ClaimToken,
+        lease: Duration,
+    ) -> StoreFuture<'a, bool>;
+}
+
+macro_rules! forward_claim_store {
+    ($($ty:ty),+ $(,)?) => {$(
+        impl<S: ClaimStore + ?Sized> ClaimStore for $ty {
+            #[inline]
+            fn claim<'a>(&'a self, id: &'a str, owner: ClaimToken, lease: Duration) -> StoreFuture<'a, Claim> {
+                (**self).claim(id, owner, lease)
+            }
+            #[inline]
+            fn commit<'a>(&'a self, id: &'a str, owner: ClaimToken) -> StoreFuture<'a, bool> {
+                (**self).commit(id, owner)
+            }
+            #[inline]
+            fn release<'a>(&'a self, id: &'a str, owner: ClaimToken) -> StoreFuture<'a, bool> {
+                (**self).release(id, owner)
+            }
+            #[inline]
+            fn renew<'a>(&'a self, id: &'a str, owner: ClaimToken, lease: Duration) -> StoreFuture<'a, bool> {
+                (**self).renew(id, owner, lease)
+            }
+        }
+    )+};
+}
+
+forward_claim_store!(&S, Arc<S>, Box<S>);
+
+/// The longest lease a claim can ask for: 2^31 - 1 ms (about 24.8 days),
+/// which every backend holds as a 32-bit millisecond count and adds to its
+/// clock without overflow. A lease is meant to be seconds long and renewed.
+pub const MAX_LEASE: Duration = Duration::from_millis(i32::MAX as u64);
+
+/// The lease in whole milliseconds (the unit every backend expires in), or
+/// why no store can hold it: under 1 ms (a claim that lapses as it is made;
+/// Redis refuses `PX 0`) or over [`MAX_LEASE`].
+pub(crate) fn lease_millis(lease: Duration) -> Result<u32, InvalidLease> {
+    match u32::try_from(lease.as_millis()) {
+        Ok(millis) if millis >= 1 && u64::from(millis) <= MAX_LEASE.as_millis() as u64 => {
+            Ok(millis)
+        }
+        _ => Err(InvalidLease { lease }),
+    }
+}
+
+/// A lease no store can hold: under 1 ms or over [`MAX_LEASE`]. Refused when
+/// a claim-mode guard is built ([`Guard::lease`](crate::Guard::lease)), and by
+/// a store asked to claim with it.
+///
+/// ```
+/// use babel_idem::{Guard, InMemoryStore};
+/// use std::time::Duration;
+///
+/// let refused = Guard::new(InMemoryStore::new()).lease(Duration::ZERO).unwrap_err();
+/// assert_eq!(refused.lease(), Duration::ZERO);
+/// assert!(refused.to_string().contains("at least 1 ms"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidLease {
+    lease: Duration,
+}
+
+impl InvalidLease {
+    /// The lease that was refused.
+    pub fn lease(&self) -> Duration {
+        self.lease
+    }
+}
+
+impl fmt::Display for InvalidLease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "claim lease {:?} is out of range: it must be at least 1 ms and at most {} ms",
+            self.lease,
+            MAX_LEASE.as_millis()
+        )
+    }
+}
+
+impl StdError for InvalidLease {}
+
+/// A handler whose guard could not be built reports the bad lease as its
+/// store error: the handler does not run and the delivery is not acked.
+impl From<InvalidLease> for StoreError {
+    fn from(error: InvalidLease) -> Self {
+        StoreError::new(StoreOperation::Claim, GUARD, error)
+    }
+}
+
+/// The `backend` of a [`StoreError`] the claim-mode guard makes itself.
+pub(crate) const GUARD: &str = "guard";
+
+/// Why a claim-mode guard did not run or did not ack a delivery, though no
+/// store failed. Carried as the source of a [`StoreError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusal {
+    /// Another owner holds a live claim on the id.
+    Parked { retry_after: Option<Duration> },
+    /// The handler succeeded, but its claim lapsed and was taken over first.
+    LostClaim,
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::Parked {
+                retry_after: Some(after),
+            } => write!(
+                f,
+                "parked: another owner holds a live claim on this message; retry in {after:?}"
+            ),
+            Refusal::Parked { retry_after: None } => {
+                f.write_str("parked: another owner holds a live claim on this message")
+            }
+            Refusal::LostClaim => f.write_str(
+                "lost claim: the handler succeeded but its lease lapsed and another owner claimed \
+                 the message first; not marked done",
+            ),
+        }
+    }
+}
+
+impl StdError for Refusal {}
+
+impl StoreError {
+    /// A delivery the guard parked: another owner is running this id.
+    pub(crate) fn parked(retry_after: Option<Duration>) -> Self {
+        StoreError::new(
+            StoreOperation::Claim,
+            GUARD,
+            Refusal::Parked { retry_after },
+        )
+    }
+
+    /// A success the guard could not commit: the claim was lost.
+    pub(crate) fn lost_claim() -> Self {
+        StoreError::new(StoreOperation::Commit, GUARD, Refusal::LostClaim)
+    }
+
+    fn refusal(&self) -> Option<Refusal> {
+        self.source.downcast_ref::<Refusal>().copied()
+    }
+
+    /// Whether a claim-mode guard parked this delivery: another owner holds a
+    /// live claim on its id, so the handler did not run. Put the delivery
+    /// back without spending an attempt (as
+    /// [`Router::dispatch`](crate::Router::dispatch) does), after
+    /// [`retry_after`](StoreError::retry_after).
+    ///
+    /// ```
+    /// use babel_idem::store::ClaimToken;
+    /// use babel_idem::{ClaimStore, Envelope, Guard, InMemoryStore, MessageId, StoreError};
+    /// use serde_json::json;
+    /// use std::time::Duration;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let store = InMemoryStore::new();
+    /// let env = Envelope::new("urn:babel:orders:created", json!({}));
+    /// let lease = Duration::from_secs(30);
+    /// // Another worker is running this message.
+    /// let id = env.message_id().expect("a fresh envelope has an id");
+    /// store.claim(id, ClaimToken::random(), lease).await?;
+    ///
+    /// let guard = Guard::new(&store).lease(lease)?;
+    /// let error = guard.run(&env, async { Ok::<(), StoreError>(()) }).await.unwrap_err();
+    /// assert!(error.is_parked());
+    /// assert!(error.retry_after().unwrap() <= lease);
+    /// # Ok::<(), StoreError>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn is_parked(&self) -> bool {
+        matches!(self.refusal(), Some(Refusal::Parked { .. }))
+    }
+
+    /// For a parked delivery, how long the live claim has left, where the
+    /// store knows it; `None` otherwise.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self.refusal() {
+            Some(Refusal::Parked { retry_after }) => retry_after,
+            _ => None,
+        }
+    }
+
+    /// Whether the handler succeeded but its claim was lost before the
+    /// commit (`lost_claim`): the id was not marked done, and a redelivery
+    /// sees the new owner's outcome.
+    pub fn is_lost_claim(&self) -> bool {
+        matches!(self.refusal(), Some(Refusal::LostClaim))
+    }
+}
+
+/// If `error` or any error in its source chain is a parked delivery, how
+/// long to wait (`Some(retry_after)`); `None` for any other error.
+///
+/// The chain is searched for the parked refusal itself as well as for the
+/// [`StoreError`] around it, so a handler error type that wraps a
+/// `StoreError` transparently (`thiserror`'s `#[error(transparent)]`,
+/// `anyhow`) is still recognised.
+pub(crate) fn parked_in(error: &(dyn StdError + 'static)) -> Option<Option<Duration>> {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        let refusal = match error.downcast_ref::<StoreError>() {
+            Some(store_error) => store_error.refusal(),
+            None => error.downcast_ref::<Refusal>().copied(),
+        };
+        if let Some(Refusal::Parked { retry_after }) = refusal {
+            return Some(retry_after);
+        }
+        next = error.source();
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_never_repeat_within_or_across_threads() {
+        let mine: Vec<ClaimToken> = (0..10_000).map(|_| ClaimToken::random()).collect();
+        let theirs = std::thread::spawn(|| {
+            (0..10_000)
+                .map(|_| ClaimToken::random())
+                .collect::<Vec<_>>()
+        })
+        .join()
+        .unwrap();
+        let distinct: std::collections::HashSet<_> = mine.iter().chain(&theirs).collect();
+        assert_eq!(distinct.len(), 20_000);
+    }
+
+    #[test]
+    fn leases_count_in_whole_milliseconds_within_range() {
+        assert_eq!(lease_millis(Duration::from_millis(1)), Ok(1));
+        assert_eq!(lease_millis(Duration::from_micros(2_500)), Ok(2));
+        assert_eq!(lease_millis(MAX_LEASE), Ok(i32::MAX as u32));
+        for refused in [
+            Duration::ZERO,
+            Duration::from_micros(999),
+            MAX_LEASE + Duration::from_millis(1),
+            Duration::MAX,
+        ] {
+            assert_eq!(lease_millis(refused), Err(InvalidLease { lease: refused }));
+        }
+    }
+
+    #[test]
+    fn a_parked_error_is_found_through_wrappers() {
+        #[derive(Debug)]
+        struct Transparent(StoreError);
+        impl fmt::Display for Transparent {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+        // Like `#[error(transparent)]`: the source is the inner error's source.
+        impl StdError for Transparent {
+            fn source(&self) -> Option<&(dyn StdError + 'static)> {
+                self.0.source()
+            }
+        }
+
+        let after = Some(Duration::from_millis(40));
+        let direct = StoreError::parked(after);
+        assert_eq!(parked_in(&direct), Some(after));
+        let wrapped = Transparent(StoreError::parked(None));
+        assert_eq!(parked_in(&wrapped), Some(None));
+        let through_anyhow = anyhow::Error::from(StoreError::parked(after));
+        let boxed: Box<dyn StdError + Send + Sync> = through_anyhow.into();
+        assert_eq!(parked_in(&*boxed), Some(after));
+
+        assert_eq!(parked_in(&StoreError::lost_claim()), None);
+        let outage = StoreError::new(StoreOperation::Claim, "redis", "connection refused");
+        assert_eq!(parked_in(&outage), None);
+    }
+
+    #[test]
+    fn refusals_read_as_what_happened() {
+        let parked = StoreError::parked(Some(Duration::from_secs(2)));
+        assert!(parked.is_parked() && !parked.is_lost_claim());
+        assert_eq!(parked.retry_after(), Some(Duration::from_secs(2)));
+        assert!(parked.to_string().starts_with("parked: another owner"));
+        let lost = StoreError::lost_claim();
+        assert!(lost.is_lost_claim() && !lost.is_parked());
+        assert_eq!(lost.retry_after(), None);
+        let lease: StoreError = InvalidLease {
+            lease: Duration::ZERO,
+        }
+        .into();
+        assert!(
+            lease
+                .to_string()
+                .starts_with("claim lease 0ns is out of range")
+        );
+        assert!(!lease.is_parked());
+    }
+}
