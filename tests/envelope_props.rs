@@ -1,7 +1,8 @@
 //! Property tests of the envelope decoder: every valid envelope survives
 //! encode then decode, and no input at all makes the decoder panic.
 
-use babel_idem::{DeadLetter, DeadLetterReason, Envelope, EnvelopeError};
+use babel_idem::envelope::DeadLetterReason;
+use babel_idem::{DeadLetter, Envelope, EnvelopeError};
 use proptest::collection::{btree_map, vec};
 use proptest::option;
 use proptest::prelude::*;

@@ -42,7 +42,8 @@ use proc_macro2::{Span, TokenStream, TokenTree};
 use quote::{ToTokens, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{
-    Expr, GenericArgument, Ident, ItemFn, LitStr, PathArguments, ReturnType, TraitItemFn, Type,
+    AttrStyle, Expr, GenericArgument, Ident, ItemFn, LitStr, PathArguments, ReturnType,
+    TraitItemFn, Type,
 };
 
 use crate::attr::Args;
@@ -280,9 +281,16 @@ fn expand(function: ItemFn, handler: Handler) -> TokenStream {
         .await
     };
 
+    // syn lifts a body's inner attributes (`#![allow(...)]`) into `attrs`;
+    // they go back to the top of the body, where they still cover all of it.
+    let (inner_attrs, outer_attrs): (Vec<_>, Vec<_>) = attrs
+        .into_iter()
+        .partition(|attr| matches!(attr.style, AttrStyle::Inner(_)));
+
     quote! {
-        #(#attrs)*
+        #(#outer_attrs)*
         #vis #sig {
+            #(#inner_attrs)*
             #take_store
             let #guard = ::babel_idem::__private::Guard::new(#find_store) #scope #policy;
             #take_key

@@ -1,13 +1,18 @@
-//! The `#[idempotent]` attribute of `babel-idem`. Use it through
-//! `babel_idem::idempotent`; this crate only parses and rewrites.
+//! The macros of `babel-idem`: the `#[idempotent]` attribute and the `urn!`
+//! and `routes!` registration macros. Use them through `babel_idem`; this
+//! crate only parses, checks and rewrites.
 //!
-//! - `attr` parses the arguments,
+//! - `attr` parses the attribute's arguments,
 //! - `message` picks the parameter that carries the message id,
-//! - `expand` checks the function and writes it back around a guard.
+//! - `expand` checks the function and writes it back around a guard,
+//! - `urn` and `routes` check URN literals with the validator `Urn::parse`
+//!   also runs (`babel_idem_urn`), so a malformed literal fails `cargo check`.
 
 mod attr;
 mod expand;
 mod message;
+mod routes;
+mod urn;
 
 use proc_macro::TokenStream;
 
@@ -162,4 +167,60 @@ use proc_macro::TokenStream;
 #[proc_macro_attribute]
 pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::idempotent(args.into(), item.into()).into()
+}
+
+/// A `Urn` from a string literal, checked against RFC 8141 while the macro
+/// expands: a malformed literal fails `cargo check` with an error on the
+/// literal that says which rule it breaks and where. Costs no allocation.
+///
+/// ```
+/// let created = babel_idem::urn!("urn:babel:orders:created");
+/// assert_eq!(created.nss(), "orders:created");
+/// ```
+///
+/// ```compile_fail
+/// // error: malformed URN: the namespace-specific string (NSS) holds a character
+/// //        that must be percent-encoded (...): found ' ' at byte 16
+/// let created = babel_idem::urn!("urn:babel:orders created");
+/// ```
+///
+/// For a URN known only at run time, use `Urn::parse`, which runs the same
+/// check and returns the same `UrnError`.
+#[proc_macro]
+pub fn urn(input: TokenStream) -> TokenStream {
+    urn::urn(input.into()).into()
+}
+
+/// Builds a `RouterBuilder` from a table of `"urn literal" => handler` rows,
+/// checked while the macro expands: every URN literal is validated like
+/// [`urn!`](macro@urn), and the same URN written twice is an error on the
+/// second one.
+///
+/// ```
+/// use babel_idem::{Envelope, routes};
+///
+/// async fn on_created(_: Envelope) -> Result<(), anyhow::Error> { Ok(()) }
+/// async fn on_paid(_: Envelope) -> Result<(), anyhow::Error> { Ok(()) }
+///
+/// let router = routes! {
+///     "urn:babel:orders:created" => on_created,
+///     "urn:babel:orders:paid" => on_paid,
+/// }
+/// .max_attempts(5)
+/// .build()?;
+/// assert!(router.handles("urn:babel:orders:paid"));
+/// # Ok::<(), babel_idem::router::RouterError>(())
+/// ```
+///
+/// ```compile_fail
+/// # use babel_idem::{Envelope, routes};
+/// # async fn on_created(_: Envelope) -> Result<(), anyhow::Error> { Ok(()) }
+/// let router = routes! {
+///     "urn:babel:orders:created" => on_created,
+///     "urn:babel:orders:created" => on_created, // error: appears twice
+/// };
+/// ```
+#[proc_macro]
+pub fn routes(input: TokenStream) -> TokenStream {
+    routes::routes(input.into()).into()
 }

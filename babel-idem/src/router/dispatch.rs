@@ -13,7 +13,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use crate::{DeadLetter, DeadLetterReason, Envelope, EnvelopeError};
+use crate::envelope::DeadLetterReason;
+use crate::{DeadLetter, Envelope, EnvelopeError};
 
 use super::handler::HandlerFuture;
 use super::routes::Route;
@@ -40,7 +41,8 @@ impl Router {
     /// envelope's `attempts` field.
     ///
     /// ```
-    /// use babel_idem::{DeadLetterReason, Delivery, Disposition, Envelope, Router, urn};
+    /// use babel_idem::{Delivery, Disposition, Envelope, Router, urn};
+    /// use babel_idem::envelope::DeadLetterReason;
     /// use serde_json::json;
     ///
     /// async fn always_fails(_: Envelope) -> Result<(), std::io::Error> {
