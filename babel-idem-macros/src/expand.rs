@@ -242,29 +242,52 @@ fn expand(function: ItemFn, handler: Handler) -> TokenStream {
         on_remember_failure,
     } = handler;
 
+    // syn lifts a body's inner attributes (`#![allow(...)]`) into `attrs`;
+    // they go back to the top of the body, where they still cover all of it.
+    let (inner_attrs, outer_attrs): (Vec<_>, Vec<_>) = attrs
+        .into_iter()
+        .partition(|attr| matches!(attr.style, AttrStyle::Inner(_)));
+
+    let store_span = store_expr.span();
+    let output_span = output.span();
+
     // Hygienic locals: the body can neither see nor shadow them.
     let store = local("store");
     let guard = local("guard");
     let key = local("key");
 
-    let store_span = store_expr.span();
+    let resolve_store = quote_spanned! {store_span=>
+        {
+            #[allow(unused_imports)]
+            use ::babel_idem::__private::{
+                DerefsToStore as _, DerefsTwiceToStore as _, IsStore as _, NotAStore as _,
+            };
+            (&&&::babel_idem::__private::StoreRef(#store)).resolve()
+        }
+    };
+    // The check's argument carries the store expression's own span (not a
+    // mixed-site one), so the error points at the user's expression; it
+    // lives in a block of its own, out of the body's sight.
+    let checked = Ident::new("__babel_idem_checked", store_span);
+    let take_store = quote_spanned! {store_span=>
+        let #store = &(#store_expr);
+        let #store = {
+            let (#store, #checked) = #resolve_store;
+            // Type-checked, never run: the one place a `store` that is not a
+            // `Store` is reported, with the `Store` trait's own message.
+            let _ = || ::babel_idem::__private::Guard::new(#checked);
+            #store
+        };
+    };
+    // The guard's store is always a `Store` (see `take_store`), so its
+    // configuration and use below cannot fail and add errors of their own.
     let scope = scope.map(|scope| quote!(.scope(#scope)));
     let policy = on_remember_failure.map(|policy| {
         quote_spanned!(policy.span()=>
             .on_remember_failure(::babel_idem::__private::OnRememberFailure::#policy)
         )
     });
-    let output_span = output.span();
 
-    let take_store = quote_spanned! {store_span=>
-        let #store = &(#store_expr);
-    };
-    let find_store = quote_spanned! {store_span=>
-        {
-            use ::babel_idem::__private::AsStore as _;
-            #store.__babel_idem_as_store()
-        }
-    };
     // A reference parameter is passed as it is: borrowing it would keep the
     // parameter itself alive in the future across every `.await`.
     let Message { name, is_reference } = message;
@@ -272,27 +295,30 @@ fn expand(function: ItemFn, handler: Handler) -> TokenStream {
     let take_key = quote_spanned! {name.span()=>
         let #key = #guard.key(#borrow #name);
     };
+    // Type-checked, never run: the one place a return type that is not
+    // `Result<(), E>`, or an `E` without `From<StoreError>`, is reported, on
+    // the return type, in the compiler's own words.
+    let check_output = quote_spanned! {output_span=>
+        let _ = |error: ::babel_idem::__private::StoreError| -> #output {
+            ::core::result::Result::<(), _>::Err(::core::convert::Into::into(error))
+        };
+    };
     let run = quote_spanned! {output_span=>
-        <#output as ::babel_idem::__private::HandlerResult>::run_guarded(
-            &#guard,
-            #key,
-            async move #block,
-        )
+        {
+            #[allow(unused_imports)]
+            use ::babel_idem::__private::{Guarded as _, Unguarded as _};
+            (&&::babel_idem::__private::Outcome::<#output>::OF).run(&#guard, #key, async move #block)
+        }
         .await
     };
-
-    // syn lifts a body's inner attributes (`#![allow(...)]`) into `attrs`;
-    // they go back to the top of the body, where they still cover all of it.
-    let (inner_attrs, outer_attrs): (Vec<_>, Vec<_>) = attrs
-        .into_iter()
-        .partition(|attr| matches!(attr.style, AttrStyle::Inner(_)));
 
     quote! {
         #(#outer_attrs)*
         #vis #sig {
             #(#inner_attrs)*
             #take_store
-            let #guard = ::babel_idem::__private::Guard::new(#find_store) #scope #policy;
+            let #guard = ::babel_idem::__private::Guard::new(#store) #scope #policy;
+            #check_output
             #take_key
             #run
         }
