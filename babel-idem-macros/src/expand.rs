@@ -12,18 +12,28 @@
 //!
 //! ```text
 //! pub async fn on_order(env: Envelope) -> Result<(), BillingError> {
+//!     // The store, found by auto-deref (a `LazyLock` static, an `Arc`...).
 //!     let __babel_idem_store = &(STORE);
-//!     let __babel_idem_guard = ::babel_idem::__private::Guard::new({
-//!         use ::babel_idem::__private::AsStore as _;
-//!         __babel_idem_store.__babel_idem_as_store()
-//!     })
-//!     .scope("billing");
+//!     let __babel_idem_store = {
+//!         let (__babel_idem_store, __babel_idem_checked) = {
+//!             use ::babel_idem::__private::{DerefsToStore as _, DerefsTwiceToStore as _, IsStore as _, NotAStore as _};
+//!             (&&&::babel_idem::__private::StoreRef(__babel_idem_store)).resolve()
+//!         };
+//!         // Never runs: a `store` that is not a `Store` fails here, once.
+//!         let _ = || ::babel_idem::__private::Guard::new(__babel_idem_checked);
+//!         __babel_idem_store
+//!     };
+//!     let __babel_idem_guard = ::babel_idem::__private::Guard::new(__babel_idem_store).scope("billing");
+//!     // Never runs: a return type that is not `Result<(), E: From<StoreError>>` fails here, once.
+//!     let _ = |error: ::babel_idem::__private::StoreError| -> Result<(), BillingError> {
+//!         ::core::result::Result::<(), _>::Err(::core::convert::Into::into(error))
+//!     };
 //!     let __babel_idem_key = __babel_idem_guard.key(&env);
-//!     <Result<(), BillingError> as ::babel_idem::__private::HandlerResult>::run_guarded(
-//!         &__babel_idem_guard,
-//!         __babel_idem_key,
-//!         async move { BODY },
-//!     )
+//!     {
+//!         use ::babel_idem::__private::{Guarded as _, Unguarded as _};
+//!         (&&::babel_idem::__private::Outcome::<Result<(), BillingError>>::OF)
+//!             .run(&__babel_idem_guard, __babel_idem_key, async move { BODY })
+//!     }
 //!     .await
 //! }
 //! ```
@@ -32,9 +42,13 @@
 //!   `async move` block takes ownership of the parameters, so a body may move
 //!   or mutate the message, and `&mut self` works with
 //!   `store = self.shared.clone()`.
-//! - `HandlerResult::run_guarded` pins the block's output to the declared
-//!   return type (so `?` and `return` infer) and checks it is `Result<(), E>`
-//!   with `E: From<StoreError>`, each with an error on the return type.
+//! - `Outcome::<R>` pins the block's output to the declared return type, so
+//!   `?` and `return` infer. When `R` is `Result<(), E>` with
+//!   `E: From<StoreError>` it runs the body under the guard; otherwise the
+//!   closure above it is the one error, and nothing else fails.
+//! - The same for the store: a value that is no `Store` gives the guard a
+//!   placeholder, and the closure that checks the value is the one error.
+//!   Every error names public items only (`Store`, `Guard::new`, `From`).
 //! - The `__babel_idem_*` locals use mixed-site hygiene: the body cannot see
 //!   them or be shadowed by them.
 
@@ -102,7 +116,7 @@ struct Handler {
     store: Expr,
     /// The parameter (or `self`) whose id is the dedupe key.
     message: Message,
-    /// The declared return type, the `R` of `HandlerResult`.
+    /// The declared return type, the `R` of `Outcome`.
     output: Type,
     scope: Option<LitStr>,
     on_remember_failure: Option<Ident>,
@@ -159,7 +173,7 @@ fn combine<const N: usize>(errors: [Option<syn::Error>; N]) -> syn::Error {
 /// `Result`, or an alias the macro cannot see into) whose success type, if
 /// written, is `()`. Anything else is rejected here; a path that is not a
 /// `Result` after all is rejected by the type checker through
-/// `HandlerResult`'s `on_unimplemented` message.
+/// the generated return-type check, as a mismatched-types error.
 fn declared_output(output: &ReturnType, name: &Ident) -> syn::Result<Type> {
     let ty = match output {
         ReturnType::Type(_, ty) => &**ty,

@@ -101,18 +101,28 @@ use proc_macro::TokenStream;
 ///
 /// ```text
 /// pub async fn on_order(env: Envelope) -> Result<(), BillingError> {
+///     // The store, found by auto-deref (a `LazyLock` static, an `Arc`...).
 ///     let __babel_idem_store = &(STORE);
-///     let __babel_idem_guard = ::babel_idem::__private::Guard::new({
-///         use ::babel_idem::__private::AsStore as _;
-///         __babel_idem_store.__babel_idem_as_store()
-///     })
-///     .scope("billing");
+///     let __babel_idem_store = {
+///         let (__babel_idem_store, __babel_idem_checked) = {
+///             use ::babel_idem::__private::{DerefsToStore as _, DerefsTwiceToStore as _, IsStore as _, NotAStore as _};
+///             (&&&::babel_idem::__private::StoreRef(__babel_idem_store)).resolve()
+///         };
+///         // Never runs: a `store` that is not a `Store` fails here, once.
+///         let _ = || ::babel_idem::__private::Guard::new(__babel_idem_checked);
+///         __babel_idem_store
+///     };
+///     let __babel_idem_guard = ::babel_idem::__private::Guard::new(__babel_idem_store).scope("billing");
+///     // Never runs: a return type that is not `Result<(), E: From<StoreError>>` fails here, once.
+///     let _ = |error: ::babel_idem::__private::StoreError| -> Result<(), BillingError> {
+///         ::core::result::Result::<(), _>::Err(::core::convert::Into::into(error))
+///     };
 ///     let __babel_idem_key = __babel_idem_guard.key(&env);
-///     <Result<(), BillingError> as ::babel_idem::__private::HandlerResult>::run_guarded(
-///         &__babel_idem_guard,
-///         __babel_idem_key,
-///         async move { BODY },
-///     )
+///     {
+///         use ::babel_idem::__private::{Guarded as _, Unguarded as _};
+///         (&&::babel_idem::__private::Outcome::<Result<(), BillingError>>::OF)
+///             .run(&__babel_idem_guard, __babel_idem_key, async move { BODY })
+///     }
 ///     .await
 /// }
 /// ```
@@ -130,6 +140,10 @@ use proc_macro::TokenStream;
 ///   decision of whether to remember the id. No inner `fn`, no hidden static.
 /// - The returned future is `Send` whenever the body's future and the store
 ///   reference are.
+/// - Each mistake the type checker finds is one error about a public item:
+///   the two checks run at compile time only, and whatever they reject, the
+///   guard is still given a `Store` and the body a `Result<(), E>`, so nothing
+///   else fails with them.
 /// - The decision itself (skip a seen id, run and remember on `Ok`, leave the
 ///   id unmarked on `Err`, run without remembering when there is no id) is
 ///   `babel_idem::Guard`'s; the macro adds no logic of its own.
@@ -148,9 +162,9 @@ use proc_macro::TokenStream;
 /// | `message = x` naming no parameter | `x` |
 /// | a message type without `MessageId` | the message parameter |
 /// | no return type, a non-path return type, `Result<T, E>` with `T` other than `()` | the return type |
-/// | a return type that is not `Result<(), E>` (seen through aliases) | the return type: "handlers return `Result<(), E>`" |
-/// | an `E` without `From<StoreError>` | the return type: "`E` cannot carry a `StoreError`" |
-/// | a `store` value that is not a `Store` | the store expression |
+/// | a return type that is not `Result<(), E>` (seen through aliases) | the return type: mismatched types, expected the declared type, found `Result<(), _>` |
+/// | an `E` without `From<StoreError>` | the return type: `E: From<StoreError>` is not satisfied |
+/// | a `store` value that is not a `Store` | the store expression, with the `Store` trait's own message |
 ///
 /// ```compile_fail
 /// use babel_idem::{idempotent, Envelope, InMemoryStore, StoreError};

@@ -23,7 +23,12 @@ const ROW: &str = "each row of `routes!` is `\"urn literal\" => handler`, \
 pub(crate) fn routes(input: TokenStream) -> TokenStream {
     syn::parse2::<Table>(input)
         .and_then(|table| expand(&table))
-        .unwrap_or_else(syn::Error::into_compile_error)
+        .unwrap_or_else(|errors| {
+            // One `compile_error!` per mistake; a block makes them one
+            // expression, which is where `routes!` stands.
+            let errors = errors.into_compile_error();
+            quote!({ #errors })
+        })
 }
 
 fn expand(table: &Table) -> syn::Result<TokenStream> {
@@ -123,6 +128,16 @@ mod tests {
         });
         assert_eq!(errors.len(), 1, "{errors:?}");
         assert!(errors[0].starts_with("`urn:babel:orders:created` appears twice"));
+    }
+
+    #[test]
+    fn several_errors_still_expand_to_one_expression() {
+        let output = routes(quote! {
+            "babel:orders" => a,
+            "urn:babel:x y" => c,
+        });
+        let block: syn::ExprBlock = syn::parse2(output).expect("one block expression");
+        assert_eq!(block.block.stmts.len(), 2);
     }
 
     #[test]
