@@ -16,7 +16,7 @@
 //!     let __babel_idem_store = &(STORE);
 //!     let __babel_idem_store = {
 //!         let (__babel_idem_store, __babel_idem_checked) = {
-//!             use ::babel_idem::__private::{DerefsToStore as _, DerefsTwiceToStore as _, IsStore as _, NotAStore as _};
+//!             use ::babel_idem::__private::ResolveStore as _;
 //!             (&&&::babel_idem::__private::StoreRef(__babel_idem_store)).resolve()
 //!         };
 //!         // Never runs: a `store` that is not a `Store` fails here, once.
@@ -30,7 +30,7 @@
 //!     };
 //!     let __babel_idem_key = __babel_idem_guard.key(&env);
 //!     {
-//!         use ::babel_idem::__private::{Guarded as _, Unguarded as _};
+//!         use ::babel_idem::__private::RunGuarded as _;
 //!         (&&::babel_idem::__private::Outcome::<Result<(), BillingError>>::OF)
 //!             .run(&__babel_idem_guard, __babel_idem_key, async move { BODY })
 //!     }
@@ -272,10 +272,7 @@ fn expand(function: ItemFn, handler: Handler) -> TokenStream {
 
     let resolve_store = quote_spanned! {store_span=>
         {
-            #[allow(unused_imports)]
-            use ::babel_idem::__private::{
-                DerefsToStore as _, DerefsTwiceToStore as _, IsStore as _, NotAStore as _,
-            };
+            use ::babel_idem::__private::ResolveStore as _;
             (&&&::babel_idem::__private::StoreRef(#store)).resolve()
         }
     };
@@ -319,8 +316,7 @@ fn expand(function: ItemFn, handler: Handler) -> TokenStream {
     };
     let run = quote_spanned! {output_span=>
         {
-            #[allow(unused_imports)]
-            use ::babel_idem::__private::{Guarded as _, Unguarded as _};
+            use ::babel_idem::__private::RunGuarded as _;
             (&&::babel_idem::__private::Outcome::<#output>::OF).run(&#guard, #key, async move #block)
         }
         .await

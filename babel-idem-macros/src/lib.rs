@@ -52,7 +52,7 @@ use proc_macro::TokenStream;
 ///
 /// | argument | value | default |
 /// |---|---|---|
-/// | `store = EXPR` | any expression whose value is a `Store` or reaches one by auto-deref: a `static` (also inside a `LazyLock`), `self.store`, `ctx.store()`, an `Arc<dyn Store>`. Evaluated on each call. | required |
+/// | `store = EXPR` | any expression whose value is a `Store` or dereferences to one in at most two steps: a `static` (also inside a `LazyLock`), `self.store`, `ctx.store()`, an `Arc<dyn Store>`, an `Arc<LazyLock<S>>`. Evaluated on each call. | required |
 /// | `message = NAME` | the parameter (or `self`) whose type implements `MessageId` | the one parameter typed `Envelope` / `&Envelope` |
 /// | `scope = "name"` | a prefix for every key, so services sharing a store keep apart | no scope |
 /// | `on_remember_failure = POLICY` | `AckAndReport` or `ReturnError`: what to return when the body succeeded but its id could not be remembered (`babel_idem::OnRememberFailure`) | `AckAndReport` |
@@ -105,7 +105,7 @@ use proc_macro::TokenStream;
 ///     let __babel_idem_store = &(STORE);
 ///     let __babel_idem_store = {
 ///         let (__babel_idem_store, __babel_idem_checked) = {
-///             use ::babel_idem::__private::{DerefsToStore as _, DerefsTwiceToStore as _, IsStore as _, NotAStore as _};
+///             use ::babel_idem::__private::ResolveStore as _;
 ///             (&&&::babel_idem::__private::StoreRef(__babel_idem_store)).resolve()
 ///         };
 ///         // Never runs: a `store` that is not a `Store` fails here, once.
@@ -119,7 +119,7 @@ use proc_macro::TokenStream;
 ///     };
 ///     let __babel_idem_key = __babel_idem_guard.key(&env);
 ///     {
-///         use ::babel_idem::__private::{Guarded as _, Unguarded as _};
+///         use ::babel_idem::__private::RunGuarded as _;
 ///         (&&::babel_idem::__private::Outcome::<Result<(), BillingError>>::OF)
 ///             .run(&__babel_idem_guard, __babel_idem_key, async move { BODY })
 ///     }

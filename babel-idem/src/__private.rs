@@ -30,7 +30,7 @@ pub const fn urn_literal(text: &'static str, nid_end: usize) -> Urn {
 /// less per level), the first of: the value itself when it is a `Store`; what
 /// it dereferences to (a `LazyLock<InMemoryStore>` static, an
 /// `Arc<LazyLock<S>>`...) when that is one; what that dereferences to; and
-/// failing all three, [`NotAStore`]. It returns the store twice: once for
+/// failing all three, a [`Placeholder`] ([`ResolveStore`]). It returns the store twice: once for
 /// the guard, once for a `Guard::new` check the generated code type-checks
 /// but never runs. Failing, the check gets the user's value, so the `Store`
 /// trait's own error names the user's type, and the guard gets a placeholder,
@@ -46,70 +46,66 @@ impl<T: ?Sized> Clone for StoreRef<'_, T> {
 
 impl<T: ?Sized> Copy for StoreRef<'_, T> {}
 
-/// What `resolve` returns: the store for the guard, and what to check.
-pub type Resolved<'a, S, C> = (&'a S, &'a C);
-
-/// The value is a [`Store`].
-pub trait IsStore<'a, T: ?Sized> {
-    /// The store, twice.
-    fn resolve(self) -> Resolved<'a, T, T>;
+/// `resolve`: the store for the guard, and the value to check. One impl per
+/// deref depth; method-call priority tries them from the most `&`s down.
+pub trait ResolveStore<'a> {
+    /// What the guard gets: always a [`Store`].
+    type Store: Store + ?Sized;
+    /// What the never-run check gets: the store, or the user's value.
+    type Checked: ?Sized;
+    /// The two.
+    fn resolve(self) -> (&'a Self::Store, &'a Self::Checked);
 }
 
-impl<'a, T: Store + ?Sized> IsStore<'a, T> for &&&StoreRef<'a, T> {
+/// The value is a [`Store`].
+impl<'a, T: Store + ?Sized> ResolveStore<'a> for &&&StoreRef<'a, T> {
+    type Store = T;
+    type Checked = T;
+
     #[inline(always)]
-    fn resolve(self) -> Resolved<'a, T, T> {
+    fn resolve(self) -> (&'a T, &'a T) {
         (self.0, self.0)
     }
 }
 
 /// What the value dereferences to is a [`Store`].
-pub trait DerefsToStore<'a, T: Deref + ?Sized> {
-    /// The store, twice.
-    fn resolve(self) -> Resolved<'a, T::Target, T::Target>;
-}
-
-impl<'a, T: Deref + ?Sized> DerefsToStore<'a, T> for &&StoreRef<'a, T>
+impl<'a, T: Deref + ?Sized> ResolveStore<'a> for &&StoreRef<'a, T>
 where
     T::Target: Store,
 {
+    type Store = T::Target;
+    type Checked = T::Target;
+
     #[inline(always)]
-    fn resolve(self) -> Resolved<'a, T::Target, T::Target> {
+    fn resolve(self) -> (&'a T::Target, &'a T::Target) {
         (self.0, self.0)
     }
 }
 
 /// What the value dereferences to twice is a [`Store`].
-pub trait DerefsTwiceToStore<'a, T>
-where
-    T: Deref + ?Sized,
-    T::Target: Deref,
-{
-    /// The store, twice.
-    fn resolve(self) -> Resolved<'a, <T::Target as Deref>::Target, <T::Target as Deref>::Target>;
-}
-
-impl<'a, T> DerefsTwiceToStore<'a, T> for &StoreRef<'a, T>
+impl<'a, T> ResolveStore<'a> for &StoreRef<'a, T>
 where
     T: Deref + ?Sized,
     T::Target: Deref,
     <T::Target as Deref>::Target: Store,
 {
+    type Store = <T::Target as Deref>::Target;
+    type Checked = <T::Target as Deref>::Target;
+
     #[inline(always)]
-    fn resolve(self) -> Resolved<'a, <T::Target as Deref>::Target, <T::Target as Deref>::Target> {
+    fn resolve(self) -> (&'a Self::Store, &'a Self::Checked) {
         (self.0, self.0)
     }
 }
 
 /// No store found: the placeholder for the guard, the value for the check
 /// to reject.
-pub trait NotAStore<'a, T: ?Sized> {
-    /// The placeholder and the value.
-    fn resolve(self) -> Resolved<'a, Placeholder, T>;
-}
+impl<'a, T: ?Sized> ResolveStore<'a> for StoreRef<'a, T> {
+    type Store = Placeholder;
+    type Checked = T;
 
-impl<'a, T: ?Sized> NotAStore<'a, T> for StoreRef<'a, T> {
     #[inline(always)]
-    fn resolve(self) -> Resolved<'a, Placeholder, T> {
+    fn resolve(self) -> (&'a Placeholder, &'a T) {
         (&Placeholder, self.0)
     }
 }
@@ -137,8 +133,8 @@ impl Store for Placeholder {
 /// guard.
 ///
 /// `(&&Outcome::<R>::OF).run(guard, key, body)` runs the body under the
-/// guard when `R` is `Result<(), E>` with `E: From<StoreError>`
-/// ([`Guarded`]); for any other `R` it just awaits the body ([`Unguarded`]).
+/// guard when `R` is `Result<(), E>` with `E: From<StoreError>`; for any
+/// other `R` it just awaits the body ([`RunGuarded`]).
 /// That second case never runs: the generated code's check of `R` (a
 /// closure that turns a `StoreError` into an `R`) fails to compile first,
 /// with one error about the user's type, and this keeps the rest quiet.
@@ -150,9 +146,10 @@ impl<R> Outcome<R> {
     pub const OF: Self = Outcome(PhantomData);
 }
 
-/// `R` is `Result<(), E>` and a guard can return a `StoreError` through `E`.
-pub trait Guarded<R> {
-    /// [`Guard::run_keyed`].
+/// `run`: the body under the guard, or (in a program that does not compile)
+/// the body alone. Method-call priority tries the `&&` impl first.
+pub trait RunGuarded<R> {
+    /// Runs `body` for the message keyed `key`.
     fn run<S: Store, F: Future<Output = R>>(
         self,
         guard: &Guard<S>,
@@ -161,7 +158,9 @@ pub trait Guarded<R> {
     ) -> impl Future<Output = R>;
 }
 
-impl<E: From<StoreError>> Guarded<Result<(), E>> for &&Outcome<Result<(), E>> {
+/// `R` is `Result<(), E>` and a guard can return a `StoreError` through `E`:
+/// [`Guard::run_keyed`].
+impl<E: From<StoreError>> RunGuarded<Result<(), E>> for &&Outcome<Result<(), E>> {
     #[inline(always)]
     fn run<S: Store, F: Future<Output = Result<(), E>>>(
         self,
@@ -174,17 +173,7 @@ impl<E: From<StoreError>> Guarded<Result<(), E>> for &&Outcome<Result<(), E>> {
 }
 
 /// Any other `R`: a program that gets here does not compile (see [`Outcome`]).
-pub trait Unguarded<R> {
-    /// The body, unguarded.
-    fn run<S: Store, F: Future<Output = R>>(
-        self,
-        guard: &Guard<S>,
-        key: DedupeKey,
-        body: F,
-    ) -> impl Future<Output = R>;
-}
-
-impl<R> Unguarded<R> for &Outcome<R> {
+impl<R> RunGuarded<R> for &Outcome<R> {
     #[inline(always)]
     fn run<S: Store, F: Future<Output = R>>(
         self,
@@ -212,13 +201,13 @@ mod tests {
         let lazy: LazyLock<InMemoryStore> = LazyLock::new(InMemoryStore::new);
         let nested: Arc<LazyLock<InMemoryStore>> = Arc::new(LazyLock::new(InMemoryStore::new));
 
-        let _: Resolved<'_, InMemoryStore, InMemoryStore> = (&&&StoreRef(&plain)).resolve();
+        let _: (&InMemoryStore, &InMemoryStore) = (&&&StoreRef(&plain)).resolve();
         // An `Arc<dyn Store>` is a store itself: no deref needed.
-        let _: Resolved<'_, Arc<dyn Store>, Arc<dyn Store>> = (&&&StoreRef(&shared)).resolve();
-        let _: Resolved<'_, InMemoryStore, InMemoryStore> = (&&&StoreRef(&lazy)).resolve();
-        let _: Resolved<'_, InMemoryStore, InMemoryStore> = (&&&StoreRef(&nested)).resolve();
+        let _: (&Arc<dyn Store>, &Arc<dyn Store>) = (&&&StoreRef(&shared)).resolve();
+        let _: (&InMemoryStore, &InMemoryStore) = (&&&StoreRef(&lazy)).resolve();
+        let _: (&InMemoryStore, &InMemoryStore) = (&&&StoreRef(&nested)).resolve();
         // Anything else: the placeholder, and the value for the check.
         let seven = 7_u32;
-        let _: Resolved<'_, Placeholder, u32> = (&&&StoreRef(&seven)).resolve();
+        let _: (&Placeholder, &u32) = (&&&StoreRef(&seven)).resolve();
     }
 }
