@@ -65,8 +65,8 @@ pub mod conformance;
 #[doc(hidden)]
 pub mod __private;
 
-// The macros name this crate as `::babel_idem`, which then also resolves
-// inside it (its own unit tests use `urn!`).
+// The macros name this crate as `::babel_idem`; this makes that path resolve
+// inside the crate too, so its own modules and unit tests can use them.
 extern crate self as babel_idem;
 
 pub use babel_idem_macros::{idempotent, routes, urn};
