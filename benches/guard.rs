@@ -26,9 +26,8 @@ use std::sync::{Barrier, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use babel_idem::{
-    Envelope, Guard, InMemoryStore, MessageId, Store, StoreError, StoreFuture, guard,
-};
+use babel_idem::store::StoreFuture;
+use babel_idem::{Envelope, Guard, InMemoryStore, MessageId, Store, StoreError, guard};
 use criterion::{BatchSize, Criterion};
 use serde_json::json;
 

@@ -28,7 +28,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use babel_idem::{MessageId, SqliteStore, Store, StoreError, StoreFuture, guard};
+use babel_idem::store::StoreFuture;
+use babel_idem::{MessageId, SqliteStore, Store, StoreError, guard};
 
 const CONCURRENCY: [usize; 3] = [1, 16, 64];
 /// Ids remembered before the duplicate-path runs, delivered round robin.

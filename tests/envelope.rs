@@ -5,10 +5,10 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use babel_idem::envelope::DeadLetterReason;
 use babel_idem::envelope::{IntegerProblem, LANG, MAX_INTEGER, SCHEMA_VERSION};
 use babel_idem::{
-    DeadLetter, DeadLetterReason, Envelope, EnvelopeError, InMemoryStore, MessageId, StoreError,
-    guard,
+    DeadLetter, Envelope, EnvelopeError, InMemoryStore, MessageId, StoreError, guard,
 };
 use serde_json::{Value, json};
 

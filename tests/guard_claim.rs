@@ -9,10 +9,10 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use babel_idem::router::ReleaseReason;
-use babel_idem::store::{Claim, ClaimToken, MAX_LEASE};
+use babel_idem::store::{Claim, ClaimToken, MAX_LEASE, StoreFuture, StoreOperation};
 use babel_idem::{
     ClaimStore, Decision, Delivery, Disposition, Envelope, Guard, InMemoryStore, OnRememberFailure,
-    Router, Store, StoreError, StoreFuture, StoreOperation, fence, guard, metrics, urn,
+    Router, Store, StoreError, fence, guard, metrics, urn,
 };
 use serde_json::json;
 

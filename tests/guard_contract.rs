@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use babel_idem::store::StoreOperation;
 use babel_idem::{
-    Envelope, Guard, InMemoryStore, OnRememberFailure, Store, StoreError, StoreOperation, guard,
-    wrap,
+    Envelope, Guard, InMemoryStore, OnRememberFailure, Store, StoreError, guard, wrap,
 };
 use serde_json::json;
 use support::{FailingStore, Failure};

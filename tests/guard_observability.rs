@@ -52,7 +52,11 @@ async fn every_decision_is_counted_and_traced() {
     guard(&store, &order("id-ran"), ok()).await.unwrap();
     guard(&store, &order("id-ran"), ok()).await.unwrap();
     guard(&store, &order("id-ran"), ok()).await.unwrap();
-    let declined = StoreError::new(babel_idem::StoreOperation::Seen, "handler", "declined");
+    let declined = StoreError::new(
+        babel_idem::store::StoreOperation::Seen,
+        "handler",
+        "declined",
+    );
     assert!(
         guard(&store, &order("id-failed"), async {
             Err::<(), _>(declined)

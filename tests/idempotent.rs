@@ -27,6 +27,7 @@ macro_rules! pass_cases {
 pass_cases!(
     custom_message => "idempotent/pass/custom_message.rs",
     free_fn => "idempotent/pass/free_fn.rs",
+    inner_attributes => "idempotent/pass/inner_attributes.rs",
     lease => "idempotent/pass/lease.rs",
     methods => "idempotent/pass/methods.rs",
     patterns => "idempotent/pass/patterns.rs",

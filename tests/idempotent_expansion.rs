@@ -25,7 +25,8 @@ const SNAPSHOT: &str = "tests/idempotent/expansion.snap";
 
 /// A handler that uses every argument and every part of a signature the
 /// macro must keep: docs, another attribute, visibility, lifetimes,
-/// generics, a `where` clause, a `mut` pattern, `?` and `return`.
+/// generics, a `where` clause, a `mut` pattern, an inner attribute, `?` and
+/// `return`.
 const ARGS: &str = r#"store = STORE, scope = "billing", on_remember_failure = ReturnError"#;
 const HANDLER: &str = r#"
 /// Charges the order once, however often it is delivered.
@@ -34,6 +35,7 @@ pub(crate) async fn on_order_created<'a, C>(env: &'a Envelope, mut charges: C) -
 where
     C: Charges + Send,
 {
+    #![allow(clippy::needless_return)]
     let amount = env.data["amount"].as_u64().ok_or(BillingError::NoAmount)?;
     if amount == 0 {
         return Ok(());
@@ -82,6 +84,10 @@ fn the_body_is_quoted_once_and_the_signature_kept() {
         "pub(crate) async fn on_order_created<'a, C>(\n    env: &'a Envelope,\n    mut charges: C,\n) -> Result<(), BillingError>\nwhere\n    C: Charges + Send,"
     ));
     assert_eq!(expanded.matches("async move").count(), 1);
+    assert!(
+        expanded.contains("C: Charges + Send,\n{\n    #![allow(clippy::needless_return)]\n"),
+        "the inner attribute opens the body again: {expanded}"
+    );
     assert!(!expanded.contains("static "), "no hidden statics");
     assert_eq!(expanded.matches("fn ").count(), 1, "no nested fn");
 }

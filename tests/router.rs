@@ -6,10 +6,13 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
+use babel_idem::envelope::DeadLetterReason;
+use babel_idem::router::{
+    Backoff, DeadLettered, DispatchError, Retry, RouterError, UnknownUrnStrategy, UrnError,
+};
 use babel_idem::{
-    Backoff, DeadLetterReason, DeadLettered, Delivery, DispatchError, Disposition, Envelope,
-    EnvelopeError, InMemoryStore, MessageId, Retry, Router, RouterError, StoreError,
-    UnknownUrnStrategy, Urn, UrnError, idempotent, routes, urn,
+    Delivery, Disposition, Envelope, EnvelopeError, InMemoryStore, MessageId, Router, StoreError,
+    Urn, idempotent, routes, urn,
 };
 use serde_json::json;
 

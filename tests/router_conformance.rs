@@ -11,10 +11,9 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use babel_idem::{
-    DeadLetterReason, Delivery, DispatchError, Disposition, Envelope, Router, UnknownUrnStrategy,
-    urn,
-};
+use babel_idem::envelope::DeadLetterReason;
+use babel_idem::router::{DispatchError, UnknownUrnStrategy};
+use babel_idem::{Delivery, Disposition, Envelope, Router, urn};
 use serde_json::Value;
 
 fn suite_dir() -> PathBuf {

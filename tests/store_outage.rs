@@ -16,7 +16,8 @@ mod store_contract;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use babel_idem::{Store, StoreOperation, guard};
+use babel_idem::store::StoreOperation;
+use babel_idem::{Store, guard};
 use store_contract::{DeliveryError, envelope};
 
 /// How many times a delivery is retried while a restarted server comes back

@@ -7,7 +7,8 @@ mod store_contract;
 
 use std::time::Duration;
 
-use babel_idem::{PostgresStore, Store, StoreOperation};
+use babel_idem::store::StoreOperation;
+use babel_idem::{PostgresStore, Store};
 use sqlx::Row;
 use store_contract::{Backend, PostgresBackend, assert_refused_when_built};
 

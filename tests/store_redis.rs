@@ -8,7 +8,8 @@ mod store_contract;
 
 use std::time::Duration;
 
-use babel_idem::{RedisStore, Store, StoreOperation};
+use babel_idem::store::StoreOperation;
+use babel_idem::{RedisStore, Store};
 use redis::AsyncCommands;
 use store_contract::{Backend, RedisBackend, assert_refused_when_built};
 

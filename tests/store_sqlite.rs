@@ -10,7 +10,8 @@ mod store_contract;
 use std::sync::Arc;
 use std::time::Duration;
 
-use babel_idem::{SqliteStore, Store, StoreOperation};
+use babel_idem::store::StoreOperation;
+use babel_idem::{SqliteStore, Store};
 use store_contract::{Backend, SqliteBackend, assert_refused_when_built};
 
 store_contract_tests!(SqliteBackend::create);

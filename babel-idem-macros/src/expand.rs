@@ -12,18 +12,28 @@
 //!
 //! ```text
 //! pub async fn on_order(env: Envelope) -> Result<(), BillingError> {
+//!     // The store, found by auto-deref (a `LazyLock` static, an `Arc`...).
 //!     let __babel_idem_store = &(STORE);
-//!     let __babel_idem_guard = ::babel_idem::__private::Guard::new({
-//!         use ::babel_idem::__private::AsStore as _;
-//!         __babel_idem_store.__babel_idem_as_store()
-//!     })
-//!     .scope("billing");
+//!     let __babel_idem_store = {
+//!         let (__babel_idem_store, __babel_idem_checked) = {
+//!             use ::babel_idem::__private::ResolveStore as _;
+//!             (&&&::babel_idem::__private::StoreRef(__babel_idem_store)).resolve()
+//!         };
+//!         // Never runs: a `store` that is not a `Store` fails here, once.
+//!         let _ = || ::babel_idem::__private::Guard::new(__babel_idem_checked);
+//!         __babel_idem_store
+//!     };
+//!     let __babel_idem_guard = ::babel_idem::__private::Guard::new(__babel_idem_store).scope("billing");
+//!     // Never runs: a return type that is not `Result<(), E: From<StoreError>>` fails here, once.
+//!     let _ = |error: ::babel_idem::__private::StoreError| -> Result<(), BillingError> {
+//!         ::core::result::Result::<(), _>::Err(::core::convert::Into::into(error))
+//!     };
 //!     let __babel_idem_key = __babel_idem_guard.key(&env);
-//!     <Result<(), BillingError> as ::babel_idem::__private::HandlerResult>::run_guarded(
-//!         &__babel_idem_guard,
-//!         __babel_idem_key,
-//!         async move { BODY },
-//!     )
+//!     {
+//!         use ::babel_idem::__private::RunGuarded as _;
+//!         (&&::babel_idem::__private::Outcome::<Result<(), BillingError>>::OF)
+//!             .run(&__babel_idem_guard, __babel_idem_key, async move { BODY })
+//!     }
 //!     .await
 //! }
 //! ```
@@ -38,9 +48,13 @@
 //!   `async move` block takes ownership of the parameters, so a body may move
 //!   or mutate the message, and `&mut self` works with
 //!   `store = self.shared.clone()`.
-//! - `HandlerResult::run_guarded` pins the block's output to the declared
-//!   return type (so `?` and `return` infer) and checks it is `Result<(), E>`
-//!   with `E: From<StoreError>`, each with an error on the return type.
+//! - `Outcome::<R>` pins the block's output to the declared return type, so
+//!   `?` and `return` infer. When `R` is `Result<(), E>` with
+//!   `E: From<StoreError>` it runs the body under the guard; otherwise the
+//!   closure above it is the one error, and nothing else fails.
+//! - The same for the store: a value that is no `Store` gives the guard a
+//!   placeholder, and the closure that checks the value is the one error.
+//!   Every error names public items only (`Store`, `Guard::new`, `From`).
 //! - The `__babel_idem_*` locals use mixed-site hygiene: the body cannot see
 //!   them or be shadowed by them.
 
@@ -48,7 +62,8 @@ use proc_macro2::{Span, TokenStream, TokenTree};
 use quote::{ToTokens, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{
-    Expr, GenericArgument, Ident, ItemFn, LitStr, PathArguments, ReturnType, TraitItemFn, Type,
+    AttrStyle, Expr, GenericArgument, Ident, ItemFn, LitStr, PathArguments, ReturnType,
+    TraitItemFn, Type,
 };
 
 use crate::attr::Args;
@@ -107,7 +122,7 @@ struct Handler {
     store: Expr,
     /// The parameter (or `self`) whose id is the dedupe key.
     message: Message,
-    /// The declared return type, the `R` of `HandlerResult`.
+    /// The declared return type, the `R` of `Outcome`.
     output: Type,
     scope: Option<LitStr>,
     on_remember_failure: Option<Ident>,
@@ -167,7 +182,7 @@ fn combine<const N: usize>(errors: [Option<syn::Error>; N]) -> syn::Error {
 /// `Result`, or an alias the macro cannot see into) whose success type, if
 /// written, is `()`. Anything else is rejected here; a path that is not a
 /// `Result` after all is rejected by the type checker through
-/// `HandlerResult`'s `on_unimplemented` message.
+/// the generated return-type check, as a mismatched-types error.
 fn declared_output(output: &ReturnType, name: &Ident) -> syn::Result<Type> {
     let ty = match output {
         ReturnType::Type(_, ty) => &**ty,
@@ -251,29 +266,65 @@ fn expand(function: ItemFn, handler: Handler) -> TokenStream {
         lease,
     } = handler;
 
+    // syn lifts a body's inner attributes (`#![allow(...)]`) into `attrs`;
+    // they go back to the top of the body, where they still cover all of it.
+    let (inner_attrs, outer_attrs): (Vec<_>, Vec<_>) = attrs
+        .into_iter()
+        .partition(|attr| matches!(attr.style, AttrStyle::Inner(_)));
+
+    let store_span = store_expr.span();
+    let output_span = output.span();
+
     // Hygienic locals: the body can neither see nor shadow them.
     let store = local("store");
     let guard = local("guard");
     let key = local("key");
 
-    let store_span = store_expr.span();
+    // The check's argument carries the store expression's own span (not a
+    // mixed-site one), so the error points at the user's expression; it
+    // lives in a block of its own, out of the body's sight.
+    let checked = Ident::new("__babel_idem_checked", store_span);
+    // Claim mode resolves a `ClaimStore` and checks `Guard::lease` instead,
+    // so a store without the capability is one error with that trait's text.
+    let resolve_store = match &lease {
+        None => quote_spanned! {store_span=>
+            {
+                use ::babel_idem::__private::ResolveStore as _;
+                (&&&::babel_idem::__private::StoreRef(#store)).resolve()
+            }
+        },
+        Some(_) => quote_spanned! {store_span=>
+            {
+                use ::babel_idem::__private::ResolveClaimStore as _;
+                (&&&::babel_idem::__private::StoreRef(#store)).resolve_claim_store()
+            }
+        },
+    };
+    let check_store = match &lease {
+        None => quote_spanned! {store_span=> ::babel_idem::__private::Guard::new(#checked) },
+        Some(_) => quote_spanned! {store_span=>
+            ::babel_idem::__private::Guard::new(#checked).lease(::core::time::Duration::ZERO)
+        },
+    };
+    let take_store = quote_spanned! {store_span=>
+        let #store = &(#store_expr);
+        let #store = {
+            let (#store, #checked) = #resolve_store;
+            // Type-checked, never run: the one place a `store` that is not a
+            // `Store` is reported, with the `Store` trait's own message.
+            let _ = || #check_store;
+            #store
+        };
+    };
+    // The guard's store is always a `Store` (see `take_store`), so its
+    // configuration and use below cannot fail and add errors of their own.
     let scope = scope.map(|scope| quote!(.scope(#scope)));
     let policy = on_remember_failure.map(|policy| {
         quote_spanned!(policy.span()=>
             .on_remember_failure(::babel_idem::__private::OnRememberFailure::#policy)
         )
     });
-    let output_span = output.span();
 
-    let take_store = quote_spanned! {store_span=>
-        let #store = &(#store_expr);
-    };
-    let find_store = quote_spanned! {store_span=>
-        {
-            use ::babel_idem::__private::AsStore as _;
-            #store.__babel_idem_as_store()
-        }
-    };
     // A reference parameter is passed as it is: borrowing it would keep the
     // parameter itself alive in the future across every `.await`.
     let Message { name, is_reference } = message;
@@ -281,47 +332,50 @@ fn expand(function: ItemFn, handler: Handler) -> TokenStream {
     let take_key = quote_spanned! {name.span()=>
         let #key = #guard.key(#borrow #name);
     };
+    // Type-checked, never run: the one place a return type that is not
+    // `Result<(), E>`, or an `E` without `From<StoreError>`, is reported, on
+    // the return type, in the compiler's own words.
+    let check_output = quote_spanned! {output_span=>
+        let _ = |error: ::babel_idem::__private::StoreError| -> #output {
+            ::core::result::Result::<(), _>::Err(::core::convert::Into::into(error))
+        };
+    };
     let run = match lease {
         None => quote_spanned! {output_span=>
-            <#output as ::babel_idem::__private::HandlerResult>::run_guarded(
-                &#guard,
-                #key,
-                async move #block,
-            )
+            {
+                use ::babel_idem::__private::RunGuarded as _;
+                (&&::babel_idem::__private::Outcome::<#output>::OF).run(&#guard, #key, async move #block)
+            }
             .await
         },
         // Claim mode: the lease is evaluated with the store, before the body
-        // takes the parameters. A store without the capability is an error
-        // on the store expression with `ClaimStore`'s own message (repeated
-        // once, on the return type, for `run_claimed`); a lease out of range becomes the
-        // handler's error at run time.
+        // takes the parameters; one out of range becomes the handler's error
+        // at run time, and the body does not run.
         Some(lease_expr) => {
             let lease = local("lease");
             let take_lease = quote_spanned! {lease_expr.span()=>
                 let #lease: ::core::time::Duration = #lease_expr;
             };
-            let handler_result = quote_spanned! {output_span=>
-                <#output as ::babel_idem::__private::HandlerResult>
-            };
-            let lease_guard = quote_spanned! {store_span=>
-                let #guard = #guard.lease(#lease);
-            };
-            let run_claimed = quote_spanned! {output_span=>
-                #handler_result::run_claimed(#guard, #key, async move #block).await
-            };
-            quote! {
+            quote_spanned! {output_span=>
                 #take_lease
-                #lease_guard
-                #run_claimed
+                let #guard = #guard.lease(#lease);
+                {
+                    use ::babel_idem::__private::RunGuarded as _;
+                    (&&::babel_idem::__private::Outcome::<#output>::OF)
+                        .run_claimed(#guard, #key, async move #block)
+                }
+                .await
             }
         }
     };
 
     quote! {
-        #(#attrs)*
+        #(#outer_attrs)*
         #vis #sig {
+            #(#inner_attrs)*
             #take_store
-            let #guard = ::babel_idem::__private::Guard::new(#find_store) #scope #policy;
+            let #guard = ::babel_idem::__private::Guard::new(#store) #scope #policy;
+            #check_output
             #take_key
             #run
         }

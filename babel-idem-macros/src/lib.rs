@@ -1,13 +1,18 @@
-//! The `#[idempotent]` attribute of `babel-idem`. Use it through
-//! `babel_idem::idempotent`; this crate only parses and rewrites.
+//! The macros of `babel-idem`: the `#[idempotent]` attribute and the `urn!`
+//! and `routes!` registration macros. Use them through `babel_idem`; this
+//! crate only parses, checks and rewrites.
 //!
-//! - `attr` parses the arguments,
+//! - `attr` parses the attribute's arguments,
 //! - `message` picks the parameter that carries the message id,
-//! - `expand` checks the function and writes it back around a guard.
+//! - `expand` checks the function and writes it back around a guard,
+//! - `urn` and `routes` check URN literals with the validator `Urn::parse`
+//!   also runs (`babel_idem_urn`), so a malformed literal fails `cargo check`.
 
 mod attr;
 mod expand;
 mod message;
+mod routes;
+mod urn;
 
 use proc_macro::TokenStream;
 
@@ -47,7 +52,7 @@ use proc_macro::TokenStream;
 ///
 /// | argument | value | default |
 /// |---|---|---|
-/// | `store = EXPR` | any expression whose value is a `Store` or reaches one by auto-deref: a `static` (also inside a `LazyLock`), `self.store`, `ctx.store()`, an `Arc<dyn Store>`. Evaluated on each call. | required |
+/// | `store = EXPR` | any expression whose value is a `Store` or dereferences to one in at most two steps: a `static` (also inside a `LazyLock`), `self.store`, `ctx.store()`, an `Arc<dyn Store>`, an `Arc<LazyLock<S>>`. Evaluated on each call. | required |
 /// | `message = NAME` | the parameter (or `self`) whose type implements `MessageId` | the one parameter typed `Envelope` / `&Envelope` |
 /// | `scope = "name"` | a prefix for every key, so services sharing a store keep apart | no scope |
 /// | `on_remember_failure = POLICY` | `AckAndReport` or `ReturnError`: what to return when the body succeeded but its id could not be remembered (`babel_idem::OnRememberFailure`) | `AckAndReport` |
@@ -96,18 +101,28 @@ use proc_macro::TokenStream;
 ///
 /// ```text
 /// pub async fn on_order(env: Envelope) -> Result<(), BillingError> {
+///     // The store, found by auto-deref (a `LazyLock` static, an `Arc`...).
 ///     let __babel_idem_store = &(STORE);
-///     let __babel_idem_guard = ::babel_idem::__private::Guard::new({
-///         use ::babel_idem::__private::AsStore as _;
-///         __babel_idem_store.__babel_idem_as_store()
-///     })
-///     .scope("billing");
+///     let __babel_idem_store = {
+///         let (__babel_idem_store, __babel_idem_checked) = {
+///             use ::babel_idem::__private::ResolveStore as _;
+///             (&&&::babel_idem::__private::StoreRef(__babel_idem_store)).resolve()
+///         };
+///         // Never runs: a `store` that is not a `Store` fails here, once.
+///         let _ = || ::babel_idem::__private::Guard::new(__babel_idem_checked);
+///         __babel_idem_store
+///     };
+///     let __babel_idem_guard = ::babel_idem::__private::Guard::new(__babel_idem_store).scope("billing");
+///     // Never runs: a return type that is not `Result<(), E: From<StoreError>>` fails here, once.
+///     let _ = |error: ::babel_idem::__private::StoreError| -> Result<(), BillingError> {
+///         ::core::result::Result::<(), _>::Err(::core::convert::Into::into(error))
+///     };
 ///     let __babel_idem_key = __babel_idem_guard.key(&env);
-///     <Result<(), BillingError> as ::babel_idem::__private::HandlerResult>::run_guarded(
-///         &__babel_idem_guard,
-///         __babel_idem_key,
-///         async move { BODY },
-///     )
+///     {
+///         use ::babel_idem::__private::RunGuarded as _;
+///         (&&::babel_idem::__private::Outcome::<Result<(), BillingError>>::OF)
+///             .run(&__babel_idem_guard, __babel_idem_key, async move { BODY })
+///     }
 ///     .await
 /// }
 /// ```
@@ -125,6 +140,10 @@ use proc_macro::TokenStream;
 ///   decision of whether to remember the id. No inner `fn`, no hidden static.
 /// - The returned future is `Send` whenever the body's future and the store
 ///   reference are.
+/// - Each mistake the type checker finds is one error about a public item:
+///   the two checks run at compile time only, and whatever they reject, the
+///   guard is still given a `Store` and the body a `Result<(), E>`, so nothing
+///   else fails with them.
 /// - The decision itself (skip a seen id, run and remember on `Ok`, leave the
 ///   id unmarked on `Err`, run without remembering when there is no id) is
 ///   `babel_idem::Guard`'s; the macro adds no logic of its own.
@@ -143,9 +162,9 @@ use proc_macro::TokenStream;
 /// | `message = x` naming no parameter | `x` |
 /// | a message type without `MessageId` | the message parameter |
 /// | no return type, a non-path return type, `Result<T, E>` with `T` other than `()` | the return type |
-/// | a return type that is not `Result<(), E>` (seen through aliases) | the return type: "handlers return `Result<(), E>`" |
-/// | an `E` without `From<StoreError>` | the return type: "`E` cannot carry a `StoreError`" |
-/// | a `store` value that is not a `Store` | the store expression |
+/// | a return type that is not `Result<(), E>` (seen through aliases) | the return type: mismatched types, expected the declared type, found `Result<(), _>` |
+/// | an `E` without `From<StoreError>` | the return type: `E: From<StoreError>` is not satisfied |
+/// | a `store` value that is not a `Store` | the store expression, with the `Store` trait's own message |
 ///
 /// ```compile_fail
 /// use babel_idem::{idempotent, Envelope, InMemoryStore, StoreError};
@@ -162,4 +181,60 @@ use proc_macro::TokenStream;
 #[proc_macro_attribute]
 pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::idempotent(args.into(), item.into()).into()
+}
+
+/// A `Urn` from a string literal, checked against RFC 8141 while the macro
+/// expands: a malformed literal fails `cargo check` with an error on the
+/// literal that says which rule it breaks and where. Costs no allocation.
+///
+/// ```
+/// let created = babel_idem::urn!("urn:babel:orders:created");
+/// assert_eq!(created.nss(), "orders:created");
+/// ```
+///
+/// ```compile_fail
+/// // error: malformed URN: the namespace-specific string (NSS) holds a character
+/// //        that must be percent-encoded (...): found ' ' at byte 16
+/// let created = babel_idem::urn!("urn:babel:orders created");
+/// ```
+///
+/// For a URN known only at run time, use `Urn::parse`, which runs the same
+/// check and returns the same `UrnError`.
+#[proc_macro]
+pub fn urn(input: TokenStream) -> TokenStream {
+    urn::urn(input.into()).into()
+}
+
+/// Builds a `RouterBuilder` from a table of `"urn literal" => handler` rows,
+/// checked while the macro expands: every URN literal is validated like
+/// [`urn!`](macro@urn), and the same URN written twice is an error on the
+/// second one.
+///
+/// ```
+/// use babel_idem::{Envelope, routes};
+///
+/// async fn on_created(_: Envelope) -> Result<(), anyhow::Error> { Ok(()) }
+/// async fn on_paid(_: Envelope) -> Result<(), anyhow::Error> { Ok(()) }
+///
+/// let router = routes! {
+///     "urn:babel:orders:created" => on_created,
+///     "urn:babel:orders:paid" => on_paid,
+/// }
+/// .max_attempts(5)
+/// .build()?;
+/// assert!(router.handles("urn:babel:orders:paid"));
+/// # Ok::<(), babel_idem::router::RouterError>(())
+/// ```
+///
+/// ```compile_fail
+/// # use babel_idem::{Envelope, routes};
+/// # async fn on_created(_: Envelope) -> Result<(), anyhow::Error> { Ok(()) }
+/// let router = routes! {
+///     "urn:babel:orders:created" => on_created,
+///     "urn:babel:orders:created" => on_created, // error: appears twice
+/// };
+/// ```
+#[proc_macro]
+pub fn routes(input: TokenStream) -> TokenStream {
+    routes::routes(input.into()).into()
 }

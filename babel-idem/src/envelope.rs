@@ -174,7 +174,7 @@ impl DeadLetterReason {
     /// The reason as the wire spells it.
     ///
     /// ```
-    /// assert_eq!(babel_idem::DeadLetterReason::UnknownUrn.as_str(), "unknown_urn");
+    /// assert_eq!(babel_idem::envelope::DeadLetterReason::UnknownUrn.as_str(), "unknown_urn");
     /// ```
     pub fn as_str(&self) -> &str {
         match self {
@@ -380,7 +380,8 @@ impl DeadLetter {
     /// A dead-letter block stamped now.
     ///
     /// ```
-    /// use babel_idem::{DeadLetter, DeadLetterReason};
+    /// use babel_idem::DeadLetter;
+    /// use babel_idem::envelope::DeadLetterReason;
     ///
     /// let block = DeadLetter::new(DeadLetterReason::Failed, "orders", 3)
     ///     .with_error("payment gateway timeout");

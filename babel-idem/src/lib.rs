@@ -30,7 +30,8 @@
 //! # }).unwrap();
 //! ```
 //!
-//! The pieces:
+//! The crate root holds what a handler author needs; everything else lives in
+//! its module ([`envelope`], [`store`], [`router`], [`metrics`]):
 //!
 //! - [`Envelope`]: the BabelQueue v1 wire envelope, decoded and checked.
 //! - [`MessageId`]: where a message keeps its identity.
@@ -39,8 +40,8 @@
 //! - [`guard`], [`Guard`], [`wrap`] and [`idempotent`]: the decision and the
 //!   ways to put it in front of a handler.
 //! - [`metrics`]: what the guards decided, counted.
-//! - [`Router`], [`Urn`] and [`urn!`]: handlers registered by URN, raw
-//!   deliveries dispatched to a [`Disposition`] a broker loop acts on.
+//! - [`Router`], [`Urn`], [`urn!`] and [`routes!`]: handlers registered by
+//!   URN, raw deliveries dispatched to a [`Disposition`] a broker loop acts on.
 //! - `conformance` (feature `conformance`): the BabelQueue conformance runner.
 //!
 //! Backends are cargo features: `sqlite` (default, `SqliteStore`), `redis`
@@ -64,22 +65,22 @@ pub mod conformance;
 #[doc(hidden)]
 pub mod __private;
 
-pub use babel_idem_macros::idempotent;
-pub use envelope::{DeadLetter, DeadLetterReason, Envelope, EnvelopeError, Meta};
+// The macros name this crate as `::babel_idem`; this makes that path resolve
+// inside the crate too, so its own modules and unit tests can use them.
+extern crate self as babel_idem;
+
+pub use babel_idem_macros::{idempotent, routes, urn};
+pub use envelope::{DeadLetter, Envelope, EnvelopeError, Meta};
 pub use guard::{Guard, Leased, OnRememberFailure, SeenSet, fence, guard};
 pub use key::DedupeKey;
 pub use message::MessageId;
 pub use metrics::Decision;
-pub use router::{
-    Backoff, BoxError, DEFAULT_MAX_ATTEMPTS, DeadLettered, Delivery, DispatchError, Disposition,
-    Handler, HandlerError, HandlerFuture, Retry, Router, RouterBuilder, RouterError,
-    UnknownUrnStrategy, Urn, UrnError,
-};
+pub use router::{Delivery, Disposition, Router, Urn};
 #[cfg(feature = "postgres")]
 pub use store::PostgresStore;
 #[cfg(feature = "redis")]
 pub use store::RedisStore;
 #[cfg(feature = "sqlite")]
 pub use store::SqliteStore;
-pub use store::{ClaimStore, InMemoryStore, Store, StoreError, StoreFuture, StoreOperation};
+pub use store::{ClaimStore, InMemoryStore, Store, StoreError};
 pub use wrap::{Wrapped, wrap};

@@ -50,7 +50,8 @@ pub use sqlite::{SqliteStore, SqliteStoreBuilder};
 /// ```
 /// use std::collections::HashSet;
 /// use std::sync::Mutex;
-/// use babel_idem::{Store, StoreFuture};
+/// use babel_idem::Store;
+/// use babel_idem::store::StoreFuture;
 ///
 /// #[derive(Default)]
 /// struct TinyStore(Mutex<HashSet<String>>);
@@ -127,7 +128,7 @@ forward_store!(&S, Arc<S>, Box<S>);
 /// `Result<T, StoreError>`.
 ///
 /// ```
-/// use babel_idem::StoreFuture;
+/// use babel_idem::store::StoreFuture;
 ///
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 /// let known: StoreFuture<'_, bool> = StoreFuture::ready(Ok(true));
@@ -238,7 +239,9 @@ impl fmt::Display for StoreOperation {
     }
 }
 
-type BoxError = Box<dyn StdError + Send + Sync + 'static>;
+/// Any error that can cross threads: what a [`StoreError`] carries as its
+/// source, and what the router turns a handler's error into.
+pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 
 /// A store operation failed: the backend was unreachable, timed out, or
 /// refused the command.
@@ -248,7 +251,8 @@ type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 /// `anyhow::Error` and `Box<dyn Error + Send + Sync>` with `?`.
 ///
 /// ```
-/// use babel_idem::{StoreError, StoreOperation};
+/// use babel_idem::StoreError;
+/// use babel_idem::store::StoreOperation;
 ///
 /// let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
 /// let err = StoreError::new(StoreOperation::Seen, "redis", io);

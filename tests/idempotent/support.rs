@@ -10,7 +10,8 @@ use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use babel_idem::{Envelope, Store, StoreError, StoreFuture, StoreOperation};
+use babel_idem::{Envelope, Store, StoreError};
+use babel_idem::store::{StoreFuture, StoreOperation};
 use serde_json::json;
 
 /// Runs `future` to completion on a fresh single-threaded runtime.

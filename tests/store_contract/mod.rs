@@ -20,7 +20,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use babel_idem::store::MAX_TTL;
-use babel_idem::{Envelope, Guard, MessageId, Store, StoreError, StoreOperation, guard, wrap};
+use babel_idem::store::StoreOperation;
+use babel_idem::{Envelope, Guard, MessageId, Store, StoreError, guard, wrap};
 use serde_json::{Value, json};
 
 /// Expands to one `#[tokio::test]` per contract check, each opening its own

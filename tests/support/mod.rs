@@ -1,7 +1,8 @@
 //! Test doubles shared by the integration tests.
 #![allow(dead_code)]
 
-use babel_idem::{InMemoryStore, Store, StoreError, StoreFuture, StoreOperation};
+use babel_idem::store::{StoreFuture, StoreOperation};
+use babel_idem::{InMemoryStore, Store, StoreError};
 
 /// Which operation a [`FailingStore`] refuses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -236,12 +236,11 @@ fn reencoding_problems(fixture: &Value, envelope: &Envelope, problems: &mut Vec<
 /// as if it had said `job`.
 fn urn_as_job(fixture: &Value) -> Value {
     let mut fixture = fixture.clone();
-    if let Value::Object(fields) = &mut fixture {
-        if !fields.contains_key("job") {
-            if let Some(urn) = fields.remove("urn") {
-                fields.insert("job".to_owned(), urn);
-            }
-        }
+    if let Value::Object(fields) = &mut fixture
+        && !fields.contains_key("job")
+        && let Some(urn) = fields.remove("urn")
+    {
+        fields.insert("job".to_owned(), urn);
     }
     fixture
 }

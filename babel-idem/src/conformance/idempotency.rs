@@ -139,10 +139,10 @@ pub(super) fn run_sequence(sequence: &Sequence) -> CaseOutcome {
         };
         if delivery.forget_before {
             // Forget exactly what the guard remembers for this message.
-            if let Some(key) = handler.guard().key(&envelope).as_str() {
-                if let Err(error) = block_on(store.forget(key)) {
-                    problems.push(format!("{label}: forget failed: {error}"));
-                }
+            if let Some(key) = handler.guard().key(&envelope).as_str()
+                && let Err(error) = block_on(store.forget(key))
+            {
+                problems.push(format!("{label}: forget failed: {error}"));
             }
         }
 

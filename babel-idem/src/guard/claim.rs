@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 use super::timer::Sleep;
 use super::{OnRememberFailure, fence, mark_failed, report, store_failed};
 use crate::metrics::{self, Decision};
+use crate::store::StoreFuture;
 use crate::store::{Claim, ClaimToken};
-use crate::{ClaimStore, DedupeKey, StoreError, StoreFuture};
+use crate::{ClaimStore, DedupeKey, StoreError};
 
 /// | state of the id | the guard |
 /// |---|---|

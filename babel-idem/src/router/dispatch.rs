@@ -14,8 +14,9 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use crate::envelope::DeadLetterReason;
 use crate::store::claim::parked_in;
-use crate::{DeadLetter, DeadLetterReason, Envelope, EnvelopeError};
+use crate::{DeadLetter, Envelope, EnvelopeError};
 
 use super::handler::HandlerFuture;
 use super::routes::Route;
@@ -48,7 +49,8 @@ impl Router {
     /// envelope's `attempts` field.
     ///
     /// ```
-    /// use babel_idem::{DeadLetterReason, Delivery, Disposition, Envelope, Router, urn};
+    /// use babel_idem::{Delivery, Disposition, Envelope, Router, urn};
+    /// use babel_idem::envelope::DeadLetterReason;
     /// use serde_json::json;
     ///
     /// async fn always_fails(_: Envelope) -> Result<(), std::io::Error> {

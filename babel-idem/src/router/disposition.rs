@@ -4,7 +4,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::{DeadLetterReason, Envelope, EnvelopeError};
+use crate::envelope::DeadLetterReason;
+use crate::{Envelope, EnvelopeError};
 
 use super::HandlerError;
 
@@ -158,7 +159,7 @@ pub struct Retry {
     /// The attempts made so far, this one included (the previous count + 1).
     pub attempts: u64,
     /// How long to wait before the message is handled again, when the
-    /// router has a [`Backoff`](crate::Backoff).
+    /// router has a [`Backoff`](crate::router::Backoff).
     pub backoff: Option<Duration>,
 }
 

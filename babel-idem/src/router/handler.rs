@@ -18,11 +18,9 @@ use std::future::Future;
 use std::pin::Pin;
 
 use crate::Envelope;
+use crate::store::BoxError;
 
 use super::Delivery;
-
-/// The error type every handler error is converted into.
-pub type BoxError = Box<dyn Error + Send + Sync + 'static>;
 
 /// The future a [`Handler`] returns once its error type is erased.
 pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<(), HandlerError>> + Send + 'static>>;
@@ -54,7 +52,7 @@ pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<(), HandlerError>> +
 ///         Ok::<(), anyhow::Error>(())
 ///     })
 ///     .build()?;
-/// # Ok::<(), babel_idem::RouterError>(())
+/// # Ok::<(), babel_idem::router::RouterError>(())
 /// ```
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a BabelQueue message handler",
@@ -96,7 +94,7 @@ where
 /// exception class).
 ///
 /// ```
-/// use babel_idem::HandlerError;
+/// use babel_idem::router::HandlerError;
 ///
 /// let error = HandlerError::new(std::io::Error::other("gateway timeout"));
 /// assert_eq!(error.to_string(), "gateway timeout");

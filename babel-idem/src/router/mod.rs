@@ -31,7 +31,7 @@
 //!
 //! let poison = router.dispatch(b"not json", Delivery::new()).await;
 //! assert_eq!(poison.kind(), "dead_letter");
-//! # Ok::<(), babel_idem::RouterError>(())
+//! # Ok::<(), babel_idem::router::RouterError>(())
 //! # }).unwrap();
 //! ```
 
@@ -45,10 +45,7 @@ mod urn;
 
 pub use delivery::Delivery;
 pub use disposition::{DeadLettered, DispatchError, Disposition, ReleaseReason, Retry};
-pub use handler::{BoxError, Handler, HandlerError, HandlerFuture};
+pub use handler::{Handler, HandlerError, HandlerFuture};
 pub use policy::{Backoff, UnknownUrnStrategy};
 pub use routes::{DEFAULT_MAX_ATTEMPTS, Router, RouterBuilder, RouterError};
 pub use urn::{Urn, UrnError};
-
-#[doc(hidden)]
-pub use routes::__assert_not_repeated;

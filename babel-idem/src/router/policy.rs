@@ -8,13 +8,14 @@ use std::time::Duration;
 /// `StrategyDelete`, `StrategyRelease`), with the same meaning.
 ///
 /// ```
-/// use babel_idem::{Router, UnknownUrnStrategy};
+/// use babel_idem::Router;
+/// use babel_idem::router::UnknownUrnStrategy;
 ///
 /// let router = Router::builder()
 ///     .on_unknown_urn(UnknownUrnStrategy::DeadLetter)
 ///     .build()?;
 /// assert_eq!(router.unknown_urn_strategy(), UnknownUrnStrategy::DeadLetter);
-/// # Ok::<(), babel_idem::RouterError>(())
+/// # Ok::<(), babel_idem::router::RouterError>(())
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum UnknownUrnStrategy {
@@ -34,11 +35,11 @@ pub enum UnknownUrnStrategy {
 }
 
 /// How long a retried message waits before it is handled again. Dispatch
-/// only computes the delay ([`Retry::backoff`](crate::Retry::backoff)); the
+/// only computes the delay ([`Retry::backoff`](crate::router::Retry::backoff)); the
 /// broker loop applies it.
 ///
 /// ```
-/// use babel_idem::Backoff;
+/// use babel_idem::router::Backoff;
 /// use std::time::Duration;
 ///
 /// let backoff = Backoff::exponential(Duration::from_millis(100), Duration::from_secs(1));

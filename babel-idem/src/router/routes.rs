@@ -36,7 +36,7 @@ pub const DEFAULT_MAX_ATTEMPTS: u64 = 3;
 /// let bytes = Envelope::new("urn:babel:orders:created", json!({"order_id": 1})).to_vec();
 /// let disposition = router.dispatch(&bytes, Delivery::new()).await;
 /// assert!(matches!(disposition, Disposition::Ack));
-/// # Ok::<(), babel_idem::RouterError>(())
+/// # Ok::<(), babel_idem::router::RouterError>(())
 /// # }).unwrap();
 /// ```
 pub struct Router {
@@ -97,7 +97,7 @@ impl Router {
     ///     .build()?;
     /// assert!(router.handles("urn:babel:orders:created"));
     /// assert!(!router.handles("urn:babel:orders:paid"));
-    /// # Ok::<(), babel_idem::RouterError>(())
+    /// # Ok::<(), babel_idem::router::RouterError>(())
     /// ```
     pub fn handles(&self, urn: &str) -> bool {
         self.routes.contains_key(urn)
@@ -185,7 +185,7 @@ impl RouterBuilder {
         self
     }
 
-    /// The delay a [`Retry`](crate::Retry) asks for. Default none.
+    /// The delay a [`Retry`](crate::router::Retry) asks for. Default none.
     pub fn backoff(mut self, backoff: Backoff) -> Self {
         self.backoff = backoff;
         self
@@ -194,7 +194,8 @@ impl RouterBuilder {
     /// Checks the routes and policies and returns the router.
     ///
     /// ```
-    /// use babel_idem::{Envelope, Router, RouterError, urn};
+    /// use babel_idem::{Envelope, Router, urn};
+    /// use babel_idem::router::RouterError;
     ///
     /// async fn first(_: Envelope) -> Result<(), anyhow::Error> { Ok(()) }
     /// async fn second(_: Envelope) -> Result<(), anyhow::Error> { Ok(()) }
@@ -268,72 +269,3 @@ impl fmt::Display for RouterError {
 }
 
 impl std::error::Error for RouterError {}
-
-/// Builds a [`RouterBuilder`] from a table of `"urn literal" => handler`
-/// rows, checked at compile time: every URN literal is validated like
-/// [`urn!`](crate::urn), and the same URN written twice does not compile.
-///
-/// ```
-/// use babel_idem::{Envelope, routes};
-///
-/// async fn on_created(_: Envelope) -> Result<(), anyhow::Error> { Ok(()) }
-/// async fn on_paid(_: Envelope) -> Result<(), anyhow::Error> { Ok(()) }
-///
-/// let router = routes! {
-///     "urn:babel:orders:created" => on_created,
-///     "urn:babel:orders:paid" => on_paid,
-/// }
-/// .max_attempts(5)
-/// .build()?;
-/// assert!(router.handles("urn:babel:orders:paid"));
-/// # Ok::<(), babel_idem::RouterError>(())
-/// ```
-///
-/// ```compile_fail
-/// # use babel_idem::{Envelope, routes};
-/// # async fn on_created(_: Envelope) -> Result<(), anyhow::Error> { Ok(()) }
-/// let router = routes! {
-///     "urn:babel:orders:created" => on_created,
-///     "urn:babel:orders:created" => on_created, // does not compile
-/// };
-/// ```
-#[macro_export]
-macro_rules! routes {
-    ($($urn:literal => $handler:expr),* $(,)?) => {{
-        $crate::__routes_distinct!($($urn)*);
-        $crate::Router::builder() $(.route($crate::urn!($urn), $handler))*
-    }};
-}
-
-/// Asserts at compile time that no URN literal appears twice. Not public API.
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __routes_distinct {
-    () => {};
-    ($first:literal $($rest:literal)*) => {
-        const {
-            $crate::router::__assert_not_repeated(
-                $first,
-                &[$($rest),*],
-                concat!(
-                    "the URN \"", $first,
-                    "\" appears twice in one routes! table: each URN gets exactly one handler"
-                ),
-            )
-        };
-        $crate::__routes_distinct!($($rest)*);
-    };
-}
-
-/// Fails compilation with `message` when `urn` is among `rest`. Used by
-/// [`routes!`](crate::routes). Not public API.
-#[doc(hidden)]
-pub const fn __assert_not_repeated(urn: &str, rest: &[&str], message: &'static str) {
-    let mut i = 0;
-    while i < rest.len() {
-        if super::urn::const_str_eq(urn, rest[i]) {
-            panic!("{}", message);
-        }
-        i += 1;
-    }
-}

@@ -10,7 +10,7 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use babel_idem::store::{Claim, ClaimToken};
-use babel_idem::{ClaimStore, Envelope, InMemoryStore, MessageId, fence, idempotent};
+use babel_idem::{ClaimStore, DedupeKey, Envelope, InMemoryStore, MessageId, fence, idempotent};
 use support::{HandlerError, Runs};
 
 static STORE: LazyLock<InMemoryStore> = LazyLock::new(InMemoryStore::new);
@@ -62,10 +62,12 @@ where
     Fut: std::future::Future<Output = Result<(), HandlerError>>,
 {
     let id = support::fresh_id();
-    let key = scope.map_or_else(|| id.clone(), |scope| format!("{scope}:{id}"));
-    let claim = store.claim(&key, ClaimToken::random(), Duration::from_secs(30)).await;
+    let env = support::envelope(&id);
+    let key = DedupeKey::new(scope, &env);
+    let key = key.as_str().expect("the envelope has an id");
+    let claim = store.claim(key, ClaimToken::random(), Duration::from_secs(30)).await;
     assert!(matches!(claim, Ok(Claim::Won { .. })));
-    match deliver(support::envelope(&id)).await {
+    match deliver(env).await {
         Err(HandlerError::Store(error)) => assert!(error.is_parked(), "{error}"),
         other => panic!("expected a parked delivery, got {other:?}"),
     }
