@@ -13,6 +13,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 mod claim;
+#[cfg(any(feature = "sqlite", feature = "redis", feature = "postgres"))]
+mod lease;
 mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
@@ -203,6 +205,14 @@ pub enum StoreOperation {
     Open,
     /// Housekeeping outside the three operations, such as purging expired ids.
     Maintenance,
+    /// [`ClaimStore::claim`].
+    Claim,
+    /// [`ClaimStore::commit`].
+    Commit,
+    /// [`ClaimStore::release`].
+    Release,
+    /// [`ClaimStore::renew`].
+    Renew,
 }
 
 impl StoreOperation {
@@ -214,6 +224,10 @@ impl StoreOperation {
             StoreOperation::Forget => "forget",
             StoreOperation::Open => "open",
             StoreOperation::Maintenance => "maintenance",
+            StoreOperation::Claim => "claim",
+            StoreOperation::Commit => "commit",
+            StoreOperation::Release => "release",
+            StoreOperation::Renew => "renew",
         }
     }
 }

@@ -10,6 +10,8 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use super::settings::{DEFAULT_TABLE, checked_table_name, require_tokio_runtime, ttl_millis};
 use super::{Store, StoreError, StoreFuture, StoreOperation};
 
+mod claim;
+
 const BACKEND: &str = "postgres";
 
 /// The DDL, shipped as `postgres.sql` for users who run their own migrations.
@@ -70,6 +72,7 @@ pub struct PostgresStore {
     table: String,
     ttl_ms: Option<i64>,
     sql: Statements,
+    claims: claim::ClaimStatements,
 }
 
 /// Configures a [`PostgresStore`]; made by [`PostgresStore::builder`].
@@ -195,6 +198,7 @@ impl PostgresStore {
     fn assemble(pool: PgPool, table: String, ttl_ms: Option<i64>) -> Self {
         PostgresStore {
             sql: Statements::for_table(&table),
+            claims: claim::ClaimStatements::for_table(&table),
             table,
             ttl_ms,
             pool,
@@ -202,12 +206,18 @@ impl PostgresStore {
     }
 
     /// Creates the table and its `expires_at` index if they do not exist
-    /// (the statements of `postgres.sql`, for this store's table).
+    /// (the statements of `postgres.sql`, for this store's table), then the
+    /// claims table of claim mode (`claims.sql`).
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        sqlx::raw_sql(&self.sql.create)
-            .execute(&self.pool)
-            .await
-            .map_err(|e| StoreError::new(StoreOperation::Open, BACKEND, e))?;
+        for ddl in [Some(&*self.sql.create), self.claims.create()]
+            .into_iter()
+            .flatten()
+        {
+            sqlx::raw_sql(ddl)
+                .execute(&self.pool)
+                .await
+                .map_err(|e| StoreError::new(StoreOperation::Open, BACKEND, e))?;
+        }
         Ok(())
     }
 

@@ -11,6 +11,8 @@ use ::redis::{Client, RedisError};
 use super::settings::{require_tokio_runtime, ttl_millis};
 use super::{Store, StoreError, StoreFuture, StoreOperation};
 
+mod claim;
+
 const BACKEND: &str = "redis";
 
 /// The Go SDK's key prefix.
@@ -28,6 +30,9 @@ const DEFAULT_PREFIX: &str = "bq:idemp:";
 ///
 /// Keys are binary safe, so any id (NUL, newlines, 10 KB) is stored verbatim.
 /// Expiry is Redis's own, so no purge is needed.
+///
+/// Claim mode keeps its claims beside these keys (or in the PHP SDK's
+/// layout): see the [`ClaimStore`](crate::ClaimStore) impl below.
 ///
 /// # One server, not Redis Cluster
 ///
@@ -59,6 +64,7 @@ pub struct RedisStore {
     connection: ConnectionManager,
     prefix: String,
     ttl_ms: Option<i64>,
+    claims: claim::ClaimKeys,
 }
 
 /// Configures a [`RedisStore`]; made by [`RedisStore::builder`].
@@ -68,6 +74,7 @@ pub struct RedisStoreBuilder {
     ttl: Option<Duration>,
     timeout: Duration,
     reconnect_attempts: usize,
+    claim_layout: claim::ClaimLayout,
 }
 
 impl Default for RedisStoreBuilder {
@@ -77,6 +84,7 @@ impl Default for RedisStoreBuilder {
             ttl: None,
             timeout: Duration::from_secs(2),
             reconnect_attempts: 2,
+            claim_layout: claim::ClaimLayout::default(),
         }
     }
 }
@@ -151,6 +159,7 @@ impl RedisStoreBuilder {
             .map_err(|e| StoreError::new(StoreOperation::Open, BACKEND, e))?;
         Ok(RedisStore {
             connection,
+            claims: claim::ClaimKeys::new(self.claim_layout, &self.prefix),
             prefix: self.prefix,
             ttl_ms,
         })
@@ -213,6 +222,9 @@ impl RedisStore {
 
 impl Store for RedisStore {
     fn seen<'a>(&'a self, id: &'a str) -> StoreFuture<'a, bool> {
+        if self.claims.is_php() {
+            return self.php_seen(id);
+        }
         StoreFuture::new(async move {
             let mut command = ::redis::cmd("EXISTS");
             command.arg(self.key(id));
@@ -222,6 +234,9 @@ impl Store for RedisStore {
     }
 
     fn remember<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
+        if self.claims.is_php() {
+            return self.php_remember(id);
+        }
         StoreFuture::new(async move {
             let mut command = ::redis::cmd("SET");
             command.arg(self.key(id)).arg(1).arg("NX");

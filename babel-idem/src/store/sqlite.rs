@@ -12,6 +12,8 @@ use sqlx::sqlite::{
 use super::settings::{DEFAULT_TABLE, checked_table_name, ttl_millis};
 use super::{Store, StoreError, StoreFuture, StoreOperation};
 
+mod claim;
+
 const BACKEND: &str = "sqlite";
 
 /// The database clock in Unix milliseconds; `'now'` is fixed within a statement.
@@ -60,6 +62,7 @@ pub struct SqliteStore {
     table: String,
     ttl_ms: Option<i64>,
     sql: Statements,
+    claims: claim::ClaimStatements,
 }
 
 /// Configures a [`SqliteStore`]; made by [`SqliteStore::builder`].
@@ -146,6 +149,7 @@ impl SqliteStoreBuilder {
             .map_err(|e| StoreError::new(StoreOperation::Open, BACKEND, e))?;
         Ok(SqliteStore {
             sql: Statements::for_table(table),
+            claims: claim::ClaimStatements::for_table(table),
             table: table.to_owned(),
             ttl_ms,
             pool,
@@ -213,12 +217,15 @@ impl SqliteStore {
         SqliteStoreBuilder::default()
     }
 
-    /// Creates the table and its `expires_at` index if they do not exist.
+    /// Creates the table and its `expires_at` index if they do not exist,
+    /// then the claims table of claim mode.
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        sqlx::raw_sql(&self.sql.create)
-            .execute(&self.pool)
-            .await
-            .map_err(|e| StoreError::new(StoreOperation::Open, BACKEND, e))?;
+        for ddl in [&self.sql.create, &self.claims.create] {
+            sqlx::raw_sql(ddl)
+                .execute(&self.pool)
+                .await
+                .map_err(|e| StoreError::new(StoreOperation::Open, BACKEND, e))?;
+        }
         Ok(())
     }
 
