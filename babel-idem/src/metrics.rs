@@ -23,21 +23,29 @@ pub enum Decision {
     MarkFailed,
     /// `seen` failed, so the handler did not run and the store error was returned.
     StoreFailed,
+    /// Claim mode: another owner holds a live claim on the id, so the handler
+    /// did not run and the delivery goes back without spending an attempt.
+    Parked,
+    /// Claim mode: the handler succeeded but its claim lapsed and was taken
+    /// over before the commit, so the id was not marked and an error returned.
+    LostClaim,
 }
 
 impl Decision {
     /// Every decision, in the order of [`GuardCounts`]' fields.
-    pub const ALL: [Decision; 6] = [
+    pub const ALL: [Decision; 8] = [
         Decision::Ran,
         Decision::Skipped,
         Decision::Failed,
         Decision::FailOpen,
         Decision::MarkFailed,
         Decision::StoreFailed,
+        Decision::Parked,
+        Decision::LostClaim,
     ];
 
     /// The name used in tracing events: `ran`, `skipped`, `failed`, `fail_open`,
-    /// `mark_failed`, `store_failed`.
+    /// `mark_failed`, `store_failed`, `parked`, `lost_claim`.
     ///
     /// ```
     /// assert_eq!(babel_idem::Decision::FailOpen.as_str(), "fail_open");
@@ -50,6 +58,8 @@ impl Decision {
             Decision::FailOpen => "fail_open",
             Decision::MarkFailed => "mark_failed",
             Decision::StoreFailed => "store_failed",
+            Decision::Parked => "parked",
+            Decision::LostClaim => "lost_claim",
         }
     }
 }
@@ -74,8 +84,12 @@ pub struct GuardCounts {
     pub fail_open: u64,
     /// Successful handlers whose id could not be remembered.
     pub mark_failed: u64,
-    /// Deliveries refused because `seen` failed.
+    /// Deliveries refused because `seen` (or, in claim mode, `claim`) failed.
     pub store_failed: u64,
+    /// Claim mode: deliveries put back because another owner was running the id.
+    pub parked: u64,
+    /// Claim mode: successful handlers whose claim was lost before the commit.
+    pub lost_claim: u64,
 }
 
 impl GuardCounts {
@@ -88,6 +102,8 @@ impl GuardCounts {
             Decision::FailOpen => self.fail_open,
             Decision::MarkFailed => self.mark_failed,
             Decision::StoreFailed => self.store_failed,
+            Decision::Parked => self.parked,
+            Decision::LostClaim => self.lost_claim,
         }
     }
 
@@ -100,6 +116,8 @@ impl GuardCounts {
             fail_open: self.fail_open - earlier.fail_open,
             mark_failed: self.mark_failed - earlier.mark_failed,
             store_failed: self.store_failed - earlier.store_failed,
+            parked: self.parked - earlier.parked,
+            lost_claim: self.lost_claim - earlier.lost_claim,
         }
     }
 }
@@ -129,7 +147,16 @@ pub fn counts() -> GuardCounts {
             *sum += counter.load(Ordering::Relaxed);
         }
     }
-    let [ran, skipped, failed, fail_open, mark_failed, store_failed] = sums;
+    let [
+        ran,
+        skipped,
+        failed,
+        fail_open,
+        mark_failed,
+        store_failed,
+        parked,
+        lost_claim,
+    ] = sums;
     GuardCounts {
         ran,
         skipped,
@@ -137,6 +164,8 @@ pub fn counts() -> GuardCounts {
         fail_open,
         mark_failed,
         store_failed,
+        parked,
+        lost_claim,
     }
 }
 

@@ -25,7 +25,7 @@ mod settings;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
-pub use claim::{Claim, ClaimStore, ClaimToken};
+pub use claim::{Claim, ClaimStore, ClaimToken, InvalidLease, MAX_LEASE};
 pub use memory::{InMemoryStore, InMemoryStoreBuilder};
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresStore, PostgresStoreBuilder};
@@ -284,7 +284,9 @@ impl StoreError {
         self.operation
     }
 
-    /// The backend that failed: `memory`, `sqlite`, `redis`, `postgres`, ...
+    /// The backend that failed: `memory`, `sqlite`, `redis`, `postgres`, ...,
+    /// or `guard` for a refusal a claim-mode guard made itself (a parked
+    /// delivery, a lost claim, a lease out of range).
     pub fn backend(&self) -> &'static str {
         self.backend
     }
@@ -297,6 +299,10 @@ impl StoreError {
 
 impl fmt::Display for StoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // A refusal made by the claim-mode guard itself is not a backend failure.
+        if self.backend == claim::GUARD {
+            return fmt::Display::fmt(&self.source, f);
+        }
         write!(
             f,
             "{} store: `{}` failed: {}",

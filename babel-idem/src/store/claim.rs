@@ -6,11 +6,12 @@
 //! seen-set, so a seen-set reader (a Go consumer) never takes a claim for a
 //! done id.
 
+use std::error::Error as StdError;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Store, StoreFuture};
+use super::{Store, StoreError, StoreFuture, StoreOperation};
 
 /// The owner of one claim: random, fresh for every claim a guard makes.
 ///
@@ -56,7 +57,9 @@ pub enum Claim {
     /// The caller holds the id until its lease lapses. `fence` is strictly
     /// greater than the fence of every earlier claim of this id.
     Won {
-        /// The claim's fencing token.
+        /// The claim's fencing token, from 1 up. `0` means the store keeps
+        /// no fence (an unfenced layout such as the PHP SDK's): a guard then
+        /// offers the handler no fence ([`fence`](crate::fence) is `None`).
         fence: u64,
     },
     /// Another owner holds a live lease.
@@ -134,3 +137,259 @@ macro_rules! forward_claim_store {
 }
 
 forward_claim_store!(&S, Arc<S>, Box<S>);
+
+/// The longest lease a claim can ask for: 2^31 - 1 ms (about 24.8 days),
+/// which every backend holds as a 32-bit millisecond count and adds to its
+/// clock without overflow. A lease is meant to be seconds long and renewed.
+pub const MAX_LEASE: Duration = Duration::from_millis(i32::MAX as u64);
+
+/// The lease in whole milliseconds (the unit every backend expires in), or
+/// why no store can hold it: under 1 ms (a claim that lapses as it is made;
+/// Redis refuses `PX 0`) or over [`MAX_LEASE`].
+pub(crate) fn lease_millis(lease: Duration) -> Result<u32, InvalidLease> {
+    match u32::try_from(lease.as_millis()) {
+        Ok(millis) if millis >= 1 && u64::from(millis) <= MAX_LEASE.as_millis() as u64 => {
+            Ok(millis)
+        }
+        _ => Err(InvalidLease { lease }),
+    }
+}
+
+/// A lease no store can hold: under 1 ms or over [`MAX_LEASE`]. Refused when
+/// a claim-mode guard is built ([`Guard::lease`](crate::Guard::lease)), and by
+/// a store asked to claim with it.
+///
+/// ```
+/// use babel_idem::{Guard, InMemoryStore};
+/// use std::time::Duration;
+///
+/// let refused = Guard::new(InMemoryStore::new()).lease(Duration::ZERO).unwrap_err();
+/// assert_eq!(refused.lease(), Duration::ZERO);
+/// assert!(refused.to_string().contains("at least 1 ms"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidLease {
+    lease: Duration,
+}
+
+impl InvalidLease {
+    /// The lease that was refused.
+    pub fn lease(&self) -> Duration {
+        self.lease
+    }
+}
+
+impl fmt::Display for InvalidLease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "claim lease {:?} is out of range: it must be at least 1 ms and at most {} ms",
+            self.lease,
+            MAX_LEASE.as_millis()
+        )
+    }
+}
+
+impl StdError for InvalidLease {}
+
+/// A handler whose guard could not be built reports the bad lease as its
+/// store error: the handler does not run and the delivery is not acked.
+impl From<InvalidLease> for StoreError {
+    fn from(error: InvalidLease) -> Self {
+        StoreError::new(StoreOperation::Claim, GUARD, error)
+    }
+}
+
+/// The `backend` of a [`StoreError`] the claim-mode guard makes itself.
+pub(crate) const GUARD: &str = "guard";
+
+/// Why a claim-mode guard did not run or did not ack a delivery, though no
+/// store failed. Carried as the source of a [`StoreError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusal {
+    /// Another owner holds a live claim on the id.
+    Parked { retry_after: Option<Duration> },
+    /// The handler succeeded, but its claim lapsed and was taken over first.
+    LostClaim,
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::Parked {
+                retry_after: Some(after),
+            } => write!(
+                f,
+                "parked: another owner holds a live claim on this message; retry in {after:?}"
+            ),
+            Refusal::Parked { retry_after: None } => {
+                f.write_str("parked: another owner holds a live claim on this message")
+            }
+            Refusal::LostClaim => f.write_str(
+                "lost claim: the handler succeeded but its lease lapsed and another owner claimed \
+                 the message first; not marked done",
+            ),
+        }
+    }
+}
+
+impl StdError for Refusal {}
+
+impl StoreError {
+    /// A delivery the guard parked: another owner is running this id.
+    pub(crate) fn parked(retry_after: Option<Duration>) -> Self {
+        StoreError::new(
+            StoreOperation::Claim,
+            GUARD,
+            Refusal::Parked { retry_after },
+        )
+    }
+
+    /// A success the guard could not commit: the claim was lost.
+    pub(crate) fn lost_claim() -> Self {
+        StoreError::new(StoreOperation::Commit, GUARD, Refusal::LostClaim)
+    }
+
+    fn refusal(&self) -> Option<Refusal> {
+        self.source.downcast_ref::<Refusal>().copied()
+    }
+
+    /// Whether a claim-mode guard parked this delivery: another owner holds a
+    /// live claim on its id, so the handler did not run. Put the delivery
+    /// back without spending an attempt (as
+    /// [`Router::dispatch`](crate::Router::dispatch) does), after
+    /// [`retry_after`](StoreError::retry_after).
+    ///
+    /// ```
+    /// use babel_idem::store::ClaimToken;
+    /// use babel_idem::{ClaimStore, Envelope, Guard, InMemoryStore, StoreError};
+    /// use serde_json::json;
+    /// use std::time::Duration;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let store = InMemoryStore::new();
+    /// let env = Envelope::new("urn:babel:orders:created", json!({}));
+    /// let lease = Duration::from_secs(30);
+    /// // Another worker is running this message.
+    /// store.claim(env.meta.id.as_str(), ClaimToken::random(), lease).await?;
+    ///
+    /// let guard = Guard::new(&store).lease(lease)?;
+    /// let error = guard.run(&env, async { Ok::<(), StoreError>(()) }).await.unwrap_err();
+    /// assert!(error.is_parked());
+    /// assert!(error.retry_after().unwrap() <= lease);
+    /// # Ok::<(), StoreError>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn is_parked(&self) -> bool {
+        matches!(self.refusal(), Some(Refusal::Parked { .. }))
+    }
+
+    /// For a parked delivery, how long the live claim has left, where the
+    /// store knows it; `None` otherwise.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self.refusal() {
+            Some(Refusal::Parked { retry_after }) => retry_after,
+            _ => None,
+        }
+    }
+
+    /// Whether the handler succeeded but its claim was lost before the
+    /// commit (`lost_claim`): the id was not marked done, and a redelivery
+    /// sees the new owner's outcome.
+    pub fn is_lost_claim(&self) -> bool {
+        matches!(self.refusal(), Some(Refusal::LostClaim))
+    }
+}
+
+/// If `error` or any error in its source chain is a parked delivery, how
+/// long to wait (`Some(retry_after)`); `None` for any other error.
+///
+/// The chain is searched for the parked refusal itself as well as for the
+/// [`StoreError`] around it, so a handler error type that wraps a
+/// `StoreError` transparently (`thiserror`'s `#[error(transparent)]`,
+/// `anyhow`) is still recognised.
+pub(crate) fn parked_in(error: &(dyn StdError + 'static)) -> Option<Option<Duration>> {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        let refusal = match error.downcast_ref::<StoreError>() {
+            Some(store_error) => store_error.refusal(),
+            None => error.downcast_ref::<Refusal>().copied(),
+        };
+        if let Some(Refusal::Parked { retry_after }) = refusal {
+            return Some(retry_after);
+        }
+        next = error.source();
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leases_count_in_whole_milliseconds_within_range() {
+        assert_eq!(lease_millis(Duration::from_millis(1)), Ok(1));
+        assert_eq!(lease_millis(Duration::from_micros(2_500)), Ok(2));
+        assert_eq!(lease_millis(MAX_LEASE), Ok(i32::MAX as u32));
+        for refused in [
+            Duration::ZERO,
+            Duration::from_micros(999),
+            MAX_LEASE + Duration::from_millis(1),
+            Duration::MAX,
+        ] {
+            assert_eq!(lease_millis(refused), Err(InvalidLease { lease: refused }));
+        }
+    }
+
+    #[test]
+    fn a_parked_error_is_found_through_wrappers() {
+        #[derive(Debug)]
+        struct Transparent(StoreError);
+        impl fmt::Display for Transparent {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+        // Like `#[error(transparent)]`: the source is the inner error's source.
+        impl StdError for Transparent {
+            fn source(&self) -> Option<&(dyn StdError + 'static)> {
+                self.0.source()
+            }
+        }
+
+        let after = Some(Duration::from_millis(40));
+        let direct = StoreError::parked(after);
+        assert_eq!(parked_in(&direct), Some(after));
+        let wrapped = Transparent(StoreError::parked(None));
+        assert_eq!(parked_in(&wrapped), Some(None));
+        let through_anyhow = anyhow::Error::from(StoreError::parked(after));
+        let boxed: Box<dyn StdError + Send + Sync> = through_anyhow.into();
+        assert_eq!(parked_in(&*boxed), Some(after));
+
+        assert_eq!(parked_in(&StoreError::lost_claim()), None);
+        let outage = StoreError::new(StoreOperation::Claim, "redis", "connection refused");
+        assert_eq!(parked_in(&outage), None);
+    }
+
+    #[test]
+    fn refusals_read_as_what_happened() {
+        let parked = StoreError::parked(Some(Duration::from_secs(2)));
+        assert!(parked.is_parked() && !parked.is_lost_claim());
+        assert_eq!(parked.retry_after(), Some(Duration::from_secs(2)));
+        assert!(parked.to_string().starts_with("parked: another owner"));
+        let lost = StoreError::lost_claim();
+        assert!(lost.is_lost_claim() && !lost.is_parked());
+        assert_eq!(lost.retry_after(), None);
+        let lease: StoreError = InvalidLease {
+            lease: Duration::ZERO,
+        }
+        .into();
+        assert!(
+            lease
+                .to_string()
+                .starts_with("claim lease 0ns is out of range")
+        );
+        assert!(!lease.is_parked());
+    }
+}

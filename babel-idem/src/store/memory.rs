@@ -25,6 +25,7 @@ use hashbrown::HashTable;
 use super::{Store, StoreFuture};
 
 mod canonical_uuid;
+mod claims;
 mod uuid_table;
 
 use canonical_uuid::Uuid;
@@ -66,6 +67,7 @@ pub struct InMemoryStore {
     ttl_millis: Option<u64>,
     capacity_per_shard: Option<usize>,
     epoch: Instant,
+    claims: claims::Claims,
 }
 
 /// Configures an [`InMemoryStore`]; made by [`InMemoryStore::builder`].
@@ -127,6 +129,7 @@ impl InMemoryStoreBuilder {
                 .map(|ttl| u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)),
             capacity_per_shard: self.capacity.map(|c| c.div_ceil(shard_count)),
             epoch: Instant::now(),
+            claims: claims::Claims::default(),
         }
     }
 }
