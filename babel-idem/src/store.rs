@@ -13,8 +13,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 mod claim;
-#[cfg(any(feature = "sqlite", feature = "redis", feature = "postgres"))]
-mod lease;
 mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;

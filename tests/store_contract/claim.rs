@@ -399,3 +399,11 @@ impl SeenSetReader for super::PostgresBackend {
             .expect("read the seen-set table")
     }
 }
+
+impl SeenSetReader for super::MemoryBackend {
+    /// In-memory claims are not shared with any other reader: the store's
+    /// own `seen` is the only seen-set reader there is.
+    async fn reader_sees(&self, store: &babel_idem::InMemoryStore, id: &str) -> bool {
+        store.seen(id).await.expect("an in-memory seen")
+    }
+}

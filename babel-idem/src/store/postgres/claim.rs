@@ -4,8 +4,7 @@
 use std::time::Duration;
 
 use super::{BACKEND, PostgresStore, UnstorableId, is_index_limit};
-use crate::store::claim::{Claim, ClaimStore, ClaimToken};
-use crate::store::lease::lease_millis;
+use crate::store::claim::{Claim, ClaimStore, ClaimToken, lease_millis};
 use crate::store::settings::DEFAULT_TABLE;
 use crate::store::{StoreError, StoreFuture, StoreOperation};
 
@@ -179,7 +178,9 @@ fn failure(operation: StoreOperation, id: &str, error: sqlx::Error) -> StoreErro
 }
 
 fn lease_ms(operation: StoreOperation, lease: Duration) -> Result<i64, StoreError> {
-    lease_millis(lease).map_err(|e| StoreError::new(operation, BACKEND, e))
+    lease_millis(lease)
+        .map(i64::from)
+        .map_err(|e| StoreError::new(operation, BACKEND, e))
 }
 
 /// # Claim mode

@@ -14,8 +14,7 @@ use std::time::Duration;
 use ::redis::{Script, ScriptInvocation};
 
 use super::{BACKEND, RedisCommandError, RedisStore, RedisStoreBuilder};
-use crate::store::claim::{Claim, ClaimStore, ClaimToken};
-use crate::store::lease::lease_millis;
+use crate::store::claim::{Claim, ClaimStore, ClaimToken, lease_millis};
 use crate::store::{StoreError, StoreFuture, StoreOperation};
 
 /// The PHP SDK's default key prefix (`bq:idem:`, not the Go SDK's `bq:idemp:`).

@@ -4,8 +4,7 @@
 use std::time::Duration;
 
 use super::{BACKEND, NOW_MS, SqliteStore};
-use crate::store::claim::{Claim, ClaimStore, ClaimToken};
-use crate::store::lease::lease_millis;
+use crate::store::claim::{Claim, ClaimStore, ClaimToken, lease_millis};
 use crate::store::settings::DEFAULT_TABLE;
 use crate::store::{StoreError, StoreFuture, StoreOperation};
 
@@ -70,7 +69,9 @@ fn fail(operation: StoreOperation) -> impl Fn(sqlx::Error) -> StoreError {
 }
 
 fn lease_ms(operation: StoreOperation, lease: Duration) -> Result<i64, StoreError> {
-    lease_millis(lease).map_err(|e| StoreError::new(operation, BACKEND, e))
+    lease_millis(lease)
+        .map(i64::from)
+        .map_err(|e| StoreError::new(operation, BACKEND, e))
 }
 
 /// # Claim mode
