@@ -408,7 +408,7 @@ async fn unknown_urn_delete_and_release_say_so() {
         .dispatch(&paid(0), Delivery::new())
         .await;
     assert!(
-        matches!(&released, Disposition::Release { urn } if urn == "urn:babel:orders:paid"),
+        matches!(&released, Disposition::Release { urn, .. } if urn == "urn:babel:orders:paid"),
         "got {released}"
     );
 }

@@ -1,13 +1,28 @@
-//! The skip / run / mark decision: the one place it is made (see [`guard`]).
+//! The skip / run / mark decision: the one place it is made (see [`guard`]
+//! and [`Guard`]). One decision table per mode, each in its own module:
 //!
-//! Seen-set dedupe is not a lock: two concurrent deliveries of one id can
-//! both pass `seen` and both run.
+//! - seen-set mode (the default, the cross-SDK contract): `seen`, run,
+//!   `remember`. Not a lock: two concurrent deliveries of one id can both
+//!   pass `seen` and both run.
+//! - claim mode ([`Guard::lease`], [`Leased`]): claim the id with a lease,
+//!   run the handler while renewing the lease, then commit or release. One
+//!   run at a time per id; [`fence`] numbers the runs.
 
 use std::borrow::Cow;
 use std::future::Future;
+use std::time::Duration;
 
 use crate::metrics::{self, Decision};
-use crate::{DedupeKey, MessageId, Store, StoreError};
+use crate::store::InvalidLease;
+use crate::store::claim::lease_millis;
+use crate::{ClaimStore, DedupeKey, MessageId, Store, StoreError};
+
+mod claim;
+mod fence;
+mod seen_set;
+mod timer;
+
+pub use fence::fence;
 
 /// What a guard returns when the handler succeeded but its id could not be
 /// remembered.
@@ -76,10 +91,12 @@ where
     E: From<StoreError>,
 {
     let key = DedupeKey::new(None, message);
-    async move { decide(&store, &key, OnRememberFailure::default(), handler).await }
+    async move { seen_set::decide(&store, &key, OnRememberFailure::default(), handler).await }
 }
 
-/// A configured guard: a store, an optional scope and a remember-failure policy.
+/// A configured guard: a store, an optional scope, a remember-failure policy
+/// and a mode: seen-set ([`SeenSet`], the default) or claim ([`Leased`],
+/// turned on by [`Guard::lease`]).
 ///
 /// [`guard`] is `Guard::new(store).run(message, handler)`. Building a guard
 /// costs nothing (no allocation for a `&'static str` scope), so it can be made
@@ -105,10 +122,29 @@ where
 /// # }).unwrap();
 /// ```
 #[derive(Debug, Clone)]
-pub struct Guard<S> {
+pub struct Guard<S, Mode = SeenSet> {
     store: S,
     scope: Option<Cow<'static, str>>,
     on_remember_failure: OnRememberFailure,
+    mode: Mode,
+}
+
+/// Seen-set mode, the default: `seen`, run, `remember` (DESIGN section 1).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SeenSet;
+
+/// Claim mode, made by [`Guard::lease`]: one run at a time per id, under a
+/// lease the guard renews while the handler runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Leased {
+    lease: Duration,
+}
+
+impl Leased {
+    /// The lease each claim is made and renewed for.
+    pub fn lease(&self) -> Duration {
+        self.lease
+    }
 }
 
 impl<S: Store> Guard<S> {
@@ -118,7 +154,73 @@ impl<S: Store> Guard<S> {
             store,
             scope: None,
             on_remember_failure: OnRememberFailure::default(),
+            mode: SeenSet,
         }
+    }
+}
+
+impl<S: Store, Mode> Guard<S, Mode> {
+    /// Turns on claim mode (DESIGN section 8.1): before the handler runs, the
+    /// guard claims the id for `lease`, so one delivery of an id runs at a
+    /// time across every worker sharing the store.
+    ///
+    /// | state of the id | the guard | the runtime then |
+    /// |---|---|---|
+    /// | done | skips (`skipped`) | acks |
+    /// | absent, or claimed by a lease that lapsed | wins the claim (a larger [`fence`]), runs the handler | as below |
+    /// | claimed by a live owner | does not run; returns a parked [`StoreError`] ([`is_parked`](StoreError::is_parked), `parked`) | puts it back without spending an attempt, after [`retry_after`](StoreError::retry_after) |
+    /// | `Ok`, commit succeeds | marks it done, drops the claim (`ran`) | acks |
+    /// | `Ok`, claim lost | does not mark; returns a [`lost claim`](StoreError::is_lost_claim) error (`lost_claim`) | retries; the redelivery sees the new owner's outcome |
+    /// | `Ok`, commit fails | by [`OnRememberFailure`] (`mark_failed`) | |
+    /// | `Err` or panic | releases its own claim (never another owner's), returns the error or resumes the panic (`failed`) | retry / dead-letter |
+    ///
+    /// While the handler runs, the guard renews the lease about every third
+    /// of it, inside the same future: no task is spawned and no runtime has
+    /// to be named (a process-wide timer thread, started on the first
+    /// renewal, wakes it). A lease can therefore be seconds long: a slow
+    /// handler keeps its claim, a crashed worker's ids are free again within
+    /// one lease. If a renewal finds the claim lost, the handler is not
+    /// stopped (that could leave half an effect; the fence refuses its stale
+    /// writes) and its success reports `lost_claim`.
+    ///
+    /// A guard future that is **dropped** (a timeout, a shutdown) cannot
+    /// release its claim: nothing can be awaited in `Drop`. The claim lapses
+    /// with its lease, which is one reason to keep leases short.
+    ///
+    /// It compiles only for a [`ClaimStore`]. A lease no store can hold
+    /// (under 1 ms or over [`MAX_LEASE`](crate::store::MAX_LEASE)) is refused
+    /// here with an [`InvalidLease`], which converts into a [`StoreError`].
+    ///
+    /// ```
+    /// use babel_idem::{Envelope, Guard, InMemoryStore, StoreError};
+    /// use serde_json::json;
+    /// use std::time::Duration;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let store = InMemoryStore::new();
+    /// let guard = Guard::new(&store).scope("billing").lease(Duration::from_secs(10))?;
+    /// let env = Envelope::new("urn:babel:orders:created", json!({"order_id": 7}));
+    ///
+    /// let mut charges = 0;
+    /// for _delivery in 0..3 {
+    ///     guard.run(&env, async { charges += 1; Ok::<(), StoreError>(()) }).await?;
+    /// }
+    /// assert_eq!(charges, 1);
+    /// assert!(Guard::new(&store).lease(Duration::ZERO).is_err());
+    /// # Ok::<(), StoreError>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn lease(self, lease: Duration) -> Result<Guard<S, Leased>, InvalidLease>
+    where
+        S: ClaimStore,
+    {
+        lease_millis(lease)?;
+        Ok(Guard {
+            store: self.store,
+            scope: self.scope,
+            on_remember_failure: self.on_remember_failure,
+            mode: Leased { lease },
+        })
     }
 
     /// Namespaces every key as `scope:id`, so services sharing one store do
@@ -128,7 +230,8 @@ impl<S: Store> Guard<S> {
         self
     }
 
-    /// Chooses what to return when the handler succeeded but `remember` failed.
+    /// Chooses what to return when the handler succeeded but `remember` (in
+    /// claim mode, `commit`) failed.
     pub fn on_remember_failure(mut self, policy: OnRememberFailure) -> Self {
         self.on_remember_failure = policy;
         self
@@ -146,6 +249,13 @@ impl<S: Store> Guard<S> {
         DedupeKey::new(self.scope.as_deref(), message)
     }
 
+    /// The guard's mode: [`SeenSet`] or [`Leased`].
+    pub fn mode(&self) -> &Mode {
+        &self.mode
+    }
+}
+
+impl<S: Store> Guard<S, SeenSet> {
     /// Runs `handler` for `message` under this guard's decision. Like
     /// [`guard`], the future does not borrow the message.
     pub fn run<'g, M, F, E>(
@@ -186,72 +296,35 @@ impl<S: Store> Guard<S> {
         F: Future<Output = Result<(), E>>,
         E: From<StoreError>,
     {
-        decide(&self.store, &key, self.on_remember_failure, handler).await
+        seen_set::decide(&self.store, &key, self.on_remember_failure, handler).await
     }
 }
 
-/// The decision itself; every public entry point ends here.
-async fn decide<S, F, E>(
-    store: &S,
-    key: &DedupeKey,
-    on_remember_failure: OnRememberFailure,
-    handler: F,
-) -> Result<(), E>
-where
-    S: Store + ?Sized,
-    F: Future<Output = Result<(), E>>,
-    E: From<StoreError>,
-{
-    let Some(id) = key.as_str() else {
-        report(Decision::FailOpen, "");
-        return handler.await;
-    };
-
-    match store.seen(id).await {
-        Ok(false) => {}
-        Ok(true) => {
-            report(Decision::Skipped, id);
-            return Ok(());
-        }
-        Err(error) => {
-            tracing::warn!(
-                target: "babel_idem",
-                message_id = id,
-                decision = Decision::StoreFailed.as_str(),
-                %error,
-                "seen-set unavailable; the message was not run and goes back for retry",
-            );
-            metrics::record(Decision::StoreFailed);
-            return Err(E::from(error));
-        }
+impl<S: ClaimStore> Guard<S, Leased> {
+    /// Runs `handler` for `message` under claim mode (see [`Guard::lease`]).
+    /// The future does not borrow the message.
+    pub fn run<'g, M, F, E>(
+        &'g self,
+        message: &M,
+        handler: F,
+    ) -> impl Future<Output = Result<(), E>> + use<'g, S, M, F, E>
+    where
+        M: MessageId + ?Sized,
+        F: Future<Output = Result<(), E>>,
+        E: From<StoreError>,
+    {
+        self.run_keyed(self.key(message), handler)
     }
 
-    // A panic or a drop inside the handler leaves before `remember`: unmarked.
-    if let Err(error) = handler.await {
-        report(Decision::Failed, id);
-        return Err(error);
-    }
-
-    match store.remember(id).await {
-        Ok(()) => {
-            report(Decision::Ran, id);
-            Ok(())
-        }
-        Err(error) => {
-            tracing::warn!(
-                target: "babel_idem",
-                message_id = id,
-                decision = Decision::MarkFailed.as_str(),
-                %error,
-                policy = ?on_remember_failure,
-                "handler succeeded but its id could not be remembered; a redelivery will run it again",
-            );
-            metrics::record(Decision::MarkFailed);
-            match on_remember_failure {
-                OnRememberFailure::AckAndReport => Ok(()),
-                OnRememberFailure::ReturnError => Err(E::from(error)),
-            }
-        }
+    /// Runs `handler` under claim mode with a key taken earlier with
+    /// [`Guard::key`], for a handler that owns the message.
+    pub async fn run_keyed<F, E>(&self, key: DedupeKey, handler: F) -> Result<(), E>
+    where
+        F: Future<Output = Result<(), E>>,
+        E: From<StoreError>,
+    {
+        let lease = self.mode.lease;
+        claim::decide(&self.store, &key, lease, self.on_remember_failure, handler).await
     }
 }
 

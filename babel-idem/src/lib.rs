@@ -50,7 +50,7 @@
 #![forbid(unsafe_code)]
 
 pub mod envelope;
-mod guard;
+pub mod guard;
 mod key;
 mod message;
 pub mod metrics;
@@ -66,7 +66,7 @@ pub mod __private;
 
 pub use babel_idem_macros::idempotent;
 pub use envelope::{DeadLetter, DeadLetterReason, Envelope, EnvelopeError, Meta};
-pub use guard::{Guard, OnRememberFailure, guard};
+pub use guard::{Guard, OnRememberFailure, fence, guard};
 pub use key::DedupeKey;
 pub use message::MessageId;
 pub use metrics::Decision;

@@ -12,7 +12,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-mod claim;
+pub(crate) mod claim;
 mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;

@@ -12,14 +12,21 @@ use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
+use crate::store::claim::parked_in;
 use crate::{DeadLetter, DeadLetterReason, Envelope, EnvelopeError};
 
 use super::handler::HandlerFuture;
 use super::routes::Route;
 use super::{
-    DeadLettered, Delivery, DispatchError, Disposition, Retry, Router, UnknownUrnStrategy,
+    DeadLettered, Delivery, DispatchError, Disposition, ReleaseReason, Retry, Router,
+    UnknownUrnStrategy,
 };
+
+/// How long a parked delivery waits when its store cannot say how long the
+/// other owner's lease has left.
+const DEFAULT_PARKED_DELAY: Duration = Duration::from_secs(1);
 
 impl Router {
     /// Handles one delivery: `bytes` is the message body as the broker gave
@@ -32,6 +39,7 @@ impl Router {
     /// | not a valid envelope | `DeadLetter`, reason `poison`, the bytes unchanged |
     /// | no handler for its URN | by [`UnknownUrnStrategy`] |
     /// | the handler returns `Ok` | `Ack` |
+    /// | claim mode: another owner is running the id ([`StoreError::is_parked`](crate::StoreError::is_parked) anywhere in the error's source chain) | `Release`, reason `Parked`, `delay` the other lease's time left (1 s if the store does not know it); no attempt counted |
     /// | the handler returns `Err` or panics, attempts + 1 < max | `Retry` with attempts + 1 |
     /// | the same, attempts + 1 reaches max | `DeadLetter`, reason `failed` |
     ///
@@ -100,10 +108,13 @@ impl Router {
         // decoded a moment ago, so this cannot fail, and if it somehow did the
         // bytes would be poison.
         match Envelope::from_slice(bytes) {
-            Ok(mut envelope) => {
-                envelope.attempts = attempts;
-                self.fail(envelope, error, fallback_queue)
-            }
+            Ok(mut envelope) => match parked_delay(&error) {
+                Some(delay) => park(envelope, delay),
+                None => {
+                    envelope.attempts = attempts;
+                    self.fail(envelope, error, fallback_queue)
+                }
+            },
             Err(error) => poison(bytes, error),
         }
     }
@@ -122,7 +133,11 @@ impl Router {
                 fallback_queue,
             ),
             UnknownUrnStrategy::Delete => Disposition::Delete { urn },
-            UnknownUrnStrategy::Release => Disposition::Release { urn },
+            UnknownUrnStrategy::Release => Disposition::Release {
+                urn,
+                reason: ReleaseReason::UnknownUrn,
+                delay: None,
+            },
         }
     }
 
@@ -149,6 +164,31 @@ impl Router {
             _ => DeadLetterReason::Failed,
         };
         dead_letter(envelope, reason, error, fallback_queue)
+    }
+}
+
+/// How long to hold back a delivery whose handler was parked (claim mode),
+/// or `None` when the error is anything else.
+fn parked_delay(error: &DispatchError) -> Option<Duration> {
+    match error {
+        DispatchError::Handler(error) => {
+            parked_in(error.error()).map(|retry_after| retry_after.unwrap_or(DEFAULT_PARKED_DELAY))
+        }
+        _ => None,
+    }
+}
+
+/// A parked delivery goes back unchanged: it was not attempted.
+fn park(envelope: Envelope, delay: Duration) -> Disposition {
+    tracing::debug!(
+        urn = envelope.urn(),
+        ?delay,
+        "babel-idem: delivery parked, releasing it"
+    );
+    Disposition::Release {
+        urn: envelope.job,
+        reason: ReleaseReason::Parked,
+        delay: Some(delay),
     }
 }
 

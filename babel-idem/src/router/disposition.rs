@@ -17,7 +17,7 @@ use super::HandlerError;
 /// | [`Ack`](Disposition::Ack) | ack the delivery |
 /// | [`Retry`](Disposition::Retry) | wait [`Retry::backoff`] (or schedule a delayed publish), publish [`Retry::body`] to the queue the message came from, then ack the delivery |
 /// | [`DeadLetter`](Disposition::DeadLetter) | publish [`DeadLettered::body`] to the dead-letter queue (by convention the queue name plus `.dlq`), then ack the delivery |
-/// | [`Release`](Disposition::Release) | put the delivery back unchanged (requeue / nack, or republish the original bytes and ack), with no attempt counted |
+/// | [`Release`](Disposition::Release) | put the delivery back unchanged (requeue / nack, or republish the original bytes and ack), after its `delay` if any, with no attempt counted |
 /// | [`Delete`](Disposition::Delete) | ack the delivery: it is dropped on purpose |
 ///
 /// Publishing before acking keeps the at-least-once promise: a crash in
@@ -51,13 +51,24 @@ pub enum Disposition {
     Retry(Retry),
     /// The delivery goes to the dead-letter queue.
     DeadLetter(DeadLettered),
-    /// No handler for the URN, and the router releases such messages: put the
-    /// delivery back unchanged so another consumer (say, a newer version
-    /// during a rolling deploy) can take it. No attempt is counted, so a
-    /// release with no consumer that knows the URN repeats forever.
+    /// Put the delivery back unchanged, with no attempt counted, because
+    /// of [`reason`](ReleaseReason):
+    ///
+    /// - [`UnknownUrn`](ReleaseReason::UnknownUrn): no handler for the URN,
+    ///   and the router releases such messages, so another consumer (say, a
+    ///   newer version during a rolling deploy) can take it. A release with
+    ///   no consumer that knows the URN repeats forever.
+    /// - [`Parked`](ReleaseReason::Parked): in claim mode another owner is
+    ///   running this message; hand it back after `delay`, by when that run
+    ///   has committed (the redelivery is then skipped) or released.
     Release {
-        /// The URN no handler is registered for.
+        /// The envelope's URN.
         urn: String,
+        /// Why the delivery goes back.
+        reason: ReleaseReason,
+        /// How long to wait before the delivery is handled again; `None`:
+        /// at once.
+        delay: Option<Duration>,
     },
     /// No handler for the URN, and the router deletes such messages: ack and
     /// drop it.
@@ -104,10 +115,37 @@ impl fmt::Display for Disposition {
             Disposition::DeadLetter(dead) => {
                 write!(f, "dead_letter ({}): {}", dead.reason, dead.error)
             }
-            Disposition::Release { urn } => write!(f, "release: no handler for {urn}"),
+            Disposition::Release {
+                urn,
+                reason: ReleaseReason::UnknownUrn,
+                ..
+            } => write!(f, "release: no handler for {urn}"),
+            Disposition::Release {
+                urn,
+                reason: ReleaseReason::Parked,
+                delay,
+            } => {
+                write!(f, "release: {urn} is being run by another owner")?;
+                match delay {
+                    Some(delay) => write!(f, "; again after {delay:?}"),
+                    None => Ok(()),
+                }
+            }
             Disposition::Delete { urn } => write!(f, "delete: no handler for {urn}"),
         }
     }
+}
+
+/// Why a [`Disposition::Release`] puts a delivery back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ReleaseReason {
+    /// No handler is registered for the URN
+    /// ([`UnknownUrnStrategy::Release`](crate::UnknownUrnStrategy::Release)).
+    UnknownUrn,
+    /// Claim mode: another owner holds a live claim on the message's id
+    /// ([`StoreError::is_parked`](crate::StoreError::is_parked)).
+    Parked,
 }
 
 /// A delivery to publish again, one attempt later.

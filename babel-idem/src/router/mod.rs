@@ -44,7 +44,7 @@ mod routes;
 mod urn;
 
 pub use delivery::Delivery;
-pub use disposition::{DeadLettered, DispatchError, Disposition, Retry};
+pub use disposition::{DeadLettered, DispatchError, Disposition, ReleaseReason, Retry};
 pub use handler::{BoxError, Handler, HandlerError, HandlerFuture};
 pub use policy::{Backoff, UnknownUrnStrategy};
 pub use routes::{DEFAULT_MAX_ATTEMPTS, Router, RouterBuilder, RouterError};

@@ -1,0 +1,266 @@
+//! Claim mode's decision table (DESIGN section 8.1): claim the id, run the
+//! handler while renewing the lease, then commit or release.
+
+use std::any::Any;
+use std::future::{Future, poll_fn};
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::pin::{Pin, pin};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use super::timer::Sleep;
+use super::{OnRememberFailure, fence, report};
+use crate::metrics::{self, Decision};
+use crate::store::{Claim, ClaimToken};
+use crate::{ClaimStore, DedupeKey, StoreError, StoreFuture};
+
+/// | state of the id | the guard |
+/// |---|---|
+/// | no usable id | runs the handler unclaimed (`fail_open`) |
+/// | done | skips (`skipped`) |
+/// | `claim` fails | does not run, returns the store error (`store_failed`) |
+/// | held by a live owner | does not run, returns a parked error (`parked`) |
+/// | absent or lapsed: won | runs the handler, renewing the lease |
+/// | `Ok`, commit succeeds | marked done, claim dropped (`ran`) |
+/// | `Ok`, claim lost | not marked, returns a lost-claim error (`lost_claim`) |
+/// | `Ok`, commit fails | by [`OnRememberFailure`] (`mark_failed`) |
+/// | `Err` or panic | releases its own claim, returns the error or resumes the panic (`failed`) |
+/// | the future is dropped | nothing can be awaited in `Drop`: the claim lapses with its lease |
+pub(super) async fn decide<S, F, E>(
+    store: &S,
+    key: &DedupeKey,
+    lease: Duration,
+    on_commit_failure: OnRememberFailure,
+    handler: F,
+) -> Result<(), E>
+where
+    S: ClaimStore + ?Sized,
+    F: Future<Output = Result<(), E>>,
+    E: From<StoreError>,
+{
+    let Some(id) = key.as_str() else {
+        report(Decision::FailOpen, "");
+        return handler.await;
+    };
+
+    let owner = ClaimToken::random();
+    let fence = match store.claim(id, owner, lease).await {
+        Ok(Claim::Won { fence }) => fence,
+        Ok(Claim::Done) => {
+            report(Decision::Skipped, id);
+            return Ok(());
+        }
+        Ok(Claim::Held { retry_after }) => {
+            tracing::debug!(
+                target: "babel_idem",
+                message_id = id,
+                decision = Decision::Parked.as_str(),
+                ?retry_after,
+                "another owner is running this message; parked",
+            );
+            metrics::record(Decision::Parked);
+            return Err(E::from(StoreError::parked(retry_after)));
+        }
+        Err(error) => {
+            tracing::warn!(
+                target: "babel_idem",
+                message_id = id,
+                decision = Decision::StoreFailed.as_str(),
+                %error,
+                "claim failed; the message was not run and goes back for retry",
+            );
+            metrics::record(Decision::StoreFailed);
+            return Err(E::from(error));
+        }
+    };
+    // Fence 0: the store keeps none (an unfenced layout).
+    let fence = (fence != 0).then_some(fence);
+
+    let result = match run_renewing(store, id, owner, lease, fence, handler).await {
+        Outcome::Returned(result) => result,
+        Outcome::Panicked(payload) => {
+            release(store, id, owner).await;
+            report(Decision::Failed, id);
+            resume_unwind(payload);
+        }
+    };
+    if let Err(error) = result {
+        release(store, id, owner).await;
+        report(Decision::Failed, id);
+        return Err(error);
+    }
+
+    match store.commit(id, owner).await {
+        Ok(true) => {
+            report(Decision::Ran, id);
+            Ok(())
+        }
+        Ok(false) => {
+            tracing::warn!(
+                target: "babel_idem",
+                message_id = id,
+                decision = Decision::LostClaim.as_str(),
+                ?fence,
+                "handler succeeded after its claim lapsed and was taken over; not marked done, \
+                 the redelivery sees the new owner's outcome",
+            );
+            metrics::record(Decision::LostClaim);
+            Err(E::from(StoreError::lost_claim()))
+        }
+        Err(error) => {
+            tracing::warn!(
+                target: "babel_idem",
+                message_id = id,
+                decision = Decision::MarkFailed.as_str(),
+                %error,
+                policy = ?on_commit_failure,
+                "handler succeeded but its claim could not be committed; the claim lapses with its \
+                 lease and a redelivery will run it again",
+            );
+            metrics::record(Decision::MarkFailed);
+            match on_commit_failure {
+                OnRememberFailure::AckAndReport => Ok(()),
+                OnRememberFailure::ReturnError => Err(E::from(error)),
+            }
+        }
+    }
+}
+
+/// Drops the guard's own claim so a redelivery can run at once. A failure is
+/// only reported: the claim then lapses with its lease.
+async fn release<S: ClaimStore + ?Sized>(store: &S, id: &str, owner: ClaimToken) {
+    match store.release(id, owner).await {
+        Ok(true) => {}
+        Ok(false) => tracing::debug!(
+            target: "babel_idem",
+            message_id = id,
+            "the claim to release had already lapsed",
+        ),
+        Err(error) => tracing::warn!(
+            target: "babel_idem",
+            message_id = id,
+            %error,
+            "claim could not be released; it lapses with its lease",
+        ),
+    }
+}
+
+enum Outcome<E> {
+    Returned(Result<(), E>),
+    Panicked(Box<dyn Any + Send>),
+}
+
+/// Polls the handler with its fence current and, whenever it is pending,
+/// the lease renewal: both in this one future, no task spawned.
+async fn run_renewing<S, F, E>(
+    store: &S,
+    id: &str,
+    owner: ClaimToken,
+    lease: Duration,
+    fence: Option<u64>,
+    handler: F,
+) -> Outcome<E>
+where
+    S: ClaimStore + ?Sized,
+    F: Future<Output = Result<(), E>>,
+{
+    let mut handler = pin!(handler);
+    let mut renewal = Renewal {
+        store,
+        id,
+        owner,
+        lease,
+        state: State::NotStarted {
+            since: Instant::now(),
+        },
+    };
+    poll_fn(|cx| {
+        // A panicking handler is never polled again; its claim is released
+        // before the panic resumes.
+        let polled = catch_unwind(AssertUnwindSafe(|| {
+            fence::scoped(fence, || handler.as_mut().poll(cx))
+        }));
+        match polled {
+            Ok(Poll::Ready(result)) => Poll::Ready(Outcome::Returned(result)),
+            Err(payload) => Poll::Ready(Outcome::Panicked(payload)),
+            Ok(Poll::Pending) => {
+                renewal.drive(cx);
+                Poll::Pending
+            }
+        }
+    })
+    .await
+}
+
+/// Renews the lease about every third of it while the handler runs.
+///
+/// When a renewal finds the claim lost, the handler keeps running (stopping
+/// it half way could leave a half-made effect; the fence refuses its stale
+/// writes) and its success reports `lost_claim`. A renewal that fails is
+/// tried again a period later.
+struct Renewal<'a, S: ?Sized> {
+    store: &'a S,
+    id: &'a str,
+    owner: ClaimToken,
+    lease: Duration,
+    state: State<'a>,
+}
+
+enum State<'a> {
+    /// The handler has not been pending yet: no timer registered.
+    NotStarted {
+        since: Instant,
+    },
+    Waiting(Sleep),
+    Renewing(StoreFuture<'a, bool>),
+    Lost,
+}
+
+impl<S: ClaimStore + ?Sized> Renewal<'_, S> {
+    fn period(&self) -> Duration {
+        self.lease / 3
+    }
+
+    fn drive(&mut self, cx: &mut Context<'_>) {
+        loop {
+            match &mut self.state {
+                State::NotStarted { since } => {
+                    self.state = State::Waiting(Sleep::until(*since + self.period()));
+                }
+                State::Waiting(sleep) => {
+                    if sleep.poll_elapsed(cx).is_pending() {
+                        return;
+                    }
+                    self.state = State::Renewing(self.store.renew(self.id, self.owner, self.lease));
+                }
+                State::Renewing(renewing) => {
+                    let Poll::Ready(renewed) = Pin::new(renewing).poll(cx) else {
+                        return;
+                    };
+                    match renewed {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            tracing::warn!(
+                                target: "babel_idem",
+                                message_id = self.id,
+                                "claim lost while the handler runs (its lease lapsed and another owner \
+                                 claimed the message); the handler goes on, its success reports lost_claim",
+                            );
+                            self.state = State::Lost;
+                            return;
+                        }
+                        Err(error) => tracing::warn!(
+                            target: "babel_idem",
+                            message_id = self.id,
+                            %error,
+                            retry_in = ?self.period(),
+                            "claim renewal failed; trying again",
+                        ),
+                    }
+                    self.state = State::Waiting(Sleep::until(Instant::now() + self.period()));
+                }
+                State::Lost => return,
+            }
+        }
+    }
+}
