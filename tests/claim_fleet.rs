@@ -13,8 +13,10 @@
 //!   run of the killed worker never ends (its successors count as takeovers);
 //! - effects per id: exactly one, except an id whose run was killed between
 //!   its effect and its commit (at most the killed worker's in-flight runs);
-//! - a fenced effect (`... WHERE fence < $fence`): one record per id, holding
-//!   the fence of the claim that committed, and no stale write applied.
+//! - a fenced effect (`... WHERE fence < $fence`): one record per id, and no
+//!   write with a stale fence ever applied (a lapsed owner's late write is
+//!   refused; a killed run's successor holds a larger fence and overwrites).
+#![cfg(any(feature = "redis", feature = "postgres"))]
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
