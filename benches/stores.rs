@@ -15,6 +15,12 @@
 //! autocommit statement). The server counts are server-wide: run the bench
 //! alone on its servers for them to be exact.
 //!
+//! Then claim mode against seen-set mode on the same store (both through
+//! `Guard`, same paths and concurrency), with the ratio claim / seen-set
+//! and the claim side's round trips per delivery: store calls, and the
+//! server's count (Redis `INFO commandstats`: `evalsha` + `eval`; PostgreSQL:
+//! statements and round trips through a counting proxy).
+//!
 //! Run: `BABEL_IDEM_REDIS_URL=redis://127.0.0.1:6379/
 //! BABEL_IDEM_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/postgres
 //! cargo bench --features redis,postgres --bench stores`. A backend whose
@@ -28,8 +34,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use babel_idem::store::StoreFuture;
-use babel_idem::{MessageId, SqliteStore, Store, StoreError, guard};
+use babel_idem::store::{Claim, ClaimToken, StoreFuture};
+use babel_idem::{ClaimStore, Guard, MessageId, SqliteStore, Store, StoreError, guard};
 
 const CONCURRENCY: [usize; 3] = [1, 16, 64];
 /// Ids remembered before the duplicate-path runs, delivered round robin.
@@ -100,6 +106,35 @@ impl<S: Store> Store for Counted<S> {
     fn forget<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
         self.calls.fetch_add(1, Ordering::Relaxed);
         self.inner.forget(id)
+    }
+}
+
+impl<S: ClaimStore> ClaimStore for Counted<S> {
+    fn claim<'a>(
+        &'a self,
+        id: &'a str,
+        owner: ClaimToken,
+        lease: Duration,
+    ) -> StoreFuture<'a, Claim> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.inner.claim(id, owner, lease)
+    }
+    fn commit<'a>(&'a self, id: &'a str, owner: ClaimToken) -> StoreFuture<'a, bool> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.inner.commit(id, owner)
+    }
+    fn release<'a>(&'a self, id: &'a str, owner: ClaimToken) -> StoreFuture<'a, bool> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.inner.release(id, owner)
+    }
+    fn renew<'a>(
+        &'a self,
+        id: &'a str,
+        owner: ClaimToken,
+        lease: Duration,
+    ) -> StoreFuture<'a, bool> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.inner.renew(id, owner, lease)
     }
 }
 
@@ -276,6 +311,111 @@ async fn bench_backend<S, R, C>(
     }
 }
 
+/// A lease no bench delivery outlives: renewal never fires.
+const BENCH_LEASE: Duration = Duration::from_secs(30);
+
+/// Claim mode against seen-set mode, both through `Guard` on one store:
+/// every path and concurrency, rounds alternating as in [`bench_backend`].
+async fn bench_claim_mode<S, C>(backend: &str, store: Arc<Counted<S>>, server: &C, point: Duration)
+where
+    S: ClaimStore + 'static,
+    C: ServerCounter,
+{
+    let run = unique_suffix();
+    for n in 0..DUPLICATE_IDS {
+        store
+            .remember(&Path::Duplicate.id(&run, 0, n as u64))
+            .await
+            .expect("remember a duplicate id");
+    }
+    store.take_calls();
+    let slice = point / (2 * ROUNDS as u32);
+    for path in [Path::First, Path::Duplicate] {
+        for concurrency in CONCURRENCY {
+            let (mut claimed_rates, mut seen_set_rates, mut ratios) = (vec![], vec![], vec![]);
+            let (mut calls, mut server_calls, mut deliveries) = (0, 0, 0);
+            for round in 0..ROUNDS {
+                let ids = |side: &str| match path {
+                    Path::First => format!("{run}{side}{concurrency}x{round}"),
+                    Path::Duplicate => run.clone(),
+                };
+                let before = server.read().await;
+                let (claimed, done) = measure(concurrency, slice, {
+                    let guard =
+                        Arc::new(Guard::new(Arc::clone(&store)).lease(BENCH_LEASE).unwrap());
+                    let ids = ids("c");
+                    move |worker, n| {
+                        let guard = Arc::clone(&guard);
+                        let message = Delivery(path.id(&ids, worker, n));
+                        async move {
+                            guard
+                                .run(&message, async { Ok::<(), StoreError>(()) })
+                                .await
+                                .expect("a claimed delivery");
+                        }
+                    }
+                })
+                .await;
+                let after = server.read().await;
+                calls += store.take_calls();
+                server_calls += after
+                    .zip(before)
+                    .map_or(0, |(after, before)| after - before);
+                deliveries += done;
+
+                let (seen_set, _) = measure(concurrency, slice, {
+                    let guard = Arc::new(Guard::new(Arc::clone(&store)));
+                    let ids = ids("s");
+                    move |worker, n| {
+                        let guard = Arc::clone(&guard);
+                        let message = Delivery(path.id(&ids, worker, n));
+                        async move {
+                            guard
+                                .run(&message, async { Ok::<(), StoreError>(()) })
+                                .await
+                                .expect("a seen-set delivery");
+                        }
+                    }
+                })
+                .await;
+                store.take_calls();
+                claimed_rates.push(claimed);
+                seen_set_rates.push(seen_set);
+                ratios.push(claimed / seen_set);
+            }
+            let has_server_count = server.read().await.is_some();
+            println!(
+                "{backend:<10} {:<15} {concurrency:>5} {:>12.0} {:>12.0} {:>7.3} {:>14.2} {:>15}",
+                path.name(),
+                median(&mut claimed_rates),
+                median(&mut seen_set_rates),
+                median(&mut ratios),
+                calls as f64 / deliveries as f64,
+                if has_server_count {
+                    format!("{:.2}", server_calls as f64 / deliveries as f64)
+                } else {
+                    "-".to_owned()
+                },
+            );
+        }
+    }
+}
+
+fn print_claim_header(backend: &str) {
+    println!(
+        "{backend:<10} claim mode vs seen-set mode ({ROUNDS} alternating rounds; medians)\n\
+         {:<10} {:<15} {:>5} {:>12} {:>12} {:>7} {:>14} {:>15}",
+        "backend",
+        "path",
+        "conc",
+        "claim/s",
+        "seen-set/s",
+        "ratio",
+        "calls/delivery",
+        "server/delivery"
+    );
+}
+
 fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
@@ -349,14 +489,17 @@ mod sqlite {
             seen: store.seen_statement().to_owned(),
             remember: store.remember_statement().to_owned(),
         };
+        let store = Arc::new(Counted::new(store));
         bench_backend(
             "sqlite",
-            Arc::new(Counted::new(store)),
+            Arc::clone(&store),
             Arc::new(raw),
             &NoServer,
             point,
         )
         .await;
+        print_claim_header("sqlite");
+        bench_claim_mode("sqlite", store, &NoServer, point).await;
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
@@ -408,8 +551,10 @@ mod redis_backend {
         }
     }
 
-    /// `exists` + `set` calls from `INFO commandstats`.
-    struct CommandStats(ConnectionManager);
+    /// Calls of some commands from `INFO commandstats`: `exists` + `set`
+    /// for seen-set mode, `evalsha` + `eval` for claim mode (the commands a
+    /// script runs count too, so they would not count round trips).
+    struct CommandStats(ConnectionManager, &'static [&'static str]);
 
     impl ServerCounter for CommandStats {
         async fn read(&self) -> Option<u64> {
@@ -425,7 +570,7 @@ mod redis_backend {
                     .and_then(|rest| rest.split(',').next()?.parse().ok())
                     .unwrap_or(0)
             };
-            Some(calls("exists") + calls("set"))
+            Some(self.1.iter().map(|command| calls(command)).sum())
         }
     }
 
@@ -450,14 +595,12 @@ mod redis_backend {
             connection: connection.clone(),
             prefix: prefix.clone(),
         };
-        bench_backend(
-            "redis",
-            Arc::new(Counted::new(store)),
-            Arc::new(raw),
-            &CommandStats(connection.clone()),
-            point,
-        )
-        .await;
+        let store = Arc::new(Counted::new(store));
+        let seen_set = CommandStats(connection.clone(), &["exists", "set"]);
+        bench_backend("redis", Arc::clone(&store), Arc::new(raw), &seen_set, point).await;
+        print_claim_header("redis");
+        let scripts = CommandStats(connection.clone(), &["evalsha", "eval"]);
+        bench_claim_mode("redis", store, &scripts, point).await;
         delete_prefix(connection, &prefix).await;
     }
 
@@ -551,10 +694,11 @@ mod postgres_backend {
         statements: u64,
     }
 
-    /// Round trips and statements per delivery on one path, guarded and
-    /// raw, through a counting proxy in front of the server (one connection,
-    /// one delivery at a time, so nothing else is on the wire).
-    async fn wire_counts(options: &PgConnectOptions, table: &str, path: Path) -> [(f64, f64); 2] {
+    /// Round trips and statements per delivery on one path, guarded (seen-set
+    /// mode), raw, and guarded in claim mode, through a counting proxy in
+    /// front of the server (one connection, one delivery at a time, so
+    /// nothing else is on the wire).
+    async fn wire_counts(options: &PgConnectOptions, table: &str, path: Path) -> [(f64, f64); 3] {
         const DELIVERIES: u64 = 1000;
         let proxy = wire::Proxy::start(options.get_host(), options.get_port());
         let pool = PgPoolOptions::new()
@@ -574,13 +718,14 @@ mod postgres_backend {
             .from_pool(pool.clone())
             .expect("a PostgreSQL store");
         let raw = Raw::new(pool.clone(), &store);
+        let claimed = Guard::new(&store).lease(BENCH_LEASE).expect("a lease");
         let run = unique_suffix();
         if path == Path::Duplicate {
             for n in 0..DUPLICATE_IDS {
                 raw.remember(path.id(&run, 0, n as u64)).await;
             }
         }
-        let mut per_delivery = [(0.0, 0.0); 2];
+        let mut per_delivery = [(0.0, 0.0); 3];
         for (side, counts) in per_delivery.iter_mut().enumerate() {
             // Let the last release ping finish before reading the counters.
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -596,6 +741,11 @@ mod postgres_backend {
                     guard(&store, &Delivery(id), async { Ok::<(), StoreError>(()) })
                         .await
                         .expect("a guarded delivery");
+                } else if side == 2 {
+                    claimed
+                        .run(&Delivery(id), async { Ok::<(), StoreError>(()) })
+                        .await
+                        .expect("a claimed delivery");
                 } else if !raw.seen(id.clone()).await && path == Path::First {
                     raw.remember(id).await;
                 }
@@ -730,30 +880,37 @@ mod postgres_backend {
             .expect("a PostgreSQL store");
         store.migrate().await.expect("create the bench table");
         let raw = Raw::new(pool.clone(), &store);
+        let store = Arc::new(Counted::new(store));
         bench_backend(
             "postgres",
-            Arc::new(Counted::new(store)),
+            Arc::clone(&store),
             Arc::new(raw),
             &NoServer,
             point,
         )
         .await;
+        print_claim_header("postgres");
+        bench_claim_mode("postgres", store, &NoServer, point).await;
         let options: PgConnectOptions = url.parse().expect("a PostgreSQL URL");
         for path in [Path::First, Path::Duplicate] {
             let [
                 (guarded_trips, guarded_statements),
                 (raw_trips, raw_statements),
+                (claim_trips, claim_statements),
             ] = wire_counts(&options, &table, path).await;
             println!(
                 "postgres   {:<15} per delivery on the wire: guarded {guarded_statements:.2} statements in \
-                 {guarded_trips:.2} round trips, raw {raw_statements:.2} in {raw_trips:.2} \
+                 {guarded_trips:.2} round trips, raw {raw_statements:.2} in {raw_trips:.2}, \
+                 claim mode {claim_statements:.2} in {claim_trips:.2} \
                  (sqlx pings each connection it takes back into the pool)",
                 path.name()
             );
         }
-        sqlx::query(&format!("DROP TABLE {table}"))
-            .execute(&pool)
-            .await
-            .expect("drop the bench table");
+        sqlx::raw_sql(&format!(
+            "DROP TABLE {table}, {table}_claims; DROP SEQUENCE {table}_claims_fence"
+        ))
+        .execute(&pool)
+        .await
+        .expect("drop the bench table");
     }
 }

@@ -354,8 +354,12 @@ mod postgres_backend {
                         return;
                     };
                     for table in tables {
-                        let drop_table = format!("DROP TABLE IF EXISTS {table}");
-                        let _ = sqlx::query(&drop_table).execute(&mut connection).await;
+                        // The seen-set table, then claim mode's table and sequence.
+                        let drop_table = format!(
+                            "DROP TABLE IF EXISTS {table}, {table}_claims; \
+                             DROP SEQUENCE IF EXISTS {table}_claims_fence"
+                        );
+                        let _ = sqlx::raw_sql(&drop_table).execute(&mut connection).await;
                     }
                 });
             });

@@ -8,6 +8,8 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod backends;
+#[macro_use]
+pub mod claim;
 pub mod servers;
 #[cfg(any(feature = "redis", feature = "postgres"))]
 pub mod spawned;

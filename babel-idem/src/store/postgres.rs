@@ -10,6 +10,8 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use super::settings::{Drivers, SqlSettings, Statements};
 use super::{Store, StoreError, StoreFuture, StoreOperation, failed};
 
+mod claim;
+
 const BACKEND: &str = "postgres";
 
 /// The DDL, shipped as `postgres.sql` for users who run their own migrations.
@@ -83,6 +85,7 @@ const PROGRAM_LIMIT_EXCEEDED: &str = "54000";
 pub struct PostgresStore {
     pool: PgPool,
     settings: SqlSettings,
+    claims: claim::ClaimStatements,
 }
 
 /// Configures a [`PostgresStore`]; made by [`PostgresStore::builder`].
@@ -152,15 +155,14 @@ impl PostgresStoreBuilder {
             .acquire_timeout(self.acquire_timeout)
             .test_before_acquire(false)
             .connect_lazy_with(options);
-        Ok(PostgresStore { pool, settings })
+        Ok(PostgresStore::assemble(pool, settings))
     }
 
     /// A store over a pool the caller already has, with the pool's own
     /// settings. The store never closes it. Must be called inside a Tokio
     /// runtime with timers and I/O.
     pub fn from_pool(self, pool: PgPool) -> Result<PostgresStore, StoreError> {
-        let settings = self.checked()?;
-        Ok(PostgresStore { pool, settings })
+        Ok(PostgresStore::assemble(pool, self.checked()?))
     }
 
     /// Every setting checked, and the runtime, before anything is built.
@@ -176,6 +178,15 @@ impl PostgresStoreBuilder {
 }
 
 impl PostgresStore {
+    fn assemble(pool: PgPool, settings: SqlSettings) -> Self {
+        let claims = claim::ClaimStatements::for_table(&settings.table);
+        PostgresStore {
+            pool,
+            settings,
+            claims,
+        }
+    }
+
     /// A store with its own lazily connected pool, default settings; see
     /// [`PostgresStoreBuilder::connect_lazy`].
     pub fn connect_lazy(url: &str) -> Result<Self, StoreError> {
@@ -207,12 +218,18 @@ impl PostgresStore {
     }
 
     /// Creates the table and its `expires_at` index if they do not exist
-    /// (the statements of `postgres.sql`, for this store's table).
+    /// (the statements of `postgres.sql`, for this store's table), then the
+    /// claims table of claim mode (`claims.sql`).
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        sqlx::raw_sql(&self.settings.sql.create)
-            .execute(&self.pool)
-            .await
-            .map_err(failed(BACKEND, StoreOperation::Open))?;
+        for ddl in [Some(&*self.settings.sql.create), self.claims.create()]
+            .into_iter()
+            .flatten()
+        {
+            sqlx::raw_sql(ddl)
+                .execute(&self.pool)
+                .await
+                .map_err(failed(BACKEND, StoreOperation::Open))?;
+        }
         Ok(())
     }
 

@@ -11,6 +11,8 @@ use ::redis::{Client, RedisError};
 use super::settings::{Drivers, optional_ttl_millis, require_tokio};
 use super::{Store, StoreError, StoreFuture, StoreOperation, failed};
 
+mod claim;
+
 const BACKEND: &str = "redis";
 
 /// The Go SDK's key prefix.
@@ -61,6 +63,9 @@ const DEFAULT_PREFIX: &str = "bq:idemp:";
 /// Tokio's message once; under `panic = "abort"` the process stops there,
 /// when the store is built, not at the first delivery.)
 ///
+/// Claim mode keeps its claims beside these keys (or in the PHP SDK's
+/// layout): see the [`ClaimStore`](crate::ClaimStore) impl below.
+///
 /// # One server, not Redis Cluster
 ///
 /// The store talks to one Redis server (a standalone server, or the primary
@@ -91,6 +96,7 @@ pub struct RedisStore {
     connection: ConnectionManager,
     prefix: String,
     ttl_ms: Option<i64>,
+    claims: claim::ClaimKeys,
 }
 
 /// Configures a [`RedisStore`]; made by [`RedisStore::builder`].
@@ -100,6 +106,7 @@ pub struct RedisStoreBuilder {
     ttl: Option<Duration>,
     timeout: Duration,
     reconnect_attempts: usize,
+    claim_layout: claim::ClaimLayout,
 }
 
 impl Default for RedisStoreBuilder {
@@ -109,6 +116,7 @@ impl Default for RedisStoreBuilder {
             ttl: None,
             timeout: Duration::from_secs(2),
             reconnect_attempts: 2,
+            claim_layout: claim::ClaimLayout::default(),
         }
     }
 }
@@ -189,6 +197,7 @@ impl RedisStoreBuilder {
             optional_ttl_millis(self.ttl).map_err(failed(BACKEND, StoreOperation::Open))?;
         require_tokio(Drivers::TimeAndIo).map_err(failed(BACKEND, StoreOperation::Open))?;
         Ok(RedisSettings {
+            claims: claim::ClaimKeys::new(self.claim_layout, prefix),
             prefix: prefix.to_owned(),
             ttl_ms,
         })
@@ -199,6 +208,7 @@ impl RedisStoreBuilder {
 struct RedisSettings {
     prefix: String,
     ttl_ms: Option<i64>,
+    claims: claim::ClaimKeys,
 }
 
 impl RedisSettings {
@@ -207,6 +217,7 @@ impl RedisSettings {
             connection,
             prefix: self.prefix,
             ttl_ms: self.ttl_ms,
+            claims: self.claims,
         }
     }
 }
@@ -295,6 +306,9 @@ impl RedisStore {
 
 impl Store for RedisStore {
     fn seen<'a>(&'a self, id: &'a str) -> StoreFuture<'a, bool> {
+        if self.claims.is_php() {
+            return self.php_seen(id);
+        }
         StoreFuture::new(async move {
             let mut command = ::redis::cmd("EXISTS");
             command.arg(self.key(id));
@@ -304,6 +318,9 @@ impl Store for RedisStore {
     }
 
     fn remember<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
+        if self.claims.is_php() {
+            return self.php_remember(id);
+        }
         StoreFuture::new(async move {
             let mut command = ::redis::cmd("SET");
             command.arg(self.key(id)).arg(1).arg("NX");

@@ -12,6 +12,8 @@ use sqlx::sqlite::{
 use super::settings::{DEFAULT_TABLE, Drivers, SqlSettings, Statements};
 use super::{Store, StoreError, StoreFuture, StoreOperation, failed};
 
+mod claim;
+
 const BACKEND: &str = "sqlite";
 
 /// The DDL, shipped as `sqlite.sql` for users who run their own migrations.
@@ -64,6 +66,7 @@ const NOW_MS: &str = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
 pub struct SqliteStore {
     pool: SqlitePool,
     settings: SqlSettings,
+    claims: claim::ClaimStatements,
 }
 
 /// Configures a [`SqliteStore`]; made by [`SqliteStore::builder`].
@@ -144,8 +147,7 @@ impl SqliteStoreBuilder {
     /// The store never closes the pool. Must be called inside a Tokio
     /// runtime with timers.
     pub fn from_pool(self, pool: SqlitePool) -> Result<SqliteStore, StoreError> {
-        let settings = self.checked()?;
-        Ok(SqliteStore { pool, settings })
+        Ok(SqliteStore::assemble(pool, self.checked()?))
     }
 
     /// Every setting checked, and the runtime, before anything is built.
@@ -166,16 +168,22 @@ impl SqliteStoreBuilder {
     ) -> Result<SqliteStore, StoreError> {
         // Check the settings before a pool starts or the file system is touched.
         let settings = self.checked()?;
-        let store = SqliteStore {
-            pool: pool_options.connect_lazy_with(options),
-            settings,
-        };
+        let store = SqliteStore::assemble(pool_options.connect_lazy_with(options), settings);
         store.migrate().await?;
         Ok(store)
     }
 }
 
 impl SqliteStore {
+    fn assemble(pool: SqlitePool, settings: SqlSettings) -> Self {
+        let claims = claim::ClaimStatements::for_table(&settings.table);
+        SqliteStore {
+            pool,
+            settings,
+            claims,
+        }
+    }
+
     /// Opens the database file at `path` with the default settings; see
     /// [`SqliteStoreBuilder::open`].
     pub async fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
@@ -225,12 +233,15 @@ impl SqliteStore {
     }
 
     /// Creates the table and its `expires_at` index if they do not exist
-    /// (the statements of `sqlite.sql`, for this store's table).
+    /// (the statements of `sqlite.sql`, for this store's table), then the
+    /// claims table of claim mode (`sqlite/claims.sql`).
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        sqlx::raw_sql(&self.settings.sql.create)
-            .execute(&self.pool)
-            .await
-            .map_err(failed(BACKEND, StoreOperation::Open))?;
+        for ddl in [&self.settings.sql.create, &self.claims.create] {
+            sqlx::raw_sql(ddl)
+                .execute(&self.pool)
+                .await
+                .map_err(failed(BACKEND, StoreOperation::Open))?;
+        }
         Ok(())
     }
 

@@ -1,0 +1,294 @@
+//! [`ClaimStore`] for [`PostgresStore`]: one statement per operation, in a
+//! claims table beside the seen-set table (`claims.sql`).
+
+use std::time::Duration;
+
+use super::{BACKEND, PostgresStore, UnstorableId, is_index_limit};
+use crate::store::claim::{Claim, ClaimStore, ClaimToken, lease_millis};
+use crate::store::settings::DEFAULT_TABLE;
+use crate::store::{StoreError, StoreFuture, StoreOperation};
+
+/// The claims table's DDL, for the default table names.
+const DDL: &str = include_str!("claims.sql");
+
+/// The longest identifier PostgreSQL keeps without truncating it.
+const MAX_IDENTIFIER: usize = 63;
+
+/// How long a committed claim's tombstone refuses a new claim when the
+/// seen-set row is not visible. Only a claim whose statement started before
+/// the commit finished can miss the row; a claim that starts a second after
+/// it sees the row (or, after a manual `forget`, rightly takes the id).
+const TOMBSTONE_GRACE: &str = "1 second";
+
+/// The claim statements for one seen-set table, or why there are none.
+#[derive(Debug, Clone)]
+pub(super) enum ClaimStatements {
+    Ready(Box<Statements>),
+    /// `<table>_claims_fence` would be longer than PostgreSQL keeps.
+    NameTooLong {
+        table: String,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct Statements {
+    create: String,
+    claim: String,
+    commit: String,
+    release: String,
+    renew: String,
+    purge: String,
+}
+
+impl ClaimStatements {
+    pub(super) fn for_table(table: &str) -> Self {
+        let claims = format!("{table}_claims");
+        if claims.len() + "_fence".len() > MAX_IDENTIFIER {
+            return ClaimStatements::NameTooLong {
+                table: table.to_owned(),
+            };
+        }
+        ClaimStatements::Ready(Box::new(Statements {
+            // The DDL names the default seen-set table only inside the
+            // claims table's and the sequence's names.
+            create: DDL.replace(DEFAULT_TABLE, table),
+            // Done, won or held in one statement. The insert sees a claim
+            // row as it is now, even one written after the statement began:
+            // it takes a lapsed lease over, never a live one nor a fresh
+            // tombstone. `nextval` runs only when the id is not done.
+            claim: format!(
+                "WITH done AS (
+                     SELECT 1 FROM {table} WHERE message_id = $1
+                         AND (expires_at IS NULL OR expires_at > now())
+                 ), won AS (
+                     INSERT INTO {claims} AS held (message_id, owner, fence, lease_until)
+                     SELECT $1, $2, nextval('{claims}_fence'),
+                            now() + $3::bigint * interval '1 millisecond'
+                     WHERE NOT EXISTS (SELECT 1 FROM done)
+                     ON CONFLICT (message_id) DO UPDATE
+                         SET owner = EXCLUDED.owner, fence = EXCLUDED.fence,
+                             lease_until = EXCLUDED.lease_until
+                         WHERE held.lease_until <= now() - CASE WHEN held.owner IS NULL
+                             THEN interval '{TOMBSTONE_GRACE}' ELSE interval '0 seconds' END
+                     RETURNING held.fence
+                 )
+                 SELECT EXISTS (SELECT 1 FROM done),
+                        (SELECT fence FROM won),
+                        (SELECT (extract(epoch FROM lease_until - now()) * 1000)::bigint
+                             FROM {claims} WHERE message_id = $1 AND owner IS NOT NULL)"
+            ),
+            // The owner's live claim becomes a tombstone and the seen-set
+            // row is written (set-if-absent, as `remember`), together.
+            commit: format!(
+                "WITH mine AS (
+                     UPDATE {claims} SET owner = NULL, lease_until = clock_timestamp()
+                     WHERE message_id = $1 AND owner = $2 AND lease_until > now()
+                     RETURNING message_id
+                 ), marked AS (
+                     INSERT INTO {table} (message_id, expires_at)
+                     SELECT message_id, now() + $3::bigint * interval '1 millisecond' FROM mine
+                     ON CONFLICT (message_id) DO UPDATE
+                         SET created_at = now(), expires_at = EXCLUDED.expires_at
+                         WHERE {table}.expires_at IS NOT NULL AND {table}.expires_at <= now()
+                 )
+                 SELECT EXISTS (SELECT 1 FROM mine)"
+            ),
+            release: format!("DELETE FROM {claims} WHERE message_id = $1 AND owner = $2"),
+            renew: format!(
+                "UPDATE {claims} SET lease_until = now() + $3::bigint * interval '1 millisecond'
+                 WHERE message_id = $1 AND owner = $2 AND lease_until > now()"
+            ),
+            purge: format!(
+                "DELETE FROM {claims} WHERE lease_until < now() - interval '{TOMBSTONE_GRACE}'"
+            ),
+        }))
+    }
+
+    /// The claims DDL, when there are claims for this table.
+    pub(super) fn create(&self) -> Option<&str> {
+        match self {
+            ClaimStatements::Ready(statements) => Some(&statements.create),
+            ClaimStatements::NameTooLong { .. } => None,
+        }
+    }
+
+    fn ready(&self, operation: StoreOperation) -> Result<&Statements, StoreError> {
+        match self {
+            ClaimStatements::Ready(statements) => Ok(statements),
+            ClaimStatements::NameTooLong { table } => Err(StoreError::new(
+                operation,
+                BACKEND,
+                format!(
+                    "claim mode needs the sequence `{table}_claims_fence`, longer than \
+                     PostgreSQL's {MAX_IDENTIFIER}-byte identifiers: use a table name of \
+                     at most 50 bytes"
+                ),
+            )),
+        }
+    }
+}
+
+impl PostgresStore {
+    /// Deletes the claim rows no claim needs any more: lapsed leases and
+    /// the tombstones commits leave (one per committed id). Returns how many
+    /// went. Claim mode works without it; it only reclaims space.
+    pub async fn purge_claims(&self) -> Result<u64, StoreError> {
+        let operation = StoreOperation::Maintenance;
+        let done = sqlx::query(&self.claims.ready(operation)?.purge)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| StoreError::new(operation, BACKEND, e))?;
+        Ok(done.rows_affected())
+    }
+
+    /// The statement `claim` runs: `$1` the id, `$2` the owner (32 hex
+    /// digits), `$3` the lease in ms. It answers (done, fence if won,
+    /// ms left on a live claim).
+    pub fn claim_statement(&self) -> Result<&str, StoreError> {
+        Ok(&self.claims.ready(StoreOperation::Claim)?.claim)
+    }
+
+    /// The statement `commit` runs: `$1` the id, `$2` the owner, `$3` the
+    /// store's TTL in ms or `NULL`. It answers whether the owner committed.
+    pub fn commit_statement(&self) -> Result<&str, StoreError> {
+        Ok(&self.claims.ready(StoreOperation::Commit)?.commit)
+    }
+
+    /// The claim statements, once `id` is one PostgreSQL can hold.
+    fn claim_statements(
+        &self,
+        operation: StoreOperation,
+        id: &str,
+    ) -> Result<&Statements, StoreError> {
+        UnstorableId::check(id).map_err(|e| StoreError::new(operation, BACKEND, e))?;
+        self.claims.ready(operation)
+    }
+}
+
+/// A failed statement, with an id over the index limit called out.
+fn failure(operation: StoreOperation, id: &str, error: sqlx::Error) -> StoreError {
+    if is_index_limit(&error) {
+        let too_long = UnstorableId::TooLong {
+            bytes: id.len(),
+            source: error,
+        };
+        return StoreError::new(operation, BACKEND, too_long);
+    }
+    StoreError::new(operation, BACKEND, error)
+}
+
+fn lease_ms(operation: StoreOperation, lease: Duration) -> Result<i64, StoreError> {
+    lease_millis(lease)
+        .map(i64::from)
+        .map_err(|e| StoreError::new(operation, BACKEND, e))
+}
+
+/// # Claim mode
+///
+/// Claims live in `<table>_claims` (`babelqueue_idempotency_claims`), beside
+/// the seen-set table a Go consumer reads, so a claim never looks done to
+/// it. [`migrate`](PostgresStore::migrate) creates it:
+///
+/// ```sql
+#[doc = include_str!("claims.sql")]
+/// ```
+///
+/// | operation | one statement |
+/// |---|---|
+/// | `claim` | done row? else `INSERT ... ON CONFLICT DO UPDATE` taking over only a lapsed lease, fence from `nextval` |
+/// | `commit` | while the owner's lease is live: the claim row becomes a tombstone and the done row is inserted |
+/// | `release` | `DELETE` the owner's claim row |
+/// | `renew` | `UPDATE` the owner's live claim row |
+///
+/// A duplicate of a done id costs one round trip, a first delivery two
+/// (claim, commit). Times come from the database clock. Commit leaves a
+/// tombstone rather than deleting the row so that a claim whose statement
+/// began before the commit finished, and so cannot see the done row, still
+/// cannot win; [`purge_claims`](PostgresStore::purge_claims) deletes old
+/// tombstones and lapsed claims.
+///
+/// An id with NUL, or one too long for the primary-key index, fails the
+/// claim with a [`StoreError`] saying so: the guard then does not run the
+/// handler.
+impl ClaimStore for PostgresStore {
+    fn claim<'a>(
+        &'a self,
+        id: &'a str,
+        owner: ClaimToken,
+        lease: Duration,
+    ) -> StoreFuture<'a, Claim> {
+        StoreFuture::new(async move {
+            let operation = StoreOperation::Claim;
+            let lease_ms = lease_ms(operation, lease)?;
+            let statement = &self.claim_statements(operation, id)?.claim;
+            let (done, fence, left_ms) =
+                sqlx::query_as::<_, (bool, Option<i64>, Option<i64>)>(statement)
+                    .bind(id)
+                    .bind(owner.to_hex())
+                    .bind(lease_ms)
+                    .fetch_one(&self.pool)
+                    .await
+                    .map_err(|e| failure(operation, id, e))?;
+            Ok(match (done, fence) {
+                (true, _) => Claim::Done,
+                (false, Some(fence)) => Claim::Won {
+                    fence: fence.unsigned_abs(),
+                },
+                (false, None) => Claim::Held {
+                    retry_after: left_ms
+                        .and_then(|ms| u64::try_from(ms).ok())
+                        .map(Duration::from_millis),
+                },
+            })
+        })
+    }
+
+    fn commit<'a>(&'a self, id: &'a str, owner: ClaimToken) -> StoreFuture<'a, bool> {
+        StoreFuture::new(async move {
+            let operation = StoreOperation::Commit;
+            let statement = &self.claim_statements(operation, id)?.commit;
+            sqlx::query_scalar::<_, bool>(statement)
+                .bind(id)
+                .bind(owner.to_hex())
+                .bind(self.settings.ttl_ms)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(|e| failure(operation, id, e))
+        })
+    }
+
+    fn release<'a>(&'a self, id: &'a str, owner: ClaimToken) -> StoreFuture<'a, bool> {
+        StoreFuture::new(async move {
+            let operation = StoreOperation::Release;
+            let statement = &self.claim_statements(operation, id)?.release;
+            let done = sqlx::query(statement)
+                .bind(id)
+                .bind(owner.to_hex())
+                .execute(&self.pool)
+                .await
+                .map_err(|e| failure(operation, id, e))?;
+            Ok(done.rows_affected() == 1)
+        })
+    }
+
+    fn renew<'a>(
+        &'a self,
+        id: &'a str,
+        owner: ClaimToken,
+        lease: Duration,
+    ) -> StoreFuture<'a, bool> {
+        StoreFuture::new(async move {
+            let operation = StoreOperation::Renew;
+            let lease_ms = lease_ms(operation, lease)?;
+            let statement = &self.claim_statements(operation, id)?.renew;
+            let done = sqlx::query(statement)
+                .bind(id)
+                .bind(owner.to_hex())
+                .bind(lease_ms)
+                .execute(&self.pool)
+                .await
+                .map_err(|e| failure(operation, id, e))?;
+            Ok(done.rows_affected() == 1)
+        })
+    }
+}

@@ -1,0 +1,21 @@
+-- The claims of PostgresStore's claim mode, beside its seen-set table.
+-- PostgresStore::migrate() runs this file after postgres.sql. With a table
+-- name other than the default, replace every `babelqueue_idempotency` below
+-- by that name (the claims table is `<table>_claims`).
+--
+-- A Go consumer reads only babelqueue_idempotency, so a claim never looks
+-- done to it; commit writes the done row there.
+CREATE TABLE IF NOT EXISTS babelqueue_idempotency_claims (
+    message_id TEXT PRIMARY KEY,
+    -- The owner's token, 32 hex digits. NULL once committed: the row is then
+    -- a tombstone that keeps a claim racing the commit from winning.
+    owner TEXT NULL,
+    -- The claim's fencing token, from the sequence below.
+    fence BIGINT NOT NULL,
+    -- While owned: when the lease ends. Once committed: when it was.
+    lease_until TIMESTAMPTZ NOT NULL
+);
+
+-- One counter for the whole store: it outlives every claim row, so the
+-- fences of one id strictly grow even after its rows are gone.
+CREATE SEQUENCE IF NOT EXISTS babelqueue_idempotency_claims_fence AS BIGINT;

@@ -1,0 +1,30 @@
+-- The claims of SqliteStore's claim mode, beside its seen-set table.
+-- SqliteStore::migrate() (and so open()) runs this file. With a table name
+-- other than the default, replace every `babelqueue_idempotency` below by
+-- that name. Times are Unix milliseconds, by the database clock.
+CREATE TABLE IF NOT EXISTS babelqueue_idempotency_claims (
+    message_id TEXT PRIMARY KEY NOT NULL,
+    owner TEXT NOT NULL,          -- the owner's token, 32 hex digits
+    fence INTEGER NOT NULL,       -- the claim's fencing token
+    lease_until INTEGER NOT NULL  -- when the lease ends, Unix ms
+) WITHOUT ROWID;
+
+-- One counter for the whole store: it outlives every claim row, so the
+-- fences of one id strictly grow even after its rows are gone.
+CREATE TABLE IF NOT EXISTS babelqueue_idempotency_claims_fence (
+    counter INTEGER PRIMARY KEY CHECK (counter = 1),
+    last INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO babelqueue_idempotency_claims_fence (counter, last) VALUES (1, 0);
+
+-- Every fence a claim row takes becomes the counter's last value.
+CREATE TRIGGER IF NOT EXISTS babelqueue_idempotency_claims_fence_on_insert
+    AFTER INSERT ON babelqueue_idempotency_claims
+BEGIN
+    UPDATE babelqueue_idempotency_claims_fence SET last = NEW.fence WHERE counter = 1;
+END;
+CREATE TRIGGER IF NOT EXISTS babelqueue_idempotency_claims_fence_on_update
+    AFTER UPDATE OF fence ON babelqueue_idempotency_claims
+BEGIN
+    UPDATE babelqueue_idempotency_claims_fence SET last = NEW.fence WHERE counter = 1;
+END;

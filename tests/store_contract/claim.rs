@@ -1,0 +1,409 @@
+//! The claim section of the store contract: every [`ClaimStore`] leases an
+//! id to one owner at a time, numbers its claims with growing fences, and
+//! never lets a claim look done to a seen-set reader.
+//!
+//! `tests/store_claims.rs` runs it against every store with
+//! [`claim_contract_tests!`]. Leases here are real (the servers' own
+//! clocks); tests wait past a lease to see it lapse and assert outcomes only.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use babel_idem::store::{Claim, ClaimToken};
+use babel_idem::{ClaimStore, Store};
+
+use super::Backend;
+
+/// Expands to one `#[tokio::test]` per claim check, each opening its own
+/// fixture with `$create(test_name) -> Option<impl Backend + SeenSetReader>`.
+#[allow(unused_macros)]
+macro_rules! claim_contract_tests {
+    ($create:path) => {
+        claim_contract_tests!(@current_thread $create:
+            stale_release_commit_and_renew_change_nothing,
+            an_expired_claim_is_taken_over_with_a_larger_fence,
+            fences_grow_across_release_commit_and_forget,
+            a_done_id_is_never_claimable_again,
+            renewal_keeps_a_claim_past_its_first_lease,
+            a_claim_never_looks_done_to_a_seen_set_reader,
+            bad_leases_and_unstorable_ids_fail_with_a_clear_error,
+        );
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn exactly_one_of_64_concurrent_claims_wins() {
+            if let Some(backend) = $create("exactly_one_of_64_concurrent_claims_wins") {
+                crate::store_contract::claim::exactly_one_of_64_concurrent_claims_wins(&backend)
+                    .await;
+            }
+        }
+    };
+    (@current_thread $create:path: $($check:ident),+ $(,)?) => {$(
+        #[tokio::test]
+        async fn $check() {
+            if let Some(backend) = $create(stringify!($check)) {
+                crate::store_contract::claim::$check(&backend).await;
+            }
+        }
+    )+};
+}
+
+/// How a consumer that only knows the seen-set layout (the Go SDK) reads
+/// the store's server: `EXISTS <prefix><id>`, a live row in the table.
+#[allow(async_fn_in_trait)]
+pub trait SeenSetReader: Backend {
+    /// Whether that reader takes `id` for done, read without the store.
+    async fn reader_sees(&self, store: &Self::Store, id: &str) -> bool;
+}
+
+/// A lease no check outlives on a healthy machine.
+const LONG: Duration = Duration::from_secs(30);
+/// A lease the tests wait out.
+const SHORT: Duration = Duration::from_millis(400);
+
+async fn lapse() {
+    tokio::time::sleep(SHORT * 2).await;
+}
+
+fn won(claim: Claim) -> u64 {
+    match claim {
+        Claim::Won { fence } => fence,
+        other => panic!("expected a won claim, got {other:?}"),
+    }
+}
+
+fn assert_held(claim: Claim) {
+    assert!(
+        matches!(claim, Claim::Held { .. }),
+        "expected held, got {claim:?}"
+    );
+}
+
+pub async fn exactly_one_of_64_concurrent_claims_wins<B>(backend: &B)
+where
+    B: Backend,
+    B::Store: ClaimStore,
+{
+    let store = Arc::new(backend.open("claim_race", None).await);
+    let tasks: Vec<_> = (0..64)
+        .map(|_| {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move {
+                let owner = ClaimToken::random();
+                (owner, store.claim("id-A", owner, LONG).await)
+            })
+        })
+        .collect();
+    let mut winners = Vec::new();
+    for task in tasks {
+        let (owner, claim) = task.await.expect("the task ran");
+        match claim.expect("claim succeeded") {
+            Claim::Won { .. } => winners.push(owner),
+            Claim::Held { .. } => {}
+            Claim::Done => panic!("nothing committed yet, so nothing is done"),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(winners.len(), 1, "exactly one of 64 claims wins");
+    assert!(store.commit("id-A", winners[0]).await.unwrap());
+    for _ in 0..3 {
+        let late = store.claim("id-A", ClaimToken::random(), LONG).await;
+        assert_eq!(late.unwrap(), Claim::Done);
+    }
+}
+
+pub async fn stale_release_commit_and_renew_change_nothing<B>(backend: &B)
+where
+    B: Backend,
+    B::Store: ClaimStore,
+{
+    let store = backend.open("claim_stale", None).await;
+    let (first, stranger) = (ClaimToken::random(), ClaimToken::random());
+    won(store.claim("id-A", first, LONG).await.unwrap());
+
+    assert!(!store.release("id-A", stranger).await.unwrap());
+    assert!(!store.renew("id-A", stranger, LONG).await.unwrap());
+    assert!(!store.commit("id-A", stranger).await.unwrap());
+    assert!(
+        !store.seen("id-A").await.unwrap(),
+        "a stranger's commit marks nothing"
+    );
+    assert_held(store.claim("id-A", stranger, LONG).await.unwrap());
+
+    // The first owner's lease lapses and a second owner takes the id over:
+    // every late call of the first owner is now stale.
+    let first = ClaimToken::random();
+    won(store.claim("id-B", first, SHORT).await.unwrap());
+    lapse().await;
+    let second = ClaimToken::random();
+    won(store.claim("id-B", second, LONG).await.unwrap());
+    assert!(!store.renew("id-B", first, LONG).await.unwrap());
+    assert!(!store.release("id-B", first).await.unwrap());
+    assert!(!store.commit("id-B", first).await.unwrap());
+    assert!(
+        !store.seen("id-B").await.unwrap(),
+        "a stale commit marks nothing"
+    );
+    assert_held(store.claim("id-B", first, LONG).await.unwrap());
+    assert!(store.commit("id-B", second).await.unwrap());
+    assert!(store.seen("id-B").await.unwrap());
+    assert!(
+        !store.release("id-B", second).await.unwrap(),
+        "nothing left to release"
+    );
+    assert_eq!(store.claim("id-B", first, LONG).await.unwrap(), Claim::Done);
+}
+
+pub async fn an_expired_claim_is_taken_over_with_a_larger_fence<B>(backend: &B)
+where
+    B: Backend,
+    B::Store: ClaimStore,
+{
+    let store = backend.open("claim_expiry", None).await;
+    let first = won(store
+        .claim("id-A", ClaimToken::random(), SHORT)
+        .await
+        .unwrap());
+    assert_held(
+        store
+            .claim("id-A", ClaimToken::random(), LONG)
+            .await
+            .unwrap(),
+    );
+    lapse().await;
+    let owner = ClaimToken::random();
+    let second = won(store.claim("id-A", owner, LONG).await.unwrap());
+    assert!(second > first, "fence {second} after {first}");
+    assert!(store.commit("id-A", owner).await.unwrap());
+}
+
+pub async fn fences_grow_across_release_commit_and_forget<B>(backend: &B)
+where
+    B: Backend,
+    B::Store: ClaimStore,
+{
+    let store = backend.open("claim_fences", None).await;
+    let mut fences = Vec::new();
+    for round in 0..3 {
+        let owner = ClaimToken::random();
+        fences.push(won(store.claim("id-A", owner, LONG).await.unwrap()));
+        if round < 2 {
+            assert!(store.release("id-A", owner).await.unwrap());
+        } else {
+            assert!(store.commit("id-A", owner).await.unwrap());
+        }
+    }
+    // A manual replay: the done marker and the claim record are both gone.
+    // (PostgreSQL keeps a committed claim's tombstone for a second, so a
+    // claim racing the commit cannot win: it answers held until then.)
+    store.forget("id-A").await.unwrap();
+    let owner = ClaimToken::random();
+    let mut replay = store.claim("id-A", owner, LONG).await.unwrap();
+    for _ in 0..20 {
+        if !matches!(replay, Claim::Held { .. }) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        replay = store.claim("id-A", owner, LONG).await.unwrap();
+    }
+    fences.push(won(replay));
+    assert!(
+        fences.windows(2).all(|pair| pair[0] < pair[1]),
+        "fences must strictly grow: {fences:?}"
+    );
+    assert!(store.commit("id-A", owner).await.unwrap());
+}
+
+pub async fn a_done_id_is_never_claimable_again<B>(backend: &B)
+where
+    B: Backend,
+    B::Store: ClaimStore,
+{
+    let store = backend.open("claim_done", None).await;
+    // Done through the seen-set (a seen-set consumer's remember) ...
+    store.remember("id-A").await.unwrap();
+    // ... and through a committed claim.
+    let owner = ClaimToken::random();
+    won(store.claim("id-B", owner, SHORT).await.unwrap());
+    assert!(store.commit("id-B", owner).await.unwrap());
+    assert!(
+        !store.commit("id-B", owner).await.unwrap(),
+        "committed once"
+    );
+    lapse().await;
+    for id in ["id-A", "id-B"] {
+        for _ in 0..3 {
+            let owner = ClaimToken::random();
+            assert_eq!(
+                store.claim(id, owner, LONG).await.unwrap(),
+                Claim::Done,
+                "{id}"
+            );
+            assert!(!store.release(id, owner).await.unwrap(), "{id}");
+        }
+        assert!(store.seen(id).await.unwrap(), "{id}");
+    }
+}
+
+pub async fn renewal_keeps_a_claim_past_its_first_lease<B>(backend: &B)
+where
+    B: Backend,
+    B::Store: ClaimStore,
+{
+    let store = backend.open("claim_renew", None).await;
+    let lease = Duration::from_millis(1500);
+    let owner = ClaimToken::random();
+    won(store.claim("id-A", owner, lease).await.unwrap());
+    // Renew every third of the lease, for three leases.
+    for _ in 0..9 {
+        tokio::time::sleep(lease / 3).await;
+        assert!(store.renew("id-A", owner, lease).await.unwrap());
+        assert_held(
+            store
+                .claim("id-A", ClaimToken::random(), LONG)
+                .await
+                .unwrap(),
+        );
+    }
+    assert!(store.commit("id-A", owner).await.unwrap());
+    assert_eq!(
+        store
+            .claim("id-A", ClaimToken::random(), LONG)
+            .await
+            .unwrap(),
+        Claim::Done
+    );
+}
+
+pub async fn a_claim_never_looks_done_to_a_seen_set_reader<B>(backend: &B)
+where
+    B: SeenSetReader,
+    B::Store: ClaimStore,
+{
+    let store = backend.open("claim_reader", None).await;
+    let owner = ClaimToken::random();
+    won(store.claim("id-A", owner, LONG).await.unwrap());
+    assert!(!store.seen("id-A").await.unwrap());
+    assert!(
+        !backend.reader_sees(&store, "id-A").await,
+        "a claimed, uncommitted id looks done to a seen-set reader"
+    );
+    assert!(store.renew("id-A", owner, LONG).await.unwrap());
+    assert!(!backend.reader_sees(&store, "id-A").await);
+    assert!(store.commit("id-A", owner).await.unwrap());
+    assert!(
+        backend.reader_sees(&store, "id-A").await,
+        "commit writes the seen-set's own done marker"
+    );
+
+    // A released claim leaves nothing behind for the reader either.
+    let owner = ClaimToken::random();
+    won(store.claim("id-B", owner, LONG).await.unwrap());
+    assert!(store.release("id-B", owner).await.unwrap());
+    assert!(!backend.reader_sees(&store, "id-B").await);
+}
+
+pub async fn bad_leases_and_unstorable_ids_fail_with_a_clear_error<B>(backend: &B)
+where
+    B: Backend,
+    B::Store: ClaimStore,
+{
+    let store = backend.open("claim_bad_input", None).await;
+    for lease in [Duration::ZERO, Duration::from_micros(10), Duration::MAX] {
+        let error = store
+            .claim("id-A", ClaimToken::random(), lease)
+            .await
+            .expect_err("a lease the server cannot hold is refused");
+        assert!(error.to_string().contains("lease"), "{error}");
+    }
+    let owner = ClaimToken::random();
+    won(store.claim("id-A", owner, LONG).await.unwrap());
+    assert!(store.renew("id-A", owner, Duration::ZERO).await.is_err());
+    assert!(store.release("id-A", owner).await.unwrap());
+
+    // Unusual ids are claimed verbatim and kept apart.
+    let ids: HashSet<String> = [
+        super::long_id(),
+        "заказ-注文-🦀".to_owned(),
+        r#"it's "quoted" \ '; DROP TABLE users; --"#.to_owned(),
+        "glob*[?]{}%_".to_owned(),
+    ]
+    .into_iter()
+    .collect();
+    for id in &ids {
+        let owner = ClaimToken::random();
+        won(store.claim(id, owner, LONG).await.unwrap());
+        assert!(store.commit(id, owner).await.unwrap());
+        assert!(store.seen(id).await.unwrap(), "{id:.40}");
+        let near_miss = format!("{id}x");
+        assert!(!store.seen(&near_miss).await.unwrap(), "{id:.40}");
+    }
+
+    if backend.stores_nul() {
+        let owner = ClaimToken::random();
+        won(store.claim("nul\0a", owner, LONG).await.unwrap());
+        assert!(store.commit("nul\0a", owner).await.unwrap());
+        assert!(!store.seen("nul").await.unwrap());
+    } else {
+        let error = store
+            .claim("nul\0a", ClaimToken::random(), LONG)
+            .await
+            .expect_err("an id with NUL cannot be held");
+        assert!(error.to_string().contains("NUL"), "{error}");
+    }
+}
+
+impl SeenSetReader for super::SqliteBackend {
+    async fn reader_sees(&self, store: &babel_idem::SqliteStore, id: &str) -> bool {
+        let live = format!(
+            "SELECT EXISTS (SELECT 1 FROM {} WHERE message_id = ?1 AND (expires_at IS NULL \
+             OR expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)))",
+            store.table()
+        );
+        sqlx::query_scalar(&live)
+            .bind(id)
+            .fetch_one(store.pool())
+            .await
+            .expect("read the seen-set table")
+    }
+}
+
+#[cfg(feature = "redis")]
+impl SeenSetReader for super::RedisBackend {
+    /// The Go SDK's `Seen`: `EXISTS <prefix><id>`.
+    async fn reader_sees(&self, store: &babel_idem::RedisStore, id: &str) -> bool {
+        let mut raw = self.raw().await;
+        redis::cmd("EXISTS")
+            .arg(store.key(id))
+            .query_async::<i64>(&mut raw)
+            .await
+            .expect("EXISTS")
+            > 0
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl SeenSetReader for super::PostgresBackend {
+    /// The Go SDK's `Seen`: a live row in the table.
+    async fn reader_sees(&self, store: &babel_idem::PostgresStore, id: &str) -> bool {
+        let live = format!(
+            "SELECT EXISTS (SELECT 1 FROM {} WHERE message_id = $1 \
+             AND (expires_at IS NULL OR expires_at > now()))",
+            store.table()
+        );
+        let mut raw = self.raw().await;
+        sqlx::query_scalar(&live)
+            .bind(id)
+            .fetch_one(&mut raw)
+            .await
+            .expect("read the seen-set table")
+    }
+}
+
+impl SeenSetReader for super::MemoryBackend {
+    /// In-memory claims are not shared with any other reader: the store's
+    /// own `seen` is the only seen-set reader there is.
+    async fn reader_sees(&self, store: &babel_idem::InMemoryStore, id: &str) -> bool {
+        store.seen(id).await.expect("an in-memory seen")
+    }
+}
