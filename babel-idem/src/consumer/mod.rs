@@ -279,6 +279,34 @@ impl Progress {
             broker_errors: read(&c.broker_errors),
         }
     }
+
+    /// Completes once the consumer has reserved nothing new and had nothing
+    /// in flight for `quiet` (checked every 50 ms or `quiet`, whichever is
+    /// shorter): a shutdown future for "stop when the queue is drained".
+    ///
+    /// ```no_run
+    /// # async fn run(consumer: babel_idem::Consumer<babel_idem::transport::RedisTransport>) {
+    /// use std::time::Duration;
+    ///
+    /// let idle = consumer.progress();
+    /// let report = consumer.run_until(idle.idle_for(Duration::from_secs(2))).await;
+    /// # }
+    /// ```
+    pub async fn idle_for(&self, quiet: Duration) {
+        let tick = quiet.min(Duration::from_millis(50));
+        let mut last = self.report().delivered;
+        let mut quiet_since = tokio::time::Instant::now();
+        loop {
+            tokio::time::sleep(tick).await;
+            let now = self.report();
+            if now.delivered != last || now.in_flight > 0 {
+                last = now.delivered;
+                quiet_since = tokio::time::Instant::now();
+            } else if quiet_since.elapsed() >= quiet {
+                return;
+            }
+        }
+    }
 }
 
 /// What a [`Consumer`] did, counted since it was built.
