@@ -63,8 +63,9 @@ use settle::Counters;
 ///     .concurrency(64)
 ///     .shutdown_timeout(Duration::from_secs(10))
 ///     .build()?;
+/// // Stop after an hour; any future works (a signal, a channel).
 /// let report = consumer
-///     .run_until(async { tokio::signal::ctrl_c().await.ok(); })
+///     .run_until(tokio::time::sleep(Duration::from_secs(3600)))
 ///     .await;
 /// println!("{report:?}");
 /// # Ok(())
