@@ -3,7 +3,7 @@ tests/consumer_redis.rs. One subcommand per role; every result is one JSON
 document on stdout.
 
   publish URL QUEUE COUNT [--header NAME=VALUE]...  Python produces COUNT messages
-  consume URL QUEUE IDLE_SECS [--seen-prefix P] [--effects KEY]
+  consume URL QUEUE IDLE_SECS [--seen-prefix P] [--effects KEY] [--noop 1]
                                                      a Python worker until the queue is idle
   dlq URL DLQ                                        the DLQ read with Python's redrive (dry run)
   poison-record                                      stdin {"body_b64", "block_json"} -> the record
@@ -52,12 +52,14 @@ class RedisSeenSet:
         self.client.delete(self.prefix + message_id)
 
 
-def consume(url, queue, idle, seen_prefix, effects):
+def consume(url, queue, idle, seen_prefix, effects, noop=False):
     client = redis.Redis.from_url(url)
     app = BabelQueue(transport=RedisTransport(url), queue=queue, dead_letter=True)
     received = []
 
     def handler(data, meta, envelope):
+        if noop:
+            return
         if effects:
             client.hincrby(effects, meta["id"], 1)
         received.append({
@@ -106,7 +108,10 @@ def main(argv):
         out = publish(argv[2], argv[3], int(argv[4]), headers)
     elif command == "consume":
         options = dict(zip(argv[5::2], argv[6::2]))
-        out = consume(argv[2], argv[3], float(argv[4]), options.get("--seen-prefix"), options.get("--effects"))
+        out = consume(
+            argv[2], argv[3], float(argv[4]), options.get("--seen-prefix"), options.get("--effects"),
+            options.get("--noop") == "1",
+        )
     elif command == "dlq":
         out = dlq(argv[2], argv[3])
     elif command == "poison-record":

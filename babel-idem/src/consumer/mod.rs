@@ -179,18 +179,9 @@ impl<T: Transport> ConsumerBuilder<T> {
         self
     }
 
-    /// Checks the settings and the queue names against the transport.
-    ///
-    /// ```
-    /// # #[cfg(feature = "redis-transport")]
-    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-    /// use babel_idem::transport::TransportError;
-    ///
-    /// // A malformed URL is refused before anything connects.
-    /// let error = babel_idem::transport::RedisTransport::connect("redis://[::1").await.unwrap_err();
-    /// assert!(matches!(error, TransportError::InvalidUrl { .. }), "{error}");
-    /// # });
-    /// ```
+    /// Checks the settings, and the queue and dead-letter queue names
+    /// against the transport ([`Transport::check_queue`]): a name the
+    /// transport's layout cannot hold is an error here, before anything runs.
     pub fn build(self) -> Result<Consumer<T>, ConsumerError> {
         if self.concurrency == 0 {
             return Err(ConsumerError::ZeroConcurrency);
@@ -269,6 +260,7 @@ impl Progress {
         let c = &*self.counters;
         ConsumerReport {
             delivered: read(&c.delivered),
+            reserve_calls: read(&c.reserve_calls),
             in_flight: read(&c.in_flight),
             acked: read(&c.acked),
             deleted: read(&c.deleted),
@@ -316,6 +308,9 @@ impl Progress {
 pub struct ConsumerReport {
     /// Deliveries reserved.
     pub delivered: u64,
+    /// Calls to [`Transport::reserve`] (each one round trip for a batch,
+    /// with the Redis transport), empty answers included.
+    pub reserve_calls: u64,
     /// Deliveries reserved and not settled yet.
     pub in_flight: u64,
     /// Acked: handled, or skipped by the guard as duplicates.

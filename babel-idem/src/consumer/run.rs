@@ -57,6 +57,7 @@ impl<T: Transport> Consumer<T> {
 
             // Not raced against `shutdown`: a reservation dropped half-way
             // would sit in the broker until its recovery.
+            self.counters.reserve_calls.fetch_add(1, Ordering::Relaxed);
             let batch = match self.transport.reserve(&self.queue, room.len()).await {
                 Ok(batch) => {
                     broker.reset();

@@ -86,6 +86,7 @@ pub(super) enum Outcome {
 #[derive(Debug, Default)]
 pub(super) struct Counters {
     pub(super) delivered: AtomicU64,
+    pub(super) reserve_calls: AtomicU64,
     pub(super) in_flight: AtomicU64,
     pub(super) acked: AtomicU64,
     pub(super) deleted: AtomicU64,

@@ -151,6 +151,16 @@ impl RedisTransportBuilder {
     /// Laravel layout, or a server that cannot be reached. Must be called
     /// inside a Tokio runtime. Once connected, a lost connection is
     /// re-established by the next operation.
+    ///
+    /// ```
+    /// use babel_idem::transport::{RedisTransport, TransportError};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// // A malformed URL is refused before anything connects.
+    /// let error = RedisTransport::connect("redis://127.0.0.1:notaport/").await.unwrap_err();
+    /// assert!(matches!(error, TransportError::InvalidUrl { .. }), "{error}");
+    /// # });
+    /// ```
     pub async fn connect(self, url: &str) -> Result<RedisTransport, TransportError> {
         let (address, retry_after) = self.parse_url(url)?;
         let client = Client::open(address).map_err(|e| TransportError::InvalidUrl {
