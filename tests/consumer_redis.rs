@@ -12,7 +12,7 @@ mod store_contract;
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -139,8 +139,8 @@ fn peer_script() -> PathBuf {
 
 /// Runs one peer subcommand to its end (on a blocking thread, so a Rust
 /// worker can run beside it) and returns its JSON answer.
-async fn peer(python: &PathBuf, args: Vec<String>, stdin: Option<Value>) -> Value {
-    let python = python.clone();
+async fn peer(python: &Path, args: Vec<String>, stdin: Option<Value>) -> Value {
+    let python = python.to_path_buf();
     tokio::task::spawn_blocking(move || {
         let mut child = Command::new(&python)
             .arg(peer_script())
