@@ -534,7 +534,9 @@ async fn poison_ends_in_the_dlq_byte_for_byte_as_python_writes_it_and_the_worker
     let _: () = raw.rpush(&queue.name, good.to_vec()).await.unwrap();
 
     let log = SeenLog::default();
+    // One at a time, so the DLQ holds the records in the order of the bodies.
     let consumer = Consumer::builder(recording_router(Arc::clone(&log)), transport, &queue.name)
+        .concurrency(1)
         .max_body_bytes(4096)
         .build()
         .unwrap();
