@@ -193,6 +193,23 @@ async fn run_until_idle<T: Transport>(consumer: &Consumer<T>, quiet: Duration) -
         .expect("the consumer drains the queue")
 }
 
+/// Publishes `count` envelopes with the ids `<prefix>-0`, `<prefix>-1`, ...
+async fn publish_numbered(transport: &RedisTransport, queue: &str, prefix: &str, count: u64) {
+    for n in 0..count {
+        let body = envelope_with_id(&format!("{prefix}-{n}"), queue, n).to_vec();
+        transport.publish(queue, &body).await.unwrap();
+    }
+}
+
+/// A transport whose reservations lapse after `seconds`.
+async fn lapsing_transport(url: &str, seconds: u64) -> RedisTransport {
+    RedisTransport::builder()
+        .retry_after(Duration::from_secs(seconds))
+        .connect(url)
+        .await
+        .unwrap()
+}
+
 fn envelope_with_id(id: &str, queue: &str, n: u64) -> Envelope {
     Envelope::new(URN, json!({"n": n}))
         .with_id(id)
@@ -873,15 +890,7 @@ async fn redis_restarted_mid_run_the_consumer_reconnects_and_finishes_with_each_
         .connect(&url)
         .await
         .unwrap();
-    for n in 0..1000 {
-        transport
-            .publish(
-                &queue.name,
-                &envelope_with_id(&format!("r-{n}"), &queue.name, n).to_vec(),
-            )
-            .await
-            .unwrap();
-    }
+    publish_numbered(&transport, &queue.name, "r", 1000).await;
     let effects: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
     let counted = Arc::clone(&effects);
     let store = Arc::new(SqliteStore::in_memory().await.unwrap());
@@ -955,15 +964,7 @@ async fn a_graceful_stop_takes_nothing_new_and_lets_in_flight_deliveries_finish(
     };
     let queue = Queue::new(&url);
     let transport = queue.transport().await;
-    for n in 0..10 {
-        transport
-            .publish(
-                &queue.name,
-                &envelope_with_id(&format!("g-{n}"), &queue.name, n).to_vec(),
-            )
-            .await
-            .unwrap();
-    }
+    publish_numbered(&transport, &queue.name, "g", 10).await;
     let release = Arc::new(tokio::sync::Semaphore::new(0));
     let gate = Arc::clone(&release);
     let router = Router::builder()
@@ -1004,20 +1005,8 @@ async fn deliveries_still_running_at_the_shutdown_timeout_are_left_for_the_sweep
         return;
     };
     let queue = Queue::new(&url);
-    let transport = RedisTransport::builder()
-        .retry_after(Duration::from_secs(1))
-        .connect(&url)
-        .await
-        .unwrap();
-    for n in 0..3 {
-        transport
-            .publish(
-                &queue.name,
-                &envelope_with_id(&format!("s-{n}"), &queue.name, n).to_vec(),
-            )
-            .await
-            .unwrap();
-    }
+    let transport = lapsing_transport(&url, 1).await;
+    publish_numbered(&transport, &queue.name, "s", 3).await;
     let router = Router::builder()
         .route(urn!("urn:babel:interop:created"), |_: Envelope| async {
             std::future::pending::<()>().await;
@@ -1062,11 +1051,7 @@ async fn a_late_settle_of_a_swept_reservation_touches_nothing() {
         return;
     };
     let queue = Queue::new(&url);
-    let transport = RedisTransport::builder()
-        .retry_after(Duration::from_secs(1))
-        .connect(&url)
-        .await
-        .unwrap();
+    let transport = lapsing_transport(&url, 1).await;
     let body = envelope_with_id("late-1", &queue.name, 0).to_vec();
     transport.publish(&queue.name, &body).await.unwrap();
     let first = transport
