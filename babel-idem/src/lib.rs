@@ -43,6 +43,9 @@
 //! - [`Router`], [`Urn`], [`urn!`] and [`routes!`]: handlers registered by
 //!   URN, raw deliveries dispatched to a [`Disposition`] a broker loop acts on.
 //! - `conformance` (feature `conformance`): the BabelQueue conformance runner.
+//! - `Consumer` and `transport` (features `consumer`, `redis-transport`): a
+//!   broker loop that reserves, dispatches and settles, with the BabelQueue
+//!   Redis binding; `is_replay` and `bypass_external_effects` for replays.
 //!
 //! Backends are cargo features: `sqlite` (default, `SqliteStore`), `redis`
 //! (`RedisStore`) and `postgres` (`PostgresStore`).
@@ -61,6 +64,10 @@ mod wrap;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
+#[cfg(feature = "consumer")]
+pub mod consumer;
+#[cfg(feature = "consumer")]
+pub mod transport;
 
 #[doc(hidden)]
 pub mod __private;
@@ -70,6 +77,8 @@ pub mod __private;
 extern crate self as babel_idem;
 
 pub use babel_idem_macros::{idempotent, routes, urn};
+#[cfg(feature = "consumer")]
+pub use consumer::{Consumer, bypass_external_effects, is_replay};
 pub use envelope::{DeadLetter, Envelope, EnvelopeError, Meta};
 pub use guard::{Guard, Leased, OnRememberFailure, SeenSet, fence, guard};
 pub use key::DedupeKey;

@@ -1,0 +1,85 @@
+//! Intended replays: the `bq-replay-bypass` transport header, seen from a
+//! handler as [`is_replay`].
+
+use std::future::Future;
+
+/// The transport header a redrive tool stamps on a deliberate replay (any
+/// non-empty value), as in the other BabelQueue SDKs.
+pub const HEADER_REPLAY_BYPASS: &str = "bq-replay-bypass";
+
+tokio::task_local! {
+    static REPLAY: bool;
+}
+
+/// Whether the delivery being handled is an intended replay: it carried the
+/// `bq-replay-bypass` header with a non-empty value. `false` outside a
+/// [`Consumer`](crate::Consumer)'s dispatch, and in tasks a handler spawns
+/// (the flag lives on the dispatching task).
+///
+/// ```
+/// assert!(!babel_idem::is_replay());
+/// ```
+pub fn is_replay() -> bool {
+    REPLAY.try_with(|replay| *replay).unwrap_or(false)
+}
+
+/// Runs an external, non-idempotent effect (an email, a card charge, a call
+/// to a third party) unless the delivery is an intended replay, in which
+/// case it returns `None` without running it: a replay re-runs the handler's
+/// idempotent core but does not fire again what already fired. The other
+/// SDKs' `bypass_external_effects`.
+///
+/// ```
+/// use babel_idem::bypass_external_effects;
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// // Outside a replay the effect runs.
+/// let sent = bypass_external_effects(|| async { "email sent" }).await;
+/// assert_eq!(sent, Some("email sent"));
+/// # });
+/// ```
+pub async fn bypass_external_effects<F, Fut>(effect: F) -> Option<Fut::Output>
+where
+    F: FnOnce() -> Fut,
+    Fut: Future,
+{
+    if is_replay() {
+        return None;
+    }
+    Some(effect().await)
+}
+
+/// Whether a delivery's headers mark it as an intended replay.
+pub(super) fn marks_replay<'h>(mut headers: impl Iterator<Item = (&'h str, &'h str)>) -> bool {
+    headers
+        .any(|(name, value)| name.eq_ignore_ascii_case(HEADER_REPLAY_BYPASS) && !value.is_empty())
+}
+
+/// Runs `future` with [`is_replay`] answering `replay`.
+pub(super) async fn scope<F: Future>(replay: bool, future: F) -> F::Output {
+    REPLAY.scope(replay, future).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_flag_holds_inside_the_scope_only() {
+        assert!(!is_replay());
+        let inside = scope(true, async {
+            let skipped = bypass_external_effects(|| async { 1 }).await;
+            (is_replay(), skipped)
+        })
+        .await;
+        assert_eq!(inside, (true, None));
+        assert!(!is_replay());
+    }
+
+    #[test]
+    fn an_empty_marker_is_no_replay() {
+        assert!(marks_replay([("BQ-Replay-Bypass", "1")].into_iter()));
+        assert!(!marks_replay([("bq-replay-bypass", "")].into_iter()));
+        assert!(!marks_replay([("traceparent", "00-1")].into_iter()));
+    }
+}

@@ -1,0 +1,113 @@
+//! From a [`Disposition`] to the [`Settlement`] a transport carries out, and
+//! the counters that say what happened.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::envelope::DeadLetterReason;
+use crate::router::DispatchError;
+use crate::transport::Settlement;
+use crate::{DeadLetter, Disposition};
+
+use super::poison::poison_record;
+
+/// The settlement for `disposition`; `body` is the delivery's body, `queue`
+/// the queue it came from.
+pub(super) fn settlement_for(
+    disposition: Disposition,
+    body: &[u8],
+    queue: &str,
+    dead_letter_queue: &str,
+) -> (Outcome, Settlement) {
+    match disposition {
+        Disposition::Ack => (Outcome::Acked, Settlement::Ack),
+        Disposition::Delete { .. } => (Outcome::Deleted, Settlement::Ack),
+        Disposition::Retry(retry) => (Outcome::Retried, Settlement::Requeue(retry.body())),
+        // Released unchanged: no attempt is counted.
+        Disposition::Release { .. } => (Outcome::Released, Settlement::Requeue(body.to_vec())),
+        Disposition::DeadLetter(dead) => {
+            let record = match (&dead.envelope, &dead.error) {
+                (None, DispatchError::Poison(error)) => {
+                    poison_record(body, &poison_block(queue, &error.to_string()))
+                }
+                _ => dead.body,
+            };
+            (
+                Outcome::DeadLettered,
+                Settlement::DeadLetter {
+                    queue: dead_letter_queue.to_owned(),
+                    body: record,
+                },
+            )
+        }
+    }
+}
+
+/// The settlement of a body over the size limit: poison, never decoded.
+pub(super) fn oversized(
+    body: &[u8],
+    limit: usize,
+    queue: &str,
+    dead_letter_queue: &str,
+) -> Settlement {
+    let cause = format!(
+        "the body is {} bytes, over the limit of {limit}",
+        body.len()
+    );
+    tracing::warn!(
+        queue,
+        len = body.len(),
+        limit,
+        "babel-idem: dead-lettering a body over the size limit"
+    );
+    Settlement::DeadLetter {
+        queue: dead_letter_queue.to_owned(),
+        body: poison_record(body, &poison_block(queue, &cause)),
+    }
+}
+
+/// The `dead_letter` block of a poison record, shaped as the Python SDK's
+/// Redis worker writes it (`attempts` 0: a poison body is never retried).
+fn poison_block(queue: &str, cause: &str) -> DeadLetter {
+    DeadLetter::new(DeadLetterReason::Poison, queue, 0)
+        .with_error(format!("Undecodable BabelQueue body: {cause}"))
+        .with_exception("EnvelopeError")
+}
+
+/// What became of one delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Outcome {
+    Acked,
+    Deleted,
+    Retried,
+    Released,
+    DeadLettered,
+}
+
+/// Running totals, shared by the consumer loop and its [`Progress`](super::Progress) handles.
+#[derive(Debug, Default)]
+pub(super) struct Counters {
+    pub(super) delivered: AtomicU64,
+    pub(super) reserve_calls: AtomicU64,
+    pub(super) in_flight: AtomicU64,
+    pub(super) acked: AtomicU64,
+    pub(super) deleted: AtomicU64,
+    pub(super) retried: AtomicU64,
+    pub(super) released: AtomicU64,
+    pub(super) dead_lettered: AtomicU64,
+    pub(super) lapsed: AtomicU64,
+    pub(super) unfinished: AtomicU64,
+    pub(super) broker_errors: AtomicU64,
+}
+
+impl Counters {
+    pub(super) fn count(&self, outcome: Outcome) {
+        let counter = match outcome {
+            Outcome::Acked => &self.acked,
+            Outcome::Deleted => &self.deleted,
+            Outcome::Retried => &self.retried,
+            Outcome::Released => &self.released,
+            Outcome::DeadLettered => &self.dead_lettered,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}

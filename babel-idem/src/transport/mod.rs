@@ -1,0 +1,151 @@
+//! Transports: how a [`Consumer`](crate::Consumer) reserves deliveries from a
+//! broker and settles them (feature `consumer`; each broker binding behind its
+//! own feature).
+//!
+//! A transport only moves bytes: it reserves, and it carries out the
+//! [`Settlement`] the consumer chose. It never decides idempotency (that is
+//! the guard's) nor what a failure means (that is the router's).
+//!
+//! - [`Transport`]: the trait a broker binding implements.
+//! - `RedisTransport` (feature `redis-transport`): the BabelQueue Redis
+//!   binding, legacy layout, byte-compatible with the Python SDK.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+
+#[cfg(feature = "redis-transport")]
+mod redis;
+
+#[cfg(feature = "redis-transport")]
+pub use self::redis::{RedisHandle, RedisTransport, RedisTransportBuilder};
+
+/// The future a [`Transport`] operation returns.
+pub type TransportFuture<'a, T> =
+    Pin<Box<dyn Future<Output = Result<T, TransportError>> + Send + 'a>>;
+
+/// A broker binding: reserves deliveries from a queue and settles them.
+///
+/// A reservation is *not* an ack: until [`settle`](Transport::settle) runs,
+/// the delivery stays with the broker, so a worker that dies leaves it for
+/// the broker's recovery (a sweep, a visibility timeout, a lost channel).
+pub trait Transport: Send + Sync + 'static {
+    /// What the transport needs to settle one reservation later.
+    type Handle: Send + Sync + 'static;
+
+    /// Checks that `queue` is a name this transport's layout can hold.
+    fn check_queue(&self, queue: &str) -> Result<(), TransportError>;
+
+    /// Reserves up to `max` deliveries from `queue` (fewer, or none, when the
+    /// queue has fewer). Returns at once when the queue is empty: the
+    /// consumer decides how long to wait before it asks again.
+    fn reserve<'a>(
+        &'a self,
+        queue: &'a str,
+        max: usize,
+    ) -> TransportFuture<'a, Vec<Reserved<Self::Handle>>>;
+
+    /// Settles one reservation. `Ok(true)` when it settled; `Ok(false)` when
+    /// the reservation had already lapsed (the broker took it back for
+    /// redelivery), in which case nothing was touched.
+    fn settle<'a>(
+        &'a self,
+        handle: &'a Self::Handle,
+        settlement: &'a Settlement,
+    ) -> TransportFuture<'a, bool>;
+}
+
+/// One reserved delivery.
+#[derive(Debug)]
+pub struct Reserved<H> {
+    /// The message body as the producer wrote it (unframed when the transport
+    /// carries headers beside it).
+    pub body: Vec<u8>,
+    /// The transport headers that came with it, in the order given.
+    pub headers: Vec<(String, String)>,
+    /// The transport's handle, for [`Transport::settle`].
+    pub handle: H,
+}
+
+/// What a transport does with a reservation once the consumer is done with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Settlement {
+    /// Remove it: handled, skipped as a duplicate, or dropped on purpose.
+    Ack,
+    /// Remove it and append `body` to the end of the queue it came from, as
+    /// one step (a retry with its new `attempts`, or a release unchanged).
+    /// The transport headers of the delivery travel with it.
+    Requeue(Vec<u8>),
+    /// Remove it and append `body` to the queue `queue`, as one step.
+    DeadLetter {
+        /// The dead-letter queue (`<queue>.dlq` by convention).
+        queue: String,
+        /// The dead-letter record.
+        body: Vec<u8>,
+    },
+}
+
+impl Settlement {
+    /// A short name for logs: `ack`, `requeue` or `dead_letter`.
+    ///
+    /// ```
+    /// assert_eq!(babel_idem::transport::Settlement::Ack.kind(), "ack");
+    /// ```
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Settlement::Ack => "ack",
+            Settlement::Requeue(_) => "requeue",
+            Settlement::DeadLetter { .. } => "dead_letter",
+        }
+    }
+}
+
+/// Why a transport operation failed.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum TransportError {
+    /// The broker URL cannot be used; says what is wrong with it.
+    InvalidUrl {
+        /// The URL, without its password.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The queue name cannot be held by the transport's layout.
+    InvalidQueue {
+        /// The name given.
+        queue: String,
+        /// Why it cannot be used.
+        reason: &'static str,
+    },
+    /// The broker could not be reached, or refused the connection.
+    Connect(Box<dyn StdError + Send + Sync>),
+    /// The broker failed one operation (a lost connection, a timeout, an
+    /// error reply); the operation may be tried again.
+    Broker(Box<dyn StdError + Send + Sync>),
+}
+
+impl fmt::Display for TransportError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TransportError::InvalidUrl { url, reason } => {
+                write!(f, "invalid broker URL {url:?}: {reason}")
+            }
+            TransportError::InvalidQueue { queue, reason } => {
+                write!(f, "invalid queue name {queue:?}: {reason}")
+            }
+            TransportError::Connect(error) => write!(f, "cannot connect to the broker: {error}"),
+            TransportError::Broker(error) => write!(f, "broker operation failed: {error}"),
+        }
+    }
+}
+
+impl StdError for TransportError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        match self {
+            TransportError::Connect(error) | TransportError::Broker(error) => Some(&**error),
+            TransportError::InvalidUrl { .. } | TransportError::InvalidQueue { .. } => None,
+        }
+    }
+}

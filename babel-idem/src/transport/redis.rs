@@ -1,0 +1,560 @@
+//! [`RedisTransport`]: the BabelQueue Redis binding, legacy layout (feature
+//! `redis-transport`), byte-compatible with the Python SDK's
+//! `babelqueue.redis_transport` (1.24).
+
+mod frame;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use ::redis::{Client, RedisError, Script};
+
+use super::{Reserved, Settlement, Transport, TransportError, TransportFuture};
+
+/// How long a reservation lasts before the sweep takes it back: the Python
+/// SDK's default (`retry_after`, 90 s).
+const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(90);
+
+/// The longest queue name accepted: the layout appends suffixes to it.
+const MAX_QUEUE_LEN: usize = 512;
+
+const PROCESSING_SUFFIX: &str = ":processing";
+const DEADLINES_SUFFIX: &str = ":processing:deadlines";
+
+/// The BabelQueue Redis binding, legacy layout, shared with the Python (and
+/// PHP, Go) SDKs' workers and producers on the same queue:
+///
+/// | key | type | holds |
+/// |---|---|---|
+/// | `<queue>` | list | ready deliveries; producers `RPUSH` |
+/// | `<queue>:processing` | list | reserved deliveries, raw values |
+/// | `<queue>:processing:deadlines` | sorted set | one member `<token>:<raw>` per reservation, scored by its deadline (whole seconds) |
+/// | `<queue>.dlq` | list | dead-letter records (the consumer names it) |
+///
+/// - Reserve (one round trip for a whole batch): the sweep, then a script
+///   that moves up to `max` values from the head of `<queue>` to
+///   `<queue>:processing` and adds a deadline member for each, with a fresh
+///   32-hex-character token.
+/// - The sweep returns reservations whose deadline lapsed to the *end* of
+///   `<queue>`, unchanged: a worker killed with deliveries in flight loses
+///   none of them, and recovery is not counted as an attempt.
+/// - Settle (ack, requeue, dead-letter) is one script gated on the
+///   reservation's own deadline member, so a late settle of a reservation
+///   the sweep took back touches nothing.
+/// - A value stored with headers is a `__bq_frame` frame
+///   ([`publish_with_headers`](Self::publish_with_headers)); a requeue or a
+///   dead-letter record keeps the delivery's headers, framed the same way.
+///
+/// The Laravel-compatible layout (`?laravel=1`) is not supported.
+///
+/// ```no_run
+/// use babel_idem::transport::RedisTransport;
+/// use std::time::Duration;
+///
+/// # async fn run() -> Result<(), babel_idem::transport::TransportError> {
+/// let transport = RedisTransport::builder()
+///     .retry_after(Duration::from_secs(30))
+///     .connect("redis://127.0.0.1:6379/0")
+///     .await?;
+/// transport.publish("orders", br#"{"job": "urn:babel:orders:created"}"#).await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct RedisTransport {
+    connection: ConnectionManager,
+    retry_after: Option<Duration>,
+    scripts: Arc<Scripts>,
+}
+
+struct Scripts {
+    reserve: Script,
+    sweep: Script,
+    settle: Script,
+}
+
+/// Configures a [`RedisTransport`]; made by [`RedisTransport::builder`].
+#[derive(Debug, Clone)]
+pub struct RedisTransportBuilder {
+    retry_after: Option<Duration>,
+    timeout: Duration,
+    reconnect_attempts: usize,
+}
+
+/// What [`RedisTransport`] needs to settle one reservation: the queue, the
+/// raw stored value and the reservation's token.
+#[derive(Debug, Clone)]
+pub struct RedisHandle {
+    queue: Arc<str>,
+    raw: Vec<u8>,
+    token: String,
+    headers: Vec<(String, String)>,
+}
+
+impl RedisHandle {
+    /// The reservation's token: 32 lowercase hexadecimal characters.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// The value as stored in the queue (a frame, when headers came with it).
+    pub fn raw(&self) -> &[u8] {
+        &self.raw
+    }
+}
+
+impl Default for RedisTransportBuilder {
+    fn default() -> Self {
+        RedisTransportBuilder {
+            retry_after: Some(DEFAULT_RETRY_AFTER),
+            timeout: Duration::from_secs(5),
+            reconnect_attempts: 3,
+        }
+    }
+}
+
+impl RedisTransportBuilder {
+    /// How long a reservation lasts before the sweep returns it to the queue
+    /// (default 90 s, whole seconds, rounded up). Keep it above the longest
+    /// handler run: a reservation that lapses is delivered again.
+    pub fn retry_after(mut self, retry_after: Duration) -> Self {
+        self.retry_after = Some(retry_after);
+        self
+    }
+
+    /// Reservations never lapse (deadline `+inf`, the Python SDK's
+    /// `retry_after=None`): a crashed worker's deliveries stay in
+    /// `:processing` until an operator moves them.
+    pub fn no_recovery(mut self) -> Self {
+        self.retry_after = None;
+        self
+    }
+
+    /// How long connecting, and then each command, may take (default 5 s).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// How many times a lost connection is retried, with backoff, before an
+    /// operation fails (default 3). The next operation tries again.
+    pub fn reconnect_attempts(mut self, attempts: usize) -> Self {
+        self.reconnect_attempts = attempts;
+        self
+    }
+
+    /// Connects to `url` (`redis://[user:password@]host:port/db`, with the
+    /// Python SDK's optional `?retry_after=SECS|null`). Fails at once, with
+    /// an error that says why, on a malformed URL, a URL asking for the
+    /// Laravel layout, or a server that cannot be reached. Must be called
+    /// inside a Tokio runtime. Once connected, a lost connection is
+    /// re-established by the next operation.
+    ///
+    /// ```
+    /// use babel_idem::transport::{RedisTransport, TransportError};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// // A malformed URL is refused before anything connects.
+    /// let error = RedisTransport::connect("redis://127.0.0.1:notaport/").await.unwrap_err();
+    /// assert!(matches!(error, TransportError::InvalidUrl { .. }), "{error}");
+    /// # });
+    /// ```
+    pub async fn connect(self, url: &str) -> Result<RedisTransport, TransportError> {
+        let (address, retry_after) = self.parse_url(url)?;
+        let client = Client::open(address).map_err(|e| TransportError::InvalidUrl {
+            url: redact(url),
+            reason: e.to_string(),
+        })?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.timeout))
+            .set_response_timeout(Some(self.timeout))
+            .set_number_of_retries(self.reconnect_attempts)
+            .set_min_delay(Duration::from_millis(50))
+            .set_max_delay(Duration::from_secs(1));
+        let connection = ConnectionManager::new_with_config(client, config)
+            .await
+            .map_err(|e| TransportError::Connect(Box::new(e)))?;
+        Ok(RedisTransport {
+            connection,
+            retry_after,
+            scripts: Arc::new(Scripts {
+                reserve: Script::new(include_str!("redis/reserve.lua")),
+                sweep: Script::new(include_str!("redis/sweep.lua")),
+                settle: Script::new(include_str!("redis/settle.lua")),
+            }),
+        })
+    }
+
+    /// Splits the Python SDK's query parameters off `url`.
+    fn parse_url<'u>(&self, url: &'u str) -> Result<(&'u str, Option<Duration>), TransportError> {
+        let invalid = |reason: String| TransportError::InvalidUrl {
+            url: redact(url),
+            reason,
+        };
+        if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
+            return Err(invalid(
+                "expected redis://host:port/db or rediss://host:port/db".to_owned(),
+            ));
+        }
+        let (address, query) = url.split_once('?').unwrap_or((url, ""));
+        let mut retry_after = self.retry_after;
+        for pair in query.split('&').filter(|pair| !pair.is_empty()) {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            match name {
+                "retry_after"
+                    if value.eq_ignore_ascii_case("null") || value.eq_ignore_ascii_case("none") =>
+                {
+                    retry_after = None;
+                }
+                "retry_after" => {
+                    let seconds: u64 = value.parse().map_err(|_| {
+                        invalid(format!(
+                            "retry_after must be a whole number of seconds or null, got {value:?}"
+                        ))
+                    })?;
+                    retry_after = Some(Duration::from_secs(seconds));
+                }
+                "laravel" | "laravel_compat"
+                    if matches!(
+                        value.to_ascii_lowercase().as_str(),
+                        "1" | "true" | "yes" | "on"
+                    ) =>
+                {
+                    return Err(invalid(
+                        "the Laravel-compatible layout is not supported; only the legacy layout is"
+                            .to_owned(),
+                    ));
+                }
+                _ => {}
+            }
+        }
+        Ok((address, retry_after))
+    }
+}
+
+impl RedisTransport {
+    /// A transport with the default settings; see
+    /// [`RedisTransportBuilder::connect`].
+    pub async fn connect(url: &str) -> Result<Self, TransportError> {
+        Self::builder().connect(url).await
+    }
+
+    /// Configures a transport: reservation lifetime, timeouts, reconnects.
+    pub fn builder() -> RedisTransportBuilder {
+        RedisTransportBuilder::default()
+    }
+
+    /// Appends `body` to `queue` (`RPUSH`), as every BabelQueue producer does.
+    pub async fn publish(&self, queue: &str, body: &[u8]) -> Result<(), TransportError> {
+        self.check_queue(queue)?;
+        let mut connection = self.connection.clone();
+        ::redis::cmd("RPUSH")
+            .arg(queue)
+            .arg(body)
+            .query_async::<()>(&mut connection)
+            .await
+            .map_err(broker)
+    }
+
+    /// Appends `body` to `queue` with transport headers beside it, in a
+    /// `__bq_frame` frame (the Python SDK's `publish_with_headers`). Blank
+    /// names and values are dropped; with none left the body is stored bare.
+    pub async fn publish_with_headers(
+        &self,
+        queue: &str,
+        body: &str,
+        headers: &[(String, String)],
+    ) -> Result<(), TransportError> {
+        let value = frame::frame(body.as_bytes(), headers)
+            .expect("a &str body is UTF-8, so it can always be framed");
+        self.publish(queue, &value).await
+    }
+
+    /// Returns the reservations of `queue` whose deadline has lapsed to the
+    /// end of the queue; how many moved. [`reserve`](Transport::reserve)
+    /// sweeps first on its own; this is for tools and tests.
+    pub async fn sweep(&self, queue: &str) -> Result<u64, TransportError> {
+        self.check_queue(queue)?;
+        let mut connection = self.connection.clone();
+        self.scripts
+            .sweep
+            .key(queue)
+            .key(processing(queue))
+            .key(deadlines(queue))
+            .arg(now_seconds())
+            .arg(-1)
+            .invoke_async(&mut connection)
+            .await
+            .map_err(broker)
+    }
+
+    /// The deadline score of a reservation made now.
+    fn deadline_score(&self) -> String {
+        match self.retry_after {
+            None => "+inf".to_owned(),
+            Some(retry_after) => {
+                let seconds = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+                (now_seconds() + seconds).to_string()
+            }
+        }
+    }
+
+    async fn reserve_batch(
+        &self,
+        queue: &str,
+        max: usize,
+    ) -> Result<Vec<Reserved<RedisHandle>>, RedisError> {
+        let tokens: Vec<String> = (0..max)
+            .map(|_| uuid::Uuid::new_v4().simple().to_string())
+            .collect();
+        let (processing, deadlines) = (processing(queue), deadlines(queue));
+        let mut pipe = ::redis::pipe();
+        pipe.cmd("EVALSHA")
+            .arg(self.scripts.sweep.get_hash())
+            .arg(3)
+            .arg(queue)
+            .arg(&processing)
+            .arg(&deadlines)
+            .arg(now_seconds())
+            .arg(-1)
+            .ignore();
+        pipe.cmd("EVALSHA")
+            .arg(self.scripts.reserve.get_hash())
+            .arg(3)
+            .arg(queue)
+            .arg(&processing)
+            .arg(&deadlines)
+            .arg(self.deadline_score())
+            .arg(&tokens);
+        let mut connection = self.connection.clone();
+        let raws: Vec<Vec<u8>> = match pipe.query_async::<(Vec<Vec<u8>>,)>(&mut connection).await {
+            Ok((raws,)) => raws,
+            // A restarted server has forgotten the scripts; neither ran, so
+            // loading them and asking again is safe.
+            Err(error)
+                if error.kind()
+                    == ::redis::ErrorKind::Server(::redis::ServerErrorKind::NoScript) =>
+            {
+                self.scripts.sweep.load_async(&mut connection).await?;
+                self.scripts.reserve.load_async(&mut connection).await?;
+                pipe.query_async::<(Vec<Vec<u8>>,)>(&mut connection)
+                    .await?
+                    .0
+            }
+            Err(error) => return Err(error),
+        };
+        let queue: Arc<str> = Arc::from(queue);
+        Ok(raws
+            .into_iter()
+            .zip(tokens)
+            .map(|(raw, token)| {
+                let (body, headers) = frame::unframe(raw.clone());
+                Reserved {
+                    body,
+                    headers: headers.clone(),
+                    handle: RedisHandle {
+                        queue: Arc::clone(&queue),
+                        raw,
+                        token,
+                        headers,
+                    },
+                }
+            })
+            .collect())
+    }
+
+    async fn settle_one(
+        &self,
+        handle: &RedisHandle,
+        settlement: &Settlement,
+    ) -> Result<bool, TransportError> {
+        let queue = &*handle.queue;
+        let mut invocation = self.scripts.settle.prepare_invoke();
+        invocation
+            .key(processing(queue))
+            .key(deadlines(queue))
+            .arg(&handle.token)
+            .arg(&handle.raw);
+        let target = match settlement {
+            Settlement::Ack => None,
+            Settlement::Requeue(body) => Some((queue, body)),
+            Settlement::DeadLetter { queue, body } => Some((queue.as_str(), body)),
+        };
+        if let Some((target, body)) = target {
+            // The delivery's headers travel with it, framed as they came; a
+            // body that cannot be framed (not UTF-8) goes bare.
+            let value = frame::frame(body, &handle.headers).unwrap_or_else(|| body.clone());
+            invocation.key(target).arg(value);
+        }
+        let mut connection = self.connection.clone();
+        let settled: i64 = invocation
+            .invoke_async(&mut connection)
+            .await
+            .map_err(broker)?;
+        if settled == 0 {
+            tracing::warn!(
+                queue,
+                "babel-idem: the Redis reservation lapsed before it was settled; the sweep returned it and it may be delivered again. Nothing was touched."
+            );
+        }
+        Ok(settled == 1)
+    }
+}
+
+impl Transport for RedisTransport {
+    type Handle = RedisHandle;
+
+    /// A queue name must be non-empty, at most 512 bytes, with no whitespace
+    /// or control characters, and must not end in the layout's own suffixes
+    /// (`:processing`, `:processing:deadlines`), whose keys it would collide with.
+    fn check_queue(&self, queue: &str) -> Result<(), TransportError> {
+        check_queue_name(queue)
+    }
+
+    fn reserve<'a>(
+        &'a self,
+        queue: &'a str,
+        max: usize,
+    ) -> TransportFuture<'a, Vec<Reserved<RedisHandle>>> {
+        Box::pin(async move {
+            if max == 0 {
+                return Ok(Vec::new());
+            }
+            self.reserve_batch(queue, max).await.map_err(broker)
+        })
+    }
+
+    fn settle<'a>(
+        &'a self,
+        handle: &'a RedisHandle,
+        settlement: &'a Settlement,
+    ) -> TransportFuture<'a, bool> {
+        Box::pin(self.settle_one(handle, settlement))
+    }
+}
+
+impl fmt::Debug for RedisTransport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisTransport")
+            .field("retry_after", &self.retry_after)
+            .finish_non_exhaustive()
+    }
+}
+
+/// See [`Transport::check_queue`] on [`RedisTransport`].
+fn check_queue_name(queue: &str) -> Result<(), TransportError> {
+    let invalid = |reason| {
+        Err(TransportError::InvalidQueue {
+            queue: queue.to_owned(),
+            reason,
+        })
+    };
+    if queue.is_empty() {
+        return invalid("a queue name cannot be empty");
+    }
+    if queue.len() > MAX_QUEUE_LEN {
+        return invalid("a queue name is at most 512 bytes");
+    }
+    if queue.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return invalid("a queue name cannot hold whitespace or control characters");
+    }
+    if queue.ends_with(PROCESSING_SUFFIX) || queue.ends_with(DEADLINES_SUFFIX) {
+        return invalid(
+            "a queue name cannot end in :processing or :processing:deadlines, the layout's own keys",
+        );
+    }
+    Ok(())
+}
+
+fn processing(queue: &str) -> String {
+    format!("{queue}{PROCESSING_SUFFIX}")
+}
+
+fn deadlines(queue: &str) -> String {
+    format!("{queue}{DEADLINES_SUFFIX}")
+}
+
+/// Whole Unix seconds, the unit of every score in the layout.
+fn now_seconds() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_secs())
+}
+
+fn broker(error: RedisError) -> TransportError {
+    TransportError::Broker(Box::new(error))
+}
+
+/// `url` with its password replaced, for error messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let credentials = &url[scheme + 3..at];
+            match credentials.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queue_names_the_layout_cannot_hold_are_refused() {
+        for bad in [
+            "",
+            "has space",
+            "tab\there",
+            "line\nbreak",
+            "q:processing",
+            "q:processing:deadlines",
+        ] {
+            let error = check_queue_name(bad).unwrap_err();
+            assert!(
+                matches!(error, TransportError::InvalidQueue { .. }),
+                "{bad:?}"
+            );
+        }
+        assert!(check_queue_name(&"q".repeat(513)).is_err());
+        for good in ["orders", "billing.invoices", "queues:orders", "é-queue"] {
+            check_queue_name(good).unwrap();
+        }
+    }
+
+    #[test]
+    fn url_parameters_follow_the_python_sdk() {
+        let builder = RedisTransport::builder();
+        let (address, retry) = builder.parse_url("redis://h:1/0?retry_after=7").unwrap();
+        assert_eq!(
+            (address, retry),
+            ("redis://h:1/0", Some(Duration::from_secs(7)))
+        );
+        assert_eq!(
+            builder.parse_url("redis://h/0?retry_after=null").unwrap().1,
+            None
+        );
+        let bad = builder
+            .parse_url("redis://h/0?retry_after=soon")
+            .unwrap_err();
+        assert!(bad.to_string().contains("retry_after"), "{bad}");
+        let laravel = builder.parse_url("redis://h/0?laravel=1").unwrap_err();
+        assert!(laravel.to_string().contains("Laravel"), "{laravel}");
+        let scheme = builder.parse_url("http://h/0").unwrap_err();
+        assert!(scheme.to_string().contains("redis://"), "{scheme}");
+    }
+
+    #[test]
+    fn passwords_never_reach_error_messages() {
+        assert_eq!(
+            redact("redis://user:secret@h:6379/0"),
+            "redis://user:***@h:6379/0"
+        );
+        assert_eq!(redact("redis://h:6379/0"), "redis://h:6379/0");
+    }
+}

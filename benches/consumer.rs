@@ -1,0 +1,430 @@
+//! The consumer benchmark: 100,000 messages with 10% duplicate ids through a
+//! real Redis, a handler that does nothing, the seen-set in Redis with the Go
+//! SDK's layout (`EXISTS` / `SET NX` on `bq:idemp:<id>`). Three runs on the
+//! same server, one after the other:
+//!
+//! 1. babel-idem: `Consumer` + `RedisTransport` + a guarded no-op handler;
+//! 2. the Python SDK's worker (`babelqueue` 1.24, `tests/python/consumer_peer.py`)
+//!    with the same seen-set layout;
+//! 3. the raw-Redis ceiling: the same commands (sweep, reserve, `EXISTS`,
+//!    `SET NX`, settle) with the same client, pipelined per batch, no
+//!    decoding, no router, no guard.
+//!
+//! Reported: messages/s, Redis commands per message (server `INFO`), round
+//! trips per message, worker CPU per message and Redis CPU per message.
+//!
+//! ```text
+//! source .ci/servers.sh; source .ci/python.sh
+//! cargo bench --bench consumer --features redis-transport,redis
+//! BENCH_MESSAGES=20000 BENCH_PYTHON_MESSAGES=5000 cargo bench ...   # a quicker run
+//! ```
+//!
+//! Without `BABEL_IDEM_REDIS_URL` it prints `skipped:`; without
+//! `BABEL_IDEM_PYTHON` the Python run is skipped.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use babel_idem::transport::RedisTransport;
+use babel_idem::{Consumer, Envelope, RedisStore, Router, guard, urn};
+use redis::aio::ConnectionManager;
+use serde_json::json;
+
+const URN: &str = "urn:babel:interop:created";
+const CONCURRENCY: usize = 64;
+/// The raw ceiling's batch per worker task.
+const RAW_BATCH: usize = 16;
+
+fn env_count(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// `count` envelopes on `queue`; every tenth reuses the id of a message 500
+/// places earlier (a redelivery), so 10% are duplicates.
+fn bodies(queue: &str, count: usize, run: &str) -> Vec<Vec<u8>> {
+    (0..count)
+        .map(|i| {
+            let id = if i % 10 == 9 && i >= 500 { i - 500 } else { i };
+            Envelope::new(URN, json!({"n": i}))
+                .with_id(format!("{run}-{id}"))
+                .with_queue(queue)
+                .to_vec()
+        })
+        .collect()
+}
+
+async fn fill(raw: &mut ConnectionManager, queue: &str, bodies: &[Vec<u8>]) {
+    for chunk in bodies.chunks(1000) {
+        let _: () = redis::cmd("RPUSH")
+            .arg(queue)
+            .arg(chunk)
+            .query_async(raw)
+            .await
+            .unwrap();
+    }
+}
+
+/// What the server did meanwhile: commands processed and CPU seconds.
+#[derive(Clone, Copy)]
+struct ServerStats {
+    commands: u64,
+    cpu: f64,
+}
+
+async fn server_stats(raw: &mut ConnectionManager) -> ServerStats {
+    let info: String = redis::cmd("INFO")
+        .arg("all")
+        .query_async(raw)
+        .await
+        .unwrap();
+    let field = |name: &str| -> f64 {
+        info.lines()
+            .find_map(|line| line.strip_prefix(name).and_then(|v| v.strip_prefix(':')))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0.0)
+    };
+    ServerStats {
+        commands: field("total_commands_processed") as u64,
+        cpu: field("used_cpu_user") + field("used_cpu_sys"),
+    }
+}
+
+/// CPU seconds of this process (`self`) or of its waited-for children.
+fn cpu_seconds(children: bool) -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name, which ends at the last ')'.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |(_, rest)| rest)
+        .split_whitespace()
+        .collect();
+    // utime, stime are fields 14, 15; cutime, cstime 16, 17 (1-based, counting pid and comm).
+    let (a, b) = if children { (13, 14) } else { (11, 12) };
+    let ticks: f64 = [a, b]
+        .iter()
+        .filter_map(|&i| fields.get(i)?.parse::<f64>().ok())
+        .sum();
+    ticks / 100.0 // USER_HZ is 100 on Linux
+}
+
+struct Figures {
+    name: &'static str,
+    messages: usize,
+    seconds: f64,
+    commands: u64,
+    round_trips: Option<f64>,
+    worker_cpu: f64,
+    server_cpu: f64,
+}
+
+impl Figures {
+    fn rate(&self) -> f64 {
+        self.messages as f64 / self.seconds
+    }
+
+    fn print(&self) {
+        let per = |x: f64| x / self.messages as f64;
+        println!(
+            "{:<12} {:>8} msgs {:>7.2} s {:>9.0} msgs/s  {:>5.2} cmds/msg  {:>6} round trips/msg  {:>6.1} µs worker CPU/msg  {:>6.1} µs Redis CPU/msg",
+            self.name,
+            self.messages,
+            self.seconds,
+            self.rate(),
+            per(self.commands as f64),
+            self.round_trips
+                .map_or("n/a".to_owned(), |r| format!("{r:.2}")),
+            per(self.worker_cpu) * 1e6,
+            per(self.server_cpu) * 1e6,
+        );
+    }
+}
+
+async fn bench_babel_idem(url: &str, raw: &mut ConnectionManager, count: usize) -> Figures {
+    let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
+    let queue = format!("bench-consumer-{run}");
+    let prefix = format!("bench-consumer-{run}:bq:idemp:");
+    fill(raw, &queue, &bodies(&queue, count, &run)).await;
+
+    let store = RedisStore::builder()
+        .prefix(&prefix)
+        .connect_lazy(url)
+        .unwrap();
+    let router = Router::builder()
+        .route(urn!("urn:babel:interop:created"), move |env: Envelope| {
+            let store = store.clone();
+            async move { guard(store, &env, async { Ok::<(), babel_idem::StoreError>(()) }).await }
+        })
+        .build()
+        .unwrap();
+    let transport = RedisTransport::connect(url).await.unwrap();
+    let consumer = Consumer::builder(router, transport, &queue)
+        .concurrency(CONCURRENCY)
+        .build()
+        .unwrap();
+    let progress = consumer.progress();
+
+    let (before, cpu_before, started) =
+        (server_stats(raw).await, cpu_seconds(false), Instant::now());
+    let report = consumer
+        .run_until(async {
+            loop {
+                let now = progress.report();
+                if now.delivered as usize >= count && now.in_flight == 0 {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+        .await;
+    let seconds = started.elapsed().as_secs_f64();
+    let (after, cpu_after) = (server_stats(raw).await, cpu_seconds(false));
+    let unique: usize = redis::cmd("EVAL")
+        .arg("return #redis.call('KEYS', ARGV[1])")
+        .arg(0)
+        .arg(format!("{prefix}*"))
+        .query_async(raw)
+        .await
+        .unwrap();
+    cleanup(raw, &queue, &prefix).await;
+    // One round trip per reserve (sweep + reserve pipelined), per settle,
+    // per `seen`, and per `remember` (one per id that ran).
+    let round_trips =
+        report.reserve_calls as f64 + report.acked as f64 + count as f64 + unique as f64;
+    Figures {
+        name: "babel-idem",
+        messages: count,
+        seconds,
+        // The INFO calls and the KEYS count are the benchmark's own.
+        commands: after.commands - before.commands - 1,
+        round_trips: Some(round_trips / count as f64),
+        worker_cpu: cpu_after - cpu_before,
+        server_cpu: after.cpu - before.cpu,
+    }
+}
+
+async fn bench_python(
+    url: &str,
+    raw: &mut ConnectionManager,
+    python: &PathBuf,
+    count: usize,
+) -> Figures {
+    let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
+    let queue = format!("bench-consumer-py-{run}");
+    let prefix = format!("bench-consumer-py-{run}:bq:idemp:");
+    fill(raw, &queue, &bodies(&queue, count, &run)).await;
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/consumer_peer.py");
+    let (before, cpu_before, started) =
+        (server_stats(raw).await, cpu_seconds(true), Instant::now());
+    let output = Command::new(python)
+        .arg(script)
+        .args([
+            "consume",
+            url,
+            &queue,
+            "0.2",
+            "--seen-prefix",
+            &prefix,
+            "--noop",
+            "1",
+        ])
+        .output()
+        .expect("run the Python worker");
+    // The worker waits 0.2 s on the empty queue before it stops.
+    let seconds = started.elapsed().as_secs_f64() - 0.2;
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let (after, cpu_after) = (server_stats(raw).await, cpu_seconds(true));
+    cleanup(raw, &queue, &prefix).await;
+    Figures {
+        name: "python-sdk",
+        messages: count,
+        seconds,
+        commands: after.commands - before.commands - 1,
+        // Every Redis command of the Python SDK is its own round trip.
+        round_trips: Some((after.commands - before.commands - 1) as f64 / count as f64),
+        worker_cpu: cpu_after - cpu_before,
+        server_cpu: after.cpu - before.cpu,
+    }
+}
+
+/// The same commands, pipelined per batch, with no consumer around them.
+async fn bench_raw(raw: &mut ConnectionManager, count: usize) -> Figures {
+    let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
+    let queue = Arc::new(format!("bench-consumer-raw-{run}"));
+    let prefix = Arc::new(format!("bench-consumer-raw-{run}:bq:idemp:"));
+    fill(raw, &queue, &bodies(&queue, count, &run)).await;
+    let scripts = Arc::new([
+        redis::Script::new(include_str!("../babel-idem/src/transport/redis/sweep.lua")),
+        redis::Script::new(include_str!(
+            "../babel-idem/src/transport/redis/reserve.lua"
+        )),
+        redis::Script::new(include_str!("../babel-idem/src/transport/redis/settle.lua")),
+    ]);
+    for script in scripts.iter() {
+        script.prepare_invoke().load_async(raw).await.unwrap();
+    }
+    let (before, cpu_before, started) =
+        (server_stats(raw).await, cpu_seconds(false), Instant::now());
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..CONCURRENCY / RAW_BATCH * 4 {
+        let (mut connection, queue, prefix, scripts) = (
+            raw.clone(),
+            Arc::clone(&queue),
+            Arc::clone(&prefix),
+            Arc::clone(&scripts),
+        );
+        workers.spawn(async move {
+            let (processing, deadlines) = (
+                format!("{queue}:processing"),
+                format!("{queue}:processing:deadlines"),
+            );
+            let mut round_trips = 0u64;
+            loop {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_secs();
+                let tokens: Vec<String> = (0..RAW_BATCH)
+                    .map(|_| uuid::Uuid::new_v4().simple().to_string())
+                    .collect();
+                let mut pipe = redis::pipe();
+                pipe.cmd("EVALSHA")
+                    .arg(scripts[0].get_hash())
+                    .arg(3)
+                    .arg(&*queue)
+                    .arg(&processing)
+                    .arg(&deadlines)
+                    .arg(now)
+                    .arg(-1)
+                    .ignore();
+                pipe.cmd("EVALSHA")
+                    .arg(scripts[1].get_hash())
+                    .arg(3)
+                    .arg(&*queue)
+                    .arg(&processing)
+                    .arg(&deadlines)
+                    .arg(now + 90)
+                    .arg(&tokens);
+                let (raws,): (Vec<Vec<u8>>,) = pipe.query_async(&mut connection).await.unwrap();
+                round_trips += 1;
+                if raws.is_empty() {
+                    return round_trips;
+                }
+                let keys: Vec<Vec<u8>> = raws
+                    .iter()
+                    .map(|body| [prefix.as_bytes(), id_of(body)].concat())
+                    .collect();
+                let mut exists = redis::pipe();
+                for key in &keys {
+                    exists.cmd("EXISTS").arg(key);
+                }
+                let seen: Vec<bool> = exists.query_async(&mut connection).await.unwrap();
+                let mut remember = redis::pipe();
+                for (key, _) in keys.iter().zip(&seen).filter(|(_, seen)| !**seen) {
+                    remember.cmd("SET").arg(key).arg(1).arg("NX").ignore();
+                }
+                let () = remember.query_async(&mut connection).await.unwrap();
+                let mut settle = redis::pipe();
+                for (raw, token) in raws.iter().zip(&tokens) {
+                    settle
+                        .cmd("EVALSHA")
+                        .arg(scripts[2].get_hash())
+                        .arg(2)
+                        .arg(&processing)
+                        .arg(&deadlines)
+                        .arg(token)
+                        .arg(raw)
+                        .ignore();
+                }
+                let () = settle.query_async(&mut connection).await.unwrap();
+                round_trips += 3;
+            }
+        });
+    }
+    let mut round_trips = 0;
+    while let Some(done) = workers.join_next().await {
+        round_trips += done.unwrap();
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let (after, cpu_after) = (server_stats(raw).await, cpu_seconds(false));
+    cleanup(raw, &queue, &prefix).await;
+    Figures {
+        name: "raw-redis",
+        messages: count,
+        seconds,
+        commands: after.commands - before.commands - 1,
+        round_trips: Some(round_trips as f64 / count as f64),
+        worker_cpu: cpu_after - cpu_before,
+        server_cpu: after.cpu - before.cpu,
+    }
+}
+
+/// The `meta.id` of a body this benchmark wrote (no JSON decoding: the
+/// ceiling does none).
+fn id_of(body: &[u8]) -> &[u8] {
+    let marker = b"\"id\":\"";
+    let start = body
+        .windows(marker.len())
+        .position(|w| w == marker)
+        .map_or(0, |i| i + marker.len());
+    let len = body[start..].iter().position(|&b| b == b'"').unwrap_or(0);
+    &body[start..start + len]
+}
+
+async fn cleanup(raw: &mut ConnectionManager, queue: &str, prefix: &str) {
+    let script = "local n = 0 for _, k in ipairs(redis.call('KEYS', ARGV[1])) do redis.call('DEL', k) n = n + 1 end return n";
+    for pattern in [format!("{queue}*"), format!("{prefix}*")] {
+        let _: i64 = redis::cmd("EVAL")
+            .arg(script)
+            .arg(0)
+            .arg(pattern)
+            .query_async(raw)
+            .await
+            .unwrap();
+    }
+}
+
+fn main() {
+    let Ok(url) = std::env::var("BABEL_IDEM_REDIS_URL") else {
+        println!("skipped: consumer benchmark: BABEL_IDEM_REDIS_URL not set");
+        return;
+    };
+    let count = env_count("BENCH_MESSAGES", 100_000);
+    let python_count = env_count("BENCH_PYTHON_MESSAGES", count);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let client = redis::Client::open(url.as_str()).unwrap();
+        let mut raw = ConnectionManager::new(client).await.unwrap();
+        let mut figures = vec![bench_babel_idem(&url, &mut raw, count).await];
+        figures.push(bench_raw(&mut raw, count).await);
+        match std::env::var("BABEL_IDEM_PYTHON") {
+            Ok(python) if !python.is_empty() => {
+                figures.push(bench_python(&url, &mut raw, &PathBuf::from(python), python_count).await);
+            }
+            _ => println!("skipped: the Python worker: BABEL_IDEM_PYTHON not set"),
+        }
+        println!("consumer benchmark: {count} messages, 10% duplicate ids, no-op handler, seen-set bq:idemp: in Redis, concurrency {CONCURRENCY}");
+        for figure in &figures {
+            figure.print();
+        }
+        let by_name: HashMap<&str, f64> = figures.iter().map(|f| (f.name, f.rate())).collect();
+        if let (Some(rust), Some(python)) = (by_name.get("babel-idem"), by_name.get("python-sdk")) {
+            println!("babel-idem / python-sdk: {:.1}x (goal >= 20x)", rust / python);
+        }
+        if let (Some(rust), Some(ceiling)) = (by_name.get("babel-idem"), by_name.get("raw-redis")) {
+            println!("babel-idem / raw-redis ceiling: {:.2} (goal >= 0.5)", rust / ceiling);
+        }
+    });
+}

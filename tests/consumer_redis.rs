@@ -1,0 +1,1177 @@
+//! `Consumer` + `RedisTransport` against a real Redis, with the BabelQueue
+//! Python SDK (pinned by `.ci/python.sh`) as the peer producer, consumer and
+//! dead-letter reader.
+//!
+//! Environment: `BABEL_IDEM_REDIS_URL` (the shared server), `BABEL_IDEM_PYTHON`
+//! (the peer's virtualenv python); without them a test prints `skipped:`, and
+//! with `BABEL_IDEM_REQUIRE_SERVERS=1` it fails instead. The crash and restart
+//! tests start servers and processes of their own.
+#![cfg(all(feature = "redis-transport", feature = "redis", feature = "sqlite"))]
+
+mod store_contract;
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use babel_idem::consumer::ConsumerReport;
+use babel_idem::transport::{RedisTransport, Settlement, Transport, TransportError};
+use babel_idem::{
+    Consumer, DeadLetter, Delivery, Envelope, RedisStore, Router, SqliteStore, Store, guard,
+    is_replay, urn,
+};
+use redis::AsyncCommands;
+use serde_json::{Value, json};
+use store_contract::servers::{REDIS_URL, server_url, skip_or_fail, unique_suffix};
+use store_contract::spawned::OwnRedis;
+
+const URN: &str = "urn:babel:interop:created";
+
+/// The longest any test waits for a condition before it fails (never a
+/// timing assertion: only a guard against hanging forever).
+const PATIENCE: Duration = Duration::from_secs(120);
+
+// ---------------------------------------------------------------- fixtures
+
+/// One test's queue on a Redis server: a unique name, its keys deleted on drop.
+struct Queue {
+    url: String,
+    name: String,
+}
+
+impl Queue {
+    fn new(url: &str) -> Self {
+        Queue {
+            url: url.to_owned(),
+            name: format!("bi-consumer-{}", unique_suffix()),
+        }
+    }
+
+    fn processing(&self) -> String {
+        format!("{}:processing", self.name)
+    }
+
+    fn deadlines(&self) -> String {
+        format!("{}:processing:deadlines", self.name)
+    }
+
+    fn dlq(&self) -> String {
+        format!("{}.dlq", self.name)
+    }
+
+    /// A key of this test's own, deleted with the queue.
+    fn key(&self, what: &str) -> String {
+        format!("{}:{what}", self.name)
+    }
+
+    async fn raw(&self) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(self.url.as_str())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect to the test's Redis")
+    }
+
+    async fn len(&self, key: &str) -> usize {
+        let mut raw = self.raw().await;
+        let kind: String = redis::cmd("TYPE")
+            .arg(key)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        match kind.as_str() {
+            "zset" => raw.zcard(key).await.unwrap(),
+            "hash" => raw.hlen(key).await.unwrap(),
+            _ => raw.llen(key).await.unwrap(),
+        }
+    }
+
+    /// Whether the queue, its reservations and their deadlines are all empty.
+    async fn drained(&self) -> bool {
+        self.len(&self.name).await == 0
+            && self.len(&self.processing()).await == 0
+            && self.len(&self.deadlines()).await == 0
+    }
+
+    async fn transport(&self) -> RedisTransport {
+        RedisTransport::connect(&self.url)
+            .await
+            .expect("connect the transport")
+    }
+}
+
+impl Drop for Queue {
+    fn drop(&mut self) {
+        let Ok(client) = redis::Client::open(self.url.as_str()) else {
+            return;
+        };
+        let Ok(mut connection) = client.get_connection() else {
+            return;
+        };
+        let pattern = format!("{}*", self.name);
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(&pattern)
+            .query(&mut connection)
+            .unwrap_or_default();
+        if !keys.is_empty() {
+            let _: redis::RedisResult<()> = redis::cmd("DEL").arg(keys).query(&mut connection);
+        }
+    }
+}
+
+/// The peer's python, or `None` after a `skipped:` line.
+fn python(test: &str) -> Option<PathBuf> {
+    match std::env::var("BABEL_IDEM_PYTHON") {
+        Ok(path) if !path.trim().is_empty() => Some(PathBuf::from(path)),
+        _ => {
+            skip_or_fail(test, "BABEL_IDEM_PYTHON is not set (source .ci/python.sh)");
+            None
+        }
+    }
+}
+
+fn peer_script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/consumer_peer.py")
+}
+
+/// Runs one peer subcommand to its end (on a blocking thread, so a Rust
+/// worker can run beside it) and returns its JSON answer.
+async fn peer(python: &Path, args: Vec<String>, stdin: Option<Value>) -> Value {
+    let python = python.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        let mut child = Command::new(&python)
+            .arg(peer_script())
+            .args(&args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {python:?}: {e}"));
+        let input = stdin.map(|v| v.to_string()).unwrap_or_default();
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), input.as_bytes()).unwrap();
+        let output = child.wait_with_output().unwrap();
+        assert!(
+            output.status.success(),
+            "python peer {args:?} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+            panic!(
+                "python peer {args:?} printed no JSON ({e}): {}",
+                String::from_utf8_lossy(&output.stdout)
+            )
+        })
+    })
+    .await
+    .unwrap()
+}
+
+/// Waits until `condition` holds (polling), failing after [`PATIENCE`].
+async fn eventually<F, Fut>(what: &str, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let give_up = tokio::time::Instant::now() + PATIENCE;
+    while !condition().await {
+        assert!(
+            tokio::time::Instant::now() < give_up,
+            "gave up waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Runs `consumer` until it has been idle for `quiet`.
+async fn run_until_idle<T: Transport>(consumer: &Consumer<T>, quiet: Duration) -> ConsumerReport {
+    let progress = consumer.progress();
+    tokio::time::timeout(PATIENCE, consumer.run_until(progress.idle_for(quiet)))
+        .await
+        .expect("the consumer drains the queue")
+}
+
+/// Publishes `count` envelopes with the ids `<prefix>-0`, `<prefix>-1`, ...
+async fn publish_numbered(transport: &RedisTransport, queue: &str, prefix: &str, count: u64) {
+    for n in 0..count {
+        let body = envelope_with_id(&format!("{prefix}-{n}"), queue, n).to_vec();
+        transport.publish(queue, &body).await.unwrap();
+    }
+}
+
+/// A transport whose reservations lapse after `seconds`.
+async fn lapsing_transport(url: &str, seconds: u64) -> RedisTransport {
+    RedisTransport::builder()
+        .retry_after(Duration::from_secs(seconds))
+        .connect(url)
+        .await
+        .unwrap()
+}
+
+fn envelope_with_id(id: &str, queue: &str, n: u64) -> Envelope {
+    Envelope::new(URN, json!({"n": n}))
+        .with_id(id)
+        .with_queue(queue)
+}
+
+/// What a handler saw, kept for the assertions.
+#[derive(Debug, Clone, PartialEq)]
+struct Seen {
+    id: String,
+    urn: String,
+    data: Value,
+    headers: BTreeMap<String, String>,
+    replay: bool,
+}
+
+type SeenLog = Arc<Mutex<Vec<Seen>>>;
+
+/// A router whose one handler records every delivery it runs.
+fn recording_router(log: SeenLog) -> Router {
+    Router::builder()
+        .route(
+            urn!("urn:babel:interop:created"),
+            move |env: Envelope, delivery: Delivery| {
+                let log = Arc::clone(&log);
+                async move {
+                    log.lock().unwrap().push(Seen {
+                        id: env.meta.id.clone().unwrap_or_default(),
+                        urn: env.job.clone(),
+                        data: Value::Object(env.data.clone()),
+                        headers: delivery
+                            .headers()
+                            .map(|(n, v)| (n.to_owned(), v.to_owned()))
+                            .collect(),
+                        replay: is_replay(),
+                    });
+                    Ok::<(), anyhow::Error>(())
+                }
+            },
+        )
+        .build()
+        .unwrap()
+}
+
+/// A router whose handler, guarded by `store`, counts its effect per id in
+/// the Redis hash `effects` (HINCRBY), as a side effect another process can see.
+fn effect_router<S: Store + Clone + 'static>(store: S, url: &str, effects: String) -> Router {
+    let client = redis::Client::open(url).unwrap();
+    Router::builder()
+        .route(urn!("urn:babel:interop:created"), move |env: Envelope| {
+            let (store, client, effects) = (store.clone(), client.clone(), effects.clone());
+            async move {
+                guard(store, &env, async {
+                    let mut raw = client.get_multiplexed_async_connection().await?;
+                    let id = env.meta.id.clone().unwrap_or_default();
+                    let _: i64 = raw.hincr(&effects, id, 1).await?;
+                    Ok::<(), anyhow::Error>(())
+                })
+                .await
+            }
+        })
+        .build()
+        .unwrap()
+}
+
+async fn effect_counts(queue: &Queue, effects: &str) -> HashMap<String, i64> {
+    queue.raw().await.hgetall(effects).await.unwrap()
+}
+
+// ---------------------------------------------------------------- interop
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_publishes_and_babel_idem_consumes_ids_urns_data_and_headers() {
+    const TEST: &str = "python_publishes_and_babel_idem_consumes";
+    let (Some(url), Some(python)) = (server_url(REDIS_URL, TEST), python(TEST)) else {
+        return;
+    };
+    let queue = Queue::new(&url);
+    let sent = peer(
+        &python,
+        vec![
+            "publish".into(),
+            url.clone(),
+            queue.name.clone(),
+            "25".into(),
+            "--header".into(),
+            "traceparent=00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into(),
+        ],
+        None,
+    )
+    .await;
+
+    let log = SeenLog::default();
+    let consumer = Consumer::builder(
+        recording_router(Arc::clone(&log)),
+        queue.transport().await,
+        &queue.name,
+    )
+    .concurrency(8)
+    .build()
+    .unwrap();
+    let report = run_until_idle(&consumer, Duration::from_millis(500)).await;
+
+    let seen = log.lock().unwrap().clone();
+    let sent = sent.as_array().unwrap();
+    assert_eq!(seen.len(), sent.len(), "{report:?}");
+    assert_eq!(report.acked, 25);
+    let by_id: HashMap<&str, &Seen> = seen.iter().map(|s| (s.id.as_str(), s)).collect();
+    for message in sent {
+        let got = by_id[message["id"].as_str().unwrap()];
+        assert_eq!(got.urn, message["urn"].as_str().unwrap());
+        assert_eq!(got.data, message["data"]);
+        assert_eq!(
+            got.headers.get("traceparent").map(String::as_str),
+            Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+        );
+        assert!(!got.replay);
+    }
+    assert!(queue.drained().await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn babel_idem_publishes_and_python_consumes_with_headers_and_the_replay_marker() {
+    const TEST: &str = "babel_idem_publishes_and_python_consumes";
+    let (Some(url), Some(python)) = (server_url(REDIS_URL, TEST), python(TEST)) else {
+        return;
+    };
+    let queue = Queue::new(&url);
+    let transport = queue.transport().await;
+    let mut sent = Vec::new();
+    for n in 0..20 {
+        let envelope = Envelope::new(URN, json!({"n": n, "text": "héllo \u{2028} \"q\""}))
+            .with_queue(&queue.name);
+        transport
+            .publish(&queue.name, &envelope.to_vec())
+            .await
+            .unwrap();
+        sent.push(envelope);
+    }
+    let replayed = Envelope::new(URN, json!({"n": 99})).with_queue(&queue.name);
+    let body = String::from_utf8(replayed.to_vec()).unwrap();
+    let headers = [
+        ("bq-replay-bypass".to_owned(), "1".to_owned()),
+        ("traceparent".to_owned(), "00-ab".to_owned()),
+    ];
+    transport
+        .publish_with_headers(&queue.name, &body, &headers)
+        .await
+        .unwrap();
+    sent.push(replayed);
+
+    let out = peer(
+        &python,
+        vec![
+            "consume".into(),
+            url.clone(),
+            queue.name.clone(),
+            "0.5".into(),
+        ],
+        None,
+    )
+    .await;
+    let received = out["received"].as_array().unwrap();
+    assert_eq!(received.len(), sent.len(), "{out}");
+    let by_id: HashMap<&str, &Value> = received
+        .iter()
+        .map(|r| (r["id"].as_str().unwrap(), r))
+        .collect();
+    for envelope in &sent {
+        let got = by_id[envelope.meta.id.as_deref().unwrap()];
+        assert_eq!(got["urn"], URN);
+        assert_eq!(got["data"], Value::Object(envelope.data.clone()));
+        assert_eq!(got["lang"], "rust");
+        assert_eq!(got["attempts"], 0);
+    }
+    let framed = by_id[sent.last().unwrap().meta.id.as_deref().unwrap()];
+    assert_eq!(framed["replay"], true);
+    assert_eq!(
+        framed["headers"],
+        json!({"bq-replay-bypass": "1", "traceparent": "00-ab"})
+    );
+    assert!(queue.drained().await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_marker_reaches_the_handler_as_is_replay() {
+    const TEST: &str = "a_replay_marker_reaches_the_handler";
+    let Some(url) = server_url(REDIS_URL, TEST) else {
+        return;
+    };
+    let queue = Queue::new(&url);
+    let transport = queue.transport().await;
+    let plain = Envelope::new(URN, json!({"n": 1}));
+    let replay = Envelope::new(URN, json!({"n": 2}));
+    transport
+        .publish(&queue.name, &plain.to_vec())
+        .await
+        .unwrap();
+    let body = String::from_utf8(replay.to_vec()).unwrap();
+    transport
+        .publish_with_headers(
+            &queue.name,
+            &body,
+            &[("bq-replay-bypass".into(), "yes".into())],
+        )
+        .await
+        .unwrap();
+
+    let log = SeenLog::default();
+    let consumer = Consumer::builder(recording_router(Arc::clone(&log)), transport, &queue.name)
+        .build()
+        .unwrap();
+    run_until_idle(&consumer, Duration::from_millis(300)).await;
+    let seen = log.lock().unwrap().clone();
+    let replay_of = |id: &Option<String>| {
+        seen.iter()
+            .find(|s| Some(&s.id) == id.as_ref())
+            .unwrap()
+            .replay
+    };
+    assert!(!replay_of(&plain.meta.id));
+    assert!(replay_of(&replay.meta.id));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_is_read_back_by_pythons_dead_letter_helpers() {
+    const TEST: &str = "a_dead_letter_is_read_back_by_python";
+    let (Some(url), Some(python)) = (server_url(REDIS_URL, TEST), python(TEST)) else {
+        return;
+    };
+    let queue = Queue::new(&url);
+    let transport = queue.transport().await;
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        let envelope = Envelope::new(URN, json!({"n": n})).with_queue(&queue.name);
+        ids.push(envelope.meta.id.clone().unwrap());
+        transport
+            .publish(&queue.name, &envelope.to_vec())
+            .await
+            .unwrap();
+    }
+    let attempts_seen = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&attempts_seen);
+    let router = Router::builder()
+        .route(
+            urn!("urn:babel:interop:created"),
+            move |_: Envelope, delivery: Delivery| {
+                seen.lock().unwrap().push(delivery.attempts());
+                async { Err::<(), _>(std::io::Error::other("payment gateway timeout")) }
+            },
+        )
+        .max_attempts(3)
+        .build()
+        .unwrap();
+    let consumer = Consumer::builder(router, transport, &queue.name)
+        .build()
+        .unwrap();
+    let report = run_until_idle(&consumer, Duration::from_millis(500)).await;
+    assert_eq!((report.retried, report.dead_lettered), (6, 3), "{report:?}");
+    let mut attempts = attempts_seen.lock().unwrap().clone();
+    attempts.sort_unstable();
+    assert_eq!(attempts, [0, 0, 0, 1, 1, 1, 2, 2, 2]);
+
+    let out = peer(&python, vec!["dlq".into(), url.clone(), queue.dlq()], None).await;
+    let items = out["items"].as_array().unwrap();
+    assert_eq!(items.len(), 3, "{out}");
+    for item in items {
+        assert!(ids.contains(&item["message_id"].as_str().unwrap().to_owned()));
+        assert_eq!(item["reason"], "failed");
+        assert_eq!(item["urn"], URN);
+        assert_eq!(item["to"], queue.name.as_str());
+    }
+    for record in out["records"].as_array().unwrap() {
+        let block = &record["dead_letter"];
+        assert_eq!(block["reason"], "failed");
+        assert_eq!(block["error"], "payment gateway timeout");
+        assert_eq!(block["original_queue"], queue.name.as_str());
+        assert_eq!(block["attempts"], 3);
+        assert_eq!(block["lang"], "rust");
+        assert!(block["exception"].as_str().is_some_and(|e| !e.is_empty()));
+        assert!(
+            block["failed_at"]
+                .as_u64()
+                .is_some_and(|t| t > 1_700_000_000_000)
+        );
+    }
+    // The dry run put every record back.
+    assert_eq!(out["left"], 3);
+    assert!(queue.drained().await);
+}
+
+/// Bodies no envelope can be made of. Each ends in the DLQ as the Python SDK
+/// writes a poison record, byte for byte, and the worker keeps going.
+fn poison_bodies(queue: &str) -> Vec<Vec<u8>> {
+    let envelope = |attempts: &str| {
+        format!(
+            r#"{{"job":"{URN}","trace_id":"t-1","data":{{}},"meta":{{"id":"p-1","queue":"{queue}","lang":"go","schema_version":1,"created_at":0}},"attempts":{attempts}}}"#
+        )
+        .into_bytes()
+    };
+    vec![
+        b"not json at all".to_vec(),
+        b"\xff\xfe{\"job\": \"urn:babel:interop:created\"}".to_vec(),
+        b"[1, 2, 3]".to_vec(),
+        b"\"a JSON string\"".to_vec(),
+        b"  { }  ".to_vec(),
+        envelope("\"two\""),
+        envelope("-1"),
+        br#"{"job":"urn:babel:interop:created","big":1e400,"nested":{"a":[1,2,{"b":null}]}}"#
+            .to_vec(),
+        br#"{"job":"urn:babel:interop:created","dead_letter":{"reason":"failed"}}"#.to_vec(),
+        "{\"job\":\"urn:babel:x:y\",\"text\":\"caf\u{e9} \\ud83d\\ude00\"}"
+            .as_bytes()
+            .to_vec(),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poison_ends_in_the_dlq_byte_for_byte_as_python_writes_it_and_the_worker_goes_on() {
+    const TEST: &str = "poison_ends_in_the_dlq_byte_for_byte";
+    let (Some(url), Some(python)) = (server_url(REDIS_URL, TEST), python(TEST)) else {
+        return;
+    };
+    let queue = Queue::new(&url);
+    let transport = queue.transport().await;
+    let mut raw = queue.raw().await;
+    let bodies = poison_bodies(&queue.name);
+    let mut oversized = envelope_with_id("big-1", &queue.name, 0);
+    oversized
+        .data
+        .insert("padding".into(), json!("x".repeat(10_000)));
+    let good = envelope_with_id("good-1", &queue.name, 1);
+    for body in &bodies {
+        let _: () = raw.rpush(&queue.name, body).await.unwrap();
+    }
+    let _: () = raw.rpush(&queue.name, oversized.to_vec()).await.unwrap();
+    let unknown = Envelope::new("urn:babel:nobody:home", json!({})).with_queue(&queue.name);
+    let _: () = raw.rpush(&queue.name, unknown.to_vec()).await.unwrap();
+    let _: () = raw.rpush(&queue.name, good.to_vec()).await.unwrap();
+
+    let log = SeenLog::default();
+    // One at a time, so the DLQ holds the records in the order of the bodies.
+    let consumer = Consumer::builder(recording_router(Arc::clone(&log)), transport, &queue.name)
+        .concurrency(1)
+        .max_body_bytes(4096)
+        .build()
+        .unwrap();
+    let report = run_until_idle(&consumer, Duration::from_millis(500)).await;
+    assert_eq!(
+        log.lock().unwrap().len(),
+        1,
+        "the valid message after the poison was handled"
+    );
+    assert_eq!(
+        report.dead_lettered as usize,
+        bodies.len() + 2,
+        "{report:?}"
+    );
+
+    let records: Vec<Vec<u8>> = raw.lrange(queue.dlq(), 0, -1).await.unwrap();
+    assert_eq!(records.len(), bodies.len() + 2);
+    let mut originals = bodies.clone();
+    originals.push(oversized.to_vec());
+    for (original, record) in originals.iter().zip(&records) {
+        let block_json = dead_letter_block(record);
+        let block: Value = serde_json::from_str(&block_json).unwrap();
+        assert_eq!(
+            block["reason"],
+            "poison",
+            "{}",
+            String::from_utf8_lossy(record)
+        );
+        assert_eq!(block["original_queue"], queue.name.as_str());
+        assert_eq!(block["attempts"], 0);
+        let python_record = peer(
+            &python,
+            vec!["poison-record".into()],
+            Some(json!({"body_b64": base64(original), "block_json": block_json})),
+        )
+        .await;
+        assert_eq!(
+            python_record["record_b64"].as_str().unwrap(),
+            base64(record),
+            "record of {:?} differs from Python's:\n ours: {}",
+            String::from_utf8_lossy(original),
+            String::from_utf8_lossy(record)
+        );
+    }
+    // The unknown URN took the failure path: retried, then dead-lettered as unknown_urn.
+    let last: Envelope = Envelope::from_slice(records.last().unwrap()).unwrap();
+    let block: DeadLetter = last.dead_letter.unwrap();
+    assert_eq!(block.reason.as_str(), "unknown_urn");
+    assert_eq!(last.meta.id, unknown.meta.id);
+    assert!(queue.drained().await);
+}
+
+/// The `dead_letter` member of a record, as written (JSON text: its key
+/// order matters to the byte comparison).
+fn dead_letter_block(record: &[u8]) -> String {
+    // The record itself may be a raw wrapper or a spliced object; its last
+    // member is always `"dead_letter":{...}}`.
+    let text = String::from_utf8(record.to_vec()).unwrap();
+    let start = text
+        .rfind("\"dead_letter\":")
+        .expect("a dead_letter member")
+        + "\"dead_letter\":".len();
+    text[start..text.len() - 1].to_owned()
+}
+
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    bytes
+        .chunks(3)
+        .flat_map(|chunk| {
+            let n = chunk
+                .iter()
+                .enumerate()
+                .fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+            (0..4).map(move |k| {
+                if k <= chunk.len() {
+                    ALPHABET[(n >> (18 - 6 * k)) as usize & 63] as char
+                } else {
+                    '='
+                }
+            })
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_and_babel_idem_workers_share_one_seen_set_and_run_each_message_once() {
+    const TEST: &str = "python_and_babel_idem_workers_share_one_seen_set";
+    let (Some(url), Some(python)) = (server_url(REDIS_URL, TEST), python(TEST)) else {
+        return;
+    };
+    let queue = Queue::new(&url);
+    let transport = queue.transport().await;
+    // 900 messages, then 100 redeliveries of the first 100 ids, far enough
+    // behind their originals that the first run is over when they arrive
+    // (the seen-set is post-success dedupe, not a lock).
+    let ids: Vec<String> = (0..900).map(|n| format!("mixed-{n}")).collect();
+    for (n, id) in ids.iter().chain(ids.iter().take(100)).enumerate() {
+        transport
+            .publish(
+                &queue.name,
+                &envelope_with_id(id, &queue.name, n as u64).to_vec(),
+            )
+            .await
+            .unwrap();
+    }
+    let seen_prefix = format!("{}:bq:idemp:", queue.name);
+    let effects = queue.key("effects");
+
+    let python_worker = peer(
+        &python,
+        vec![
+            "consume".into(),
+            url.clone(),
+            queue.name.clone(),
+            "1.0".into(),
+            "--seen-prefix".into(),
+            seen_prefix.clone(),
+            "--effects".into(),
+            effects.clone(),
+        ],
+        None,
+    );
+    let store = RedisStore::builder()
+        .prefix(&seen_prefix)
+        .connect_lazy(&url)
+        .unwrap();
+    let consumer = Consumer::builder(
+        effect_router(store, &url, effects.clone()),
+        transport,
+        &queue.name,
+    )
+    .concurrency(4)
+    .build()
+    .unwrap();
+    let (python_out, report) = tokio::join!(
+        python_worker,
+        run_until_idle(&consumer, Duration::from_secs(2))
+    );
+
+    let counts = effect_counts(&queue, &effects).await;
+    assert_eq!(counts.len(), ids.len(), "every id ran");
+    assert!(
+        counts.values().all(|&n| n == 1),
+        "an id ran twice: {:?}",
+        counts.iter().filter(|(_, n)| **n != 1).collect::<Vec<_>>()
+    );
+    let python_processed = python_out["processed"].as_u64().unwrap();
+    assert_eq!(
+        python_processed + report.acked,
+        1000,
+        "every delivery was handled or skipped once: {report:?}"
+    );
+    assert!(
+        python_processed > 0 && report.acked > 0,
+        "both workers took part: python {python_processed}, rust {report:?}"
+    );
+    // The seen-set is the Go layout: `<prefix><id>` = "1".
+    let marker: String = queue
+        .raw()
+        .await
+        .get(format!("{seen_prefix}mixed-0"))
+        .await
+        .unwrap();
+    assert_eq!(marker, "1");
+    assert!(queue.drained().await);
+}
+
+// ---------------------------------------------------------------- crash and outage
+
+/// The env var that turns [`crash_worker_process`] into a worker.
+const CHILD: &str = "BABEL_IDEM_CONSUMER_CRASH_CHILD";
+
+/// Not a test of its own: the worker process `kill_9_with_100_in_flight...`
+/// starts (this test binary, re-run with `CHILD` set) and kills.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the worker process of kill_9_with_100_in_flight_loses_nothing, started by that test"]
+async fn crash_worker_process() {
+    let Ok(config) = std::env::var(CHILD) else {
+        return;
+    };
+    let config: Value = serde_json::from_str(&config).unwrap();
+    let (url, queue, effects, sqlite) = (
+        config["url"].as_str().unwrap(),
+        config["queue"].as_str().unwrap(),
+        config["effects"].as_str().unwrap().to_owned(),
+        config["sqlite"].as_str().unwrap(),
+    );
+    let store = Arc::new(SqliteStore::open(sqlite).await.unwrap());
+    let client = redis::Client::open(url).unwrap();
+    let router = Router::builder()
+        .route(urn!("urn:babel:interop:created"), move |env: Envelope| {
+            let (store, client, effects) = (Arc::clone(&store), client.clone(), effects.clone());
+            async move {
+                guard(store, &env, async {
+                    if env.data.get("slow") == Some(&Value::Bool(true)) {
+                        // Holds its reservation until the process is killed.
+                        tokio::time::sleep(Duration::from_secs(3600)).await;
+                    }
+                    let mut raw = client.get_multiplexed_async_connection().await?;
+                    let _: i64 = raw.hincr(&effects, env.meta.id.clone().unwrap(), 1).await?;
+                    Ok::<(), anyhow::Error>(())
+                })
+                .await
+            }
+        })
+        .build()
+        .unwrap();
+    let transport = RedisTransport::builder()
+        .retry_after(Duration::from_secs(2))
+        .connect(url)
+        .await
+        .unwrap();
+    Consumer::builder(router, transport, queue)
+        .concurrency(100)
+        .build()
+        .unwrap()
+        .run()
+        .await;
+}
+
+/// A child process killed when the test ends, also when it fails.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_with_100_in_flight_loses_nothing_and_a_restarted_worker_runs_each_effect_once() {
+    const TEST: &str = "kill_9_with_100_in_flight";
+    let Some(url) = server_url(REDIS_URL, TEST) else {
+        return;
+    };
+    let queue = Queue::new(&url);
+    let effects = queue.key("effects");
+    let sqlite = std::env::temp_dir().join(format!("{}.sqlite", queue.name));
+    let transport = queue.transport().await;
+    let fast: Vec<Envelope> = (0..50)
+        .map(|n| envelope_with_id(&format!("fast-{n}"), &queue.name, n))
+        .collect();
+    for envelope in &fast {
+        transport
+            .publish(&queue.name, &envelope.to_vec())
+            .await
+            .unwrap();
+    }
+    for n in 0..100 {
+        let mut slow = envelope_with_id(&format!("slow-{n}"), &queue.name, n);
+        slow.data.insert("slow".into(), json!(true));
+        transport
+            .publish(&queue.name, &slow.to_vec())
+            .await
+            .unwrap();
+    }
+
+    let config = json!({"url": url, "queue": queue.name, "effects": effects, "sqlite": sqlite});
+    let mut child = KillOnDrop(
+        Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--ignored",
+                "--exact",
+                "crash_worker_process",
+                "--nocapture",
+            ])
+            .env(CHILD, config.to_string())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start the worker process"),
+    );
+    eventually(
+        "the worker holds 100 reservations and ran the 50 fast ones",
+        || async { queue.len(&queue.processing()).await == 100 && queue.len(&effects).await == 50 },
+    )
+    .await;
+    child.0.kill().expect("kill -9 the worker"); // SIGKILL on Unix
+    child.0.wait().unwrap();
+    assert_eq!(queue.len(&queue.processing()).await, 100);
+    assert_eq!(queue.len(&queue.deadlines()).await, 100);
+    assert_eq!(queue.len(&queue.name).await, 0);
+
+    // The fast ones come again (a producer's retry): the persistent
+    // seen-set, not the broker, keeps them from running twice.
+    for envelope in &fast {
+        transport
+            .publish(&queue.name, &envelope.to_vec())
+            .await
+            .unwrap();
+    }
+    let store = SqliteStore::open(&sqlite).await.unwrap();
+    let restarted = Consumer::builder(
+        effect_router(Arc::new(store), &url, effects.clone()),
+        transport,
+        &queue.name,
+    )
+    .concurrency(16)
+    .build()
+    .unwrap();
+    let report = tokio::time::timeout(
+        PATIENCE,
+        restarted.run_until(async {
+            eventually(
+                "the sweep returned the 100 and the restarted worker finished them",
+                || async { queue.drained().await && queue.len(&effects).await == 150 },
+            )
+            .await
+        }),
+    )
+    .await
+    .expect("the restarted worker finishes");
+
+    let counts = effect_counts(&queue, &effects).await;
+    assert_eq!(counts.len(), 150);
+    assert!(counts.values().all(|&n| n == 1), "{counts:?}");
+    assert_eq!(report.acked, 150, "{report:?}");
+    let _ = std::fs::remove_file(&sqlite);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_restarted_mid_run_the_consumer_reconnects_and_finishes_with_each_effect_once() {
+    const TEST: &str = "redis_restarted_mid_run";
+    let Some(mut server) = OwnRedis::reserve(TEST) else {
+        return;
+    };
+    server.start();
+    let url = server.url();
+    let queue = Queue::new(&url);
+    let transport = RedisTransport::builder()
+        .retry_after(Duration::from_secs(2))
+        .timeout(Duration::from_secs(1))
+        .connect(&url)
+        .await
+        .unwrap();
+    publish_numbered(&transport, &queue.name, "r", 1000).await;
+    let effects: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+    let counted = Arc::clone(&effects);
+    let store = Arc::new(SqliteStore::in_memory().await.unwrap());
+    let router = Router::builder()
+        .route(urn!("urn:babel:interop:created"), move |env: Envelope| {
+            let (store, counted) = (Arc::clone(&store), Arc::clone(&counted));
+            async move {
+                guard(store, &env, async {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    *counted
+                        .lock()
+                        .unwrap()
+                        .entry(env.meta.id.clone().unwrap())
+                        .or_default() += 1;
+                    Ok::<(), anyhow::Error>(())
+                })
+                .await
+            }
+        })
+        .build()
+        .unwrap();
+    let consumer = Consumer::builder(router, transport, &queue.name)
+        .concurrency(8)
+        .build()
+        .unwrap();
+    let progress = consumer.progress();
+    let done = Arc::clone(&effects);
+    let run = tokio::time::timeout(
+        PATIENCE,
+        consumer.run_until(async move {
+            eventually("every message ran", || async {
+                done.lock().unwrap().len() == 1000
+            })
+            .await;
+            // Let the last settlements land.
+            eventually("nothing in flight", || async {
+                progress.report().in_flight == 0
+            })
+            .await;
+        }),
+    );
+    let outage = async {
+        eventually("a third of the queue is done", || async {
+            effects.lock().unwrap().len() >= 300
+        })
+        .await;
+        server.kill();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        server.start();
+    };
+    let (report, ()) = tokio::join!(run, outage);
+    let report = report.expect("the consumer finishes after the restart");
+
+    let effects = effects.lock().unwrap().clone();
+    assert_eq!(effects.len(), 1000);
+    assert!(effects.values().all(|&n| n == 1), "an effect ran twice");
+    assert!(report.broker_errors > 0, "the outage was seen: {report:?}");
+    eventually("the queue is empty on the restarted server", || {
+        queue.drained()
+    })
+    .await;
+}
+
+// ---------------------------------------------------------------- graceful stop
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_stop_takes_nothing_new_and_lets_in_flight_deliveries_finish() {
+    const TEST: &str = "a_graceful_stop_lets_in_flight_finish";
+    let Some(url) = server_url(REDIS_URL, TEST) else {
+        return;
+    };
+    let queue = Queue::new(&url);
+    let transport = queue.transport().await;
+    publish_numbered(&transport, &queue.name, "g", 10).await;
+    let release = Arc::new(tokio::sync::Semaphore::new(0));
+    let gate = Arc::clone(&release);
+    let router = Router::builder()
+        .route(urn!("urn:babel:interop:created"), move |_: Envelope| {
+            let gate = Arc::clone(&gate);
+            async move {
+                gate.acquire().await?.forget();
+                Ok::<(), anyhow::Error>(())
+            }
+        })
+        .build()
+        .unwrap();
+    let consumer = Consumer::builder(router, transport, &queue.name)
+        .concurrency(5)
+        .build()
+        .unwrap();
+    let progress = consumer.progress();
+    let report = consumer
+        .run_until(async {
+            eventually("5 in flight", || async { progress.report().in_flight == 5 }).await;
+            // The stop is asked while the 5 still run; they finish after it.
+            release.add_permits(5);
+        })
+        .await;
+    assert_eq!(
+        (report.delivered, report.acked, report.unfinished),
+        (5, 5, 0),
+        "{report:?}"
+    );
+    assert_eq!(queue.len(&queue.name).await, 5, "nothing new was reserved");
+    assert_eq!(queue.len(&queue.processing()).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_still_running_at_the_shutdown_timeout_are_left_for_the_sweep() {
+    const TEST: &str = "deliveries_still_running_at_the_shutdown_timeout";
+    let Some(url) = server_url(REDIS_URL, TEST) else {
+        return;
+    };
+    let queue = Queue::new(&url);
+    let transport = lapsing_transport(&url, 1).await;
+    publish_numbered(&transport, &queue.name, "s", 3).await;
+    let router = Router::builder()
+        .route(urn!("urn:babel:interop:created"), |_: Envelope| async {
+            std::future::pending::<()>().await;
+            Ok::<(), anyhow::Error>(())
+        })
+        .build()
+        .unwrap();
+    let consumer = Consumer::builder(router, transport.clone(), &queue.name)
+        .shutdown_timeout(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let progress = consumer.progress();
+    let report = consumer
+        .run_until(async {
+            eventually("3 in flight", || async { progress.report().in_flight == 3 }).await
+        })
+        .await;
+    assert_eq!((report.unfinished, report.acked), (3, 0), "{report:?}");
+    assert_eq!(
+        queue.len(&queue.processing()).await,
+        3,
+        "left reserved, not lost"
+    );
+    let mut returned = 0;
+    eventually("the sweep returns them once their deadline lapses", || {
+        let transport = transport.clone();
+        let queue_name = queue.name.clone();
+        async move {
+            returned += transport.sweep(&queue_name).await.unwrap();
+            returned == 3
+        }
+    })
+    .await;
+    assert_eq!(queue.len(&queue.name).await, 3);
+    assert_eq!(queue.len(&queue.processing()).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_settle_of_a_swept_reservation_touches_nothing() {
+    const TEST: &str = "a_late_settle_of_a_swept_reservation";
+    let Some(url) = server_url(REDIS_URL, TEST) else {
+        return;
+    };
+    let queue = Queue::new(&url);
+    let transport = lapsing_transport(&url, 1).await;
+    let body = envelope_with_id("late-1", &queue.name, 0).to_vec();
+    transport.publish(&queue.name, &body).await.unwrap();
+    let first = transport
+        .reserve(&queue.name, 10)
+        .await
+        .unwrap()
+        .pop()
+        .unwrap();
+    assert_eq!(first.body, body);
+    assert_eq!(first.handle.token().len(), 32);
+    eventually("the reservation lapses and is swept", || async {
+        transport.sweep(&queue.name).await.unwrap() == 1
+    })
+    .await;
+    let second = transport
+        .reserve(&queue.name, 10)
+        .await
+        .unwrap()
+        .pop()
+        .unwrap();
+    assert_eq!(second.body, body, "the same bytes, delivered again");
+
+    // The first worker's late ack finds its own deadline member gone.
+    assert!(
+        !transport
+            .settle(&first.handle, &Settlement::Ack)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        queue.len(&queue.processing()).await,
+        1,
+        "the newer reservation is untouched"
+    );
+    assert!(
+        transport
+            .settle(&second.handle, &Settlement::Ack)
+            .await
+            .unwrap()
+    );
+    assert!(queue.drained().await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_forgotten_by_the_server_are_loaded_again() {
+    const TEST: &str = "scripts_forgotten_by_the_server";
+    let Some(url) = server_url(REDIS_URL, TEST) else {
+        return;
+    };
+    let queue = Queue::new(&url);
+    let transport = queue.transport().await;
+    transport.publish(&queue.name, b"{}").await.unwrap();
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut queue.raw().await)
+        .await
+        .unwrap();
+    let reserved = transport.reserve(&queue.name, 1).await.unwrap();
+    assert_eq!(reserved.len(), 1);
+    assert!(
+        transport
+            .settle(&reserved[0].handle, &Settlement::Ack)
+            .await
+            .unwrap()
+    );
+}
+
+// ---------------------------------------------------------------- bad input
+
+#[tokio::test]
+async fn bad_urls_queue_names_and_refused_connections_are_clear_errors_at_start() {
+    for url in [
+        "not a url",
+        "http://127.0.0.1:6379/",
+        "redis://127.0.0.1:6379/0?retry_after=soon",
+        "redis://127.0.0.1:6379/0?laravel=1",
+        "redis://127.0.0.1:notaport/",
+    ] {
+        let error = RedisTransport::connect(url).await.unwrap_err();
+        assert!(
+            matches!(error, TransportError::InvalidUrl { .. }),
+            "{url}: {error}"
+        );
+        assert!(error.to_string().contains("invalid broker URL"), "{error}");
+    }
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let error = RedisTransport::builder()
+        .reconnect_attempts(0)
+        .connect(&format!("redis://127.0.0.1:{port}/"))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, TransportError::Connect(_)), "{error}");
+    assert!(error.to_string().contains("cannot connect"), "{error}");
+}
+
+#[tokio::test]
+async fn a_queue_name_the_layout_cannot_hold_is_refused_when_the_consumer_is_built() {
+    const TEST: &str = "a_queue_name_the_layout_cannot_hold";
+    let Some(url) = server_url(REDIS_URL, TEST) else {
+        return;
+    };
+    let transport = RedisTransport::connect(&url).await.unwrap();
+    for bad in ["", "two words", "orders:processing"] {
+        let router = Router::builder().build().unwrap();
+        let error = Consumer::builder(router, transport.clone(), bad)
+            .build()
+            .err()
+            .expect("refused");
+        assert!(
+            error.to_string().contains("invalid queue name"),
+            "{bad:?}: {error}"
+        );
+    }
+    let zero = Consumer::builder(Router::builder().build().unwrap(), transport, "orders")
+        .concurrency(0)
+        .build();
+    assert!(zero.is_err());
+}
