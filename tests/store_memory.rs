@@ -190,7 +190,11 @@ fn churn_with_a_ttl_keeps_memory_bounded() {
 
 /// Mixes UUID and text ids, which live in different tables.
 fn mixed_id(n: usize) -> String {
-    if n % 2 == 0 { uuid_id(n) } else { text_id(n) }
+    if n.is_multiple_of(2) {
+        uuid_id(n)
+    } else {
+        text_id(n)
+    }
 }
 
 #[test]

@@ -233,18 +233,15 @@ impl<E: From<StoreError>> RunGuarded<Result<(), E>> for &&Outcome<Result<(), E>>
         guard.run_keyed(key, body)
     }
 
-    #[inline(always)]
-    fn run_claimed<S: ClaimStore, F: Future<Output = Result<(), E>>>(
+    async fn run_claimed<S: ClaimStore, F: Future<Output = Result<(), E>>>(
         self,
         guard: Result<Guard<S, Leased>, InvalidLease>,
         key: DedupeKey,
         body: F,
-    ) -> impl Future<Output = Result<(), E>> {
-        async move {
-            match guard {
-                Ok(guard) => guard.run_keyed(key, body).await,
-                Err(refused) => Err(E::from(StoreError::from(refused))),
-            }
+    ) -> Result<(), E> {
+        match guard {
+            Ok(guard) => guard.run_keyed(key, body).await,
+            Err(refused) => Err(E::from(StoreError::from(refused))),
         }
     }
 }

@@ -228,12 +228,12 @@ async fn pause<F: Future<Output = ()>>(
 }
 
 fn report_task_end(joined: Result<(), tokio::task::JoinError>) {
-    if let Err(error) = joined {
-        if error.is_panic() {
-            // Dispatch catches handler panics; this would be a bug in the
-            // consumer itself. The delivery stays reserved for recovery.
-            tracing::error!(%error, "babel-idem: a delivery task panicked; its delivery is left for recovery");
-        }
+    // Dispatch catches handler panics; this would be a bug in the consumer
+    // itself. The delivery stays reserved for recovery.
+    if let Err(error) = joined
+        && error.is_panic()
+    {
+        tracing::error!(%error, "babel-idem: a delivery task panicked; its delivery is left for recovery");
     }
 }
 

@@ -35,10 +35,10 @@ fn faithful(envelope: &Envelope, source: &str) -> Option<Vec<u8>> {
     let original = decode::envelope(serde_json::from_str(source).ok()?, Some(source)).ok()?;
     let mut members = raw::members(source)?;
     // The `urn` alias carried the URN: `job` takes its place.
-    if !members.iter().any(|member| member.key == "job") {
-        if let Some(alias) = members.iter_mut().find(|member| member.key == "urn") {
-            alias.key = "job".to_owned();
-        }
+    if !members.iter().any(|member| member.key == "job")
+        && let Some(alias) = members.iter_mut().find(|member| member.key == "urn")
+    {
+        alias.key = "job".to_owned();
     }
     let mut out = Vec::with_capacity(source.len() + 16);
     write_object(&mut out, envelope, &original, &members);

@@ -142,7 +142,7 @@ impl fmt::Display for Disposition {
 #[non_exhaustive]
 pub enum ReleaseReason {
     /// No handler is registered for the URN
-    /// ([`UnknownUrnStrategy::Release`](crate::UnknownUrnStrategy::Release)).
+    /// ([`UnknownUrnStrategy::Release`](crate::router::UnknownUrnStrategy::Release)).
     UnknownUrn,
     /// Claim mode: another owner holds a live claim on the message's id
     /// ([`StoreError::is_parked`](crate::StoreError::is_parked)).
