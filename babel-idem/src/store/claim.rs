@@ -181,6 +181,19 @@ pub(crate) fn lease_millis(lease: Duration) -> Result<u32, InvalidLease> {
     }
 }
 
+/// [`lease_millis`] for a server store: the lease in milliseconds as its
+/// commands take them, or the refusal as `backend`'s `operation` error.
+#[cfg(any(feature = "sqlite", feature = "redis", feature = "postgres"))]
+pub(crate) fn server_lease_ms(
+    backend: &'static str,
+    operation: super::StoreOperation,
+    lease: Duration,
+) -> Result<i64, super::StoreError> {
+    lease_millis(lease)
+        .map(i64::from)
+        .map_err(super::failed(backend, operation))
+}
+
 /// A lease no store can hold: under 1 ms or over [`MAX_LEASE`]. Refused when
 /// a claim-mode guard is built ([`Guard::lease`](crate::Guard::lease)), and by
 /// a store asked to claim with it.

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::{BACKEND, PostgresStore, UnstorableId, is_index_limit};
-use crate::store::claim::{Claim, ClaimStore, ClaimToken, lease_millis};
+use crate::store::claim::{Claim, ClaimStore, ClaimToken, server_lease_ms};
 use crate::store::settings::DEFAULT_TABLE;
 use crate::store::{StoreError, StoreFuture, StoreOperation};
 
@@ -177,12 +177,6 @@ fn failure(operation: StoreOperation, id: &str, error: sqlx::Error) -> StoreErro
     StoreError::new(operation, BACKEND, error)
 }
 
-fn lease_ms(operation: StoreOperation, lease: Duration) -> Result<i64, StoreError> {
-    lease_millis(lease)
-        .map(i64::from)
-        .map_err(|e| StoreError::new(operation, BACKEND, e))
-}
-
 /// # Claim mode
 ///
 /// Claims live in `<table>_claims` (`babelqueue_idempotency_claims`), beside
@@ -219,7 +213,7 @@ impl ClaimStore for PostgresStore {
     ) -> StoreFuture<'a, Claim> {
         StoreFuture::new(async move {
             let operation = StoreOperation::Claim;
-            let lease_ms = lease_ms(operation, lease)?;
+            let lease_ms = server_lease_ms(BACKEND, operation, lease)?;
             let statement = &self.claim_statements(operation, id)?.claim;
             let (done, fence, left_ms) =
                 sqlx::query_as::<_, (bool, Option<i64>, Option<i64>)>(statement)
@@ -279,7 +273,7 @@ impl ClaimStore for PostgresStore {
     ) -> StoreFuture<'a, bool> {
         StoreFuture::new(async move {
             let operation = StoreOperation::Renew;
-            let lease_ms = lease_ms(operation, lease)?;
+            let lease_ms = server_lease_ms(BACKEND, operation, lease)?;
             let statement = &self.claim_statements(operation, id)?.renew;
             let done = sqlx::query(statement)
                 .bind(id)

@@ -14,7 +14,7 @@ use std::time::Duration;
 use ::redis::{Script, ScriptInvocation};
 
 use super::{BACKEND, RedisCommandError, RedisStore, RedisStoreBuilder};
-use crate::store::claim::{Claim, ClaimStore, ClaimToken, lease_millis};
+use crate::store::claim::{Claim, ClaimStore, ClaimToken, server_lease_ms};
 use crate::store::{StoreError, StoreFuture, StoreOperation};
 
 /// The PHP SDK's default key prefix (`bq:idem:`, not the Go SDK's `bq:idemp:`).
@@ -244,8 +244,7 @@ impl ClaimStore for RedisStore {
     ) -> StoreFuture<'a, Claim> {
         StoreFuture::new(async move {
             let operation = StoreOperation::Claim;
-            let lease_ms =
-                lease_millis(lease).map_err(|e| StoreError::new(operation, BACKEND, e))?;
+            let lease_ms = server_lease_ms(BACKEND, operation, lease)?;
             let mut script;
             match &self.claims {
                 ClaimKeys::Beside { fence, .. } => {
@@ -321,8 +320,7 @@ impl ClaimStore for RedisStore {
     ) -> StoreFuture<'a, bool> {
         StoreFuture::new(async move {
             let operation = StoreOperation::Renew;
-            let lease_ms =
-                lease_millis(lease).map_err(|e| StoreError::new(operation, BACKEND, e))?;
+            let lease_ms = server_lease_ms(BACKEND, operation, lease)?;
             let mut script;
             match &self.claims {
                 ClaimKeys::Beside { .. } => {

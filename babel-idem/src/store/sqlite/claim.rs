@@ -4,9 +4,9 @@
 use std::time::Duration;
 
 use super::{BACKEND, NOW_MS, SqliteStore};
-use crate::store::claim::{Claim, ClaimStore, ClaimToken, lease_millis};
+use crate::store::claim::{Claim, ClaimStore, ClaimToken, server_lease_ms};
 use crate::store::settings::DEFAULT_TABLE;
-use crate::store::{StoreError, StoreFuture, StoreOperation};
+use crate::store::{StoreFuture, StoreOperation, failed};
 
 /// The claims DDL, for the default table names.
 const DDL: &str = include_str!("claims.sql");
@@ -64,16 +64,6 @@ impl ClaimStatements {
     }
 }
 
-fn fail(operation: StoreOperation) -> impl Fn(sqlx::Error) -> StoreError {
-    move |e| StoreError::new(operation, BACKEND, e)
-}
-
-fn lease_ms(operation: StoreOperation, lease: Duration) -> Result<i64, StoreError> {
-    lease_millis(lease)
-        .map(i64::from)
-        .map_err(|e| StoreError::new(operation, BACKEND, e))
-}
-
 /// # Claim mode
 ///
 /// Claims live in `<table>_claims` (`babelqueue_idempotency_claims`), beside
@@ -104,12 +94,12 @@ impl ClaimStore for SqliteStore {
     ) -> StoreFuture<'a, Claim> {
         StoreFuture::new(async move {
             let operation = StoreOperation::Claim;
-            let lease_ms = lease_ms(operation, lease)?;
+            let lease_ms = server_lease_ms(BACKEND, operation, lease)?;
             let (done, left_ms) = sqlx::query_as::<_, (bool, Option<i64>)>(&self.claims.look)
                 .bind(id)
                 .fetch_one(&self.pool)
                 .await
-                .map_err(fail(operation))?;
+                .map_err(failed(BACKEND, operation))?;
             let held = |left_ms: Option<i64>| Claim::Held {
                 retry_after: left_ms
                     .and_then(|ms| u64::try_from(ms).ok())
@@ -126,7 +116,7 @@ impl ClaimStore for SqliteStore {
                 .bind(lease_ms)
                 .fetch_optional(&self.pool)
                 .await
-                .map_err(fail(operation))?;
+                .map_err(failed(BACKEND, operation))?;
             // Lost a race since the read: another worker claimed (or
             // finished) the id; its next delivery sees which.
             Ok(fence.map_or(held(None), |fence| Claim::Won {
@@ -142,13 +132,13 @@ impl ClaimStore for SqliteStore {
                 .pool
                 .begin_with("BEGIN IMMEDIATE")
                 .await
-                .map_err(fail(operation))?;
+                .map_err(failed(BACKEND, operation))?;
             let dropped = sqlx::query(&self.claims.drop_owned)
                 .bind(id)
                 .bind(owner.to_hex())
                 .execute(&mut *transaction)
                 .await
-                .map_err(fail(operation))?;
+                .map_err(failed(BACKEND, operation))?;
             if dropped.rows_affected() == 0 {
                 // Dropping the transaction rolls it back; it wrote nothing.
                 return Ok(false);
@@ -158,8 +148,11 @@ impl ClaimStore for SqliteStore {
                 .bind(self.settings.ttl_ms)
                 .execute(&mut *transaction)
                 .await
-                .map_err(fail(operation))?;
-            transaction.commit().await.map_err(fail(operation))?;
+                .map_err(failed(BACKEND, operation))?;
+            transaction
+                .commit()
+                .await
+                .map_err(failed(BACKEND, operation))?;
             Ok(true)
         })
     }
@@ -171,7 +164,7 @@ impl ClaimStore for SqliteStore {
                 .bind(owner.to_hex())
                 .execute(&self.pool)
                 .await
-                .map_err(fail(StoreOperation::Release))?;
+                .map_err(failed(BACKEND, StoreOperation::Release))?;
             Ok(done.rows_affected() == 1)
         })
     }
@@ -184,14 +177,14 @@ impl ClaimStore for SqliteStore {
     ) -> StoreFuture<'a, bool> {
         StoreFuture::new(async move {
             let operation = StoreOperation::Renew;
-            let lease_ms = lease_ms(operation, lease)?;
+            let lease_ms = server_lease_ms(BACKEND, operation, lease)?;
             let done = sqlx::query(&self.claims.renew)
                 .bind(id)
                 .bind(owner.to_hex())
                 .bind(lease_ms)
                 .execute(&self.pool)
                 .await
-                .map_err(fail(operation))?;
+                .map_err(failed(BACKEND, operation))?;
             Ok(done.rows_affected() == 1)
         })
     }
