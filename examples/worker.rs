@@ -10,8 +10,10 @@
 //! `--store` is the seen-set: `sqlite:PATH` (the default,
 //! `sqlite:target/worker-seen.sqlite`), `redis://URL` (the Go SDK's
 //! `bq:idemp:` keys) or `postgres://URL`. Without `--until-idle` the worker
-//! runs until it is stopped; deliveries in flight then stay reserved and the
-//! next worker's sweep returns them after their deadline. It prints progress every second on stderr and, last,
+//! runs until Ctrl-C or SIGTERM: it then stops reserving and lets the
+//! deliveries in flight finish (within the consumer's shutdown timeout; what
+//! is left stays reserved, and a worker's sweep returns it after its
+//! deadline). It prints progress every second on stderr and, last,
 //! one JSON line on stdout:
 //!
 //! ```text
@@ -140,11 +142,15 @@ async fn run(options: Options) -> Result<(), Box<dyn std::error::Error>> {
     let before = metrics::counts();
     let report = consumer
         .run_until(async move {
-            match options.until_idle {
-                Some(quiet) => idle.idle_for(quiet).await,
-                // Until the process is stopped: what is in flight then is
-                // left reserved, and the sweep returns it after its deadline.
-                None => std::future::pending().await,
+            let idle = async {
+                match options.until_idle {
+                    Some(quiet) => idle.idle_for(quiet).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = idle => {}
+                () = stop_signal() => eprintln!("worker: stopping; in-flight deliveries finish"),
             }
         })
         .await;
@@ -160,6 +166,29 @@ async fn run(options: Options) -> Result<(), Box<dyn std::error::Error>> {
         report.dead_lettered,
     );
     Ok(())
+}
+
+/// Ctrl-C, or SIGTERM (what a process manager sends). A signal that cannot
+/// be listened for never fires: the worker then runs until it is killed.
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut terminate) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                result = tokio::signal::ctrl_c() => {
+                    if result.is_err() {
+                        terminate.recv().await;
+                    }
+                }
+                _ = terminate.recv() => {}
+            }
+            return;
+        }
+    }
+    if tokio::signal::ctrl_c().await.is_err() {
+        std::future::pending::<()>().await;
+    }
 }
 
 #[tokio::main]
