@@ -353,7 +353,8 @@ fn bytes_per_id() {
         let store = InMemoryStore::builder()
             .ttl(Duration::from_secs(3600))
             .capacity(2 * FRESH_IDS)
-            .build();
+            .build()
+            .expect("one hour is a valid TTL");
         for id in &ids {
             ready(store.remember(id)).unwrap();
         }

@@ -12,11 +12,48 @@ use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use babel_idem::store::{InMemoryStoreBuilder, StoreFuture};
+use babel_idem::store::{InMemoryStoreBuilder, MAX_TTL, StoreFuture};
 use babel_idem::{InMemoryStore, Store};
-use store_contract::MemoryBackend;
+use store_contract::{MemoryBackend, assert_refused_when_built};
 
 store_contract_tests!(MemoryBackend::create);
+
+// ---------------------------------------------------------------- TTL rule
+
+/// The TTL rule of every store: under 1 ms or over `MAX_TTL` is refused
+/// when the store is built, as an `open` error of the memory backend that
+/// states the range, rather than rounded up or accepted.
+#[test]
+fn ttls_out_of_range_are_refused_when_built() {
+    for ttl in [
+        Duration::ZERO,
+        Duration::from_micros(999),
+        MAX_TTL + Duration::from_millis(1),
+    ] {
+        let built = InMemoryStore::builder().ttl(ttl).build();
+        if let Err(error) = &built {
+            assert_eq!(error.backend(), "memory", "{ttl:?}: {error}");
+        }
+        assert_refused_when_built(built, ttl, &["at least 1 ms", "at most 36500 days"]);
+    }
+}
+
+/// Both ends of the range are accepted, and a store built with either
+/// remembers what it is given.
+#[test]
+fn the_ends_of_the_ttl_range_are_accepted() {
+    for ttl in [Duration::from_millis(1), MAX_TTL] {
+        let store = InMemoryStore::builder()
+            .ttl(ttl)
+            .build()
+            .unwrap_or_else(|error| panic!("{ttl:?} was refused: {error}"));
+        now(store.remember("id-A"));
+        assert_eq!(store.len(), 1, "{ttl:?}");
+    }
+    let longest = InMemoryStore::builder().ttl(MAX_TTL).build().unwrap();
+    now(longest.remember("id-A"));
+    assert!(now(longest.seen("id-A")), "a MAX_TTL id is seen");
+}
 
 // ---------------------------------------------------------------- bounds
 
@@ -94,7 +131,7 @@ fn churn_behind_a_pinned_id_stays_within_twice_the_memory_at_capacity(
     id: fn(usize) -> String,
 ) {
     let (full, at_capacity) = heap_bytes_kept_by(|| {
-        let store = config().build();
+        let store = config().build().expect("a valid configuration");
         for n in 0..CAPACITY {
             now(store.remember(&id(n)));
         }
@@ -105,7 +142,7 @@ fn churn_behind_a_pinned_id_stays_within_twice_the_memory_at_capacity(
 
     let pinned = id(0);
     let (churned, after_churn) = heap_bytes_kept_by(|| {
-        let store = config().build();
+        let store = config().build().expect("a valid configuration");
         now(store.remember(&pinned));
         for n in 1..=CHURN_PAIRS {
             let id = id(n);
@@ -203,7 +240,8 @@ fn an_explicit_shard_count_does_not_multiply_the_capacity() {
         let store = InMemoryStore::builder()
             .capacity(capacity)
             .shards(shards)
-            .build();
+            .build()
+            .expect("no TTL to refuse");
         for n in 0..capacity * 20 {
             now(store.remember(&mixed_id(n)));
             assert!(
@@ -224,7 +262,11 @@ fn an_explicit_shard_count_does_not_multiply_the_capacity() {
 
 #[test]
 fn one_shard_with_a_capacity_evicts_exactly_the_oldest() {
-    let store = InMemoryStore::builder().capacity(5).shards(1).build();
+    let store = InMemoryStore::builder()
+        .capacity(5)
+        .shards(1)
+        .build()
+        .expect("no TTL to refuse");
     for n in 0..12 {
         now(store.remember(&mixed_id(n)));
     }

@@ -18,8 +18,7 @@ mod memory;
 mod postgres;
 #[cfg(feature = "redis")]
 mod redis;
-// Always built: `InMemoryStore`'s builder is meant to share the TTL rule.
-#[allow(dead_code)]
+// Always built: `InMemoryStore`'s builder shares the TTL rule.
 mod settings;
 #[cfg(feature = "sqlite")]
 mod sqlite;
@@ -305,7 +304,6 @@ impl StoreError {
 /// ran `operation`, as a [`StoreError`].
 ///
 /// `.map_err(failed(BACKEND, StoreOperation::Seen))?`
-#[cfg(any(feature = "sqlite", feature = "redis", feature = "postgres"))]
 pub(crate) fn failed<E: Into<BoxError>>(
     backend: &'static str,
     operation: StoreOperation,

@@ -55,7 +55,7 @@ impl Backend for MemoryBackend {
         ttl: Option<Duration>,
     ) -> Result<InMemoryStore, StoreError> {
         Ok(match ttl {
-            Some(ttl) => InMemoryStore::builder().ttl(ttl).build(),
+            Some(ttl) => InMemoryStore::builder().ttl(ttl).build()?,
             None => InMemoryStore::new(),
         })
     }

@@ -22,7 +22,8 @@ use std::time::{Duration, Instant};
 
 use hashbrown::HashTable;
 
-use super::{Store, StoreFuture};
+use super::settings::optional_ttl_millis;
+use super::{Store, StoreError, StoreFuture, StoreOperation, failed};
 
 mod canonical_uuid;
 mod claims;
@@ -75,7 +76,7 @@ use uuid_table::{MIN_SLOTS, Probe, UuidTable};
 /// let store = InMemoryStore::builder()
 ///     .ttl(Duration::from_secs(24 * 3600))
 ///     .capacity(1_000_000)
-///     .build();
+///     .build()?;
 /// store.remember("f1e2d3c4-b5a6-4789-90ab-cdef01234567").await?;
 /// assert!(store.seen("f1e2d3c4-b5a6-4789-90ab-cdef01234567").await?);
 /// assert_eq!(store.len(), 1);
@@ -96,8 +97,9 @@ pub struct InMemoryStore {
 /// ```
 /// use babel_idem::InMemoryStore;
 ///
-/// let store = InMemoryStore::builder().capacity(10_000).shards(4).build();
+/// let store = InMemoryStore::builder().capacity(10_000).shards(4).build()?;
 /// assert!(store.is_empty());
+/// # Ok::<(), babel_idem::StoreError>(())
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct InMemoryStoreBuilder {
@@ -109,9 +111,26 @@ pub struct InMemoryStoreBuilder {
 const MAX_SHARDS: usize = 64;
 const EXACT_EVICTION_UP_TO: usize = 4096;
 
+/// The backend name in this store's errors.
+const BACKEND: &str = "memory";
+
 impl InMemoryStoreBuilder {
-    /// Forget each id this long after it was remembered (millisecond
-    /// resolution; a TTL under one millisecond is taken as one).
+    /// Forget each id this long after it was remembered, counted in whole
+    /// milliseconds (a fraction of a millisecond is dropped).
+    ///
+    /// The rule is every store's: at least 1 ms and at most
+    /// [`MAX_TTL`](crate::store::MAX_TTL) (36,500 days). A TTL outside it is
+    /// refused by [`build`](Self::build), with an error that states the
+    /// range. For ids that never expire, set no TTL.
+    ///
+    /// ```
+    /// use babel_idem::InMemoryStore;
+    /// use std::time::Duration;
+    ///
+    /// assert!(InMemoryStore::builder().ttl(Duration::from_secs(3600)).build().is_ok());
+    /// let error = InMemoryStore::builder().ttl(Duration::ZERO).build().unwrap_err();
+    /// assert!(error.to_string().contains("at least 1 ms"));
+    /// ```
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = Some(ttl);
         self
@@ -124,7 +143,7 @@ impl InMemoryStoreBuilder {
     /// use babel_idem::{InMemoryStore, Store};
     ///
     /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
-    /// let store = InMemoryStore::builder().capacity(2).build();
+    /// let store = InMemoryStore::builder().capacity(2).build()?;
     /// for id in ["a", "b", "c"] {
     ///     store.remember(id).await?;
     /// }
@@ -147,7 +166,7 @@ impl InMemoryStoreBuilder {
     /// use babel_idem::{InMemoryStore, Store};
     ///
     /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
-    /// let store = InMemoryStore::builder().capacity(10).shards(64).build();
+    /// let store = InMemoryStore::builder().capacity(10).shards(64).build()?;
     /// for n in 0..1_000 {
     ///     store.remember(&format!("order-{n}")).await?;
     /// }
@@ -160,8 +179,38 @@ impl InMemoryStoreBuilder {
         self
     }
 
-    /// Builds the store.
-    pub fn build(self) -> InMemoryStore {
+    /// Builds the store, after checking its TTL.
+    ///
+    /// # Errors
+    ///
+    /// An [`Open`](StoreOperation::Open) error of backend `"memory"` when the
+    /// [`ttl`](Self::ttl) is under 1 ms or over
+    /// [`MAX_TTL`](crate::store::MAX_TTL): the same rule, in the same words,
+    /// as every other store's builder.
+    ///
+    /// ```
+    /// use babel_idem::InMemoryStore;
+    /// use babel_idem::store::MAX_TTL;
+    /// use std::time::Duration;
+    ///
+    /// let store = InMemoryStore::builder().ttl(MAX_TTL).build()?;
+    /// assert!(store.is_empty());
+    ///
+    /// let too_long = MAX_TTL + Duration::from_millis(1);
+    /// let error = InMemoryStore::builder().ttl(too_long).build().unwrap_err();
+    /// assert!(error.to_string().contains("at most 36500 days"));
+    /// # Ok::<(), babel_idem::StoreError>(())
+    /// ```
+    pub fn build(self) -> Result<InMemoryStore, StoreError> {
+        let ttl_millis = optional_ttl_millis(self.ttl)
+            .map_err(failed(BACKEND, StoreOperation::Open))?
+            // In range, so positive.
+            .map(|millis| millis as u64);
+        Ok(self.assemble(ttl_millis))
+    }
+
+    /// The store, with its TTL already checked and counted in milliseconds.
+    fn assemble(self, ttl_millis: Option<u64>) -> InMemoryStore {
         let shard_count = self.shards.unwrap_or_else(|| match self.capacity {
             Some(capacity) => (capacity / EXACT_EVICTION_UP_TO)
                 .clamp(1, MAX_SHARDS)
@@ -185,9 +234,7 @@ impl InMemoryStoreBuilder {
                 })
                 .collect(),
             hasher: IdHasher::default(),
-            ttl_millis: self
-                .ttl
-                .map(|ttl| u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)),
+            ttl_millis,
             capacity: self.capacity,
             epoch: Instant::now(),
             claims: claims::Claims::default(),
@@ -209,7 +256,8 @@ fn share_of(capacity: usize, shards: usize, index: usize) -> usize {
 impl InMemoryStore {
     /// An unbounded store: ids stay until forgotten.
     pub fn new() -> Self {
-        InMemoryStoreBuilder::default().build()
+        // No TTL, so nothing to check.
+        InMemoryStoreBuilder::default().assemble(None)
     }
 
     /// Configures a store with a TTL, a capacity or a shard count.
@@ -666,7 +714,10 @@ mod tests {
 
     #[test]
     fn tables_grow_and_drop_tombstones_without_losing_ids() {
-        let store = InMemoryStore::builder().shards(1).build();
+        let store = InMemoryStore::builder()
+            .shards(1)
+            .build()
+            .expect("no TTL to refuse");
         for n in 0..10_000 {
             store.insert(&uuid(n));
             if n % 3 == 0 {
@@ -692,7 +743,10 @@ mod tests {
 
     #[test]
     fn a_table_with_no_free_slot_is_rebuilt_rather_than_probed_for_ever() {
-        let store = InMemoryStore::builder().shards(1).build();
+        let store = InMemoryStore::builder()
+            .shards(1)
+            .build()
+            .expect("no TTL to refuse");
         // Fill every slot behind the writer's back, as a bookkeeping mistake would.
         let table = store.shards[0].0.uuids.load();
         for n in 0..table.slots() as u64 {
@@ -717,7 +771,10 @@ mod tests {
 
     #[test]
     fn forgotten_entries_leave_the_insertion_order() {
-        let store = InMemoryStore::builder().capacity(1000).build();
+        let store = InMemoryStore::builder()
+            .capacity(1000)
+            .build()
+            .expect("no TTL to refuse");
         store.insert("pinned");
         for n in 0..10_000 {
             store.insert(&uuid(n));
@@ -736,7 +793,10 @@ mod tests {
 
     #[test]
     fn dropping_forgotten_entries_keeps_the_eviction_order() {
-        let store = InMemoryStore::builder().capacity(40).build();
+        let store = InMemoryStore::builder()
+            .capacity(40)
+            .build()
+            .expect("no TTL to refuse");
         for n in 0..40 {
             store.insert(&uuid(n));
         }
@@ -759,7 +819,10 @@ mod tests {
 
     #[test]
     fn capacity_evicts_the_oldest_first() {
-        let store = InMemoryStore::builder().capacity(3).build();
+        let store = InMemoryStore::builder()
+            .capacity(3)
+            .build()
+            .expect("no TTL to refuse");
         for id in ["a", &uuid(1), "c", &uuid(2)] {
             store.insert(id);
         }
@@ -772,7 +835,10 @@ mod tests {
 
     #[test]
     fn forget_then_remember_again_keeps_the_fresh_entry_in_order() {
-        let store = InMemoryStore::builder().capacity(2).build();
+        let store = InMemoryStore::builder()
+            .capacity(2)
+            .build()
+            .expect("no TTL to refuse");
         store.insert(&uuid(1));
         store.insert("b");
         store.remove(&uuid(1));
@@ -788,7 +854,8 @@ mod tests {
         let store = InMemoryStore::builder()
             .ttl(Duration::from_millis(1))
             .shards(1)
-            .build();
+            .build()
+            .expect("1 ms is the shortest TTL accepted");
         for n in 0..100 {
             store.insert(&uuid(n));
         }
@@ -800,7 +867,10 @@ mod tests {
 
     #[test]
     fn concurrent_readers_see_every_id_a_writer_has_remembered() {
-        let store = InMemoryStore::builder().shards(2).build();
+        let store = InMemoryStore::builder()
+            .shards(2)
+            .build()
+            .expect("no TTL to refuse");
         let written = std::sync::atomic::AtomicU64::new(0);
         std::thread::scope(|scope| {
             scope.spawn(|| {

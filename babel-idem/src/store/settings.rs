@@ -67,6 +67,10 @@ pub(crate) enum Drivers {
     /// Timers only: SQLite runs its I/O on its own threads.
     Time,
     /// Timers and sockets: the server clients.
+    #[cfg_attr(
+        not(any(feature = "redis", feature = "postgres")),
+        allow(dead_code, reason = "only the server stores ask for sockets")
+    )]
     TimeAndIo,
 }
 
@@ -123,6 +127,10 @@ fn io_enabled() -> bool {
 pub(crate) enum RuntimeUnfit {
     NoRuntime,
     TimersDisabled,
+    #[cfg_attr(
+        not(any(feature = "redis", feature = "postgres")),
+        allow(dead_code, reason = "only the server stores ask for sockets")
+    )]
     IoDisabled,
 }
 

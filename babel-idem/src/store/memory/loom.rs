@@ -115,7 +115,12 @@ fn loom_reader_racing_a_removal_probes_past_the_tombstone() {
 #[test]
 fn loom_reader_racing_a_table_replacement_loses_no_id() {
     explore("reader racing a table replacement", || {
-        let store = Arc::new(InMemoryStore::builder().shards(1).build());
+        let store = Arc::new(
+            InMemoryStore::builder()
+                .shards(1)
+                .build()
+                .expect("no TTL to refuse"),
+        );
         let limit = store.shards[0].0.uuids.load().fill_limit() as u64;
         for n in 0..limit {
             store.insert(&uuid(n));
