@@ -40,7 +40,15 @@ pass_cases!(
     visibility_generics => "idempotent/pass/visibility_generics.rs",
 );
 
+// rustc words a missing-trait error by the impls it can see, and those
+// follow the backend features: the `.stderr` files are written for the
+// default features, the ones `cargo test` builds. (The pass cases' behaviour
+// runs above under every feature set.)
 #[test]
+#[cfg_attr(
+    any(feature = "redis", feature = "postgres", feature = "consumer"),
+    ignore = "the expected compiler output is for the default features: run `cargo test`"
+)]
 fn trybuild_cases() {
     let cases = trybuild::TestCases::new();
     cases.pass("tests/idempotent/pass/*.rs");
