@@ -604,7 +604,11 @@ mod redis_backend {
         delete_prefix(connection, &prefix).await;
     }
 
+    /// Deletes the run's keys: the seen-set under `prefix`, and the claim
+    /// keys and fence counter beside it (`<prefix minus ':'>-claim:`,
+    /// `-fence`), which the random run suffix keeps apart from any other run.
     async fn delete_prefix(mut connection: ConnectionManager, prefix: &str) {
+        let prefix = prefix.trim_end_matches(':');
         let mut cursor = 0u64;
         loop {
             let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
