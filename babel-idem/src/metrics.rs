@@ -2,10 +2,27 @@
 //!
 //! Each thread counts in its own cache-line-padded counters, so two workers
 //! counting at once never touch one cache line; a read sums every thread's.
+//!
+//! Each decision is also recorded on the current consumer span (field
+//! `messaging.babelqueue.idempotency.decision`, see [`Router::dispatch`](crate::Router::dispatch)).
+//! With the feature `metrics`, decisions, store latency and store errors also
+//! go through the `metrics` facade: `DECISIONS_TOTAL`, `STORE_DURATION_SECONDS`,
+//! `STORE_ERRORS_TOTAL` and `describe`.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+
+#[cfg(feature = "metrics")]
+mod facade;
+mod observe;
+
+#[cfg(feature = "metrics")]
+pub use facade::{DECISIONS_TOTAL, STORE_DURATION_SECONDS, STORE_ERRORS_TOTAL, describe};
+// The consumer span (router) declares this field; its unit test checks the name.
+#[cfg(test)]
+pub(crate) use observe::DECISION_FIELD;
+pub(crate) use observe::{Timed, claim_mode, timed};
 
 /// What a guard did with one delivery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -224,6 +241,7 @@ thread_local! {
 
 #[inline]
 pub(crate) fn record(decision: Decision) {
+    observe::decision(decision);
     let counted = MINE.try_with(|mine| {
         let counter = &mine.0.0[decision as usize];
         counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);

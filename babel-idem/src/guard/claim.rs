@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 
 use super::timer::Sleep;
 use super::{OnRememberFailure, fence, mark_failed, report, store_failed};
-use crate::metrics::{self, Decision};
+use crate::metrics::{self, Decision, Timed, claim_mode, timed};
 use crate::store::StoreFuture;
-use crate::store::{Claim, ClaimToken};
+use crate::store::{Claim, ClaimToken, StoreOperation};
 use crate::{ClaimStore, DedupeKey, StoreError};
 
 /// | state of the id | the guard |
@@ -40,15 +40,15 @@ where
     E: From<StoreError>,
 {
     let Some(id) = key.as_str() else {
-        report(Decision::FailOpen, "");
+        claim_mode(|| report(Decision::FailOpen, ""));
         return handler.await;
     };
 
     let owner = ClaimToken::random();
-    let fence = match store.claim(id, owner, lease).await {
+    let fence = match timed::<S, _>(StoreOperation::Claim, || store.claim(id, owner, lease)).await {
         Ok(Claim::Won { fence }) => fence,
         Ok(Claim::Done) => {
-            report(Decision::Skipped, id);
+            claim_mode(|| report(Decision::Skipped, id));
             return Ok(());
         }
         Ok(Claim::Held { retry_after }) => {
@@ -59,10 +59,10 @@ where
                 ?retry_after,
                 "another owner is running this message; parked",
             );
-            metrics::record(Decision::Parked);
+            claim_mode(|| metrics::record(Decision::Parked));
             return Err(E::from(StoreError::parked(retry_after)));
         }
-        Err(error) => return store_failed(id, error),
+        Err(error) => return claim_mode(|| store_failed(id, error)),
     };
     // Fence 0: the store keeps none (an unfenced layout).
     let fence = (fence != 0).then_some(fence);
@@ -71,19 +71,19 @@ where
         Outcome::Returned(result) => result,
         Outcome::Panicked(payload) => {
             release(store, id, owner).await;
-            report(Decision::Failed, id);
+            claim_mode(|| report(Decision::Failed, id));
             resume_unwind(payload);
         }
     };
     if let Err(error) = result {
         release(store, id, owner).await;
-        report(Decision::Failed, id);
+        claim_mode(|| report(Decision::Failed, id));
         return Err(error);
     }
 
-    match store.commit(id, owner).await {
+    match timed::<S, _>(StoreOperation::Commit, || store.commit(id, owner)).await {
         Ok(true) => {
-            report(Decision::Ran, id);
+            claim_mode(|| report(Decision::Ran, id));
             Ok(())
         }
         Ok(false) => {
@@ -95,17 +95,17 @@ where
                 "handler succeeded after its claim lapsed and was taken over; not marked done, \
                  the redelivery sees the new owner's outcome",
             );
-            metrics::record(Decision::LostClaim);
+            claim_mode(|| metrics::record(Decision::LostClaim));
             Err(E::from(StoreError::lost_claim()))
         }
-        Err(error) => mark_failed(id, error, on_commit_failure),
+        Err(error) => claim_mode(|| mark_failed(id, error, on_commit_failure)),
     }
 }
 
 /// Drops the guard's own claim so a redelivery can run at once. A failure is
 /// only reported: the claim then lapses with its lease.
 async fn release<S: ClaimStore + ?Sized>(store: &S, id: &str, owner: ClaimToken) {
-    match store.release(id, owner).await {
+    match timed::<S, _>(StoreOperation::Release, || store.release(id, owner)).await {
         Ok(true) => {}
         Ok(false) => tracing::debug!(
             target: "babel_idem",
@@ -188,7 +188,7 @@ enum State<'a> {
         since: Instant,
     },
     Waiting(Sleep),
-    Renewing(StoreFuture<'a, bool>),
+    Renewing(Timed<StoreFuture<'a, bool>>),
     Lost,
 }
 
@@ -207,7 +207,10 @@ impl<S: ClaimStore + ?Sized> Renewal<'_, S> {
                     if sleep.poll_elapsed(cx).is_pending() {
                         return;
                     }
-                    self.state = State::Renewing(self.store.renew(self.id, self.owner, self.lease));
+                    let (store, id, owner, lease) = (self.store, self.id, self.owner, self.lease);
+                    self.state = State::Renewing(timed::<S, _>(StoreOperation::Renew, || {
+                        store.renew(id, owner, lease)
+                    }));
                 }
                 State::Renewing(renewing) => {
                     let Poll::Ready(renewed) = Pin::new(renewing).poll(cx) else {

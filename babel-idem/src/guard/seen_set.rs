@@ -3,7 +3,8 @@
 use std::future::Future;
 
 use super::{OnRememberFailure, mark_failed, report, store_failed};
-use crate::metrics::Decision;
+use crate::metrics::{Decision, timed};
+use crate::store::StoreOperation;
 use crate::{DedupeKey, Store, StoreError};
 
 /// The decision itself; every public entry point ends here.
@@ -23,7 +24,7 @@ where
         return handler.await;
     };
 
-    match store.seen(id).await {
+    match timed::<S, _>(StoreOperation::Seen, || store.seen(id)).await {
         Ok(false) => {}
         Ok(true) => {
             report(Decision::Skipped, id);
@@ -38,7 +39,7 @@ where
         return Err(error);
     }
 
-    match store.remember(id).await {
+    match timed::<S, _>(StoreOperation::Remember, || store.remember(id)).await {
         Ok(()) => {
             report(Decision::Ran, id);
             Ok(())

@@ -14,12 +14,15 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use tracing::Instrument;
+
 use crate::envelope::DeadLetterReason;
 use crate::store::claim::parked_in;
 use crate::{DeadLetter, Envelope, EnvelopeError};
 
 use super::handler::HandlerFuture;
 use super::routes::Route;
+use super::span;
 use super::{
     DeadLettered, Delivery, DispatchError, Disposition, ReleaseReason, Retry, Router,
     UnknownUrnStrategy,
@@ -43,6 +46,11 @@ impl Router {
     /// | claim mode: another owner is running the id ([`StoreError::is_parked`](crate::StoreError::is_parked) anywhere in the error's source chain) | `Release`, reason `Parked`, `delay` the other lease's time left (1 s if the store does not know it); no attempt counted |
     /// | the handler returns `Err` or panics, attempts + 1 < max | `Retry` with attempts + 1 |
     /// | the same, attempts + 1 reaches max | `DeadLetter`, reason `failed` |
+    ///
+    /// The handler runs in a CONSUMER span (`tracing`, level INFO) with the
+    /// BabelQueue SDKs' `messaging.*` attributes and the guard's decision;
+    /// with the feature `opentelemetry` a W3C `traceparent` header continues
+    /// the producer's trace (see the README's "Spans and metrics").
     ///
     /// "attempts" are the attempts made before this delivery:
     /// [`Delivery::with_attempts`] when the transport gave them, else the
@@ -101,7 +109,12 @@ impl Router {
             None
         };
 
-        let error = match run_catching_panics(route, envelope, delivery).await {
+        // The handler (and so its guard) runs in the delivery's consumer span.
+        let span = span::consumer(&envelope, &delivery);
+        let error = match run_catching_panics(route, envelope, delivery)
+            .instrument(span)
+            .await
+        {
             Ok(()) => return Disposition::Ack,
             Err(error) => error,
         };

@@ -41,6 +41,7 @@ mod disposition;
 mod handler;
 mod policy;
 mod routes;
+mod span;
 mod urn;
 
 pub use delivery::Delivery;

@@ -1,0 +1,273 @@
+//! The guard's decisions and store calls through the [`metrics`](::metrics)
+//! facade (feature `metrics`), so whatever recorder the application installs
+//! (a Prometheus exporter, StatsD, ...) picks them up.
+
+use std::cell::Cell;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use ::metrics::{Key, Label, Level, Metadata};
+
+use crate::StoreError;
+use crate::metrics::Decision;
+use crate::store::StoreOperation;
+
+/// Counter: one per guard decision, labelled `decision` ([`Decision::as_str`])
+/// and `mode` (`seen_set` or `claim`).
+pub const DECISIONS_TOTAL: &str = "babel_idem_decisions_total";
+
+/// Histogram, in seconds: how long each store call the guard awaited took,
+/// labelled `operation` ([`StoreOperation::as_str`]: `seen`, `remember`,
+/// `claim`, `commit`, `release`, `renew`) and `backend` (`memory`, `sqlite`,
+/// `redis`, `postgres`; `dyn` for a `dyn Store`; another store's type name).
+pub const STORE_DURATION_SECONDS: &str = "babel_idem_store_duration_seconds";
+
+/// Counter: store calls the guard awaited that failed, labelled `operation`
+/// and `backend` as [`STORE_DURATION_SECONDS`] is.
+pub const STORE_ERRORS_TOTAL: &str = "babel_idem_store_errors_total";
+
+/// Registers a description and unit for each of the three metrics with the
+/// installed recorder (a Prometheus exporter prints them as `# HELP`). Call it
+/// once after installing the recorder; recording works without it.
+///
+/// ```
+/// babel_idem::metrics::describe();
+/// ```
+pub fn describe() {
+    ::metrics::describe_counter!(
+        DECISIONS_TOTAL,
+        ::metrics::Unit::Count,
+        "babel-idem guard decisions (ran, skipped, failed, fail_open, mark_failed, store_failed, parked, lost_claim)"
+    );
+    ::metrics::describe_histogram!(
+        STORE_DURATION_SECONDS,
+        ::metrics::Unit::Seconds,
+        "latency of the seen-set store calls a babel-idem guard awaited"
+    );
+    ::metrics::describe_counter!(
+        STORE_ERRORS_TOTAL,
+        ::metrics::Unit::Count,
+        "failed seen-set store calls a babel-idem guard awaited"
+    );
+}
+
+thread_local! {
+    /// Set only for the synchronous span of a claim-mode report.
+    static CLAIM_MODE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `report`, whose decisions are claim mode's. The flag covers only
+/// this synchronous call, so it never leaks into another task's decisions.
+pub(crate) fn claim_mode<T>(report: impl FnOnce() -> T) -> T {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let _ = CLAIM_MODE.try_with(|mode| mode.set(self.0));
+        }
+    }
+    let _restore = Restore(
+        CLAIM_MODE
+            .try_with(|mode| mode.replace(true))
+            .unwrap_or(false),
+    );
+    report()
+}
+
+/// What `metrics`' own macros pass with every registration.
+static METADATA: Metadata<'static> =
+    Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
+
+// The label sets are static tables, so recording costs no allocation (a
+// duplicate delivery allocates nothing, with or without the feature).
+macro_rules! decision_labels {
+    ($($decision:literal),+) => {[$([
+        [Label::from_static_parts("decision", $decision), Label::from_static_parts("mode", "seen_set")],
+        [Label::from_static_parts("decision", $decision), Label::from_static_parts("mode", "claim")],
+    ]),+]};
+}
+
+/// By `Decision as usize`, then seen-set / claim.
+static DECISION_LABELS: [[[Label; 2]; 2]; Decision::ALL.len()] = decision_labels!(
+    "ran",
+    "skipped",
+    "failed",
+    "fail_open",
+    "mark_failed",
+    "store_failed",
+    "parked",
+    "lost_claim"
+);
+
+/// The crate's own backends' labels, in the order of [`STORE_LABELS`]' columns.
+const BACKENDS: [&str; 5] = ["memory", "sqlite", "redis", "postgres", "dyn"];
+
+macro_rules! store_labels {
+    ([$($operation:literal),+], $backends:tt) => {[$(store_labels!(@row $operation, $backends)),+]};
+    (@row $operation:literal, [$($backend:literal),+]) => {[$(
+        [Label::from_static_parts("operation", $operation), Label::from_static_parts("backend", $backend)]
+    ),+]};
+}
+
+/// By `StoreOperation as usize`, then [`BACKENDS`].
+static STORE_LABELS: [[[Label; 2]; BACKENDS.len()]; 9] = store_labels!(
+    [
+        "seen",
+        "remember",
+        "forget",
+        "open",
+        "maintenance",
+        "claim",
+        "commit",
+        "release",
+        "renew"
+    ],
+    ["memory", "sqlite", "redis", "postgres", "dyn"]
+);
+
+pub(super) fn decision(decision: Decision) {
+    let claim = CLAIM_MODE.try_with(Cell::get).unwrap_or(false);
+    let labels = &DECISION_LABELS[decision as usize][usize::from(claim)];
+    let key = Key::from_static_parts(DECISIONS_TOTAL, labels);
+    ::metrics::with_recorder(|recorder| recorder.register_counter(&key, &METADATA).increment(1));
+}
+
+/// The key of a store metric; static for the crate's own backends, built
+/// (one allocation) for a store type of the user's own.
+fn store_key(name: &'static str, operation: StoreOperation, backend: &'static str) -> Key {
+    match BACKENDS.iter().position(|known| *known == backend) {
+        Some(column) => Key::from_static_parts(name, &STORE_LABELS[operation as usize][column]),
+        None => Key::from_parts(
+            name,
+            vec![
+                Label::from_static_parts("operation", operation.as_str()),
+                Label::from_static_parts("backend", backend),
+            ],
+        ),
+    }
+}
+
+/// Makes the store call `call` of `operation` on a store of type `S`, timing
+/// it from before the call (a store that answers from memory does its work
+/// in the call itself) to the end of its future.
+pub(crate) fn timed<S: ?Sized, F>(operation: StoreOperation, call: impl FnOnce() -> F) -> Timed<F> {
+    let start = Instant::now();
+    Timed {
+        future: call(),
+        operation,
+        backend: backend_label::<S>,
+        start,
+    }
+}
+
+/// A store call's future that records its latency, and its failure, when it
+/// completes. A call dropped before it completes records nothing.
+pub(crate) struct Timed<F> {
+    future: F,
+    operation: StoreOperation,
+    backend: fn() -> &'static str,
+    start: Instant,
+}
+
+impl<F, T> Future for Timed<F>
+where
+    F: Future<Output = Result<T, StoreError>> + Unpin,
+{
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let result = match Pin::new(&mut self.future).poll(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(result) => result,
+        };
+        let (operation, backend) = (self.operation, (self.backend)());
+        let elapsed = self.start.elapsed().as_secs_f64();
+        ::metrics::with_recorder(|recorder| {
+            let duration = store_key(STORE_DURATION_SECONDS, operation, backend);
+            recorder
+                .register_histogram(&duration, &METADATA)
+                .record(elapsed);
+            if result.is_err() {
+                let errors = store_key(STORE_ERRORS_TOTAL, operation, backend);
+                recorder.register_counter(&errors, &METADATA).increment(1);
+            }
+        });
+        Poll::Ready(result)
+    }
+}
+
+/// The `backend` label of a store type: the crate's stores by their
+/// [`StoreError::backend`] word, `dyn` for a trait object (its concrete type
+/// is not known here), else the innermost type's own name.
+fn backend_label<S: ?Sized>() -> &'static str {
+    let name = std::any::type_name::<S>();
+    let innermost = name.trim_end_matches('>');
+    let last = innermost.rsplit("::").next().unwrap_or(innermost);
+    match last {
+        "InMemoryStore" => "memory",
+        "SqliteStore" => "sqlite",
+        "RedisStore" => "redis",
+        "PostgresStore" => "postgres",
+        _ if innermost.contains("dyn ") => "dyn",
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{InMemoryStore, Store};
+    use std::sync::Arc;
+
+    #[test]
+    fn a_store_type_names_its_backend() {
+        assert_eq!(backend_label::<InMemoryStore>(), "memory");
+        assert_eq!(backend_label::<&InMemoryStore>(), "memory");
+        assert_eq!(backend_label::<Arc<InMemoryStore>>(), "memory");
+        assert_eq!(backend_label::<Arc<dyn Store>>(), "dyn");
+        assert_eq!(backend_label::<dyn Store>(), "dyn");
+        struct TinyStore;
+        assert_eq!(backend_label::<TinyStore>(), "TinyStore");
+    }
+
+    #[test]
+    fn the_static_label_tables_spell_the_names_they_stand_for() {
+        for decision in Decision::ALL {
+            for (mode, labels) in ["seen_set", "claim"]
+                .iter()
+                .zip(&DECISION_LABELS[decision as usize])
+            {
+                assert_eq!(labels[0].value(), decision.as_str());
+                assert_eq!(labels[1].value(), *mode);
+            }
+        }
+        let operations = [
+            StoreOperation::Seen,
+            StoreOperation::Remember,
+            StoreOperation::Forget,
+            StoreOperation::Open,
+            StoreOperation::Maintenance,
+            StoreOperation::Claim,
+            StoreOperation::Commit,
+            StoreOperation::Release,
+            StoreOperation::Renew,
+        ];
+        for operation in operations {
+            for (backend, labels) in BACKENDS.iter().zip(&STORE_LABELS[operation as usize]) {
+                assert_eq!(labels[0].value(), operation.as_str());
+                assert_eq!(labels[1].value(), *backend);
+            }
+        }
+        let key = store_key(STORE_ERRORS_TOTAL, StoreOperation::Seen, "TinyStore");
+        let labels: Vec<_> = key.labels().map(|l| (l.key(), l.value())).collect();
+        assert_eq!(labels, [("operation", "seen"), ("backend", "TinyStore")]);
+    }
+
+    #[test]
+    fn the_claim_flag_covers_only_its_call() {
+        let inside = claim_mode(|| CLAIM_MODE.with(Cell::get));
+        assert!(inside);
+        assert!(!CLAIM_MODE.with(Cell::get));
+    }
+}

@@ -1,0 +1,51 @@
+//! Where a decision and a store call leave the process, beside the counters
+//! of [`counts`](super::counts): the decision on the current consumer span
+//! (through `tracing`), and with the feature `metrics` the `metrics` facade.
+//!
+//! With the feature off, [`timed`] and [`claim_mode`] are the identity and
+//! inline away, so the guard's code is what it was.
+
+use crate::metrics::Decision;
+
+/// The consumer span's field that carries the guard's decision (the span is
+/// opened by [`Router::dispatch`](crate::Router::dispatch)).
+pub(crate) const DECISION_FIELD: &str = "messaging.babelqueue.idempotency.decision";
+
+/// Records `decision` on the current span, and in the `metrics` facade.
+#[inline]
+pub(super) fn decision(decision: Decision) {
+    // With nobody listening at INFO this is one relaxed load: no span lookup.
+    // A current span without the field (not a consumer span) ignores it.
+    if tracing::level_enabled!(tracing::Level::INFO) {
+        tracing::Span::current().record(DECISION_FIELD, decision.as_str());
+    }
+    #[cfg(feature = "metrics")]
+    super::facade::decision(decision);
+}
+
+#[cfg(feature = "metrics")]
+pub(crate) use super::facade::{Timed, claim_mode, timed};
+
+/// Without the feature `metrics`: the store call itself.
+#[cfg(not(feature = "metrics"))]
+pub(crate) type Timed<F> = F;
+
+/// Makes the store call `call` of `operation` on a store of type `S`; with
+/// the feature `metrics` its latency and failure are recorded.
+#[cfg(not(feature = "metrics"))]
+#[inline(always)]
+// `S` labels the backend when the feature is on; one signature for both.
+#[allow(clippy::extra_unused_type_parameters)]
+pub(crate) fn timed<S: ?Sized, F>(
+    _operation: crate::store::StoreOperation,
+    call: impl FnOnce() -> F,
+) -> Timed<F> {
+    call()
+}
+
+/// Runs `report`, whose decisions are claim mode's (the facade's `mode` label).
+#[cfg(not(feature = "metrics"))]
+#[inline(always)]
+pub(crate) fn claim_mode<T>(report: impl FnOnce() -> T) -> T {
+    report()
+}
