@@ -42,6 +42,8 @@
 //! - [`metrics`]: what the guards decided, counted.
 //! - [`Router`], [`Urn`], [`urn!`] and [`routes!`]: handlers registered by
 //!   URN, raw deliveries dispatched to a [`Disposition`] a broker loop acts on.
+//! - [`adapters`]: the guard in other frameworks, such as a tower `Layer`
+//!   (feature `tower`).
 //! - `conformance` (feature `conformance`): the BabelQueue conformance runner.
 //! - `Consumer` and `transport` (features `consumer`, `redis-transport`): a
 //!   broker loop that reserves, dispatches and settles, with the BabelQueue
@@ -53,6 +55,7 @@
 #![warn(missing_docs, unreachable_pub)]
 #![forbid(unsafe_code)]
 
+pub mod adapters;
 pub mod envelope;
 mod guard;
 mod key;
