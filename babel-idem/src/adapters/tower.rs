@@ -263,39 +263,28 @@ mod sealed {
             E: From<StoreError> + Send;
     }
 
-    impl<S: Store + 'static> RunGuard for Guard<S, SeenSet> {
-        fn key_of<M: MessageId + ?Sized>(&self, message: &M) -> DedupeKey {
-            self.key(message)
-        }
+    // One impl per mode, each calling that mode's own `run_keyed`.
+    macro_rules! run_guard {
+        ($($mode:ty where S: $store:path),+) => {$(
+            impl<S: $store + 'static> RunGuard for Guard<S, $mode> {
+                fn key_of<M: MessageId + ?Sized>(&self, message: &M) -> DedupeKey {
+                    self.key(message)
+                }
 
-        fn run_keyed_send<F, E>(
-            &self,
-            key: DedupeKey,
-            handler: F,
-        ) -> impl Future<Output = Result<(), E>> + Send
-        where
-            F: Future<Output = Result<(), E>> + Send,
-            E: From<StoreError> + Send,
-        {
-            self.run_keyed(key, handler)
-        }
+                fn run_keyed_send<F, E>(
+                    &self,
+                    key: DedupeKey,
+                    handler: F,
+                ) -> impl Future<Output = Result<(), E>> + Send
+                where
+                    F: Future<Output = Result<(), E>> + Send,
+                    E: From<StoreError> + Send,
+                {
+                    self.run_keyed(key, handler)
+                }
+            }
+        )+};
     }
 
-    impl<S: ClaimStore + 'static> RunGuard for Guard<S, Leased> {
-        fn key_of<M: MessageId + ?Sized>(&self, message: &M) -> DedupeKey {
-            self.key(message)
-        }
-
-        fn run_keyed_send<F, E>(
-            &self,
-            key: DedupeKey,
-            handler: F,
-        ) -> impl Future<Output = Result<(), E>> + Send
-        where
-            F: Future<Output = Result<(), E>> + Send,
-            E: From<StoreError> + Send,
-        {
-            self.run_keyed(key, handler)
-        }
-    }
+    run_guard!(SeenSet where S: Store, Leased where S: ClaimStore);
 }
