@@ -56,7 +56,10 @@ impl Backend {
             Ok(true) => Ok(backend),
             Ok(false) => Err(not_migrated(
                 target,
-                &format!("table {} does not exist", backend.table().unwrap_or_default()),
+                &format!(
+                    "table {} does not exist",
+                    backend.table().unwrap_or_default()
+                ),
             )),
             Err(error) => Err(cannot_reach(target, error)),
         }
@@ -86,7 +89,11 @@ impl Backend {
 
     /// The store, with its settings checked. Nothing is reached, except a
     /// SQLite file that `create` asks to make (and migrate).
-    async fn open(target: &Target, settings: &Settings, create: Create) -> Result<Backend, CliError> {
+    async fn open(
+        target: &Target,
+        settings: &Settings,
+        create: Create,
+    ) -> Result<Backend, CliError> {
         match target {
             Target::Sqlite(_) | Target::Postgres(_) if settings.prefix.is_some() => Err(
                 CliError::usage("--prefix is a Redis setting; SQL stores take --table"),

@@ -70,7 +70,10 @@ impl Ids {
                 self.line.clear();
                 self.line_number += 1;
                 let read = stdin.read_line(&mut self.line).map_err(|e| {
-                    CliError::usage(format!("cannot read line {} of stdin: {e}", self.line_number))
+                    CliError::usage(format!(
+                        "cannot read line {} of stdin: {e}",
+                        self.line_number
+                    ))
                 })?;
                 if read == 0 {
                     self.stdin = None;

@@ -27,7 +27,9 @@ impl Target {
                 .filter(|_| lower.starts_with("sqlite://"))
                 .unwrap_or(&url["sqlite:".len()..]);
             return match path {
-                "" => Err(CliError::usage(format!("{url:?} names no database file: {FORMS}"))),
+                "" => Err(CliError::usage(format!(
+                    "{url:?} names no database file: {FORMS}"
+                ))),
                 ":memory:" => Err(CliError::usage(
                     "an in-memory SQLite database lives only inside one process: name a file",
                 )),
@@ -93,7 +95,10 @@ mod tests {
     #[test]
     fn servers_and_refusals() {
         assert!(matches!(Target::parse("redis://h/0"), Ok(Target::Redis(_))));
-        assert!(matches!(Target::parse("postgresql://h/db"), Ok(Target::Postgres(_))));
+        assert!(matches!(
+            Target::parse("postgresql://h/db"),
+            Ok(Target::Postgres(_))
+        ));
         for bad in ["mysql://h/db", "seen.db", "sqlite://", "sqlite::memory:"] {
             assert_eq!(Target::parse(bad).unwrap_err().exit, Exit::Usage, "{bad}");
         }

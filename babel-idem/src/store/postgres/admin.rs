@@ -99,13 +99,11 @@ impl PostgresStore {
     /// [`forget`](crate::Store::forget)).
     pub async fn forget_many(&self, keys: &[&str]) -> Result<u64, StoreError> {
         let table = &self.settings.table;
-        let done = sqlx::query(&format!(
-            "DELETE FROM {table} WHERE message_id = ANY($1)"
-        ))
-        .bind(storable(keys))
-        .execute(&self.pool)
-        .await
-        .map_err(failed(BACKEND, StoreOperation::Forget))?;
+        let done = sqlx::query(&format!("DELETE FROM {table} WHERE message_id = ANY($1)"))
+            .bind(storable(keys))
+            .execute(&self.pool)
+            .await
+            .map_err(failed(BACKEND, StoreOperation::Forget))?;
         Ok(done.rows_affected())
     }
 

@@ -19,7 +19,10 @@ const MAX_BATCH: usize = 500;
 
 /// `?1, ?2, ... ?n`.
 fn placeholders(n: usize) -> String {
-    (1..=n).map(|i| format!("?{i}")).collect::<Vec<_>>().join(", ")
+    (1..=n)
+        .map(|i| format!("?{i}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 impl SqliteStoreBuilder {
@@ -174,7 +177,7 @@ impl SqliteStore {
         Ok(keys.iter().map(|key| stored.contains(*key)).collect())
     }
 
-    /// Forgets every key in `keys`, [`MAX_BATCH`] to a statement, and returns
+    /// Forgets every key in `keys`, 500 to a statement, and returns
     /// how many rows went (unknown keys are not an error, as with
     /// [`forget`](crate::Store::forget)).
     ///
