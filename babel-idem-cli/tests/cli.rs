@@ -375,6 +375,13 @@ async fn sqlite_bad_input_is_one_line_and_a_documented_code() {
     cli(&["forget", &url, "--table", "x; DROP TABLE t", "id"]).refused(2, "plain identifier");
     cli(&["stats", &url, "--prefix", "a:"]).refused(2, "--prefix is a Redis setting");
     cli(&["seen", &url, ""]).refused(2, "empty id");
+    // A table that is there but is not a seen-set: reached, then a command fails.
+    let store = sqlite_store(&dir.path("seen.db"), "babelqueue_idempotency").await;
+    sqlx::raw_sql("CREATE TABLE not_a_seen_set (a INTEGER)")
+        .execute(store.pool())
+        .await
+        .unwrap();
+    cli(&["seen", &url, "--table", "not_a_seen_set", "id"]).refused(5, "`seen` failed");
     let run = cli_with_stdin(&["forget", &url, "-"], Some("id-1\n\u{0}\u{ff}".into()));
     assert_eq!(run.code, 0, "NUL is a valid (if odd) id: {run:?}");
     let mut not_utf8 = Command::new(BIN)
