@@ -1,11 +1,11 @@
 //! `babel-idem`: the operator CLI of babel-idem's seen-sets.
 //!
 //! ```text
-//! babel-idem seen URL ID...            whether each id is marked processed
+//! babel-idem seen URL ID...                 whether each id is marked processed
 //! babel-idem forget URL ID... [--dry-run]   un-mark ids (manual replay); `-` reads stdin
 //! babel-idem purge-expired URL [--dry-run]  delete marks whose TTL ran out
-//! babel-idem migrate URL                create the table (SQL stores)
-//! babel-idem stats URL                  count marks: total, expired, oldest, newest
+//! babel-idem migrate URL                    create the table (SQL stores)
+//! babel-idem stats URL [--scope S]          count marks: total, expired, oldest, newest
 //! ```
 //!
 //! `URL` is `sqlite://PATH` (or `sqlite:PATH`), `redis://...` or

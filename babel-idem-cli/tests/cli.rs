@@ -135,7 +135,7 @@ async fn scoped_marks_round_trip(url: &str, opts: &[&str], store: &dyn Store) {
     let scoped = with(&["--scope", "billing"], opts);
 
     // seen: grep-like exit codes, one line per id.
-    let run = cli(&with(&with(&["seen", url, "id-A", "id-B"], &scoped), &[]));
+    let run = cli(&with(&["seen", url, "id-A", "id-B"], &scoped));
     assert_eq!(run.code, 1, "{run:?}");
     assert_eq!(run.stdout_lines(), ["seen\tid-A", "unseen\tid-B"]);
     cli(&with(&["seen", url, "id-A"], &scoped)).ok();
