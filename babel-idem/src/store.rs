@@ -12,6 +12,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+// Types the backends' admin operations (their `admin.rs`) share.
+mod admin;
 pub(crate) mod claim;
 mod memory;
 #[cfg(feature = "postgres")]
@@ -23,6 +25,7 @@ mod settings;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
+pub use admin::StoreStats;
 pub use claim::{Claim, ClaimStore, ClaimToken, InvalidLease, MAX_LEASE};
 pub use memory::{InMemoryStore, InMemoryStoreBuilder};
 #[cfg(feature = "postgres")]

@@ -11,6 +11,7 @@ use ::redis::{Client, RedisError};
 use super::settings::{Drivers, optional_ttl_millis, require_tokio};
 use super::{Store, StoreError, StoreFuture, StoreOperation, failed};
 
+mod admin;
 mod claim;
 
 const BACKEND: &str = "redis";

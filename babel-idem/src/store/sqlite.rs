@@ -12,6 +12,7 @@ use sqlx::sqlite::{
 use super::settings::{DEFAULT_TABLE, Drivers, SqlSettings, Statements};
 use super::{Store, StoreError, StoreFuture, StoreOperation, failed};
 
+mod admin;
 mod claim;
 
 const BACKEND: &str = "sqlite";

@@ -1,0 +1,84 @@
+//! What a command prints on stdout: text for people, or one JSON object
+//! per line with `--json`. Best effort: a closed pipe (`| head`) stops the
+//! printing, not the command, whose exit code still tells the outcome.
+
+use std::io::{BufWriter, StdoutLock, Write};
+
+use serde_json::Value;
+
+pub struct Output {
+    json: bool,
+    out: BufWriter<StdoutLock<'static>>,
+    closed: bool,
+}
+
+impl Output {
+    pub fn new(json: bool) -> Self {
+        Output {
+            json,
+            out: BufWriter::new(std::io::stdout().lock()),
+            closed: false,
+        }
+    }
+
+    /// Prints `text`, or `json` with `--json`.
+    pub fn emit(&mut self, text: impl FnOnce() -> String, json: impl FnOnce() -> Value) {
+        if self.closed {
+            return;
+        }
+        let written = if self.json {
+            writeln!(self.out, "{}", json())
+        } else {
+            writeln!(self.out, "{}", text())
+        };
+        self.closed = written.is_err();
+    }
+}
+
+impl Drop for Output {
+    fn drop(&mut self) {
+        let _ = self.out.flush();
+    }
+}
+
+/// Unix milliseconds as RFC 3339 UTC with milliseconds:
+/// `2026-12-01T02:48:19.123Z`.
+pub fn rfc3339_ms(ms: i64) -> String {
+    let (secs, milli) = (ms.div_euclid(1000), ms.rem_euclid(1000));
+    let (days, day_secs) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let (year, month, day) = civil_from_days(days);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{milli:03}Z",
+        day_secs / 3600,
+        day_secs % 3600 / 60,
+        day_secs % 60
+    )
+}
+
+/// The proleptic Gregorian date `days` after 1970-01-01 (Howard Hinnant's
+/// `civil_from_days`).
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_are_rfc3339() {
+        assert_eq!(rfc3339_ms(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339_ms(951_782_400_001), "2000-02-29T00:00:00.001Z");
+        assert_eq!(rfc3339_ms(1_796_093_299_123), "2026-12-01T02:48:19.123Z");
+        assert_eq!(rfc3339_ms(-1), "1969-12-31T23:59:59.999Z");
+    }
+}

@@ -1,0 +1,617 @@
+//! The `babel-idem` binary, run as an operator runs it, against SQLite
+//! files, the shared Redis and the shared PostgreSQL (`BABEL_IDEM_REDIS_URL`,
+//! `BABEL_IDEM_POSTGRES_URL`; without them the server tests print a
+//! `skipped:` line, and fail under `BABEL_IDEM_REQUIRE_SERVERS=1`).
+//!
+//! Marks are written by the library (a scoped `Guard`, `Store::remember`)
+//! and must be found and forgotten by the CLI with the same settings.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use babel_idem::{Envelope, Guard, PostgresStore, RedisStore, SqliteStore, Store, StoreError};
+use serde_json::{Value, json};
+use sqlx::Connection;
+
+#[allow(dead_code, reason = "the shared helpers; this file uses some")]
+#[path = "../../tests/store_contract/servers.rs"]
+mod servers;
+
+use servers::{POSTGRES_URL, REDIS_URL, server_url, unique_suffix};
+
+const BIN: &str = env!("CARGO_BIN_EXE_babel-idem");
+
+/// One run of the binary.
+#[derive(Debug)]
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn stdout_lines(&self) -> Vec<&str> {
+        self.stdout.lines().collect()
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_str(self.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {self:?}"))
+    }
+
+    #[track_caller]
+    fn ok(&self) -> &Self {
+        assert_eq!(self.code, 0, "{self:?}");
+        assert!(self.stderr.is_empty(), "{self:?}");
+        self
+    }
+
+    /// A refusal as the brief asks for it: one line on stderr, the right
+    /// code, no panic, no backtrace (RUST_BACKTRACE=1 is set for every run).
+    #[track_caller]
+    fn refused(&self, code: i32, says: &str) {
+        assert_eq!(self.code, code, "{self:?}");
+        assert_eq!(self.stderr.lines().count(), 1, "one line: {self:?}");
+        assert!(self.stderr.starts_with("babel-idem: "), "{self:?}");
+        assert!(self.stderr.contains(says), "{says:?} in {self:?}");
+        let lower = self.stderr.to_lowercase();
+        for trace in ["panicked", "backtrace", "stack"] {
+            assert!(!lower.contains(trace), "{trace}: {self:?}");
+        }
+    }
+}
+
+fn cli(args: &[&str]) -> Run {
+    cli_with_stdin(args, None)
+}
+
+/// Runs the binary with `input` on stdin, written from a thread while the
+/// binary reads (it streams: a large input never fits a pipe buffer).
+fn cli_with_stdin(args: &[&str], input: Option<String>) -> Run {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .env("RUST_BACKTRACE", "1")
+        .stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run babel-idem");
+    let writer = input.map(|input| {
+        let mut stdin = child.stdin.take().expect("stdin is piped");
+        std::thread::spawn(move || {
+            // The binary may stop reading early (an error): not this test's failure.
+            let _ = stdin.write_all(input.as_bytes());
+        })
+    });
+    let output = child.wait_with_output().expect("babel-idem ran");
+    if let Some(writer) = writer {
+        writer.join().expect("stdin writer");
+    }
+    Run {
+        code: output.status.code().expect("exited, not killed"),
+        stdout: String::from_utf8(output.stdout).expect("UTF-8 stdout"),
+        stderr: String::from_utf8(output.stderr).expect("UTF-8 stderr"),
+    }
+}
+
+/// `args` followed by `extra` (the store options of one backend).
+fn with<'a>(args: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
+    args.iter().chain(extra).copied().collect()
+}
+
+/// Marks the library writes the way consumers do: `id-A` through a guard
+/// scoped `billing`, `id-U` through an unscoped `remember`.
+async fn mark_like_a_consumer(store: &dyn Store) {
+    let env = Envelope::new("urn:babel:orders:created", json!({})).with_id("id-A");
+    let mut ran = false;
+    Guard::new(store)
+        .scope("billing")
+        .run(&env, async {
+            ran = true;
+            Ok::<(), StoreError>(())
+        })
+        .await
+        .expect("guarded delivery");
+    assert!(ran);
+    store.remember("id-U").await.expect("remember");
+}
+
+/// Whether a `billing` guard would skip a delivery of `id`.
+async fn billing_sees(store: &dyn Store, id: &str) -> bool {
+    let env = Envelope::new("urn:babel:orders:created", json!({})).with_id(id);
+    let key = Guard::new(store).scope("billing").key(&env);
+    store.seen(key.as_str().unwrap()).await.expect("seen")
+}
+
+/// `seen`, `stats`, `forget --dry-run` and `forget` on the marks of
+/// [`mark_like_a_consumer`], with the backend's options `opts`.
+async fn scoped_marks_round_trip(url: &str, opts: &[&str], store: &dyn Store) {
+    mark_like_a_consumer(store).await;
+    let scoped = with(&["--scope", "billing"], opts);
+
+    // seen: grep-like exit codes, one line per id.
+    let run = cli(&with(&["seen", url, "id-A", "id-B"], &scoped));
+    assert_eq!(run.code, 1, "{run:?}");
+    assert_eq!(run.stdout_lines(), ["seen\tid-A", "unseen\tid-B"]);
+    cli(&with(&["seen", url, "id-A"], &scoped)).ok();
+    cli(&with(&["seen", url, "id-U"], opts)).ok();
+    // The scope is part of the key: unscoped, id-A is not there.
+    assert_eq!(cli(&with(&["seen", url, "id-A"], opts)).code, 1);
+    let run = cli(&with(&["seen", url, "--json", "id-A", "id-Z"], &scoped));
+    let lines: Vec<Value> = run
+        .stdout_lines()
+        .iter()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            json!({"id": "id-A", "seen": true}),
+            json!({"id": "id-Z", "seen": false})
+        ]
+    );
+
+    // stats: everything, then one scope.
+    let all = cli(&with(&["stats", url, "--json"], opts)).ok().json();
+    assert_eq!(
+        (all["marks"].as_u64(), all["expired"].as_u64()),
+        (Some(2), Some(0))
+    );
+    let billing = cli(&with(&["stats", url, "--json"], &scoped)).ok().json();
+    assert_eq!(billing["marks"], 1);
+    assert_eq!(
+        cli(&with(
+            &["stats", url, "--json", "--scope", "shipping"],
+            opts
+        ))
+        .json()["marks"],
+        0
+    );
+
+    // forget --dry-run says what would go and removes nothing.
+    let run = cli(&with(
+        &["forget", url, "--dry-run", "id-A", "id-B"],
+        &scoped,
+    ));
+    run.ok();
+    assert_eq!(
+        run.stdout_lines(),
+        [
+            "would forget\tid-A",
+            "would forget 1 of 2 ids (dry run: nothing removed)"
+        ]
+    );
+    assert!(
+        billing_sees(store, "id-A").await,
+        "a dry run removed a mark"
+    );
+
+    // forget: the guard runs the delivery again.
+    let run = cli(&with(&["forget", url, "id-A", "id-B"], &scoped));
+    assert_eq!(run.ok().stdout_lines(), ["forgot 1 of 2 ids"]);
+    assert!(!billing_sees(store, "id-A").await);
+    assert!(
+        store.seen("id-U").await.unwrap(),
+        "another scope's mark stays"
+    );
+    let run = cli(&with(&["forget", url, "--json", "id-U"], opts));
+    assert_eq!(
+        run.ok().json(),
+        json!({"ids": 1, "forgotten": 1, "dry_run": false})
+    );
+    assert!(!store.seen("id-U").await.unwrap());
+}
+
+/// `count` ids, one per line: `id-1` .. `id-<count>`.
+fn id_lines(count: usize) -> String {
+    (1..=count).map(|i| format!("id-{i}\n")).collect()
+}
+
+/// A folder of its own under the temp dir, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> Self {
+        let dir = std::env::temp_dir().join(format!("babel-idem-cli-{}", unique_suffix()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        TempDir(dir)
+    }
+
+    fn url(&self, file: &str) -> String {
+        format!("sqlite://{}", self.0.join(file).display())
+    }
+
+    fn path(&self, file: &str) -> PathBuf {
+        self.0.join(file)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+async fn sqlite_store(path: &Path, table: &str) -> SqliteStore {
+    SqliteStore::builder()
+        .table(table)
+        .open(path)
+        .await
+        .expect("open the SQLite store")
+}
+
+#[tokio::test]
+async fn sqlite_migrate_then_every_command_with_scope_and_table() {
+    let dir = TempDir::new();
+    let url = dir.url("seen.db");
+    let run = cli(&["migrate", &url, "--table", "billing_seen"]);
+    assert_eq!(
+        run.ok().stdout_lines(),
+        [format!(
+            "sqlite:{}: table billing_seen is ready",
+            dir.path("seen.db").display()
+        )]
+    );
+    // `sqlite:PATH` names the same file.
+    let short = format!("sqlite:{}", dir.path("seen.db").display());
+    cli(&["stats", &short, "--table", "billing_seen"]).ok();
+
+    let store = sqlite_store(&dir.path("seen.db"), "billing_seen").await;
+    scoped_marks_round_trip(&url, &["--table", "billing_seen"], &store).await;
+}
+
+#[tokio::test]
+async fn sqlite_purge_expired_in_batches_and_dry_run_removes_nothing() {
+    let dir = TempDir::new();
+    let url = dir.url("seen.db");
+    let store = sqlite_store(&dir.path("seen.db"), "babelqueue_idempotency").await;
+    store.remember("live").await.unwrap();
+    // 25,000 expired rows: three purge batches.
+    sqlx::raw_sql(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 25000)
+         INSERT INTO babelqueue_idempotency (message_id, created_at, expires_at)
+         SELECT 'gone-' || i, 1000, 2000 FROM n",
+    )
+    .execute(store.pool())
+    .await
+    .unwrap();
+
+    let stats = cli(&["stats", &url, "--json"]).ok().json();
+    assert_eq!(
+        (stats["marks"].as_u64(), stats["expired"].as_u64()),
+        (Some(25_001), Some(25_000))
+    );
+    assert_eq!(stats["live"], 1);
+    assert_eq!(stats["oldest"], "1970-01-01T00:00:01.000Z");
+    let run = cli(&["stats", &url]);
+    assert!(
+        run.ok()
+            .stdout
+            .starts_with("marks    25001\nlive     1\nexpired  25000\n"),
+        "{run:?}"
+    );
+
+    let run = cli(&["purge-expired", &url, "--dry-run"]);
+    assert_eq!(
+        run.ok().stdout_lines(),
+        ["would purge 25000 expired marks (dry run: nothing removed)"]
+    );
+    assert_eq!(store.count_expired().await.unwrap(), 25_000);
+
+    let run = cli(&["purge-expired", &url]);
+    assert_eq!(run.ok().stdout_lines(), ["purged 25000 expired marks"]);
+    // Not a terminal: no progress bar on stderr (`ok` checked it is empty).
+    assert_eq!(store.stats("").await.unwrap().marks, 1);
+    assert!(store.seen("live").await.unwrap());
+    let run = cli(&["purge-expired", &url, "--json"]);
+    assert_eq!(run.ok().json(), json!({"purged": 0, "dry_run": false}));
+}
+
+#[tokio::test]
+async fn sqlite_forget_streams_200k_ids_from_stdin() {
+    let dir = TempDir::new();
+    let url = dir.url("seen.db");
+    let store = sqlite_store(&dir.path("seen.db"), "babelqueue_idempotency").await;
+    sqlx::raw_sql(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 200000)
+         INSERT INTO babelqueue_idempotency (message_id, created_at)
+         SELECT 'id-' || i, 0 FROM n",
+    )
+    .execute(store.pool())
+    .await
+    .unwrap();
+    store.remember("kept").await.unwrap();
+
+    // 200,000 stored ids and 10 unknown ones, with blank lines and CRLFs.
+    let mut input = id_lines(200_010);
+    input.push_str("\n\r\n");
+    let run = cli_with_stdin(&["forget", &url, "-"], Some(input));
+    assert_eq!(run.ok().stdout_lines(), ["forgot 200000 of 200010 ids"]);
+    assert_eq!(store.stats("").await.unwrap().marks, 1);
+    assert!(store.seen("kept").await.unwrap());
+
+    // Arguments and `-` mix, in order; a dry run over stdin lists what is stored.
+    store.remember("id-7").await.unwrap();
+    let run = cli_with_stdin(
+        &["forget", &url, "--dry-run", "kept", "-", "id-8"],
+        Some("id-6\r\nid-7\n".into()),
+    );
+    assert_eq!(
+        run.ok().stdout_lines(),
+        [
+            "would forget\tkept",
+            "would forget\tid-7",
+            "would forget 2 of 4 ids (dry run: nothing removed)"
+        ]
+    );
+    assert_eq!(store.stats("").await.unwrap().marks, 2);
+    let run = cli_with_stdin(&["seen", &url, "-"], Some("kept\nid-7\n".into()));
+    assert_eq!(run.ok().stdout_lines(), ["seen\tkept", "seen\tid-7"]);
+}
+
+#[tokio::test]
+async fn sqlite_bad_input_is_one_line_and_a_documented_code() {
+    let dir = TempDir::new();
+    let missing = dir.url("missing.db");
+
+    cli(&["seen", "mysql://app:s3cret@db/app", "id"]).refused(2, "unsupported URL scheme `mysql`");
+    cli(&["stats", "seen.db"]).refused(2, "is not a store URL");
+    cli(&["stats", "sqlite::memory:"]).refused(2, "in-memory");
+    cli(&["seen", &missing, "id"]).refused(4, "run `babel-idem migrate");
+    assert!(
+        !dir.path("missing.db").exists(),
+        "looking did not create the file"
+    );
+
+    let url = dir.url("seen.db");
+    cli(&["migrate", &url]).ok();
+    cli(&["seen", &url, "--table", "other_table", "id"])
+        .refused(4, "table other_table does not exist");
+    cli(&["forget", &url, "--table", "x; DROP TABLE t", "id"]).refused(2, "plain identifier");
+    cli(&["stats", &url, "--prefix", "a:"]).refused(2, "--prefix is a Redis setting");
+    cli(&["seen", &url, ""]).refused(2, "empty id");
+    // A table that is there but is not a seen-set: reached, then a command fails.
+    let store = sqlite_store(&dir.path("seen.db"), "babelqueue_idempotency").await;
+    sqlx::raw_sql("CREATE TABLE not_a_seen_set (a INTEGER)")
+        .execute(store.pool())
+        .await
+        .unwrap();
+    cli(&["seen", &url, "--table", "not_a_seen_set", "id"]).refused(5, "`seen` failed");
+    let run = cli_with_stdin(&["forget", &url, "-"], Some("id-1\n\u{0}\u{ff}".into()));
+    assert_eq!(run.code, 0, "NUL is a valid (if odd) id: {run:?}");
+    let mut not_utf8 = Command::new(BIN)
+        .args(["forget", &url, "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    not_utf8
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"id-1\n\xff\xfe\n")
+        .unwrap();
+    let output = not_utf8.wait_with_output().unwrap();
+    Run {
+        code: output.status.code().unwrap(),
+        stdout: String::from_utf8_lossy(&output.stdout).into(),
+        stderr: String::from_utf8_lossy(&output.stderr).into(),
+    }
+    .refused(2, "line 2 of stdin");
+
+    std::fs::write(
+        dir.path("junk.db"),
+        "not a database, just text\n".repeat(200),
+    )
+    .unwrap();
+    cli(&["stats", &dir.url("junk.db")]).refused(3, "cannot open");
+
+    // Usage errors are clap's (several lines of usage help), with code 2.
+    for args in [
+        &["seen"][..],
+        &["frobnicate", &url],
+        &["stats", &url, "--timeout", "0"],
+    ] {
+        let run = cli(args);
+        assert_eq!(run.code, 2, "{run:?}");
+        assert!(!run.stderr.contains("panicked"), "{run:?}");
+    }
+    let help = cli(&["--help"]);
+    assert!(
+        help.ok().stdout.contains("4  the store is not set up"),
+        "{help:?}"
+    );
+}
+
+/// Deletes every key under the prefix when dropped (a failing test too).
+struct RedisKeys {
+    url: String,
+    prefix: String,
+}
+
+impl Drop for RedisKeys {
+    fn drop(&mut self) {
+        let Ok(client) = redis::Client::open(self.url.as_str()) else {
+            return;
+        };
+        let Ok(mut connection) = client.get_connection_with_timeout(Duration::from_secs(2)) else {
+            return;
+        };
+        let keys: Vec<Vec<u8>> = redis::cmd("KEYS")
+            .arg(format!("{}*", self.prefix))
+            .query(&mut connection)
+            .unwrap_or_default();
+        if !keys.is_empty() {
+            let _: redis::RedisResult<i64> = redis::cmd("DEL").arg(keys).query(&mut connection);
+        }
+    }
+}
+
+#[tokio::test]
+async fn redis_every_command_with_scope_and_prefix() {
+    let Some(url) = server_url(REDIS_URL, "redis_every_command_with_scope_and_prefix") else {
+        return;
+    };
+    let prefix = format!("clitest{}:", unique_suffix());
+    let _cleanup = RedisKeys {
+        url: url.clone(),
+        prefix: prefix.clone(),
+    };
+    let opts = ["--prefix", prefix.as_str()];
+    let store = RedisStore::builder()
+        .prefix(&prefix)
+        .connect_lazy(&url)
+        .unwrap();
+
+    let run = cli(&with(&["migrate", &url], &opts));
+    assert!(
+        run.ok()
+            .stdout
+            .contains("nothing to migrate: Redis needs no schema"),
+        "{run:?}"
+    );
+    scoped_marks_round_trip(&url, &opts, &store).await;
+
+    // Another prefix is another seen-set.
+    store.remember("id-P").await.unwrap();
+    cli(&with(&["seen", &url, "id-P"], &opts)).ok();
+    assert_eq!(
+        cli(&["seen", &url, "id-P"]).code,
+        1,
+        "the default prefix is another set"
+    );
+
+    let stats = cli(&with(&["stats", &url, "--json"], &opts)).ok().json();
+    assert_eq!(stats["marks"], 1);
+    assert_eq!(stats["oldest"], Value::Null, "Redis keeps no write time");
+    let run = cli(&with(&["purge-expired", &url], &opts));
+    assert!(
+        run.ok()
+            .stdout
+            .contains("nothing to purge: Redis deletes each mark itself")
+    );
+    cli(&with(&["purge-expired", &url, "--dry-run"], &opts)).ok();
+
+    // 5,000 ids through stdin, in chunks, against a server.
+    for i in 1..=5_000 {
+        store.remember(&format!("id-{i}")).await.unwrap();
+    }
+    let run = cli_with_stdin(&with(&["forget", &url, "-"], &opts), Some(id_lines(5_000)));
+    assert_eq!(run.ok().stdout_lines(), ["forgot 5000 of 5000 ids"]);
+    assert_eq!(store.stats("").await.unwrap().marks, 1);
+
+    cli(&with(&["stats", &url, "--table", "t"], &[])).refused(2, "--table is a SQL setting");
+    cli(&with(&["stats", &url], &["--prefix", "bq:"])).refused(2, "prefix \"bq:\" is refused");
+    let wrong = url.replacen("redis://", "redis://:wrong-password@", 1);
+    let run = cli(&["seen", &wrong, "id"]);
+    run.refused(3, "cannot connect to redis://:***@");
+    assert!(!run.stderr.contains("wrong-password"));
+    cli(&["stats", "redis://127.0.0.1:1/", "--timeout", "1"]).refused(3, "cannot connect");
+}
+
+/// Drops the table (and claim mode's) when dropped, from a thread with a
+/// runtime of its own (Drop cannot await).
+struct PostgresTable {
+    url: String,
+    table: String,
+}
+
+impl Drop for PostgresTable {
+    fn drop(&mut self) {
+        let (url, table) = (self.url.clone(), self.table.clone());
+        let cleanup = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a cleanup runtime");
+            runtime.block_on(async move {
+                let Ok(mut connection) = sqlx::PgConnection::connect(&url).await else {
+                    return;
+                };
+                let _ = sqlx::raw_sql(&format!(
+                    "DROP TABLE IF EXISTS {table}, {table}_claims; \
+                     DROP SEQUENCE IF EXISTS {table}_claims_fence"
+                ))
+                .execute(&mut connection)
+                .await;
+            });
+        });
+        let _ = cleanup.join();
+    }
+}
+
+#[tokio::test]
+async fn postgres_every_command_with_scope_and_table() {
+    let Some(url) = server_url(POSTGRES_URL, "postgres_every_command_with_scope_and_table") else {
+        return;
+    };
+    let table = format!("cli_{}", unique_suffix());
+    let _cleanup = PostgresTable {
+        url: url.clone(),
+        table: table.clone(),
+    };
+    let opts = ["--table", table.as_str()];
+
+    cli(&with(&["seen", &url, "id"], &opts)).refused(4, "does not exist: run `babel-idem migrate");
+    let run = cli(&with(&["migrate", &url], &opts));
+    assert!(
+        run.ok()
+            .stdout
+            .ends_with(&format!("table {table} is ready\n")),
+        "{run:?}"
+    );
+    let alias = url.replacen("postgres://", "postgresql://", 1);
+    cli(&with(&["stats", &alias], &opts)).ok();
+
+    let store = PostgresStore::builder()
+        .table(&table)
+        .connect_lazy(&url)
+        .unwrap();
+    scoped_marks_round_trip(&url, &opts, &store).await;
+
+    // 12,000 expired rows and one live one: two purge batches.
+    store.remember("live").await.unwrap();
+    sqlx::raw_sql(&format!(
+        "INSERT INTO {table} (message_id, created_at, expires_at)
+         SELECT 'gone-' || g, now() - interval '2 hours', now() - interval '1 hour'
+         FROM generate_series(1, 12000) g"
+    ))
+    .execute(store.pool())
+    .await
+    .unwrap();
+    let stats = cli(&with(&["stats", &url, "--json"], &opts)).ok().json();
+    assert_eq!(
+        (stats["marks"].as_u64(), stats["expired"].as_u64()),
+        (Some(12_001), Some(12_000))
+    );
+    assert!(
+        stats["oldest_ms"].as_i64() < stats["newest_ms"].as_i64(),
+        "{stats}"
+    );
+    let run = cli(&with(&["purge-expired", &url, "--dry-run"], &opts));
+    assert_eq!(
+        run.ok().stdout_lines(),
+        ["would purge 12000 expired marks (dry run: nothing removed)"]
+    );
+    assert_eq!(store.count_expired().await.unwrap(), 12_000);
+    let run = cli(&with(&["purge-expired", &url], &opts));
+    assert_eq!(run.ok().stdout_lines(), ["purged 12000 expired marks"]);
+    assert_eq!(store.stats("").await.unwrap().marks, 1);
+    assert!(store.seen("live").await.unwrap());
+
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let host = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+    let stranger = format!("{scheme}://no_such_role_{}:pw@{host}", unique_suffix());
+    let run = cli(&with(&["seen", &stranger, "id"], &opts));
+    run.refused(3, "cannot connect to");
+    assert!(
+        run.stderr.contains(":***@") && !run.stderr.contains(":pw@"),
+        "{run:?}"
+    );
+}
