@@ -10,34 +10,36 @@
 //! connections through a TCP proxy of its own, never the shared broker's.
 #![cfg(all(feature = "amqp-transport", feature = "redis", feature = "sqlite"))]
 
+mod consumer_support;
 mod store_contract;
 
 use std::collections::{BTreeMap, HashMap};
-use std::future::Future;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use babel_idem::consumer::ConsumerReport;
-use babel_idem::transport::{AmqpTransport, Transport, TransportError};
+use babel_idem::transport::{AmqpTransport, TransportError};
 use babel_idem::{
-    Consumer, Delivery, Envelope, InMemoryStore, RedisStore, Router, Store, guard, is_replay, urn,
+    Consumer, Delivery, Envelope, InMemoryStore, RedisStore, Router, guard, is_replay, urn,
+};
+use consumer_support::{
+    PATIENCE, URN, dead_letter_block, effect_router, envelope_with_id, eventually, python,
+    run_until_idle,
 };
 use lapin::options::{BasicGetOptions, QueueDeclareOptions, QueueDeleteOptions};
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Connection, ConnectionProperties};
 use redis::AsyncCommands;
 use serde_json::{Value, json};
-use store_contract::servers::{REDIS_URL, server_url, skip_or_fail, unique_suffix};
+use store_contract::servers::{REDIS_URL, server_url, unique_suffix};
 
 const AMQP_URL: &str = "BABEL_IDEM_AMQP_URL";
-const URN: &str = "urn:babel:interop:created";
 
-/// The longest any test waits for a condition before it fails (never a
-/// timing assertion: only a guard against hanging forever).
-const PATIENCE: Duration = Duration::from_secs(120);
+/// Runs one subcommand of `tests/python/amqp_peer.py`; its JSON answer.
+async fn peer(python: &Path, args: Vec<String>, stdin: Option<Value>) -> Value {
+    consumer_support::peer(python, "amqp_peer.py", args, stdin).await
+}
 
 // ---------------------------------------------------------------- fixtures
 
@@ -135,80 +137,6 @@ async fn raw_connection(url: &str) -> Connection {
     Connection::connect(url, ConnectionProperties::default())
         .await
         .expect("connect to the test's broker")
-}
-
-/// The peer's python, or `None` after a `skipped:` line.
-fn python(test: &str) -> Option<PathBuf> {
-    match std::env::var("BABEL_IDEM_PYTHON") {
-        Ok(path) if !path.trim().is_empty() => Some(PathBuf::from(path)),
-        _ => {
-            skip_or_fail(test, "BABEL_IDEM_PYTHON is not set (source .ci/python.sh)");
-            None
-        }
-    }
-}
-
-/// Runs one subcommand of `tests/python/amqp_peer.py` to its end (on a
-/// blocking thread, so a Rust worker can run beside it); its JSON answer.
-async fn peer(python: &Path, args: Vec<String>, stdin: Option<Value>) -> Value {
-    let python = python.to_path_buf();
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/amqp_peer.py");
-    tokio::task::spawn_blocking(move || {
-        let mut child = Command::new(&python)
-            .arg(script)
-            .args(&args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("start {python:?}: {e}"));
-        let input = stdin.map(|v| v.to_string()).unwrap_or_default();
-        std::io::Write::write_all(&mut child.stdin.take().unwrap(), input.as_bytes()).unwrap();
-        let output = child.wait_with_output().unwrap();
-        assert!(
-            output.status.success(),
-            "python peer {args:?} failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
-            panic!(
-                "python peer {args:?} printed no JSON ({e}): {}",
-                String::from_utf8_lossy(&output.stdout)
-            )
-        })
-    })
-    .await
-    .unwrap()
-}
-
-/// Waits until `condition` holds (polling), failing after [`PATIENCE`].
-async fn eventually<F, Fut>(what: &str, mut condition: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let give_up = tokio::time::Instant::now() + PATIENCE;
-    while !condition().await {
-        assert!(
-            tokio::time::Instant::now() < give_up,
-            "gave up waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Runs `consumer` until it has been idle for `quiet`.
-async fn run_until_idle<T: Transport>(consumer: &Consumer<T>, quiet: Duration) -> ConsumerReport {
-    let progress = consumer.progress();
-    tokio::time::timeout(PATIENCE, consumer.run_until(progress.idle_for(quiet)))
-        .await
-        .expect("the consumer drains the queue")
-}
-
-fn envelope_with_id(id: &str, queue: &str, n: u64) -> Envelope {
-    Envelope::new(URN, json!({"n": n}))
-        .with_id(id)
-        .with_queue(queue)
 }
 
 /// What a handler saw, kept for the assertions.
@@ -498,15 +426,6 @@ async fn retries_republish_with_x_attempts_and_the_dead_letter_keeps_the_headers
     assert_eq!(queue.ready(&queue.name).await, 0);
 }
 
-/// The `dead_letter` member of a record as written (its key order matters to
-/// a byte comparison): the record always ends in `"dead_letter":{...}}`.
-fn dead_letter_block(record: &[u8]) -> String {
-    let text = String::from_utf8(record.to_vec()).unwrap();
-    let marker = "\"dead_letter\":";
-    let start = text.rfind(marker).expect("a dead_letter member") + marker.len();
-    text[start..text.len() - 1].to_owned()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn poison_bodies_end_in_the_dlq_byte_for_byte_as_python_writes_them() {
     const TEST: &str = "amqp_poison_bodies_end_in_the_dlq";
@@ -584,27 +503,6 @@ async fn poison_bodies_end_in_the_dlq_byte_for_byte_as_python_writes_them() {
 }
 
 // ---------------------------------------------------------------- one seen-set
-
-/// A router whose handler, guarded by `store`, counts its effect per id in
-/// the Redis hash `effects` (HINCRBY), as a side effect another process can see.
-fn effect_router<S: Store + Clone + 'static>(store: S, redis_url: &str, effects: String) -> Router {
-    let client = redis::Client::open(redis_url).unwrap();
-    Router::builder()
-        .route(urn!("urn:babel:interop:created"), move |env: Envelope| {
-            let (store, client, effects) = (store.clone(), client.clone(), effects.clone());
-            async move {
-                guard(store, &env, async {
-                    let mut raw = client.get_multiplexed_async_connection().await?;
-                    let id = env.meta.id.clone().unwrap_or_default();
-                    let _: i64 = raw.hincr(&effects, id, 1).await?;
-                    Ok::<(), anyhow::Error>(())
-                })
-                .await
-            }
-        })
-        .build()
-        .unwrap()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_and_babel_idem_workers_share_one_seen_set_and_run_each_message_once() {

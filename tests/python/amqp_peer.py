@@ -18,6 +18,8 @@ from babelqueue import BabelQueue, headers_from_context, is_replay
 from babelqueue._poison_record import build_poison_record
 from babelqueue.idempotency import wrap
 from babelqueue.pika_transport import PikaTransport
+# The Go SDK's seen-set layout, as the Redis peer writes it.
+from consumer_peer import RedisSeenSet
 
 URN = "urn:babel:interop:created"
 
@@ -45,22 +47,6 @@ def publish_raw(url, queue):
             transport.publish(queue, body)
     transport.close()
     return {"published": len(request["bodies"])}
-
-
-class RedisSeenSet:
-    """The Go SDK's seen-set layout: EXISTS / SET NX on <prefix><id>, value 1."""
-
-    def __init__(self, client, prefix):
-        self.client, self.prefix = client, prefix
-
-    def seen(self, message_id):
-        return bool(self.client.exists(self.prefix + message_id))
-
-    def remember(self, message_id):
-        self.client.set(self.prefix + message_id, "1", nx=True)
-
-    def forget(self, message_id):
-        self.client.delete(self.prefix + message_id)
 
 
 def consume(url, queue, idle, options):
