@@ -108,7 +108,7 @@ impl Figures {
 
     fn print(&self, python: Option<f64>) {
         println!(
-            "{:<22} {:>8} msgs {:>7.2} s {:>9.0} msgs/s {:>7.1} µs worker CPU/msg{}",
+            "{:<24} {:>8} msgs {:>7.2} s {:>9.0} msgs/s {:>7.1} µs worker CPU/msg{}",
             self.name,
             self.messages,
             self.seconds,
