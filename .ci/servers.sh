@@ -1,7 +1,8 @@
 # shellcheck shell=bash
-# Makes sure Redis and PostgreSQL are installed, running and answering, then
-# exports what the store tests read:
-#   BABEL_IDEM_REDIS_URL, BABEL_IDEM_POSTGRES_URL, BABEL_IDEM_REQUIRE_SERVERS=1
+# Makes sure Redis, PostgreSQL and RabbitMQ are installed, running and
+# answering, then exports what the store and transport tests read:
+#   BABEL_IDEM_REDIS_URL, BABEL_IDEM_POSTGRES_URL, BABEL_IDEM_AMQP_URL,
+#   BABEL_IDEM_REQUIRE_SERVERS=1
 #
 # Sourced by .ci/run (as root, CI=true): `source .ci/servers.sh`. It only
 # defines functions and calls one, so the caller's shell options stay as
@@ -11,7 +12,7 @@
 babel_idem_servers_say() { printf 'servers: %s\n' "$*" >&2; }
 
 # Installs what is missing: redis-server, and the PostgreSQL server (initdb,
-# pg_ctl, pg_createcluster) with psql.
+# pg_ctl, pg_createcluster) with psql, and rabbitmq-server.
 babel_idem_servers_install() {
   local missing=()
   command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
@@ -19,6 +20,7 @@ babel_idem_servers_install() {
   compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
   command -v psql >/dev/null 2>&1 || missing+=(postgresql-client)
   command -v pg_createcluster >/dev/null 2>&1 || missing+=(postgresql-common)
+  command -v rabbitmq-server >/dev/null 2>&1 || missing+=(rabbitmq-server)
   if [ "${#missing[@]}" -gt 0 ]; then
     babel_idem_servers_say "installing ${missing[*]}"
     apt-get update -qq || return 1
@@ -80,12 +82,34 @@ babel_idem_servers_postgres() {
   }
 }
 
+# The guest user logs in from 127.0.0.1 only, which is where the tests are.
+babel_idem_rabbitmq_answers() { rabbitmqctl -q await_startup --timeout 2 >/dev/null 2>&1; }
+
+babel_idem_servers_rabbitmq() {
+  if ! babel_idem_rabbitmq_answers; then
+    babel_idem_servers_say "starting rabbitmq-server on 127.0.0.1:5672"
+    rabbitmq-server -detached >/dev/null 2>&1 || return 1
+  fi
+  # A cold start takes a few seconds (the Erlang VM, then the node's apps).
+  local tries=0
+  until babel_idem_rabbitmq_answers; do
+    tries=$((tries + 1))
+    [ "$tries" -ge 60 ] && {
+      babel_idem_servers_say "rabbitmq-server does not answer; its logs: /var/log/rabbitmq/"
+      return 1
+    }
+    sleep 1
+  done
+  export BABEL_IDEM_AMQP_URL="amqp://guest:guest@127.0.0.1:5672/%2f"
+}
+
 babel_idem_servers() {
   babel_idem_servers_install || { babel_idem_servers_say "could not install the servers"; return 1; }
   babel_idem_servers_redis || return 1
   babel_idem_servers_postgres || return 1
+  babel_idem_servers_rabbitmq || return 1
   export BABEL_IDEM_REQUIRE_SERVERS=1
-  babel_idem_servers_say "Redis at $BABEL_IDEM_REDIS_URL, PostgreSQL at ${BABEL_IDEM_POSTGRES_URL/:postgres@/:***@}"
+  babel_idem_servers_say "Redis at $BABEL_IDEM_REDIS_URL, PostgreSQL at ${BABEL_IDEM_POSTGRES_URL/:postgres@/:***@}, RabbitMQ at ${BABEL_IDEM_AMQP_URL/:guest@/:***@}"
 }
 
 babel_idem_servers

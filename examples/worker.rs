@@ -1,11 +1,15 @@
-//! A BabelQueue worker on Redis: a `#[idempotent]` handler behind a
-//! `Consumer`, on the queue layout the Python, PHP and Go SDKs share.
+//! A BabelQueue worker on Redis or RabbitMQ: a `#[idempotent]` handler
+//! behind a `Consumer`, on the queue layout the Python, PHP and Go SDKs share.
 //!
 //! ```text
-//! cargo run --example worker --features redis-transport,redis,postgres -- \
+//! cargo run --example worker --features redis-transport,amqp-transport,redis,postgres -- \
 //!     --redis redis://127.0.0.1:6379/0 --queue orders --concurrency 32 \
 //!     --until-idle 2 --store sqlite:target/worker.sqlite
 //! ```
+//!
+//! The broker is `--redis URL` or `--amqp URL` (RabbitMQ,
+//! `amqp://guest:guest@127.0.0.1:5672/%2f`), exactly one of them; on
+//! RabbitMQ the prefetch is the concurrency.
 //!
 //! `--store` is the seen-set: `sqlite:PATH` (the default,
 //! `sqlite:target/worker-seen.sqlite`), `redis://URL` (the Go SDK's
@@ -24,7 +28,7 @@ use std::process::ExitCode;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use babel_idem::transport::RedisTransport;
+use babel_idem::transport::{AmqpTransport, RedisTransport, Transport};
 use babel_idem::{
     Consumer, Envelope, PostgresStore, RedisStore, Router, SqliteStore, Store, StoreError,
     idempotent, metrics, urn,
@@ -42,18 +46,20 @@ async fn on_order_created(env: Envelope) -> Result<(), StoreError> {
 
 struct Options {
     redis: String,
+    amqp: String,
     queue: String,
     concurrency: usize,
     until_idle: Option<Duration>,
     store: String,
 }
 
-const USAGE: &str = "usage: worker --redis URL --queue NAME [--concurrency N] [--until-idle SECS] \
+const USAGE: &str = "usage: worker (--redis URL | --amqp URL) --queue NAME [--concurrency N] [--until-idle SECS] \
                      [--store sqlite:PATH|redis://URL|postgres://URL]";
 
 fn parse_options() -> Result<Options, String> {
     let mut options = Options {
         redis: String::new(),
+        amqp: String::new(),
         queue: String::new(),
         concurrency: 32,
         until_idle: None,
@@ -64,6 +70,7 @@ fn parse_options() -> Result<Options, String> {
         let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value"));
         match flag.as_str() {
             "--redis" => options.redis = value()?,
+            "--amqp" => options.amqp = value()?,
             "--queue" => options.queue = value()?,
             "--concurrency" => {
                 let text = value()?;
@@ -85,8 +92,10 @@ fn parse_options() -> Result<Options, String> {
             other => return Err(format!("unknown flag {other:?}\n{USAGE}")),
         }
     }
-    if options.redis.is_empty() || options.queue.is_empty() {
-        return Err(format!("--redis and --queue are required\n{USAGE}"));
+    if options.redis.is_empty() == options.amqp.is_empty() || options.queue.is_empty() {
+        return Err(format!(
+            "--queue and exactly one of --redis and --amqp are required\n{USAGE}"
+        ));
     }
     Ok(options)
 }
@@ -115,7 +124,23 @@ async fn open_store(spec: &str) -> Result<Arc<dyn Store>, StoreError> {
 
 async fn run(options: Options) -> Result<(), Box<dyn std::error::Error>> {
     // The broker first: a bad URL or a refused connection is the likelier mistake.
-    let transport = RedisTransport::connect(&options.redis).await?;
+    if options.amqp.is_empty() {
+        let transport = RedisTransport::connect(&options.redis).await?;
+        serve(transport, options).await
+    } else {
+        let prefetch = u16::try_from(options.concurrency).unwrap_or(u16::MAX);
+        let transport = AmqpTransport::builder()
+            .prefetch(prefetch)
+            .connect(&options.amqp)
+            .await?;
+        serve(transport, options).await
+    }
+}
+
+async fn serve<T: Transport>(
+    transport: T,
+    options: Options,
+) -> Result<(), Box<dyn std::error::Error>> {
     let store = open_store(&options.store).await?;
     STORE.set(store).map_err(|_| "the store was already set")?;
     let router = Router::builder()

@@ -8,31 +8,34 @@
 //! tests start servers and processes of their own.
 #![cfg(all(feature = "redis-transport", feature = "redis", feature = "sqlite"))]
 
+mod consumer_support;
 mod store_contract;
 
 use std::collections::{BTreeMap, HashMap};
-use std::future::Future;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use babel_idem::consumer::ConsumerReport;
 use babel_idem::transport::{RedisTransport, Settlement, Transport, TransportError};
 use babel_idem::{
-    Consumer, DeadLetter, Delivery, Envelope, RedisStore, Router, SqliteStore, Store, guard,
-    is_replay, urn,
+    Consumer, DeadLetter, Delivery, Envelope, RedisStore, Router, SqliteStore, guard, is_replay,
+    urn,
 };
 use redis::AsyncCommands;
 use serde_json::{Value, json};
-use store_contract::servers::{REDIS_URL, server_url, skip_or_fail, unique_suffix};
+use store_contract::servers::{REDIS_URL, server_url, unique_suffix};
 use store_contract::spawned::OwnRedis;
 
-const URN: &str = "urn:babel:interop:created";
+use consumer_support::{
+    PATIENCE, URN, dead_letter_block, effect_router, envelope_with_id, eventually, python,
+    run_until_idle,
+};
 
-/// The longest any test waits for a condition before it fails (never a
-/// timing assertion: only a guard against hanging forever).
-const PATIENCE: Duration = Duration::from_secs(120);
+/// Runs one subcommand of `tests/python/consumer_peer.py`; its JSON answer.
+async fn peer(python: &Path, args: Vec<String>, stdin: Option<Value>) -> Value {
+    consumer_support::peer(python, "consumer_peer.py", args, stdin).await
+}
 
 // ---------------------------------------------------------------- fixtures
 
@@ -122,77 +125,6 @@ impl Drop for Queue {
     }
 }
 
-/// The peer's python, or `None` after a `skipped:` line.
-fn python(test: &str) -> Option<PathBuf> {
-    match std::env::var("BABEL_IDEM_PYTHON") {
-        Ok(path) if !path.trim().is_empty() => Some(PathBuf::from(path)),
-        _ => {
-            skip_or_fail(test, "BABEL_IDEM_PYTHON is not set (source .ci/python.sh)");
-            None
-        }
-    }
-}
-
-fn peer_script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/consumer_peer.py")
-}
-
-/// Runs one peer subcommand to its end (on a blocking thread, so a Rust
-/// worker can run beside it) and returns its JSON answer.
-async fn peer(python: &Path, args: Vec<String>, stdin: Option<Value>) -> Value {
-    let python = python.to_path_buf();
-    tokio::task::spawn_blocking(move || {
-        let mut child = Command::new(&python)
-            .arg(peer_script())
-            .args(&args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("start {python:?}: {e}"));
-        let input = stdin.map(|v| v.to_string()).unwrap_or_default();
-        std::io::Write::write_all(&mut child.stdin.take().unwrap(), input.as_bytes()).unwrap();
-        let output = child.wait_with_output().unwrap();
-        assert!(
-            output.status.success(),
-            "python peer {args:?} failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
-            panic!(
-                "python peer {args:?} printed no JSON ({e}): {}",
-                String::from_utf8_lossy(&output.stdout)
-            )
-        })
-    })
-    .await
-    .unwrap()
-}
-
-/// Waits until `condition` holds (polling), failing after [`PATIENCE`].
-async fn eventually<F, Fut>(what: &str, mut condition: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let give_up = tokio::time::Instant::now() + PATIENCE;
-    while !condition().await {
-        assert!(
-            tokio::time::Instant::now() < give_up,
-            "gave up waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Runs `consumer` until it has been idle for `quiet`.
-async fn run_until_idle<T: Transport>(consumer: &Consumer<T>, quiet: Duration) -> ConsumerReport {
-    let progress = consumer.progress();
-    tokio::time::timeout(PATIENCE, consumer.run_until(progress.idle_for(quiet)))
-        .await
-        .expect("the consumer drains the queue")
-}
-
 /// Publishes `count` envelopes with the ids `<prefix>-0`, `<prefix>-1`, ...
 async fn publish_numbered(transport: &RedisTransport, queue: &str, prefix: &str, count: u64) {
     for n in 0..count {
@@ -208,12 +140,6 @@ async fn lapsing_transport(url: &str, seconds: u64) -> RedisTransport {
         .connect(url)
         .await
         .unwrap()
-}
-
-fn envelope_with_id(id: &str, queue: &str, n: u64) -> Envelope {
-    Envelope::new(URN, json!({"n": n}))
-        .with_id(id)
-        .with_queue(queue)
 }
 
 /// What a handler saw, kept for the assertions.
@@ -250,27 +176,6 @@ fn recording_router(log: SeenLog) -> Router {
                 }
             },
         )
-        .build()
-        .unwrap()
-}
-
-/// A router whose handler, guarded by `store`, counts its effect per id in
-/// the Redis hash `effects` (HINCRBY), as a side effect another process can see.
-fn effect_router<S: Store + Clone + 'static>(store: S, url: &str, effects: String) -> Router {
-    let client = redis::Client::open(url).unwrap();
-    Router::builder()
-        .route(urn!("urn:babel:interop:created"), move |env: Envelope| {
-            let (store, client, effects) = (store.clone(), client.clone(), effects.clone());
-            async move {
-                guard(store, &env, async {
-                    let mut raw = client.get_multiplexed_async_connection().await?;
-                    let id = env.meta.id.clone().unwrap_or_default();
-                    let _: i64 = raw.hincr(&effects, id, 1).await?;
-                    Ok::<(), anyhow::Error>(())
-                })
-                .await
-            }
-        })
         .build()
         .unwrap()
 }
@@ -604,19 +509,6 @@ async fn poison_ends_in_the_dlq_byte_for_byte_as_python_writes_it_and_the_worker
     assert_eq!(block.reason.as_str(), "unknown_urn");
     assert_eq!(last.meta.id, unknown.meta.id);
     assert!(queue.drained().await);
-}
-
-/// The `dead_letter` member of a record, as written (JSON text: its key
-/// order matters to the byte comparison).
-fn dead_letter_block(record: &[u8]) -> String {
-    // The record itself may be a raw wrapper or a spliced object; its last
-    // member is always `"dead_letter":{...}}`.
-    let text = String::from_utf8(record.to_vec()).unwrap();
-    let start = text
-        .rfind("\"dead_letter\":")
-        .expect("a dead_letter member")
-        + "\"dead_letter\":".len();
-    text[start..text.len() - 1].to_owned()
 }
 
 fn base64(bytes: &[u8]) -> String {

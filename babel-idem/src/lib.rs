@@ -45,9 +45,10 @@
 //! - [`adapters`]: the guard in other frameworks, such as a tower `Layer`
 //!   (feature `tower`).
 //! - `conformance` (feature `conformance`): the BabelQueue conformance runner.
-//! - `Consumer` and `transport` (features `consumer`, `redis-transport`): a
-//!   broker loop that reserves, dispatches and settles, with the BabelQueue
-//!   Redis binding; `is_replay` and `bypass_external_effects` for replays.
+//! - `Consumer` and `transport` (features `consumer`, `redis-transport`,
+//!   `amqp-transport`): a broker loop that reserves, dispatches and settles,
+//!   with the BabelQueue Redis and RabbitMQ bindings; `is_replay` and
+//!   `bypass_external_effects` for replays.
 //!
 //! Backends are cargo features: `sqlite` (default, `SqliteStore`), `redis`
 //! (`RedisStore`) and `postgres` (`PostgresStore`).

@@ -9,6 +9,8 @@
 //! - [`Transport`]: the trait a broker binding implements.
 //! - `RedisTransport` (feature `redis-transport`): the BabelQueue Redis
 //!   binding, legacy layout, byte-compatible with the Python SDK.
+//! - `AmqpTransport` (feature `amqp-transport`): the BabelQueue RabbitMQ
+//!   (AMQP 0-9-1) binding, byte-compatible with the Python SDK.
 
 use std::error::Error as StdError;
 use std::fmt;
@@ -20,6 +22,12 @@ mod redis;
 
 #[cfg(feature = "redis-transport")]
 pub use self::redis::{RedisHandle, RedisTransport, RedisTransportBuilder};
+
+#[cfg(feature = "amqp-transport")]
+mod amqp;
+
+#[cfg(feature = "amqp-transport")]
+pub use self::amqp::{AmqpHandle, AmqpTransport, AmqpTransportBuilder};
 
 /// The future a [`Transport`] operation returns.
 pub type TransportFuture<'a, T> =
@@ -147,5 +155,41 @@ impl StdError for TransportError {
             TransportError::Connect(error) | TransportError::Broker(error) => Some(&**error),
             TransportError::InvalidUrl { .. } | TransportError::InvalidQueue { .. } => None,
         }
+    }
+}
+
+/// `url` with its password replaced, for error messages.
+#[cfg_attr(
+    not(any(feature = "redis-transport", feature = "amqp-transport")),
+    allow(dead_code)
+)]
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let credentials = &url[scheme + 3..at];
+            match credentials.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn passwords_never_reach_error_messages() {
+        assert_eq!(
+            redact("redis://user:secret@h:6379/0"),
+            "redis://user:***@h:6379/0"
+        );
+        assert_eq!(
+            redact("amqp://guest:guest@h:5672/%2f"),
+            "amqp://guest:***@h:5672/%2f"
+        );
+        assert_eq!(redact("redis://h:6379/0"), "redis://h:6379/0");
     }
 }

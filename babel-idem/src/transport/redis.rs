@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::{Client, RedisError, Script};
 
-use super::{Reserved, Settlement, Transport, TransportError, TransportFuture};
+use super::{Reserved, Settlement, Transport, TransportError, TransportFuture, redact};
 
 /// How long a reservation lasts before the sweep takes it back: the Python
 /// SDK's default (`retry_after`, 90 s).
@@ -487,20 +487,6 @@ fn broker(error: RedisError) -> TransportError {
     TransportError::Broker(Box::new(error))
 }
 
-/// `url` with its password replaced, for error messages.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let credentials = &url[scheme + 3..at];
-            match credentials.split_once(':') {
-                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
-                None => url.to_owned(),
-            }
-        }
-        _ => url.to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -547,14 +533,5 @@ mod tests {
         assert!(laravel.to_string().contains("Laravel"), "{laravel}");
         let scheme = builder.parse_url("http://h/0").unwrap_err();
         assert!(scheme.to_string().contains("redis://"), "{scheme}");
-    }
-
-    #[test]
-    fn passwords_never_reach_error_messages() {
-        assert_eq!(
-            redact("redis://user:secret@h:6379/0"),
-            "redis://user:***@h:6379/0"
-        );
-        assert_eq!(redact("redis://h:6379/0"), "redis://h:6379/0");
     }
 }

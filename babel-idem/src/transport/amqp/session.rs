@@ -1,0 +1,412 @@
+//! The connection behind an [`AmqpTransport`](super::AmqpTransport): one
+//! AMQP connection at a time (a *session*, numbered by its generation), with
+//! a confirm-mode channel for publishing and one consuming channel per queue.
+//!
+//! Any failure discards the whole session and closes its connection, so the
+//! broker puts its unacked deliveries back; the next operation opens a new
+//! one. A delivery remembers its session's generation, which is how a late
+//! settlement learns that its delivery went back to the queue.
+
+use std::collections::{HashMap, HashSet};
+use std::error::Error as StdError;
+use std::future::{Future, poll_fn};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex as SyncMutex};
+use std::task::Poll;
+use std::time::Duration;
+
+use futures_core::Stream;
+use lapin::message::Delivery;
+use lapin::options::{
+    BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions,
+    QueueDeclareOptions,
+};
+use lapin::types::FieldTable;
+use lapin::uri::AMQPUri;
+use lapin::{Channel, Connection, ConnectionProperties};
+use tokio::sync::Mutex;
+
+use super::properties;
+use crate::transport::TransportError;
+
+/// How to open a session.
+#[derive(Debug, Clone)]
+pub(super) struct Connector {
+    pub(super) uri: AMQPUri,
+    pub(super) prefetch: u16,
+    pub(super) timeout: Duration,
+    pub(super) reconnect_attempts: usize,
+}
+
+/// The current session, opened again when it is lost.
+pub(super) struct Sessions {
+    connector: Connector,
+    current: Mutex<Option<Arc<Session>>>,
+    generations: SyncMutex<u64>,
+}
+
+struct Session {
+    generation: u64,
+    connection: Connection,
+    publisher: Channel,
+    declared: SyncMutex<HashSet<String>>,
+    consumers: Mutex<HashMap<String, Arc<Mutex<Consuming>>>>,
+}
+
+/// A queue's consumer; its channel lives as long as it does.
+struct Consuming {
+    _channel: Channel,
+    consumer: lapin::Consumer,
+}
+
+impl Sessions {
+    /// Opens the first session: a broker that cannot be reached is an error
+    /// here, at start.
+    pub(super) async fn open(connector: Connector) -> Result<Self, TransportError> {
+        let first = connector.connect(1).await?;
+        Ok(Sessions {
+            connector,
+            current: Mutex::new(Some(Arc::new(first))),
+            generations: SyncMutex::new(1),
+        })
+    }
+
+    /// How long one broker operation may take.
+    pub(super) fn timeout(&self) -> Duration {
+        self.connector.timeout
+    }
+
+    /// The live session, opening a new one (with backoff) when it was lost.
+    async fn session(&self) -> Result<Arc<Session>, TransportError> {
+        let mut current = self.current.lock().await;
+        if let Some(session) = &*current
+            && session.connection.status().connected()
+        {
+            return Ok(Arc::clone(session));
+        }
+        if let Some(lost) = current.take() {
+            close_in_background(lost);
+        }
+        let mut delay = Duration::from_millis(50);
+        let mut attempt = 0;
+        let session = loop {
+            let generation = {
+                let mut generations = self.generations.lock().unwrap_or_else(|e| e.into_inner());
+                *generations += 1;
+                *generations
+            };
+            match self.connector.connect(generation).await {
+                Ok(session) => break session,
+                Err(error) if attempt >= self.connector.reconnect_attempts => return Err(error),
+                Err(error) => {
+                    tracing::warn!(%error, "babel-idem: reconnecting to the AMQP broker failed; trying again");
+                    attempt += 1;
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(1));
+                }
+            }
+        };
+        let session = Arc::new(session);
+        *current = Some(Arc::clone(&session));
+        tracing::info!(
+            generation = session.generation,
+            "babel-idem: connected to the AMQP broker"
+        );
+        Ok(session)
+    }
+
+    /// The session of `generation` if it is still the live one.
+    async fn session_of(&self, generation: u64) -> Option<Arc<Session>> {
+        let current = self.current.lock().await;
+        current
+            .as_ref()
+            .filter(|s| s.generation == generation && s.connection.status().connected())
+            .cloned()
+    }
+
+    /// Whether the session of `generation` is gone (replaced or closed).
+    pub(super) fn is_gone(&self, generation: u64) -> bool {
+        match self.current.try_lock() {
+            Ok(current) => !current
+                .as_ref()
+                .is_some_and(|s| s.generation == generation && s.connection.status().connected()),
+            // Someone is reconnecting: the session is being replaced.
+            Err(_) => true,
+        }
+    }
+
+    /// Drops the session of `generation` (if still current) and closes its
+    /// connection, so the broker requeues its unacked deliveries.
+    pub(super) async fn discard(&self, generation: u64) {
+        let mut current = self.current.lock().await;
+        if current.as_ref().is_some_and(|s| s.generation == generation)
+            && let Some(lost) = current.take()
+        {
+            close_in_background(lost);
+        }
+    }
+
+    /// Closes the live session, if any, and waits for the close.
+    pub(super) async fn close(&self) {
+        let session = self.current.lock().await.take();
+        if let Some(session) = session {
+            let _ = session
+                .connection
+                .close(200, "babel-idem closing".into())
+                .await;
+        }
+    }
+
+    /// Publishes each `(body, out-of-band headers)` to `queue`, then waits
+    /// for every confirm. With `generation`, only on that session: a
+    /// settlement's copy must not outlive the delivery it replaces.
+    pub(super) async fn publish<'b>(
+        &self,
+        queue: &str,
+        messages: impl Iterator<Item = (&'b [u8], &'b FieldTable)>,
+        generation: Option<u64>,
+    ) -> Result<(), TransportError> {
+        let session = match generation {
+            None => self.session().await?,
+            Some(generation) => self
+                .session_of(generation)
+                .await
+                .ok_or_else(|| broker_message("the connection the delivery came on was lost"))?,
+        };
+        let result = self.publish_on(&session, queue, messages).await;
+        if result.is_err() {
+            self.discard(session.generation).await;
+        }
+        result
+    }
+
+    async fn publish_on<'b>(
+        &self,
+        session: &Session,
+        queue: &str,
+        messages: impl Iterator<Item = (&'b [u8], &'b FieldTable)>,
+    ) -> Result<(), TransportError> {
+        session.declare(queue, self.connector.timeout).await?;
+        let mut confirms = Vec::new();
+        for (body, headers) in messages {
+            let publish = session.publisher.basic_publish(
+                "".into(),
+                queue.into(),
+                BasicPublishOptions::default(),
+                body,
+                properties::for_body(body, headers),
+            );
+            let confirm = within(self.connector.timeout, publish).await?;
+            confirms.push(confirm);
+        }
+        for confirm in confirms {
+            let confirmation = within(self.connector.timeout, confirm).await?;
+            if confirmation.is_nack() {
+                return Err(broker_message("the broker refused (nacked) a publish"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs `operation` on the live session's publishing channel.
+    pub(super) async fn with_channel<F, Fut>(&self, operation: F) -> Result<(), TransportError>
+    where
+        F: FnOnce(Channel) -> Fut,
+        Fut: Future<Output = lapin::Result<()>>,
+    {
+        let session = self.session().await?;
+        let result = within(self.connector.timeout, operation(session.publisher.clone())).await;
+        if result.is_err() {
+            self.discard(session.generation).await;
+        }
+        result
+    }
+
+    /// Up to `max` deliveries of `queue`: waits up to `wait` for the first,
+    /// then takes only what the broker has already pushed. Starts the
+    /// queue's consumer on first use. Returns the session's generation.
+    pub(super) async fn take(
+        &self,
+        queue: &str,
+        max: usize,
+        wait: Duration,
+    ) -> Result<(u64, Vec<Delivery>), TransportError> {
+        let session = self.session().await?;
+        let generation = session.generation;
+        let consuming = match session.consumer(queue, &self.connector).await {
+            Ok(consuming) => consuming,
+            Err(error) => {
+                self.discard(generation).await;
+                return Err(error);
+            }
+        };
+        let mut consuming = consuming.lock().await;
+        let consumer = &mut consuming.consumer;
+        let first =
+            match tokio::time::timeout(wait, poll_fn(|cx| Pin::new(&mut *consumer).poll_next(cx)))
+                .await
+            {
+                Err(_) => return Ok((generation, Vec::new())),
+                Ok(Some(Ok(delivery))) => delivery,
+                Ok(Some(Err(error))) => {
+                    self.discard(generation).await;
+                    return Err(broker(error));
+                }
+                Ok(None) => {
+                    self.discard(generation).await;
+                    return Err(broker_message("the broker cancelled the consumer"));
+                }
+            };
+        let mut deliveries = vec![first];
+        while deliveries.len() < max {
+            let next = poll_fn(|cx| match Pin::new(&mut *consumer).poll_next(cx) {
+                Poll::Pending => Poll::Ready(None),
+                Poll::Ready(next) => Poll::Ready(next),
+            })
+            .await;
+            match next {
+                Some(Ok(delivery)) => deliveries.push(delivery),
+                None => break,
+                // The ones taken so far are handled; their settlements
+                // find the session gone and touch nothing.
+                Some(Err(_)) => {
+                    self.discard(generation).await;
+                    break;
+                }
+            }
+        }
+        Ok((generation, deliveries))
+    }
+}
+
+impl Drop for Sessions {
+    fn drop(&mut self) {
+        if let Some(session) = self.current.get_mut().take() {
+            close_in_background(session);
+        }
+    }
+}
+
+impl Connector {
+    async fn connect(&self, generation: u64) -> Result<Session, TransportError> {
+        let connect = Connection::connect_uri(self.uri.clone(), ConnectionProperties::default());
+        let connection = match tokio::time::timeout(self.timeout, connect).await {
+            Ok(Ok(connection)) => connection,
+            Ok(Err(error)) => return Err(TransportError::Connect(Box::new(error))),
+            Err(_) => {
+                return Err(TransportError::Connect(
+                    format!("no answer within {:?}", self.timeout).into(),
+                ));
+            }
+        };
+        let publisher = within(self.timeout, connection.create_channel()).await?;
+        within(
+            self.timeout,
+            publisher.confirm_select(ConfirmSelectOptions::default()),
+        )
+        .await?;
+        Ok(Session {
+            generation,
+            connection,
+            publisher,
+            declared: SyncMutex::default(),
+            consumers: Mutex::default(),
+        })
+    }
+}
+
+impl Session {
+    /// Declares `queue` durable, once per session (as the Python SDK does).
+    async fn declare(&self, queue: &str, timeout: Duration) -> Result<(), TransportError> {
+        let known = |declared: &SyncMutex<HashSet<String>>| {
+            declared
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(queue)
+        };
+        if known(&self.declared) {
+            return Ok(());
+        }
+        within(
+            timeout,
+            self.publisher.queue_declare(
+                queue.into(),
+                QueueDeclareOptions::durable(),
+                FieldTable::default(),
+            ),
+        )
+        .await?;
+        self.declared
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(queue.to_owned());
+        Ok(())
+    }
+
+    /// The consumer of `queue`, started on its own channel with the prefetch.
+    async fn consumer(
+        &self,
+        queue: &str,
+        connector: &Connector,
+    ) -> Result<Arc<Mutex<Consuming>>, TransportError> {
+        let mut consumers = self.consumers.lock().await;
+        if let Some(consuming) = consumers.get(queue) {
+            return Ok(Arc::clone(consuming));
+        }
+        self.declare(queue, connector.timeout).await?;
+        let channel = within(connector.timeout, self.connection.create_channel()).await?;
+        within(
+            connector.timeout,
+            channel.basic_qos(connector.prefetch, BasicQosOptions::default()),
+        )
+        .await?;
+        let consumer = within(
+            connector.timeout,
+            channel.basic_consume(
+                queue.into(),
+                "".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            ),
+        )
+        .await?;
+        let consuming = Arc::new(Mutex::new(Consuming {
+            _channel: channel,
+            consumer,
+        }));
+        consumers.insert(queue.to_owned(), Arc::clone(&consuming));
+        Ok(consuming)
+    }
+}
+
+/// Closes a lost or replaced session without waiting for it.
+fn close_in_background(session: Arc<Session>) {
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(async move {
+            let _ = session
+                .connection
+                .close(200, "babel-idem reconnecting".into())
+                .await;
+        });
+    }
+}
+
+/// `operation`, failing as a broker error after `timeout`.
+async fn within<T>(
+    timeout: Duration,
+    operation: impl Future<Output = lapin::Result<T>>,
+) -> Result<T, TransportError> {
+    match tokio::time::timeout(timeout, operation).await {
+        Ok(result) => result.map_err(broker),
+        Err(_) => Err(broker_message("the broker did not answer in time")),
+    }
+}
+
+fn broker(error: lapin::Error) -> TransportError {
+    TransportError::Broker(Box::new(error))
+}
+
+fn broker_message(message: &str) -> TransportError {
+    let error: Box<dyn StdError + Send + Sync> = message.into();
+    TransportError::Broker(error)
+}

@@ -1,0 +1,253 @@
+//! The RabbitMQ consumer benchmark: 100,000 messages with 10% duplicate ids
+//! through the local RabbitMQ, a handler that does nothing, the seen-set in
+//! Redis with the Go SDK's layout (`EXISTS` / `SET NX` on `<prefix><id>`).
+//! Runs on the same broker, one after the other, each on a queue of its own:
+//!
+//! 1. babel-idem: `Consumer` + `AmqpTransport` + a guarded no-op handler, at
+//!    prefetch 1, 64 and 512 (the consumer's concurrency = the prefetch);
+//! 2. the Python SDK's worker (`babelqueue` 1.24 `PikaTransport`, which
+//!    polls with `basic.get`; `tests/python/amqp_peer.py`), same seen-set.
+//!
+//! Reported: messages/s and worker CPU per message, and the ratio of each
+//! babel-idem run to the Python worker (goal >= 20x).
+//!
+//! ```text
+//! source .ci/servers.sh; source .ci/python.sh
+//! cargo bench --bench consumer_amqp --features amqp-transport,redis
+//! BENCH_MESSAGES=20000 BENCH_PYTHON_MESSAGES=5000 cargo bench ...   # a quicker run
+//! ```
+//!
+//! Without `BABEL_IDEM_AMQP_URL` or `BABEL_IDEM_REDIS_URL` it prints
+//! `skipped:`; without `BABEL_IDEM_PYTHON` the Python run is skipped.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use babel_idem::transport::AmqpTransport;
+use babel_idem::{Consumer, Envelope, RedisStore, Router, guard, urn};
+use redis::AsyncCommands;
+use serde_json::json;
+
+const URN: &str = "urn:babel:interop:created";
+const PREFETCHES: [u16; 3] = [1, 64, 512];
+
+fn env_count(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// `count` envelopes on `queue`; every tenth reuses the id of a message 500
+/// places earlier (a redelivery), so 10% are duplicates.
+fn bodies(queue: &str, count: usize, run: &str) -> Vec<Vec<u8>> {
+    (0..count)
+        .map(|i| {
+            let id = if i % 10 == 9 && i >= 500 { i - 500 } else { i };
+            Envelope::new(URN, json!({"n": i}))
+                .with_id(format!("{run}-{id}"))
+                .with_queue(queue)
+                .to_vec()
+        })
+        .collect()
+}
+
+/// A queue of one run, filled; its seen-set prefix.
+async fn fill(transport: &AmqpTransport, name: &str, count: usize) -> (String, String) {
+    let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
+    let queue = format!("bench-amqp-{name}-{run}");
+    for chunk in bodies(&queue, count, &run).chunks(2000) {
+        transport.publish_many(&queue, chunk).await.unwrap();
+    }
+    let prefix = format!("{queue}:bq:idemp:");
+    (queue, prefix)
+}
+
+async fn cleanup(transport: &AmqpTransport, redis_url: &str, queue: &str, prefix: &str) {
+    transport.delete_queue(queue).await.unwrap();
+    let _ = transport.delete_queue(&format!("{queue}.dlq")).await;
+    let mut redis = redis::Client::open(redis_url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let keys: Vec<String> = redis.keys(format!("{prefix}*")).await.unwrap();
+    for chunk in keys.chunks(10_000) {
+        let _: () = redis.del(chunk).await.unwrap();
+    }
+}
+
+/// CPU seconds of this process (`self`) or of its waited-for children.
+fn cpu_seconds(children: bool) -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |(_, rest)| rest)
+        .split_whitespace()
+        .collect();
+    let (a, b) = if children { (13, 14) } else { (11, 12) };
+    let ticks: f64 = [a, b]
+        .iter()
+        .filter_map(|&i| fields.get(i)?.parse::<f64>().ok())
+        .sum();
+    ticks / 100.0
+}
+
+struct Figures {
+    name: String,
+    messages: usize,
+    seconds: f64,
+    worker_cpu: f64,
+}
+
+impl Figures {
+    fn rate(&self) -> f64 {
+        self.messages as f64 / self.seconds
+    }
+
+    fn print(&self, python: Option<f64>) {
+        println!(
+            "{:<24} {:>8} msgs {:>7.2} s {:>9.0} msgs/s {:>7.1} µs worker CPU/msg{}",
+            self.name,
+            self.messages,
+            self.seconds,
+            self.rate(),
+            self.worker_cpu / self.messages as f64 * 1e6,
+            python.map_or(String::new(), |p| format!(
+                "  {:>6.1}x python (goal >= 20x)",
+                self.rate() / p
+            )),
+        );
+    }
+}
+
+async fn bench_babel_idem(url: &str, redis_url: &str, prefetch: u16, count: usize) -> Figures {
+    let transport = AmqpTransport::builder()
+        .prefetch(prefetch)
+        .connect(url)
+        .await
+        .unwrap();
+    let (queue, prefix) = fill(&transport, &format!("p{prefetch}"), count).await;
+    let store = RedisStore::builder()
+        .prefix(&prefix)
+        .connect_lazy(redis_url)
+        .unwrap();
+    let router = Router::builder()
+        .route(urn!("urn:babel:interop:created"), move |env: Envelope| {
+            let store = store.clone();
+            async move { guard(store, &env, async { Ok::<(), babel_idem::StoreError>(()) }).await }
+        })
+        .build()
+        .unwrap();
+    let consumer = Consumer::builder(router, transport.clone(), &queue)
+        .concurrency(usize::from(prefetch))
+        .build()
+        .unwrap();
+    let progress = consumer.progress();
+    let (cpu_before, started) = (cpu_seconds(false), Instant::now());
+    let report = consumer
+        .run_until(async {
+            loop {
+                let now = progress.report();
+                if now.delivered as usize >= count && now.in_flight == 0 {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+        .await;
+    let seconds = started.elapsed().as_secs_f64();
+    let worker_cpu = cpu_seconds(false) - cpu_before;
+    assert_eq!(report.acked as usize, count, "{report:?}");
+    cleanup(&transport, redis_url, &queue, &prefix).await;
+    transport.close().await;
+    Figures {
+        name: format!("babel-idem prefetch {prefetch}"),
+        messages: count,
+        seconds,
+        worker_cpu,
+    }
+}
+
+async fn bench_python(url: &str, redis_url: &str, python: &PathBuf, count: usize) -> Figures {
+    let transport = AmqpTransport::connect(url).await.unwrap();
+    let (queue, prefix) = fill(&transport, "py", count).await;
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/amqp_peer.py");
+    let (cpu_before, started) = (cpu_seconds(true), Instant::now());
+    let output = Command::new(python)
+        .arg(script)
+        .args([
+            "consume",
+            url,
+            &queue,
+            "0.2",
+            "--redis",
+            redis_url,
+            "--seen-prefix",
+            &prefix,
+            "--noop",
+            "1",
+        ])
+        .output()
+        .expect("run the Python worker");
+    // The worker waits 0.2 s on the empty queue before it stops.
+    let seconds = started.elapsed().as_secs_f64() - 0.2;
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let worker_cpu = cpu_seconds(true) - cpu_before;
+    cleanup(&transport, redis_url, &queue, &prefix).await;
+    transport.close().await;
+    Figures {
+        name: "python-sdk (basic.get)".to_owned(),
+        messages: count,
+        seconds,
+        worker_cpu,
+    }
+}
+
+fn main() {
+    let (Ok(url), Ok(redis_url)) = (
+        std::env::var("BABEL_IDEM_AMQP_URL"),
+        std::env::var("BABEL_IDEM_REDIS_URL"),
+    ) else {
+        println!(
+            "skipped: AMQP consumer benchmark: BABEL_IDEM_AMQP_URL or BABEL_IDEM_REDIS_URL not set"
+        );
+        return;
+    };
+    let count = env_count("BENCH_MESSAGES", 100_000);
+    let python_count = env_count("BENCH_PYTHON_MESSAGES", count);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let python = match std::env::var("BABEL_IDEM_PYTHON") {
+            Ok(python) if !python.is_empty() => {
+                Some(bench_python(&url, &redis_url, &PathBuf::from(python), python_count).await)
+            }
+            _ => {
+                println!("skipped: the Python worker: BABEL_IDEM_PYTHON not set");
+                None
+            }
+        };
+        let mut figures = Vec::new();
+        for prefetch in PREFETCHES {
+            figures.push(bench_babel_idem(&url, &redis_url, prefetch, count).await);
+        }
+        println!(
+            "AMQP consumer benchmark: {count} messages ({python_count} for Python), 10% duplicate ids, no-op handler, seen-set in Redis"
+        );
+        let python_rate = python.as_ref().map(Figures::rate);
+        if let Some(python) = &python {
+            python.print(None);
+        }
+        for figure in &figures {
+            figure.print(python_rate);
+        }
+    });
+}

@@ -1,0 +1,826 @@
+//! `Consumer` + `AmqpTransport` against a real RabbitMQ, with the BabelQueue
+//! Python SDK (pinned by `.ci/python.sh`, `amqp` extra) as the peer producer
+//! and consumer.
+//!
+//! Environment: `BABEL_IDEM_AMQP_URL` (the shared broker), `BABEL_IDEM_PYTHON`
+//! (the peer's virtualenv python), `BABEL_IDEM_REDIS_URL` for the shared
+//! seen-set; without them a test prints `skipped:`, and with
+//! `BABEL_IDEM_REQUIRE_SERVERS=1` it fails instead. Every test uses queues of
+//! its own (a unique name), deleted when it ends; the outage test cuts
+//! connections through a TCP proxy of its own, never the shared broker's.
+#![cfg(all(feature = "amqp-transport", feature = "redis", feature = "sqlite"))]
+
+mod consumer_support;
+mod store_contract;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use babel_idem::transport::{AmqpTransport, TransportError};
+use babel_idem::{
+    Consumer, Delivery, Envelope, InMemoryStore, RedisStore, Router, guard, is_replay, urn,
+};
+use consumer_support::{
+    PATIENCE, URN, dead_letter_block, effect_router, envelope_with_id, eventually, python,
+    run_until_idle,
+};
+use lapin::options::{BasicGetOptions, QueueDeclareOptions, QueueDeleteOptions};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{BasicProperties, Connection, ConnectionProperties};
+use redis::AsyncCommands;
+use serde_json::{Value, json};
+use store_contract::servers::{REDIS_URL, server_url, unique_suffix};
+
+const AMQP_URL: &str = "BABEL_IDEM_AMQP_URL";
+
+/// Runs one subcommand of `tests/python/amqp_peer.py`; its JSON answer.
+async fn peer(python: &Path, args: Vec<String>, stdin: Option<Value>) -> Value {
+    consumer_support::peer(python, "amqp_peer.py", args, stdin).await
+}
+
+// ---------------------------------------------------------------- fixtures
+
+/// One test's queue and its `.dlq` on the broker: a unique name, both
+/// deleted on drop.
+struct Queue {
+    url: String,
+    name: String,
+}
+
+impl Queue {
+    fn new(url: &str) -> Self {
+        Queue {
+            url: url.to_owned(),
+            name: format!("bi-amqp-{}", unique_suffix()),
+        }
+    }
+
+    fn dlq(&self) -> String {
+        format!("{}.dlq", self.name)
+    }
+
+    async fn transport(&self, prefetch: u16) -> AmqpTransport {
+        AmqpTransport::builder()
+            .prefetch(prefetch)
+            .reserve_wait(Duration::from_millis(50))
+            .connect(&self.url)
+            .await
+            .expect("connect the transport")
+    }
+
+    /// Every message of `queue` as it sits in the broker, taken off it.
+    async fn drain(&self, queue: &str) -> Vec<(BasicProperties, Vec<u8>)> {
+        let connection = raw_connection(&self.url).await;
+        let channel = connection.create_channel().await.unwrap();
+        let mut messages = Vec::new();
+        while let Some(message) = channel
+            .basic_get(queue.into(), BasicGetOptions { no_ack: true })
+            .await
+            .unwrap()
+        {
+            messages.push((message.delivery.properties, message.delivery.data));
+        }
+        messages
+    }
+
+    /// How many ready messages `queue` holds (0 when it does not exist).
+    async fn ready(&self, queue: &str) -> u32 {
+        let connection = raw_connection(&self.url).await;
+        let channel = connection.create_channel().await.unwrap();
+        let passive = QueueDeclareOptions {
+            passive: true,
+            ..QueueDeclareOptions::default()
+        };
+        match channel
+            .queue_declare(queue.into(), passive, FieldTable::default())
+            .await
+        {
+            Ok(declared) => declared.message_count(),
+            Err(_) => 0,
+        }
+    }
+}
+
+impl Drop for Queue {
+    fn drop(&mut self) {
+        let (url, names) = (self.url.clone(), [self.name.clone(), self.dlq()]);
+        // Drop cannot await: a thread of its own, with a runtime of its own.
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let Ok(connection) =
+                    Connection::connect(&url, ConnectionProperties::default()).await
+                else {
+                    return;
+                };
+                for name in names {
+                    if let Ok(channel) = connection.create_channel().await {
+                        let _ = channel
+                            .queue_delete(name.as_str().into(), QueueDeleteOptions::default())
+                            .await;
+                    }
+                }
+                let _ = connection.close(200, "test done".into()).await;
+            });
+        })
+        .join();
+    }
+}
+
+async fn raw_connection(url: &str) -> Connection {
+    Connection::connect(url, ConnectionProperties::default())
+        .await
+        .expect("connect to the test's broker")
+}
+
+/// What a handler saw, kept for the assertions.
+#[derive(Debug, Clone, PartialEq)]
+struct Seen {
+    id: String,
+    urn: String,
+    data: Value,
+    attempts: u64,
+    headers: BTreeMap<String, String>,
+    replay: bool,
+}
+
+type SeenLog = Arc<Mutex<Vec<Seen>>>;
+
+/// A router whose one handler records every delivery it runs, and fails it
+/// while `fail` says so.
+fn recording_router(log: SeenLog, fail: bool) -> Router {
+    Router::builder()
+        .route(
+            urn!("urn:babel:interop:created"),
+            move |env: Envelope, delivery: Delivery| {
+                log.lock().unwrap().push(Seen {
+                    id: env.meta.id.clone().unwrap_or_default(),
+                    urn: env.job.clone(),
+                    data: Value::Object(env.data.clone()),
+                    attempts: delivery.attempts(),
+                    headers: delivery
+                        .headers()
+                        .map(|(n, v)| (n.to_owned(), v.to_owned()))
+                        .collect(),
+                    replay: is_replay(),
+                });
+                async move {
+                    if fail {
+                        return Err(std::io::Error::other("payment gateway timeout"));
+                    }
+                    Ok(())
+                }
+            },
+        )
+        .max_attempts(3)
+        .build()
+        .unwrap()
+}
+
+fn header<'p>(properties: &'p BasicProperties, name: &str) -> Option<&'p AMQPValue> {
+    properties.headers().as_ref()?.inner().get(name)
+}
+
+// ---------------------------------------------------------------- interop
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_publishes_and_babel_idem_consumes_ids_urns_data_and_headers() {
+    const TEST: &str = "amqp_python_publishes_and_babel_idem_consumes";
+    let (Some(url), Some(python)) = (server_url(AMQP_URL, TEST), python(TEST)) else {
+        return;
+    };
+    let queue = Queue::new(&url);
+    let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let sent = peer(
+        &python,
+        vec![
+            "publish".into(),
+            url.clone(),
+            queue.name.clone(),
+            "25".into(),
+            "--header".into(),
+            format!("traceparent={traceparent}"),
+        ],
+        None,
+    )
+    .await;
+
+    let log = SeenLog::default();
+    let transport = queue.transport(8).await;
+    let consumer = Consumer::builder(
+        recording_router(Arc::clone(&log), false),
+        transport.clone(),
+        &queue.name,
+    )
+    .concurrency(8)
+    .build()
+    .unwrap();
+    let report = run_until_idle(&consumer, Duration::from_millis(500)).await;
+    transport.close().await;
+
+    let seen = log.lock().unwrap().clone();
+    let sent = sent.as_array().unwrap();
+    assert_eq!((seen.len(), report.acked), (25, 25), "{report:?}");
+    let by_id: HashMap<&str, &Seen> = seen.iter().map(|s| (s.id.as_str(), s)).collect();
+    for message in sent {
+        let got = by_id[message["id"].as_str().unwrap()];
+        assert_eq!(got.urn, message["urn"].as_str().unwrap());
+        assert_eq!(got.data, message["data"]);
+        let header = |name: &str| got.headers.get(name).map(String::as_str);
+        assert_eq!(header("traceparent"), Some(traceparent));
+        // The contract headers reach the handler too, as Python's pop maps them.
+        assert_eq!(header("x-attempts"), Some("0"));
+        assert_eq!(header("x-schema-version"), Some("1"));
+        assert_eq!(header("x-source-lang"), Some("python"));
+        assert!(!got.replay);
+    }
+    assert_eq!(queue.ready(&queue.name).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn babel_idem_publishes_and_python_consumes_with_headers_and_the_replay_marker() {
+    const TEST: &str = "amqp_babel_idem_publishes_and_python_consumes";
+    let (Some(url), Some(python)) = (server_url(AMQP_URL, TEST), python(TEST)) else {
+        return;
+    };
+    let queue = Queue::new(&url);
+    let transport = queue.transport(8).await;
+    let sent: Vec<Envelope> = (0..20)
+        .map(|n| {
+            Envelope::new(URN, json!({"n": n, "text": "héllo \u{2028} \"q\""}))
+                .with_queue(&queue.name)
+        })
+        .collect();
+    let bodies: Vec<Vec<u8>> = sent.iter().map(Envelope::to_vec).collect();
+    transport.publish_many(&queue.name, &bodies).await.unwrap();
+    let replayed = Envelope::new(URN, json!({"n": 99})).with_queue(&queue.name);
+    let headers = [
+        ("bq-replay-bypass".to_owned(), "1".to_owned()),
+        ("traceparent".to_owned(), "00-ab".to_owned()),
+    ];
+    transport
+        .publish_with_headers(&queue.name, &replayed.to_vec(), &headers)
+        .await
+        .unwrap();
+    transport.close().await;
+
+    let out = peer(
+        &python,
+        vec![
+            "consume".into(),
+            url.clone(),
+            queue.name.clone(),
+            "0.5".into(),
+        ],
+        None,
+    )
+    .await;
+    let received = out["received"].as_array().unwrap();
+    assert_eq!(received.len(), 21, "{out}");
+    let by_id: HashMap<&str, &Value> = received
+        .iter()
+        .map(|r| (r["id"].as_str().unwrap(), r))
+        .collect();
+    for envelope in sent.iter().chain([&replayed]) {
+        let got = by_id[envelope.meta.id.as_deref().unwrap()];
+        assert_eq!(got["urn"], URN);
+        assert_eq!(got["data"], Value::Object(envelope.data.clone()));
+        assert_eq!(got["lang"], "rust");
+        assert_eq!(got["attempts"], 0);
+        assert_eq!(got["headers"]["x-source-lang"], "rust");
+    }
+    let marked = by_id[replayed.meta.id.as_deref().unwrap()];
+    assert_eq!(marked["replay"], true);
+    assert_eq!(marked["headers"]["bq-replay-bypass"], "1");
+    assert_eq!(marked["headers"]["traceparent"], "00-ab");
+    assert_eq!(queue.ready(&queue.name).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_body_gets_the_same_properties_headers_and_bytes_from_python_and_babel_idem() {
+    const TEST: &str = "amqp_the_same_body_gets_the_same_properties";
+    let (Some(url), Some(python)) = (server_url(AMQP_URL, TEST), python(TEST)) else {
+        return;
+    };
+    let ours = Queue::new(&url);
+    let theirs = Queue::new(&url);
+    let mut retried = envelope_with_id("same-2", &ours.name, 2);
+    retried.attempts = 4;
+    let bodies: Vec<String> = [
+        envelope_with_id("same-1", &ours.name, 1),
+        retried,
+        Envelope::new(URN, json!({"text": "héllo \u{2028}"})),
+    ]
+    .iter()
+    .map(|e| String::from_utf8(e.to_vec()).unwrap())
+    .chain(["not json".to_owned()])
+    .collect();
+    let headers = [
+        ("traceparent".to_owned(), "00-ab".to_owned()),
+        // The contract header wins a collision, on both sides.
+        ("x-attempts".to_owned(), "99".to_owned()),
+    ];
+    peer(
+        &python,
+        vec!["publish-raw".into(), url.clone(), theirs.name.clone()],
+        Some(json!({"bodies": bodies, "headers": {"traceparent": "00-ab", "x-attempts": "99"}})),
+    )
+    .await;
+    let transport = ours.transport(1).await;
+    for body in &bodies {
+        transport
+            .publish_with_headers(&ours.name, body.as_bytes(), &headers)
+            .await
+            .unwrap();
+    }
+    transport.close().await;
+
+    let (python_side, rust_side) = (
+        theirs.drain(&theirs.name).await,
+        ours.drain(&ours.name).await,
+    );
+    assert_eq!(python_side.len(), bodies.len());
+    assert_eq!(rust_side.len(), bodies.len());
+    for ((their_props, their_body), (our_props, our_body)) in python_side.iter().zip(&rust_side) {
+        assert_eq!(our_body, their_body, "the bytes");
+        assert_eq!(
+            our_props, their_props,
+            "the properties and the typed header table"
+        );
+    }
+    // And they are the contract's.
+    let (props, _) = &rust_side[1];
+    assert_eq!(props.kind().as_ref().unwrap().as_str(), URN);
+    assert_eq!(props.message_id().as_ref().unwrap().as_str(), "same-2");
+    assert_eq!(*props.delivery_mode(), Some(2));
+    assert_eq!(header(props, "x-attempts"), Some(&AMQPValue::LongInt(4)));
+    assert!(props.correlation_id().is_some());
+}
+
+// ---------------------------------------------------------------- settlements
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_republish_with_x_attempts_and_the_dead_letter_keeps_the_headers() {
+    const TEST: &str = "amqp_retries_republish_with_x_attempts";
+    let Some(url) = server_url(AMQP_URL, TEST) else {
+        return;
+    };
+    let queue = Queue::new(&url);
+    let transport = queue.transport(16).await;
+    let ids = ["r-0", "r-1"];
+    for (n, id) in ids.iter().enumerate() {
+        let body = envelope_with_id(id, &queue.name, n as u64).to_vec();
+        transport
+            .publish_with_headers(&queue.name, &body, &[("traceparent".into(), "00-r".into())])
+            .await
+            .unwrap();
+    }
+    let log = SeenLog::default();
+    let consumer = Consumer::builder(
+        recording_router(Arc::clone(&log), true),
+        transport.clone(),
+        &queue.name,
+    )
+    .build()
+    .unwrap();
+    let report = run_until_idle(&consumer, Duration::from_millis(500)).await;
+    transport.close().await;
+    assert_eq!((report.retried, report.dead_lettered), (4, 2), "{report:?}");
+
+    let seen = log.lock().unwrap().clone();
+    let mut attempts: Vec<(u64, String)> = seen
+        .iter()
+        .map(|s| (s.attempts, s.headers["x-attempts"].clone()))
+        .collect();
+    attempts.sort_unstable();
+    let expected: Vec<(u64, String)> = [0, 0, 1, 1, 2, 2]
+        .into_iter()
+        .map(|n| (n, n.to_string()))
+        .collect();
+    assert_eq!(attempts, expected, "x-attempts follows the body's attempts");
+    assert!(seen.iter().all(|s| s.headers["traceparent"] == "00-r"));
+
+    let records = queue.drain(&queue.dlq()).await;
+    assert_eq!(records.len(), 2);
+    for (props, body) in &records {
+        let record = Envelope::from_slice(body).unwrap();
+        let block = record.dead_letter.as_ref().unwrap();
+        assert_eq!(block.reason.as_str(), "failed");
+        assert_eq!(block.original_queue, queue.name);
+        assert!(ids.contains(&record.meta.id.as_deref().unwrap()));
+        assert_eq!(
+            props.message_id().as_ref().map(|id| id.as_str()),
+            record.meta.id.as_deref()
+        );
+        assert_eq!(
+            header(props, "traceparent"),
+            Some(&AMQPValue::LongString("00-r".into()))
+        );
+    }
+    assert_eq!(queue.ready(&queue.name).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poison_bodies_end_in_the_dlq_byte_for_byte_as_python_writes_them() {
+    const TEST: &str = "amqp_poison_bodies_end_in_the_dlq";
+    let (Some(url), Some(python)) = (server_url(AMQP_URL, TEST), python(TEST)) else {
+        return;
+    };
+    let queue = Queue::new(&url);
+    let transport = queue.transport(1).await;
+    let mut oversized = envelope_with_id("big-1", &queue.name, 0);
+    oversized
+        .data
+        .insert("padding".into(), json!("x".repeat(10_000)));
+    let bodies: Vec<Vec<u8>> = vec![
+        b"plain text, no JSON".to_vec(),
+        b"\xfe\xff binary {".to_vec(),
+        b"[\"an\", \"array\"]".to_vec(),
+        b" {  } ".to_vec(),
+        br#"{"job":"urn:babel:interop:created","attempts":"three","x":1e400}"#.to_vec(),
+        br#"{"job":"urn:babel:interop:created","dead_letter":{"reason":"failed"}}"#.to_vec(),
+        oversized.to_vec(),
+    ];
+    for body in &bodies {
+        transport.publish(&queue.name, body).await.unwrap();
+    }
+    let good = envelope_with_id("good-1", &queue.name, 1);
+    transport
+        .publish(&queue.name, &good.to_vec())
+        .await
+        .unwrap();
+
+    let log = SeenLog::default();
+    // One at a time, so the DLQ holds the records in the order of the bodies.
+    let consumer = Consumer::builder(
+        recording_router(Arc::clone(&log), false),
+        transport.clone(),
+        &queue.name,
+    )
+    .concurrency(1)
+    .max_body_bytes(4096)
+    .build()
+    .unwrap();
+    let report = run_until_idle(&consumer, Duration::from_millis(500)).await;
+    transport.close().await;
+    assert_eq!(
+        log.lock().unwrap().len(),
+        1,
+        "the valid message after the poison ran"
+    );
+    assert_eq!(report.dead_lettered as usize, bodies.len(), "{report:?}");
+
+    let records = queue.drain(&queue.dlq()).await;
+    assert_eq!(records.len(), bodies.len());
+    for (original, (_, record)) in bodies.iter().zip(&records) {
+        let block_json = dead_letter_block(record);
+        let block: Value = serde_json::from_str(&block_json).unwrap();
+        assert_eq!(block["reason"], "poison");
+        assert_eq!(block["original_queue"], queue.name.as_str());
+        let python_record = peer(
+            &python,
+            vec!["poison-record".into()],
+            Some(json!({"body": original, "block_json": block_json})),
+        )
+        .await;
+        let python_record: Vec<u8> =
+            serde_json::from_value(python_record["record"].clone()).unwrap();
+        assert_eq!(
+            &python_record,
+            record,
+            "the record of {:?} differs from Python's:\n ours: {}",
+            String::from_utf8_lossy(original),
+            String::from_utf8_lossy(record)
+        );
+    }
+    assert_eq!(queue.ready(&queue.name).await, 0);
+}
+
+// ---------------------------------------------------------------- one seen-set
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_and_babel_idem_workers_share_one_seen_set_and_run_each_message_once() {
+    const TEST: &str = "amqp_python_and_babel_idem_workers_share_one_seen_set";
+    let (Some(url), Some(redis_url), Some(python)) = (
+        server_url(AMQP_URL, TEST),
+        server_url(REDIS_URL, TEST),
+        python(TEST),
+    ) else {
+        return;
+    };
+    let queue = Queue::new(&url);
+    let transport = queue.transport(8).await;
+    // 900 messages, then 100 redeliveries of the first 100 ids, far enough
+    // behind their originals that the first run is over when they arrive
+    // (the seen-set is post-success dedupe, not a lock).
+    let ids: Vec<String> = (0..900).map(|n| format!("mixed-{n}")).collect();
+    let bodies: Vec<Vec<u8>> = ids
+        .iter()
+        .chain(ids.iter().take(100))
+        .enumerate()
+        .map(|(n, id)| envelope_with_id(id, &queue.name, n as u64).to_vec())
+        .collect();
+    transport.publish_many(&queue.name, &bodies).await.unwrap();
+    let seen_prefix = format!("{}:bq:idemp:", queue.name);
+    let effects = format!("{}:effects", queue.name);
+
+    let python_worker = peer(
+        &python,
+        vec![
+            "consume".into(),
+            url.clone(),
+            queue.name.clone(),
+            "1.0".into(),
+            "--redis".into(),
+            redis_url.clone(),
+            "--seen-prefix".into(),
+            seen_prefix.clone(),
+            "--effects".into(),
+            effects.clone(),
+        ],
+        None,
+    );
+    let store = RedisStore::builder()
+        .prefix(&seen_prefix)
+        .connect_lazy(&redis_url)
+        .unwrap();
+    let consumer = Consumer::builder(
+        effect_router(store, &redis_url, effects.clone()),
+        transport.clone(),
+        &queue.name,
+    )
+    .concurrency(4)
+    .build()
+    .unwrap();
+    let rust_worker = async {
+        // Python first: started alone, the Rust worker would take every
+        // message before Python's interpreter is up.
+        eventually("the Python worker ran a first message", || async {
+            let mut redis = redis::Client::open(redis_url.as_str())
+                .unwrap()
+                .get_multiplexed_async_connection()
+                .await
+                .unwrap();
+            redis.hlen::<_, usize>(&effects).await.unwrap() > 0
+        })
+        .await;
+        let report = run_until_idle(&consumer, Duration::from_secs(2)).await;
+        // Anything pushed to us and not reserved goes back for Python.
+        transport.close().await;
+        report
+    };
+    let (python_out, report) = tokio::join!(python_worker, rust_worker);
+
+    let mut redis = redis::Client::open(redis_url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let counts: HashMap<String, i64> = redis.hgetall(&effects).await.unwrap();
+    let marker: Option<String> = redis.get(format!("{seen_prefix}mixed-0")).await.unwrap();
+    let mut keys: Vec<String> = redis.keys(format!("{}*", queue.name)).await.unwrap();
+    keys.push(effects.clone());
+    let _: () = redis.del(keys).await.unwrap();
+
+    assert_eq!(counts.len(), ids.len(), "every id ran");
+    assert!(
+        counts.values().all(|&n| n == 1),
+        "an id ran twice: {:?}",
+        counts.iter().filter(|(_, n)| **n != 1).collect::<Vec<_>>()
+    );
+    let python_processed = python_out["processed"].as_u64().unwrap();
+    assert_eq!(
+        python_processed + report.acked,
+        1000,
+        "every delivery was handled or skipped once: {report:?}"
+    );
+    assert!(
+        python_processed > 0 && report.acked > 0,
+        "both workers took part: python {python_processed}, rust {report:?}"
+    );
+    // The seen-set is the Go layout: `<prefix><id>` = "1".
+    assert_eq!(marker.as_deref(), Some("1"));
+    assert_eq!(queue.ready(&queue.name).await, 0);
+}
+
+// ---------------------------------------------------------------- a dropped connection
+
+/// A TCP proxy to the broker, owned by one test: `cut` drops every
+/// connection through it at once (both sides see the socket close, as when
+/// the broker closes connections), and new ones are accepted again.
+struct Proxy {
+    port: u16,
+    connections: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl Proxy {
+    async fn start(upstream: String) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let connections: Arc<Mutex<Vec<tokio::task::AbortHandle>>> = Arc::default();
+        let registry = Arc::clone(&connections);
+        let accept = tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let upstream = upstream.clone();
+                let task = tokio::spawn(async move {
+                    if let Ok(mut server) = tokio::net::TcpStream::connect(upstream).await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    }
+                });
+                registry.lock().unwrap().push(task.abort_handle());
+            }
+        });
+        Proxy {
+            port,
+            connections,
+            accept,
+        }
+    }
+
+    fn cut(&self) -> usize {
+        let cut: Vec<_> = self.connections.lock().unwrap().drain(..).collect();
+        cut.iter().for_each(tokio::task::AbortHandle::abort);
+        cut.len()
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+        self.cut();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_dropped_mid_run_is_reopened_and_every_effect_runs_once() {
+    const TEST: &str = "amqp_a_connection_dropped_mid_run";
+    let Some(url) = server_url(AMQP_URL, TEST) else {
+        return;
+    };
+    let uri: lapin::uri::AMQPUri = url.parse().unwrap();
+    let proxy = Proxy::start(format!("{}:{}", uri.authority.host, uri.authority.port)).await;
+    let through_proxy = format!(
+        "amqp://{}:{}@127.0.0.1:{}/{}",
+        uri.authority.userinfo.username,
+        uri.authority.userinfo.password,
+        proxy.port,
+        uri.vhost.replace('%', "%25").replace('/', "%2f")
+    );
+    let queue = Queue::new(&url);
+    let publisher = queue.transport(1).await;
+    let bodies: Vec<Vec<u8>> = (0..1000)
+        .map(|n| envelope_with_id(&format!("d-{n}"), &queue.name, n).to_vec())
+        .collect();
+    publisher.publish_many(&queue.name, &bodies).await.unwrap();
+    publisher.close().await;
+
+    let proxy = Arc::new(proxy);
+    let effects: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+    let deliveries: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+    let store = Arc::new(InMemoryStore::new());
+    let cut_once = Arc::new(AtomicBool::new(false));
+    let router = {
+        let (effects, deliveries, proxy) = (
+            Arc::clone(&effects),
+            Arc::clone(&deliveries),
+            Arc::clone(&proxy),
+        );
+        Router::builder()
+            .route(urn!("urn:babel:interop:created"), move |env: Envelope| {
+                let id = env.meta.id.clone().unwrap();
+                *deliveries.lock().unwrap().entry(id.clone()).or_default() += 1;
+                // The connection is cut while this delivery runs: its ack
+                // cannot land, so the broker must deliver it again.
+                if id == "d-300" && !cut_once.swap(true, Ordering::Relaxed) {
+                    assert!(
+                        proxy.cut() > 0,
+                        "the consumer's connection goes through the proxy"
+                    );
+                }
+                let (store, effects) = (Arc::clone(&store), Arc::clone(&effects));
+                async move {
+                    guard(store, &env, async {
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                        *effects.lock().unwrap().entry(id).or_default() += 1;
+                        Ok::<(), anyhow::Error>(())
+                    })
+                    .await
+                }
+            })
+            .build()
+            .unwrap()
+    };
+    let transport = AmqpTransport::builder()
+        .prefetch(32)
+        .reserve_wait(Duration::from_millis(50))
+        .connect(&through_proxy)
+        .await
+        .unwrap();
+    let consumer = Consumer::builder(router, transport.clone(), &queue.name)
+        .concurrency(8)
+        .build()
+        .unwrap();
+    let progress = consumer.progress();
+    let done = Arc::clone(&effects);
+    let queue = &queue;
+    let report = tokio::time::timeout(
+        PATIENCE,
+        consumer.run_until(async move {
+            eventually("every message ran", || async {
+                done.lock().unwrap().len() == 1000
+            })
+            .await;
+            eventually("the queue is drained", || async {
+                progress.report().in_flight == 0 && queue.ready(&queue.name).await == 0
+            })
+            .await;
+        }),
+    )
+    .await
+    .expect("the consumer finishes after the cut");
+    transport.close().await;
+
+    let effects = effects.lock().unwrap().clone();
+    assert_eq!(effects.len(), 1000);
+    assert!(effects.values().all(|&n| n == 1), "an effect ran twice");
+    assert!(
+        deliveries.lock().unwrap()["d-300"] >= 2,
+        "the delivery in flight at the cut was delivered again"
+    );
+    assert!(
+        report.lapsed >= 1,
+        "its late settlement touched nothing: {report:?}"
+    );
+    assert!(
+        report.delivered > 1000,
+        "the unacked deliveries came back: {report:?}"
+    );
+}
+
+// ---------------------------------------------------------------- bad input
+
+#[tokio::test]
+async fn bad_urls_queue_names_and_refused_connections_are_clear_errors_at_start() {
+    for url in [
+        "not a url",
+        "redis://127.0.0.1:6379/",
+        "amqp://127.0.0.1:notaport/%2f",
+        "amqps://guest:guest@127.0.0.1:5671/%2f",
+    ] {
+        let error = AmqpTransport::connect(url).await.unwrap_err();
+        assert!(
+            matches!(error, TransportError::InvalidUrl { .. }),
+            "{url}: {error}"
+        );
+        assert!(error.to_string().contains("invalid broker URL"), "{error}");
+        assert!(!error.to_string().contains(":guest@"), "{error}");
+    }
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let error = AmqpTransport::builder()
+        .reconnect_attempts(0)
+        .connect(&format!("amqp://guest:guest@127.0.0.1:{port}/%2f"))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, TransportError::Connect(_)), "{error}");
+    assert!(error.to_string().contains("cannot connect"), "{error}");
+}
+
+#[tokio::test]
+async fn a_wrong_password_and_a_bad_queue_name_are_refused_at_start() {
+    const TEST: &str = "amqp_a_wrong_password_and_a_bad_queue_name";
+    let Some(url) = server_url(AMQP_URL, TEST) else {
+        return;
+    };
+    let uri: lapin::uri::AMQPUri = url.parse().unwrap();
+    let wrong = format!(
+        "amqp://{}:not-the-password@{}:{}/%2f",
+        uri.authority.userinfo.username, uri.authority.host, uri.authority.port
+    );
+    let error = AmqpTransport::connect(&wrong).await.unwrap_err();
+    assert!(matches!(error, TransportError::Connect(_)), "{error}");
+
+    let transport = AmqpTransport::connect(&url).await.unwrap();
+    for bad in ["", "amq.reserved", "line\nbreak"] {
+        let error = Consumer::builder(Router::builder().build().unwrap(), transport.clone(), bad)
+            .build()
+            .err()
+            .expect("refused");
+        assert!(
+            error.to_string().contains("invalid queue name"),
+            "{bad:?}: {error}"
+        );
+    }
+    transport.close().await;
+}
