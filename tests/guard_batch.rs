@@ -5,8 +5,8 @@
 #[macro_use]
 mod store_contract;
 
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use babel_idem::store::{StoreFuture, StoreOperation};
 use babel_idem::{
@@ -32,7 +32,12 @@ impl Flaky {
     }
 
     fn calls(&self, name: &str) -> usize {
-        self.calls.lock().unwrap().iter().filter(|c| **c == name).count()
+        self.calls
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|c| **c == name)
+            .count()
     }
 
     fn refuse<T>(&self, operation: StoreOperation, id: &str) -> Option<StoreFuture<'_, T>> {
@@ -116,7 +121,16 @@ async fn mixed_batch_keeps_the_contract_per_message<S: Store>(store: S) {
     store.remember("seen-before").await.unwrap();
     let guard = Guard::new(&store);
     let runs = Mutex::new(Vec::new());
-    let messages = batch(&["id-A", "id-B", "id-A", "seen-before", "", "bad!", "id-C", "bad!"]);
+    let messages = batch(&[
+        "id-A",
+        "id-B",
+        "id-A",
+        "seen-before",
+        "",
+        "bad!",
+        "id-C",
+        "bad!",
+    ]);
     let outcomes = run(&guard, &messages, &runs).await;
 
     use Decision::*;
@@ -148,7 +162,9 @@ async fn mixed_batch_keeps_the_contract_per_message<S: Store>(store: S) {
     let again = run(&guard, &messages, &runs).await;
     assert_eq!(
         decisions(&again),
-        [Skipped, Skipped, Skipped, Skipped, FailOpen, Failed, Skipped, Failed]
+        [
+            Skipped, Skipped, Skipped, Skipped, FailOpen, Failed, Skipped, Failed
+        ]
     );
 }
 
@@ -178,7 +194,9 @@ async fn a_scoped_batch_keys_as_the_single_guard_does_on_redis() {
         assert!(!store.seen("id-A").await.unwrap());
         // The single guard skips what the batch remembered, and the other way round.
         let single = billing
-            .run(&envelope("id-A"), async { Err::<(), _>(DeliveryError::Handler) })
+            .run(&envelope("id-A"), async {
+                Err::<(), _>(DeliveryError::Handler)
+            })
             .await;
         assert!(single.is_ok(), "skipped");
         billing
@@ -198,7 +216,10 @@ async fn a_batch_costs_one_seen_many_and_one_remember_many() {
     let guard = Guard::new(&store);
     let runs = Mutex::new(Vec::new());
     run(&guard, &batch(&["a", "b", "a", "c!"]), &runs).await;
-    assert_eq!((store.calls("seen_many"), store.calls("remember_many")), (1, 1));
+    assert_eq!(
+        (store.calls("seen_many"), store.calls("remember_many")),
+        (1, 1)
+    );
     run(&guard, &batch(&["a", "b", "b"]), &runs).await;
     assert_eq!(
         (store.calls("seen_many"), store.calls("remember_many")),
@@ -207,7 +228,10 @@ async fn a_batch_costs_one_seen_many_and_one_remember_many() {
     );
     run(&guard, &batch(&["", ""]), &runs).await;
     run(&guard, &[], &runs).await;
-    assert_eq!((store.calls("seen_many"), store.calls("remember_many")), (2, 1));
+    assert_eq!(
+        (store.calls("seen_many"), store.calls("remember_many")),
+        (2, 1)
+    );
     assert_eq!((store.calls("seen"), store.calls("remember")), (0, 0));
 }
 
@@ -248,9 +272,14 @@ async fn a_failed_seen_many_fails_only_the_messages_the_store_cannot_answer() {
     let outcomes = run(&guard, &batch(&["id-A", "poison", "seen-before"]), &runs).await;
     use Decision::*;
     assert_eq!(decisions(&outcomes), [Ran, StoreFailed, Skipped]);
-    assert!(matches!(outcomes[1].result(), Err(DeliveryError::Store(e)) if e.operation() == StoreOperation::Seen));
+    assert!(
+        matches!(outcomes[1].result(), Err(DeliveryError::Store(e)) if e.operation() == StoreOperation::Seen)
+    );
     assert_eq!(*runs.lock().unwrap(), ["id-A"]);
-    assert!(store.inner.seen("id-A").await.unwrap(), "remembered one at a time");
+    assert!(
+        store.inner.seen("id-A").await.unwrap(),
+        "remembered one at a time"
+    );
 
     // A store that is down answers nothing: nothing runs.
     let down = Flaky {

@@ -80,15 +80,16 @@ pub async fn batch_and_single_operations_agree<B: Backend>(backend: &B) {
             let error = result.expect_err("a batch with a NUL id is refused");
             assert!(error.to_string().contains("NUL"), "{error}");
         }
-        assert!(!store.seen("plain").await.unwrap(), "nothing of it was kept");
+        assert!(
+            !store.seen("plain").await.unwrap(),
+            "nothing of it was kept"
+        );
     }
 }
 
 /// With a TTL, `remember_many` keeps a live id's first expiry, its ids
 /// expire, and an expired id is taken over, as `remember` does.
-pub async fn batch_ttl_keeps_the_first_expiry_and_takes_over_expired_ids<B: Backend>(
-    backend: &B,
-) {
+pub async fn batch_ttl_keeps_the_first_expiry_and_takes_over_expired_ids<B: Backend>(backend: &B) {
     let ttl = Duration::from_millis(1000);
     let store = backend.open("batch_ttl", Some(ttl)).await;
     store.remember_many(&["early"]).await.unwrap();

@@ -385,10 +385,9 @@ impl Store for RedisStore {
                 command.ignore();
             }
             let mut connection = self.connection.clone();
-            let () = pipeline
-                .query_async(&mut connection)
-                .await
-                .map_err(|e| failed(BACKEND, StoreOperation::Remember)(RedisCommandError::from(e)))?;
+            let () = pipeline.query_async(&mut connection).await.map_err(|e| {
+                failed(BACKEND, StoreOperation::Remember)(RedisCommandError::from(e))
+            })?;
             Ok(())
         })
     }
