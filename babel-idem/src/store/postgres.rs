@@ -287,21 +287,13 @@ impl Store for PostgresStore {
         StoreFuture::new(async move {
             let remember = StoreOperation::Remember;
             UnstorableId::check(id).map_err(failed(BACKEND, remember))?;
-            let done = sqlx::query(&self.settings.sql.remember)
+            sqlx::query(&self.settings.sql.remember)
                 .bind(id)
                 .bind(self.settings.ttl_ms)
                 .execute(&self.pool)
-                .await;
-            match done {
-                Ok(_) => Ok(()),
-                Err(e) if is_index_limit(&e) => {
-                    Err(failed(BACKEND, remember)(UnstorableId::TooLong {
-                        bytes: id.len(),
-                        source: e,
-                    }))
-                }
-                Err(e) => Err(failed(BACKEND, remember)(e)),
-            }
+                .await
+                .map_err(|e| remember_failed(e, id.len()))?;
+            Ok(())
         })
     }
 
@@ -332,22 +324,14 @@ impl Store for PostgresStore {
             for id in ids {
                 UnstorableId::check(id).map_err(failed(BACKEND, remember))?;
             }
-            let done = sqlx::query(&self.batch.remember)
+            let longest = ids.iter().map(|id| id.len()).max().unwrap_or(0);
+            sqlx::query(&self.batch.remember)
                 .bind(ids)
                 .bind(self.settings.ttl_ms)
                 .execute(&self.pool)
-                .await;
-            match done {
-                Ok(_) => Ok(()),
-                Err(e) if is_index_limit(&e) => {
-                    let bytes = ids.iter().map(|id| id.len()).max().unwrap_or(0);
-                    Err(failed(BACKEND, remember)(UnstorableId::TooLong {
-                        bytes,
-                        source: e,
-                    }))
-                }
-                Err(e) => Err(failed(BACKEND, remember)(e)),
-            }
+                .await
+                .map_err(|e| remember_failed(e, longest))?;
+            Ok(())
         })
     }
 
@@ -370,6 +354,21 @@ impl fmt::Debug for PostgresStore {
             .field("table", &self.settings.table)
             .field("ttl_ms", &self.settings.ttl_ms)
             .finish_non_exhaustive()
+    }
+}
+
+/// A failed `remember` (of ids up to `bytes` long): the index's size
+/// limit is reported as the id being too long.
+fn remember_failed(error: sqlx::Error, bytes: usize) -> StoreError {
+    let remember = StoreOperation::Remember;
+    if is_index_limit(&error) {
+        let too_long = UnstorableId::TooLong {
+            bytes,
+            source: error,
+        };
+        StoreError::new(remember, BACKEND, too_long)
+    } else {
+        StoreError::new(remember, BACKEND, error)
     }
 }
 
