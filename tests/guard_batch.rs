@@ -13,7 +13,9 @@ use babel_idem::{
     BatchOutcome, Decision, Envelope, Guard, InMemoryStore, MessageId, OnRememberFailure, Store,
     StoreError,
 };
-use store_contract::{Backend, DeliveryError, envelope};
+#[cfg(feature = "redis")]
+use store_contract::Backend;
+use store_contract::{DeliveryError, envelope};
 
 /// An in-memory store that counts its calls and fails the ones a test asks for.
 #[derive(Default)]
