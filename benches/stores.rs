@@ -21,6 +21,12 @@
 //! server's count (Redis `INFO commandstats`: `evalsha` + `eval`; PostgreSQL:
 //! statements and round trips through a counting proxy).
 //!
+//! Last, batches: `Guard::run_batch` over batches of 64 against one `guard`
+//! call per message, at concurrency 1, with the ratio and the round trips
+//! per batch (store calls; Redis `INFO commandstats`: `mget` + `exec`, the
+//! batch's `MGET` and its `MULTI`/`EXEC` pipeline; PostgreSQL: statements
+//! and round trips through the counting proxy).
+//!
 //! Run: `BABEL_IDEM_REDIS_URL=redis://127.0.0.1:6379/
 //! BABEL_IDEM_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/postgres
 //! cargo bench --features redis,postgres --bench stores`. A backend whose
@@ -106,6 +112,14 @@ impl<S: Store> Store for Counted<S> {
     fn forget<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
         self.calls.fetch_add(1, Ordering::Relaxed);
         self.inner.forget(id)
+    }
+    fn seen_many<'a>(&'a self, ids: &'a [&'a str]) -> StoreFuture<'a, Vec<bool>> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.inner.seen_many(ids)
+    }
+    fn remember_many<'a>(&'a self, ids: &'a [&'a str]) -> StoreFuture<'a, ()> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.inner.remember_many(ids)
     }
 }
 
@@ -401,6 +415,108 @@ where
     }
 }
 
+/// Messages per batch in the batch comparison.
+const BATCH: usize = 64;
+
+/// `Guard::run_batch` over batches of [`BATCH`] against one `guard` call
+/// per message, at concurrency 1, on both paths: messages per second, the
+/// ratio batch / one at a time, and the batch side's round trips per batch
+/// (store calls; `server` counts what the server saw).
+async fn bench_batches<S, C>(backend: &str, store: Arc<Counted<S>>, server: &C, point: Duration)
+where
+    S: Store + 'static,
+    C: ServerCounter,
+{
+    println!(
+        "{backend:<10} batches of {BATCH} vs one at a time, concurrency 1 ({ROUNDS} alternating rounds; medians)\n\
+         {:<10} {:<15} {:>12} {:>12} {:>7} {:>14} {:>15}",
+        "backend", "path", "batch msg/s", "single msg/s", "ratio", "calls/batch", "server/batch"
+    );
+    let run = unique_suffix();
+    let duplicates: Vec<String> = (0..DUPLICATE_IDS as u64)
+        .map(|n| Path::Duplicate.id(&run, 0, n))
+        .collect();
+    let duplicates: Vec<&str> = duplicates.iter().map(String::as_str).collect();
+    store
+        .inner
+        .remember_many(&duplicates)
+        .await
+        .expect("remember the duplicates");
+    let slice = point / (2 * ROUNDS as u32);
+    for path in [Path::First, Path::Duplicate] {
+        let (mut batch_rates, mut single_rates, mut ratios) = (vec![], vec![], vec![]);
+        let (mut calls, mut server_calls, mut batches) = (0, 0, 0);
+        for round in 0..ROUNDS {
+            let ids = |side: &str| match path {
+                Path::First => format!("{run}b{side}{round}"),
+                Path::Duplicate => run.clone(),
+            };
+            store.take_calls();
+            let before = server.read().await;
+            let (rate, done) = measure(1, slice, {
+                let store = Arc::clone(&store);
+                let ids = ids("b");
+                move |worker, n| {
+                    let store = Arc::clone(&store);
+                    let messages: Vec<Delivery> = (0..BATCH as u64)
+                        .map(|at| Delivery(path.id(&ids, worker, n * BATCH as u64 + at)))
+                        .collect();
+                    async move {
+                        let guard = Guard::new(&*store);
+                        for outcome in guard
+                            .run_batch(&messages, |_| async { Ok::<(), StoreError>(()) })
+                            .await
+                        {
+                            outcome.into_result().expect("a batched delivery");
+                        }
+                    }
+                }
+            })
+            .await;
+            let after = server.read().await;
+            calls += store.take_calls();
+            server_calls += after
+                .zip(before)
+                .map_or(0, |(after, before)| after - before);
+            batches += done;
+
+            let (single, _) = measure(1, slice, {
+                let store = Arc::clone(&store);
+                let ids = ids("s");
+                move |worker, n| {
+                    let store = Arc::clone(&store);
+                    let message = Delivery(path.id(&ids, worker, n));
+                    async move {
+                        guard(&*store, &message, async { Ok::<(), StoreError>(()) })
+                            .await
+                            .expect("a guarded delivery");
+                    }
+                }
+            })
+            .await;
+            store.take_calls();
+            let batch_rate = rate * BATCH as f64;
+            batch_rates.push(batch_rate);
+            single_rates.push(single);
+            ratios.push(batch_rate / single);
+        }
+        let has_server_count = server.read().await.is_some();
+        println!(
+            "{backend:<10} {:<15} {:>12.0} {:>12.0} {:>7.1} {:>14.2} {:>15}",
+            path.name(),
+            median(&mut batch_rates),
+            median(&mut single_rates),
+            median(&mut ratios),
+            calls as f64 / batches as f64,
+            if has_server_count {
+                format!("{:.2}", server_calls as f64 / batches as f64)
+            } else {
+                "-".to_owned()
+            },
+        );
+    }
+}
+
 fn print_claim_header(backend: &str) {
     println!(
         "{backend:<10} claim mode vs seen-set mode ({ROUNDS} alternating rounds; medians)\n\
@@ -499,7 +615,8 @@ mod sqlite {
         )
         .await;
         print_claim_header("sqlite");
-        bench_claim_mode("sqlite", store, &NoServer, point).await;
+        bench_claim_mode("sqlite", Arc::clone(&store), &NoServer, point).await;
+        bench_batches("sqlite", store, &NoServer, point).await;
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
@@ -600,7 +717,10 @@ mod redis_backend {
         bench_backend("redis", Arc::clone(&store), Arc::new(raw), &seen_set, point).await;
         print_claim_header("redis");
         let scripts = CommandStats(connection.clone(), &["evalsha", "eval"]);
-        bench_claim_mode("redis", store, &scripts, point).await;
+        bench_claim_mode("redis", Arc::clone(&store), &scripts, point).await;
+        // A batch's round trips: its `MGET` and its `MULTI`/`EXEC` pipeline.
+        let batches = CommandStats(connection.clone(), &["mget", "exec"]);
+        bench_batches("redis", store, &batches, point).await;
         delete_prefix(connection, &prefix).await;
     }
 
@@ -704,19 +824,7 @@ mod postgres_backend {
     /// nothing else is on the wire).
     async fn wire_counts(options: &PgConnectOptions, table: &str, path: Path) -> [(f64, f64); 3] {
         const DELIVERIES: u64 = 1000;
-        let proxy = wire::Proxy::start(options.get_host(), options.get_port());
-        let pool = PgPoolOptions::new()
-            .max_connections(1)
-            .test_before_acquire(false)
-            .connect_with(
-                options
-                    .clone()
-                    .host("127.0.0.1")
-                    .port(proxy.port())
-                    .ssl_mode(PgSslMode::Disable),
-            )
-            .await
-            .expect("connect through the counting proxy");
+        let (proxy, pool) = proxied_pool(options).await;
         let store = PostgresStore::builder()
             .table(table)
             .from_pool(pool.clone())
@@ -763,6 +871,65 @@ mod postgres_backend {
         }
         pool.close().await;
         per_delivery
+    }
+
+    /// A pool of one connection through a fresh counting proxy.
+    async fn proxied_pool(options: &PgConnectOptions) -> (wire::Proxy, PgPool) {
+        let proxy = wire::Proxy::start(options.get_host(), options.get_port());
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .test_before_acquire(false)
+            .connect_with(
+                options
+                    .clone()
+                    .host("127.0.0.1")
+                    .port(proxy.port())
+                    .ssl_mode(PgSslMode::Disable),
+            )
+            .await
+            .expect("connect through the counting proxy");
+        (proxy, pool)
+    }
+
+    /// Round trips and statements per batch of [`BATCH`] through
+    /// `Guard::run_batch` on one path, counted by the proxy.
+    async fn batch_wire_counts(options: &PgConnectOptions, table: &str, path: Path) -> (f64, f64) {
+        const BATCHES: u64 = 50;
+        let (proxy, pool) = proxied_pool(options).await;
+        let store = PostgresStore::builder()
+            .table(table)
+            .from_pool(pool.clone())
+            .expect("a PostgreSQL store");
+        let run = unique_suffix();
+        let id = |n: u64| path.id(&run, 0, n);
+        if path == Path::Duplicate {
+            let ids: Vec<String> = (0..BATCHES * BATCH as u64).map(id).collect();
+            let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+            store
+                .remember_many(&ids)
+                .await
+                .expect("remember the duplicates");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let before = proxy.counts();
+        for n in 0..BATCHES {
+            let messages: Vec<Delivery> = (0..BATCH as u64)
+                .map(|at| Delivery(id(n * BATCH as u64 + at)))
+                .collect();
+            for outcome in Guard::new(&store)
+                .run_batch(&messages, |_| async { Ok::<(), StoreError>(()) })
+                .await
+            {
+                outcome.into_result().expect("a batched delivery");
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let after = proxy.counts();
+        pool.close().await;
+        (
+            (after.round_trips - before.round_trips) as f64 / BATCHES as f64,
+            (after.statements - before.statements) as f64 / BATCHES as f64,
+        )
     }
 
     /// A TCP proxy that counts the server's `ReadyForQuery` and
@@ -894,7 +1061,8 @@ mod postgres_backend {
         )
         .await;
         print_claim_header("postgres");
-        bench_claim_mode("postgres", store, &NoServer, point).await;
+        bench_claim_mode("postgres", Arc::clone(&store), &NoServer, point).await;
+        bench_batches("postgres", store, &NoServer, point).await;
         let options: PgConnectOptions = url.parse().expect("a PostgreSQL URL");
         for path in [Path::First, Path::Duplicate] {
             let [
@@ -907,6 +1075,14 @@ mod postgres_backend {
                  {guarded_trips:.2} round trips, raw {raw_statements:.2} in {raw_trips:.2}, \
                  claim mode {claim_statements:.2} in {claim_trips:.2} \
                  (sqlx pings each connection it takes back into the pool)",
+                path.name()
+            );
+        }
+        for path in [Path::First, Path::Duplicate] {
+            let (trips, statements) = batch_wire_counts(&options, &table, path).await;
+            println!(
+                "postgres   {:<15} per batch of {BATCH} on the wire: {statements:.2} statements in \
+                 {trips:.2} round trips (with the pings as above)",
                 path.name()
             );
         }

@@ -17,11 +17,13 @@ use crate::store::InvalidLease;
 use crate::store::claim::lease_millis;
 use crate::{ClaimStore, DedupeKey, MessageId, Store, StoreError};
 
+mod batch;
 mod claim;
 mod fence;
 mod seen_set;
 mod timer;
 
+pub use batch::BatchOutcome;
 pub use fence::fence;
 
 /// What a guard returns when the handler succeeded but its id could not be

@@ -84,7 +84,7 @@ pub use babel_idem_macros::{idempotent, routes, urn};
 #[cfg(feature = "consumer")]
 pub use consumer::{Consumer, bypass_external_effects, is_replay};
 pub use envelope::{DeadLetter, Envelope, EnvelopeError, Meta};
-pub use guard::{Guard, Leased, OnRememberFailure, SeenSet, fence, guard};
+pub use guard::{BatchOutcome, Guard, Leased, OnRememberFailure, SeenSet, fence, guard};
 pub use key::DedupeKey;
 pub use message::MessageId;
 pub use metrics::Decision;

@@ -14,6 +14,7 @@ use std::task::{Context, Poll};
 
 // Types the backends' admin operations (their `admin.rs`) share.
 mod admin;
+mod batch;
 pub(crate) mod claim;
 mod memory;
 #[cfg(feature = "postgres")]
@@ -100,6 +101,45 @@ pub trait Store: Send + Sync {
     /// Removes `id`, so a later delivery runs again (manual replay).
     /// Forgetting an unknown id is not an error.
     fn forget<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()>;
+
+    /// [`seen`](Store::seen) for every id of a batch, answered in the ids'
+    /// order (`answers[i]` is about `ids[i]`; a repeated id gets the same
+    /// answer each time). An empty batch answers an empty `Vec`.
+    ///
+    /// The default asks [`seen`](Store::seen) once per id, one after the
+    /// other; the server stores answer a whole batch in one round trip. The
+    /// batch fails as a whole: an `Err` says nothing about any single id,
+    /// and a caller that must tell them apart asks them one at a time (the
+    /// batch guard does).
+    ///
+    /// The answers come back as a `Vec<bool>` rather than into a buffer the
+    /// caller lends: a store that asks a server allocates for the request
+    /// anyway, and an owned answer keeps the future free of a `&mut` borrow,
+    /// so the trait stays object safe and simple to forward.
+    ///
+    /// ```
+    /// use babel_idem::{InMemoryStore, Store};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let store = InMemoryStore::new();
+    /// store.remember_many(&["id-A", "id-C"]).await?;
+    /// assert_eq!(store.seen_many(&["id-A", "id-B", "id-A"]).await?, [true, false, true]);
+    /// # Ok::<(), babel_idem::StoreError>(())
+    /// # }).unwrap();
+    /// ```
+    fn seen_many<'a>(&'a self, ids: &'a [&'a str]) -> StoreFuture<'a, Vec<bool>> {
+        StoreFuture::new(batch::seen_each(self, ids))
+    }
+
+    /// [`remember`](Store::remember) for every id of a batch, with the same
+    /// set-if-absent and TTL semantics; a repeated id is remembered once.
+    ///
+    /// The default calls [`remember`](Store::remember) once per id; the
+    /// server stores write a whole batch in one round trip. On an `Err` some
+    /// ids may have been remembered and others not.
+    fn remember_many<'a>(&'a self, ids: &'a [&'a str]) -> StoreFuture<'a, ()> {
+        StoreFuture::new(batch::remember_each(self, ids))
+    }
 }
 
 macro_rules! forward_store {
@@ -116,6 +156,14 @@ macro_rules! forward_store {
             #[inline]
             fn forget<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
                 (**self).forget(id)
+            }
+            #[inline]
+            fn seen_many<'a>(&'a self, ids: &'a [&'a str]) -> StoreFuture<'a, Vec<bool>> {
+                (**self).seen_many(ids)
+            }
+            #[inline]
+            fn remember_many<'a>(&'a self, ids: &'a [&'a str]) -> StoreFuture<'a, ()> {
+                (**self).remember_many(ids)
             }
         }
     )+};

@@ -8,6 +8,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod backends;
+pub mod batch;
 #[macro_use]
 pub mod claim;
 pub mod servers;
@@ -15,6 +16,7 @@ pub mod servers;
 pub mod spawned;
 
 pub use backends::*;
+pub use batch::*;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -39,6 +41,10 @@ macro_rules! store_contract_tests {
             spaces_are_isolated,
             scopes_are_isolated,
             unusual_ids_round_trip,
+            batch_empty_and_repeated_ids,
+            batch_and_single_operations_agree,
+            batch_ttl_keeps_the_first_expiry_and_takes_over_expired_ids,
+            batch_over_the_parameter_limit,
         );
 
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

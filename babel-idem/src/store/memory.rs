@@ -501,6 +501,16 @@ impl Store for InMemoryStore {
         self.remove(id);
         StoreFuture::ready(Ok(()))
     }
+
+    // One pass over the batch, answered at once: no boxed future per batch.
+    fn seen_many<'a>(&'a self, ids: &'a [&'a str]) -> StoreFuture<'a, Vec<bool>> {
+        StoreFuture::ready(Ok(ids.iter().map(|id| self.contains(id)).collect()))
+    }
+
+    fn remember_many<'a>(&'a self, ids: &'a [&'a str]) -> StoreFuture<'a, ()> {
+        ids.iter().for_each(|id| self.insert(id));
+        StoreFuture::ready(Ok(()))
+    }
 }
 
 /// Keeps each shard on its own cache lines, so neighbours do not share them.

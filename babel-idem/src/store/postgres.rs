@@ -34,6 +34,8 @@ const PROGRAM_LIMIT_EXCEEDED: &str = "54000";
 /// | `seen` | `SELECT EXISTS (... WHERE message_id = $1 AND (expires_at IS NULL OR expires_at > now()))` |
 /// | `remember` | `INSERT ... ON CONFLICT (message_id) DO UPDATE ... WHERE` the existing row has expired |
 /// | `forget` | `DELETE ... WHERE message_id = $1` |
+/// | `seen_many` | `SELECT message_id ... WHERE message_id = ANY($1::text[]) AND` live |
+/// | `remember_many` | `remember`'s `INSERT`, from `SELECT DISTINCT ... FROM unnest($1::text[])` |
 ///
 /// Expiry is computed by the database clock (`now() + interval`), never the
 /// client's, so consumers with skewed clocks agree on it.
@@ -87,6 +89,7 @@ pub struct PostgresStore {
     pool: PgPool,
     settings: SqlSettings,
     claims: claim::ClaimStatements,
+    batch: BatchStatements,
 }
 
 /// Configures a [`PostgresStore`]; made by [`PostgresStore::builder`].
@@ -181,10 +184,12 @@ impl PostgresStoreBuilder {
 impl PostgresStore {
     fn assemble(pool: PgPool, settings: SqlSettings) -> Self {
         let claims = claim::ClaimStatements::for_table(&settings.table);
+        let batch = BatchStatements::for_table(&settings.table);
         PostgresStore {
             pool,
             settings,
             claims,
+            batch,
         }
     }
 
@@ -283,21 +288,51 @@ impl Store for PostgresStore {
         StoreFuture::new(async move {
             let remember = StoreOperation::Remember;
             UnstorableId::check(id).map_err(failed(BACKEND, remember))?;
-            let done = sqlx::query(&self.settings.sql.remember)
+            sqlx::query(&self.settings.sql.remember)
                 .bind(id)
                 .bind(self.settings.ttl_ms)
                 .execute(&self.pool)
-                .await;
-            match done {
-                Ok(_) => Ok(()),
-                Err(e) if is_index_limit(&e) => {
-                    Err(failed(BACKEND, remember)(UnstorableId::TooLong {
-                        bytes: id.len(),
-                        source: e,
-                    }))
-                }
-                Err(e) => Err(failed(BACKEND, remember)(e)),
+                .await
+                .map_err(|e| remember_failed(e, id.len()))?;
+            Ok(())
+        })
+    }
+
+    fn seen_many<'a>(&'a self, ids: &'a [&'a str]) -> StoreFuture<'a, Vec<bool>> {
+        StoreFuture::new(async move {
+            if ids.is_empty() {
+                return Ok(Vec::new());
             }
+            let seen = StoreOperation::Seen;
+            for id in ids {
+                UnstorableId::check(id).map_err(failed(BACKEND, seen))?;
+            }
+            let found: Vec<String> = sqlx::query_scalar(&self.batch.seen)
+                .bind(ids)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(failed(BACKEND, seen))?;
+            Ok(super::batch::answers(ids, &found))
+        })
+    }
+
+    fn remember_many<'a>(&'a self, ids: &'a [&'a str]) -> StoreFuture<'a, ()> {
+        StoreFuture::new(async move {
+            if ids.is_empty() {
+                return Ok(());
+            }
+            let remember = StoreOperation::Remember;
+            for id in ids {
+                UnstorableId::check(id).map_err(failed(BACKEND, remember))?;
+            }
+            let longest = ids.iter().map(|id| id.len()).max().unwrap_or(0);
+            sqlx::query(&self.batch.remember)
+                .bind(ids)
+                .bind(self.settings.ttl_ms)
+                .execute(&self.pool)
+                .await
+                .map_err(|e| remember_failed(e, longest))?;
+            Ok(())
         })
     }
 
@@ -320,6 +355,21 @@ impl fmt::Debug for PostgresStore {
             .field("table", &self.settings.table)
             .field("ttl_ms", &self.settings.ttl_ms)
             .finish_non_exhaustive()
+    }
+}
+
+/// A failed `remember` (of ids up to `bytes` long): the index's size
+/// limit is reported as the id being too long.
+fn remember_failed(error: sqlx::Error, bytes: usize) -> StoreError {
+    let remember = StoreOperation::Remember;
+    if is_index_limit(&error) {
+        let too_long = UnstorableId::TooLong {
+            bytes,
+            source: error,
+        };
+        StoreError::new(remember, BACKEND, too_long)
+    } else {
+        StoreError::new(remember, BACKEND, error)
     }
 }
 
@@ -371,6 +421,37 @@ impl StdError for UnstorableId {
 }
 
 /// PostgreSQL's statements for one checked table name.
+/// `seen_many` and `remember_many`: `seen` and `remember` over a `text[]`
+/// of ids, one statement each whatever the batch's size.
+#[derive(Debug, Clone)]
+struct BatchStatements {
+    /// The ids (`$1`) that are remembered and live.
+    seen: String,
+    /// `remember` for each distinct id of `$1` (TTL `$2`), in key order so
+    /// two batches lock shared rows in one order and cannot deadlock; one
+    /// `INSERT` may not touch a row twice, hence `DISTINCT`.
+    remember: String,
+}
+
+impl BatchStatements {
+    fn for_table(table: &str) -> Self {
+        BatchStatements {
+            seen: format!(
+                "SELECT message_id FROM {table} WHERE message_id = ANY($1::text[])
+                     AND (expires_at IS NULL OR expires_at > now())"
+            ),
+            remember: format!(
+                "INSERT INTO {table} (message_id, expires_at)
+                     SELECT DISTINCT id, now() + $2::bigint * interval '1 millisecond'
+                     FROM unnest($1::text[]) AS ids(id) ORDER BY id
+                 ON CONFLICT (message_id) DO UPDATE
+                     SET created_at = now(), expires_at = EXCLUDED.expires_at
+                     WHERE {table}.expires_at IS NOT NULL AND {table}.expires_at <= now()"
+            ),
+        }
+    }
+}
+
 pub(crate) fn postgres_statements(table: &str) -> Statements {
     Statements {
         create: Statements::ddl_for(DDL, table),

@@ -28,6 +28,8 @@ const DEFAULT_PREFIX: &str = "bq:idemp:";
 /// | `seen` | `EXISTS bq:idemp:<id>` |
 /// | `remember` | `SET bq:idemp:<id> 1 NX`, plus `PX <ttl ms>` with a TTL |
 /// | `forget` | `DEL bq:idemp:<id>` |
+/// | `seen_many` | one `MGET` of every key |
+/// | `remember_many` | `remember`'s `SET` per id, in one `MULTI`/`EXEC` pipeline |
 ///
 /// Keys are binary safe, so any id (NUL, newlines, 10 KB) is stored verbatim.
 /// Expiry is Redis's own, so no purge is needed.
@@ -339,6 +341,54 @@ impl Store for RedisStore {
             let mut command = ::redis::cmd("DEL");
             command.arg(self.key(id));
             let _: i64 = self.query(StoreOperation::Forget, command).await?;
+            Ok(())
+        })
+    }
+
+    fn seen_many<'a>(&'a self, ids: &'a [&'a str]) -> StoreFuture<'a, Vec<bool>> {
+        StoreFuture::new(async move {
+            if ids.is_empty() {
+                return Ok(Vec::new());
+            }
+            let mut command = ::redis::cmd("MGET");
+            for id in ids {
+                command.arg(self.key(id));
+            }
+            let values: Vec<Option<Vec<u8>>> = self.query(StoreOperation::Seen, command).await?;
+            // The PHP layout's `seen` is `GET == '2'`; the Go layout's is `EXISTS`.
+            let php = self.claims.is_php();
+            Ok(values
+                .iter()
+                .map(|value| match value {
+                    Some(value) => !php || value == b"2",
+                    None => false,
+                })
+                .collect())
+        })
+    }
+
+    fn remember_many<'a>(&'a self, ids: &'a [&'a str]) -> StoreFuture<'a, ()> {
+        if self.claims.is_php() {
+            return StoreFuture::new(super::batch::remember_each(self, ids));
+        }
+        StoreFuture::new(async move {
+            if ids.is_empty() {
+                return Ok(());
+            }
+            // `remember`'s command per id, in one MULTI/EXEC sent as one write.
+            let mut pipeline = ::redis::pipe();
+            pipeline.atomic();
+            for id in ids {
+                let command = pipeline.cmd("SET").arg(self.key(id)).arg(1).arg("NX");
+                if let Some(ttl_ms) = self.ttl_ms {
+                    command.arg("PX").arg(ttl_ms);
+                }
+                command.ignore();
+            }
+            let mut connection = self.connection.clone();
+            let () = pipeline.query_async(&mut connection).await.map_err(|e| {
+                failed(BACKEND, StoreOperation::Remember)(RedisCommandError::from(e))
+            })?;
             Ok(())
         })
     }

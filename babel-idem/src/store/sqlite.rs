@@ -2,6 +2,7 @@
 //! The commands, the layout and the limits are documented on the type.
 
 use std::fmt;
+use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Duration;
 
@@ -41,6 +42,11 @@ const NOW_MS: &str = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
 ///
 /// A file database runs in WAL mode with a busy timeout, so workers in one
 /// process and processes sharing the file all read and write it safely.
+///
+/// `seen_many` is one `SELECT ... WHERE message_id IN (...)` and
+/// `remember_many` one multi-row `INSERT` with `remember`'s upsert, each for
+/// up to 32,766 bound variables (SQLite's default limit); a larger batch
+/// takes one statement per 32,766 ids.
 ///
 /// ```
 /// use babel_idem::{SqliteStore, Store};
@@ -302,6 +308,43 @@ impl Store for SqliteStore {
         })
     }
 
+    fn seen_many<'a>(&'a self, ids: &'a [&'a str]) -> StoreFuture<'a, Vec<bool>> {
+        StoreFuture::new(async move {
+            let mut found: Vec<String> = Vec::new();
+            for chunk in ids.chunks(MAX_VARIABLES) {
+                let sql = seen_many_sql(&self.settings.table, chunk.len());
+                let query = chunk
+                    .iter()
+                    .fold(sqlx::query_scalar(&sql), |query, id| query.bind(*id));
+                let rows: Vec<String> = query
+                    .persistent(chunk.len() <= CACHED_BATCH)
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(failed(BACKEND, StoreOperation::Seen))?;
+                found.extend(rows);
+            }
+            Ok(super::batch::answers(ids, &found))
+        })
+    }
+
+    fn remember_many<'a>(&'a self, ids: &'a [&'a str]) -> StoreFuture<'a, ()> {
+        StoreFuture::new(async move {
+            // The TTL takes one variable, the ids the rest.
+            for chunk in ids.chunks(MAX_VARIABLES - 1) {
+                let sql = remember_many_sql(&self.settings.table, chunk.len());
+                let query = sqlx::query(&sql).bind(self.settings.ttl_ms);
+                chunk
+                    .iter()
+                    .fold(query, |query, id| query.bind(*id))
+                    .persistent(chunk.len() <= CACHED_BATCH)
+                    .execute(&self.pool)
+                    .await
+                    .map_err(failed(BACKEND, StoreOperation::Remember))?;
+            }
+            Ok(())
+        })
+    }
+
     fn forget<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
         StoreFuture::new(async move {
             sqlx::query(&self.settings.sql.forget)
@@ -324,6 +367,57 @@ impl fmt::Debug for SqliteStore {
 }
 
 /// SQLite's statements for one checked table name.
+/// The most variables one statement may bind: SQLite's default
+/// `SQLITE_MAX_VARIABLE_NUMBER` since 3.32. A larger batch is cut into
+/// statements of at most this many variables.
+const MAX_VARIABLES: usize = 32_766;
+
+/// Batches up to this size keep their prepared statement in the connection's
+/// cache; a larger one is prepared for its one use (its SQL is long).
+const CACHED_BATCH: usize = 1024;
+
+/// `?first, ?first+1, ...`: `count` numbered variables, `row` wrapping each.
+fn variables(first: usize, count: usize, row: fn(&mut String, usize)) -> String {
+    let mut list = String::with_capacity(count * 9);
+    for n in first..first + count {
+        if n > first {
+            list.push(',');
+        }
+        row(&mut list, n);
+    }
+    list
+}
+
+/// `seen` over `count` ids (`?1..`): the ids that are remembered and live.
+fn seen_many_sql(table: &str, count: usize) -> String {
+    let ids = variables(1, count, |list, n| {
+        let _ = write!(list, "?{n}");
+    });
+    format!(
+        "SELECT message_id FROM {table} WHERE message_id IN ({ids})
+             AND (expires_at IS NULL OR expires_at > {NOW_MS})"
+    )
+}
+
+/// `remember` over `count` ids (`?2..`, the TTL is `?1`). The clock is read
+/// once, in a one-row subquery, to keep the statement short; rows are
+/// inserted one after the other, so a repeated id meets its own live row and
+/// is left alone. (`WHERE true` tells the parser the `ON CONFLICT` is the
+/// upsert's, not a join's.)
+fn remember_many_sql(table: &str, count: usize) -> String {
+    let rows = variables(2, count, |list, n| {
+        let _ = write!(list, "(?{n})");
+    });
+    format!(
+        "INSERT INTO {table} (message_id, created_at, expires_at)
+             SELECT ids.column1, clock.now, clock.now + ?1
+             FROM (VALUES {rows}) AS ids, (SELECT {NOW_MS} AS now) AS clock WHERE true
+         ON CONFLICT (message_id) DO UPDATE
+             SET created_at = excluded.created_at, expires_at = excluded.expires_at
+             WHERE {table}.expires_at IS NOT NULL AND {table}.expires_at <= excluded.created_at"
+    )
+}
+
 pub(crate) fn sqlite_statements(table: &str) -> Statements {
     Statements {
         create: Statements::ddl_for(DDL, table),
@@ -350,6 +444,15 @@ pub(crate) fn sqlite_statements(table: &str) -> Statements {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn batch_statements_number_their_variables() {
+        let seen = seen_many_sql("t", 3);
+        assert!(seen.contains("IN (?1,?2,?3)"), "{seen}");
+        let remember = remember_many_sql("t", 2);
+        assert!(remember.contains("VALUES (?2),(?3))"), "{remember}");
+        assert!(remember.contains("clock.now + ?1"), "{remember}");
+    }
 
     #[test]
     fn the_table_keeps_no_rowid() {

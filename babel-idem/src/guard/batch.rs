@@ -1,0 +1,279 @@
+//! Seen-set mode over a batch of messages ([`Guard::run_batch`]): one
+//! `seen_many`, the handlers, one `remember_many`, and the decision of
+//! DESIGN section 1 for every message.
+
+use std::collections::HashMap;
+use std::future::{Future, poll_fn};
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::pin::pin;
+use std::task::Poll;
+
+use super::{Guard, SeenSet, mark_failed, report, store_failed};
+use crate::metrics::Decision;
+use crate::{DedupeKey, MessageId, Store, StoreError};
+
+/// What [`Guard::run_batch`] did with one message: the decision, and the
+/// result a single [`Guard::run`] would have returned for it.
+#[derive(Debug)]
+pub struct BatchOutcome<E> {
+    decision: Decision,
+    result: Result<(), E>,
+}
+
+impl<E> BatchOutcome<E> {
+    /// What the guard decided: `ran`, `skipped`, `failed`, `fail_open`,
+    /// `mark_failed` or `store_failed`.
+    pub fn decision(&self) -> Decision {
+        self.decision
+    }
+
+    /// The message's result: settle the delivery by it.
+    pub fn result(&self) -> &Result<(), E> {
+        &self.result
+    }
+
+    /// The message's result, owned.
+    pub fn into_result(self) -> Result<(), E> {
+        self.result
+    }
+}
+
+/// What the store said about one message before its handler could run.
+enum Asked {
+    /// No usable id: fail open.
+    NoId,
+    /// `seen`'s answer, and the index of the message's id among the batch's
+    /// distinct ids.
+    Seen(bool, usize),
+    /// The store could not tell.
+    Failed(StoreError),
+}
+
+impl<S: Store> Guard<S, SeenSet> {
+    /// Runs `handler` for each message of a batch under this guard's
+    /// decision, in two store round trips for the whole batch: one
+    /// [`seen_many`](Store::seen_many) before any handler runs and one
+    /// [`remember_many`](Store::remember_many) after the last (none when no
+    /// message has an id, or no handler succeeded).
+    ///
+    /// The contract of [`guard`](crate::guard) holds for every message, and
+    /// the outcomes come back in the messages' order:
+    ///
+    /// - a failed handler leaves only its own id unmarked;
+    /// - an id repeated inside the batch runs once: a later copy is skipped
+    ///   once an earlier one succeeded (and runs if the earlier one failed,
+    ///   as a redelivery would);
+    /// - when `seen_many` fails, each message is asked with
+    ///   [`seen`](Store::seen) on its own, so only the messages the store
+    ///   cannot answer for fail (`store_failed`, the handler not run); an
+    ///   outage costs one round trip per message, a poison id (one the
+    ///   backend refuses) fails alone;
+    /// - when `remember_many` fails, each id is remembered on its own, and
+    ///   the ones that still fail are reported by the guard's
+    ///   [`OnRememberFailure`](crate::OnRememberFailure) (`mark_failed`).
+    ///
+    /// Handlers run one after the other, in order. If one panics, the ids of
+    /// the handlers that succeeded before it are remembered, then the panic
+    /// resumes. A batch future dropped before its `remember_many` leaves
+    /// every id of the batch unmarked, as a single guard dropped before its
+    /// `remember` does: they run again when redelivered.
+    ///
+    /// ```
+    /// use babel_idem::{Decision, Envelope, Guard, InMemoryStore, MessageId};
+    /// use serde_json::json;
+    ///
+    /// #[derive(Debug)]
+    /// enum Error { Declined, Store(babel_idem::StoreError) }
+    /// impl From<babel_idem::StoreError> for Error {
+    ///     fn from(e: babel_idem::StoreError) -> Self { Error::Store(e) }
+    /// }
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let guard = Guard::new(InMemoryStore::new());
+    /// let order = |id: &str| Envelope::new("urn:babel:orders:created", json!({})).with_id(id);
+    /// let batch = [order("id-A"), order("id-B"), order("id-A")];
+    ///
+    /// let outcomes = guard
+    ///     .run_batch(&batch, |env| async move {
+    ///         match env.message_id() {
+    ///             Some("id-B") => Err(Error::Declined),
+    ///             _ => Ok(()),
+    ///         }
+    ///     })
+    ///     .await;
+    /// let decisions: Vec<Decision> = outcomes.iter().map(|o| o.decision()).collect();
+    /// assert_eq!(decisions, [Decision::Ran, Decision::Failed, Decision::Skipped]);
+    /// assert!(outcomes[1].result().is_err());
+    /// # });
+    /// ```
+    pub async fn run_batch<'m, M, H, F, E>(
+        &self,
+        messages: &'m [M],
+        mut handler: H,
+    ) -> Vec<BatchOutcome<E>>
+    where
+        M: MessageId,
+        H: FnMut(&'m M) -> F,
+        F: Future<Output = Result<(), E>>,
+        E: From<StoreError>,
+    {
+        let keys: Vec<DedupeKey> = messages.iter().map(|message| self.key(message)).collect();
+        let mut asked = self.ask(&keys).await;
+
+        let mut outcomes = Vec::with_capacity(messages.len());
+        // Per distinct id (by slot), the message whose handler succeeded.
+        let mut ran: HashMap<usize, usize> = HashMap::new();
+        for (at, message) in messages.iter().enumerate() {
+            let id = keys[at].as_str().unwrap_or("");
+            let slot = match std::mem::replace(&mut asked[at], Asked::NoId) {
+                Asked::Failed(error) => {
+                    outcomes.push(outcome(Decision::StoreFailed, store_failed(id, error)));
+                    continue;
+                }
+                Asked::Seen(seen, slot) if seen || ran.contains_key(&slot) => {
+                    report(Decision::Skipped, id);
+                    outcomes.push(outcome(Decision::Skipped, Ok(())));
+                    continue;
+                }
+                Asked::Seen(_, slot) => Some(slot),
+                Asked::NoId => None,
+            };
+            let result = match catch_panic(handler(message)).await {
+                Ok(result) => result,
+                Err(panic) => {
+                    // Keep what succeeded before the panic, then let it go on.
+                    self.mark(&keys, &runners(&ran), &mut outcomes).await;
+                    resume_unwind(panic);
+                }
+            };
+            outcomes.push(match (slot, result) {
+                (None, result) => {
+                    report(Decision::FailOpen, "");
+                    outcome(Decision::FailOpen, result)
+                }
+                (Some(_), Err(error)) => {
+                    report(Decision::Failed, id);
+                    outcome(Decision::Failed, Err(error))
+                }
+                (Some(slot), Ok(())) => {
+                    ran.insert(slot, at);
+                    // Settled by `mark` once the batch is remembered.
+                    outcome(Decision::Ran, Ok(()))
+                }
+            });
+        }
+        self.mark(&keys, &runners(&ran), &mut outcomes).await;
+        outcomes
+    }
+
+    /// `seen` for every message: one `seen_many` over the distinct ids, or,
+    /// when it fails, one `seen` per message.
+    async fn ask(&self, keys: &[DedupeKey]) -> Vec<Asked> {
+        let mut slots: HashMap<&str, usize> = HashMap::new();
+        let mut distinct: Vec<&str> = Vec::new();
+        let slot_of: Vec<Option<usize>> = keys
+            .iter()
+            .map(|key| {
+                let id = key.as_str()?;
+                Some(*slots.entry(id).or_insert_with(|| {
+                    distinct.push(id);
+                    distinct.len() - 1
+                }))
+            })
+            .collect();
+        let answers = match distinct.is_empty() {
+            true => Ok(Vec::new()),
+            false => self.store.seen_many(&distinct).await,
+        };
+        match answers {
+            // A store that answers for other ids than it was asked about is
+            // asked again, one id at a time.
+            Ok(answers) if answers.len() == distinct.len() => slot_of
+                .iter()
+                .map(|slot| match *slot {
+                    Some(slot) => Asked::Seen(answers[slot], slot),
+                    None => Asked::NoId,
+                })
+                .collect(),
+            answers => {
+                if let Err(error) = answers {
+                    tracing::warn!(target: "babel_idem", %error, "seen_many failed; asking one id at a time");
+                }
+                let mut asked = Vec::with_capacity(keys.len());
+                for (key, slot) in keys.iter().zip(slot_of) {
+                    asked.push(match (key.as_str(), slot) {
+                        (Some(id), Some(slot)) => match self.store.seen(id).await {
+                            Ok(seen) => Asked::Seen(seen, slot),
+                            Err(error) => Asked::Failed(error),
+                        },
+                        _ => Asked::NoId,
+                    });
+                }
+                asked
+            }
+        }
+    }
+
+    /// Remembers the ids of the messages at `runners` (whose handlers
+    /// succeeded) with one `remember_many`, or, when it fails, one
+    /// `remember` each; settles their outcomes: `ran`, or `mark_failed` by
+    /// the guard's policy.
+    async fn mark<E: From<StoreError>>(
+        &self,
+        keys: &[DedupeKey],
+        runners: &[usize],
+        outcomes: &mut [BatchOutcome<E>],
+    ) {
+        let ids: Vec<&str> = runners
+            .iter()
+            .map(|&at| keys[at].as_str().unwrap_or(""))
+            .collect();
+        if ids.is_empty() {
+            return;
+        }
+        let marks = match self.store.remember_many(&ids).await {
+            Ok(()) => ids.iter().map(|_| Ok(())).collect(),
+            Err(error) => {
+                tracing::warn!(target: "babel_idem", %error, "remember_many failed; remembering one id at a time");
+                let mut marks = Vec::with_capacity(ids.len());
+                for id in &ids {
+                    marks.push(self.store.remember(id).await);
+                }
+                marks
+            }
+        };
+        for ((&at, id), mark) in runners.iter().zip(ids).zip(marks) {
+            match mark {
+                Ok(()) => report(Decision::Ran, id),
+                Err(error) => {
+                    let result = mark_failed(id, error, self.on_remember_failure);
+                    outcomes[at] = outcome(Decision::MarkFailed, result);
+                }
+            }
+        }
+    }
+}
+
+fn outcome<E>(decision: Decision, result: Result<(), E>) -> BatchOutcome<E> {
+    BatchOutcome { decision, result }
+}
+
+/// The messages whose handlers succeeded, in the batch's order.
+fn runners(ran: &HashMap<usize, usize>) -> Vec<usize> {
+    let mut runners: Vec<usize> = ran.values().copied().collect();
+    runners.sort_unstable();
+    runners
+}
+
+/// Runs `future`, catching a panic in any of its polls.
+async fn catch_panic<F: Future>(future: F) -> std::thread::Result<F::Output> {
+    let mut future = pin!(future);
+    poll_fn(
+        |cx| match catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(output)) => Poll::Ready(Ok(output)),
+            Err(panic) => Poll::Ready(Err(panic)),
+        },
+    )
+    .await
+}

@@ -1,0 +1,55 @@
+//! What the batch operations of every backend share: the default loops of
+//! [`Store::seen_many`] / [`Store::remember_many`], and turning the ids a SQL
+//! store found into answers in the batch's order.
+
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+use std::collections::HashSet;
+
+use super::{Store, StoreError};
+
+/// The default [`Store::seen_many`]: one [`Store::seen`] per id, in order.
+pub(super) async fn seen_each<S: Store + ?Sized>(
+    store: &S,
+    ids: &[&str],
+) -> Result<Vec<bool>, StoreError> {
+    let mut answers = Vec::with_capacity(ids.len());
+    for id in ids {
+        answers.push(store.seen(id).await?);
+    }
+    Ok(answers)
+}
+
+/// The default [`Store::remember_many`]: one [`Store::remember`] per id.
+pub(super) async fn remember_each<S: Store + ?Sized>(
+    store: &S,
+    ids: &[&str],
+) -> Result<(), StoreError> {
+    for id in ids {
+        store.remember(id).await?;
+    }
+    Ok(())
+}
+
+/// The answers to `seen_many(ids)` from the ids a query `found` live: `true`
+/// where the id is among them, in the batch's order.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(super) fn answers(ids: &[&str], found: &[String]) -> Vec<bool> {
+    let found: HashSet<&str> = found.iter().map(String::as_str).collect();
+    ids.iter().map(|id| found.contains(id)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    #[test]
+    fn answers_follow_the_batch_order_and_repeat_for_repeated_ids() {
+        let found = ["b".to_owned(), "a".to_owned()];
+        assert_eq!(
+            answers(&["a", "c", "b", "a"], &found),
+            [true, false, true, true]
+        );
+        assert!(answers(&[], &found).is_empty());
+    }
+}
