@@ -12,6 +12,7 @@ mod attr;
 mod expand;
 mod message;
 mod routes;
+mod transaction;
 mod urn;
 
 use proc_macro::TokenStream;

@@ -12,10 +12,11 @@ use std::marker::PhantomData;
 use std::ops::Deref;
 
 use crate::DedupeKey;
-use crate::guard::Leased;
+use crate::guard::{Leased, Transactional};
 pub use crate::guard::{Guard, OnRememberFailure};
 pub use crate::router::Urn;
 use crate::store::claim::{Claim, ClaimToken, InvalidLease};
+use crate::store::{AsConnection, TransactionalStore};
 pub use crate::{ClaimStore, Store, StoreError};
 use std::time::Duration;
 
@@ -127,6 +128,12 @@ resolver! {
     ResolveClaimStore: ClaimStore, resolve_claim_store
 }
 
+resolver! {
+    /// `resolve_transactional_store`: [`ResolveStore`] for transactional
+    /// mode (`transaction = ...`), which needs a [`TransactionalStore`].
+    ResolveTransactionalStore: TransactionalStore, resolve_transactional_store
+}
+
 /// Stands in for a store that is not one, so a handler whose `store = ...`
 /// is wrong gets one error (the check's) instead of one per use of the guard.
 /// A program holding one never compiles, so it never runs.
@@ -182,6 +189,30 @@ impl ClaimStore for Placeholder {
     }
 }
 
+/// The placeholder's connection is whatever the handler's parameter is, so
+/// a `store = ...` that is no [`TransactionalStore`] is one error, the
+/// store's, and not a second one about the connection.
+impl TransactionalStore for Placeholder {
+    type Connection = Placeholder;
+
+    fn mark_in<'a>(
+        &'a self,
+        _connection: &'a mut Placeholder,
+        _id: &'a str,
+    ) -> crate::store::StoreFuture<'a, bool> {
+        crate::store::StoreFuture::ready(Ok(true))
+    }
+}
+
+// Hidden from the trait's implementors: it only serves the placeholder.
+#[doc(hidden)]
+impl<T: ?Sized> AsConnection<Placeholder> for T {
+    fn as_connection(&mut self) -> &mut Placeholder {
+        // A zero-sized value: leaking it allocates nothing.
+        Box::leak(Box::new(Placeholder))
+    }
+}
+
 /// The declared return type `R` of an idempotent handler, on its way to the
 /// guard.
 ///
@@ -218,6 +249,21 @@ pub trait RunGuarded<R> {
         key: DedupeKey,
         body: F,
     ) -> impl Future<Output = R>;
+
+    /// Transactional mode: runs `body` under the guard, which marks the id
+    /// on `connection` first and then hands it to `body`.
+    fn run_transactional<'c, S, C, B, F>(
+        self,
+        guard: &Guard<S, Transactional>,
+        key: DedupeKey,
+        connection: &'c mut C,
+        body: B,
+    ) -> impl Future<Output = R>
+    where
+        S: TransactionalStore,
+        C: AsConnection<S::Connection> + ?Sized,
+        B: FnOnce(&'c mut C) -> F,
+        F: Future<Output = R>;
 }
 
 /// `R` is `Result<(), E>` and a guard can return a `StoreError` through `E`:
@@ -244,6 +290,23 @@ impl<E: From<StoreError>> RunGuarded<Result<(), E>> for &&Outcome<Result<(), E>>
             Err(refused) => Err(E::from(StoreError::from(refused))),
         }
     }
+
+    #[inline(always)]
+    fn run_transactional<'c, S, C, B, F>(
+        self,
+        guard: &Guard<S, Transactional>,
+        key: DedupeKey,
+        connection: &'c mut C,
+        body: B,
+    ) -> impl Future<Output = Result<(), E>>
+    where
+        S: TransactionalStore,
+        C: AsConnection<S::Connection> + ?Sized,
+        B: FnOnce(&'c mut C) -> F,
+        F: Future<Output = Result<(), E>>,
+    {
+        guard.run_keyed(key, connection, body)
+    }
 }
 
 /// Any other `R`: a program that gets here does not compile (see [`Outcome`]).
@@ -266,6 +329,23 @@ impl<R> RunGuarded<R> for &Outcome<R> {
         body: F,
     ) -> impl Future<Output = R> {
         body
+    }
+
+    #[inline(always)]
+    fn run_transactional<'c, S, C, B, F>(
+        self,
+        _guard: &Guard<S, Transactional>,
+        _key: DedupeKey,
+        connection: &'c mut C,
+        body: B,
+    ) -> impl Future<Output = R>
+    where
+        S: TransactionalStore,
+        C: AsConnection<S::Connection> + ?Sized,
+        B: FnOnce(&'c mut C) -> F,
+        F: Future<Output = R>,
+    {
+        body(connection)
     }
 }
 

@@ -81,6 +81,8 @@ pub use babel_idem_macros::{idempotent, routes, urn};
 pub use consumer::{Consumer, bypass_external_effects, is_replay};
 pub use envelope::{DeadLetter, Envelope, EnvelopeError, Meta};
 pub use guard::{Guard, Leased, OnRememberFailure, SeenSet, fence, guard};
+// Transactional mode (DESIGN section 8.2).
+pub use guard::Transactional;
 pub use key::DedupeKey;
 pub use message::MessageId;
 pub use metrics::Decision;
@@ -92,4 +94,5 @@ pub use store::RedisStore;
 #[cfg(feature = "sqlite")]
 pub use store::SqliteStore;
 pub use store::{ClaimStore, InMemoryStore, Store, StoreError};
+pub use store::TransactionalStore;
 pub use wrap::{Wrapped, wrap};

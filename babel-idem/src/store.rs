@@ -22,6 +22,7 @@ mod redis;
 mod settings;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+mod transaction;
 
 pub use claim::{Claim, ClaimStore, ClaimToken, InvalidLease, MAX_LEASE};
 pub use memory::{InMemoryStore, InMemoryStoreBuilder};
@@ -30,6 +31,7 @@ pub use postgres::{PostgresStore, PostgresStoreBuilder};
 #[cfg(feature = "redis")]
 pub use redis::{RedisStore, RedisStoreBuilder};
 pub use settings::MAX_TTL;
+pub use transaction::{AsConnection, TransactionalStore};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteStore, SqliteStoreBuilder};
 

@@ -11,6 +11,7 @@ use super::settings::{Drivers, SqlSettings, Statements};
 use super::{Store, StoreError, StoreFuture, StoreOperation, failed};
 
 mod claim;
+mod transaction;
 
 const BACKEND: &str = "postgres";
 

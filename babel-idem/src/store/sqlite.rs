@@ -13,6 +13,7 @@ use super::settings::{DEFAULT_TABLE, Drivers, SqlSettings, Statements};
 use super::{Store, StoreError, StoreFuture, StoreOperation, failed};
 
 mod claim;
+mod transaction;
 
 const BACKEND: &str = "sqlite";
 
