@@ -95,36 +95,12 @@ forward_transactional_store!(&S, Arc<S>, Box<S>);
 /// ```
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a connection the store's marks can be written on",
-    label = "expected `&mut {C}` or `&mut sqlx::Transaction<'_, _>` over it",
-    note = "`transaction = ...` names the handler's connection parameter, of type `&mut {C}` or \
-            `&mut sqlx::Transaction<'_, _>` for the database of the `store = ...`"
+    label = "expected a connection to the database of the `store = ...`",
+    note = "`transaction = ...` names the handler's connection parameter: `&mut sqlx::PgConnection` \
+            for a `PostgresStore`, `&mut sqlx::SqliteConnection` for a `SqliteStore`, or a \
+            `&mut sqlx::Transaction<'_, _>` over one"
 )]
 pub trait AsConnection<C: ?Sized> {
     /// The connection, borrowed for one statement.
     fn as_connection(&mut self) -> &mut C;
 }
-
-/// Implements [`AsConnection`] for a database's connection and its transaction.
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-macro_rules! as_connection {
-    ($connection:ty, $database:ty) => {
-        impl $crate::store::transaction::AsConnection<$connection> for $connection {
-            #[inline]
-            fn as_connection(&mut self) -> &mut $connection {
-                self
-            }
-        }
-
-        impl $crate::store::transaction::AsConnection<$connection>
-            for sqlx::Transaction<'_, $database>
-        {
-            #[inline]
-            fn as_connection(&mut self) -> &mut $connection {
-                self
-            }
-        }
-    };
-}
-
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-pub(crate) use as_connection;

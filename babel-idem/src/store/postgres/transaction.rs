@@ -5,10 +5,22 @@ use sqlx::{PgConnection, Postgres};
 
 use super::claim::failure;
 use super::{BACKEND, PostgresStore, UnstorableId};
-use crate::store::transaction::{TransactionalStore, as_connection};
+use crate::store::transaction::{AsConnection, TransactionalStore};
 use crate::store::{StoreError, StoreFuture, StoreOperation};
 
-as_connection!(PgConnection, Postgres);
+impl AsConnection<PgConnection> for PgConnection {
+    #[inline]
+    fn as_connection(&mut self) -> &mut PgConnection {
+        self
+    }
+}
+
+impl AsConnection<PgConnection> for sqlx::Transaction<'_, Postgres> {
+    #[inline]
+    fn as_connection(&mut self) -> &mut PgConnection {
+        self
+    }
+}
 
 /// # Transactional mode
 ///

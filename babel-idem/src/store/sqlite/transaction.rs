@@ -4,10 +4,22 @@
 use sqlx::{Sqlite, SqliteConnection};
 
 use super::{BACKEND, SqliteStore};
-use crate::store::transaction::{TransactionalStore, as_connection};
+use crate::store::transaction::{AsConnection, TransactionalStore};
 use crate::store::{StoreFuture, StoreOperation, failed};
 
-as_connection!(SqliteConnection, Sqlite);
+impl AsConnection<SqliteConnection> for SqliteConnection {
+    #[inline]
+    fn as_connection(&mut self) -> &mut SqliteConnection {
+        self
+    }
+}
+
+impl AsConnection<SqliteConnection> for sqlx::Transaction<'_, Sqlite> {
+    #[inline]
+    fn as_connection(&mut self) -> &mut SqliteConnection {
+        self
+    }
+}
 
 /// # Transactional mode
 ///
