@@ -44,6 +44,12 @@
 //! leases the guard, and `HandlerResult::run_claimed(guard, key, body)` runs
 //! the body under it (or returns a refused lease as the handler's error).
 //!
+//! With `transaction = tx` (transactional mode) the store is resolved as a
+//! `TransactionalStore` (checked with `Guard::transactional`), and the body
+//! runs in a closure that gets the connection back under its own name:
+//! `guard.transactional().run_keyed(key, tx, move |tx| async move { BODY })`.
+//! `Guard::run_keyed`'s own (public) bounds check the connection's type.
+//!
 //! - The store expression is evaluated and the key taken before the
 //!   `async move` block takes ownership of the parameters, so a body may move
 //!   or mutate the message, and `&mut self` works with
@@ -376,17 +382,16 @@ fn expand(function: ItemFn, handler: Handler) -> TokenStream {
                 connection.span().located_at(target.span()),
             );
             let mutable = mutable.then(|| quote!(mut));
+            // `Guard::run_keyed` directly: its bounds are public, so a
+            // parameter that is no connection of the store's database is
+            // one error naming `AsConnection`.
             quote_spanned! {output_span=>
                 let #guard = #guard.transactional();
-                {
-                    use ::babel_idem::__private::RunGuarded as _;
-                    (&&::babel_idem::__private::Outcome::<#output>::OF).run_transactional(
-                        &#guard,
-                        #key,
-                        #argument,
-                        move |#mutable #connection| async move #block,
-                    )
-                }
+                #guard.run_keyed(
+                    #key,
+                    #argument,
+                    move |#mutable #connection| async move #block,
+                )
                 .await
             }
         }

@@ -12,7 +12,7 @@ use std::marker::PhantomData;
 use std::ops::Deref;
 
 use crate::DedupeKey;
-use crate::guard::{Leased, Transactional};
+use crate::guard::Leased;
 pub use crate::guard::{Guard, OnRememberFailure};
 pub use crate::router::Urn;
 use crate::store::claim::{Claim, ClaimToken, InvalidLease};
@@ -250,20 +250,6 @@ pub trait RunGuarded<R> {
         body: F,
     ) -> impl Future<Output = R>;
 
-    /// Transactional mode: runs `body` under the guard, which marks the id
-    /// on `connection` first and then hands it to `body`.
-    fn run_transactional<'c, S, C, B, F>(
-        self,
-        guard: &Guard<S, Transactional>,
-        key: DedupeKey,
-        connection: &'c mut C,
-        body: B,
-    ) -> impl Future<Output = R>
-    where
-        S: TransactionalStore,
-        C: AsConnection<S::Connection> + ?Sized,
-        B: FnOnce(&'c mut C) -> F,
-        F: Future<Output = R>;
 }
 
 /// `R` is `Result<(), E>` and a guard can return a `StoreError` through `E`:
@@ -290,23 +276,6 @@ impl<E: From<StoreError>> RunGuarded<Result<(), E>> for &&Outcome<Result<(), E>>
             Err(refused) => Err(E::from(StoreError::from(refused))),
         }
     }
-
-    #[inline(always)]
-    fn run_transactional<'c, S, C, B, F>(
-        self,
-        guard: &Guard<S, Transactional>,
-        key: DedupeKey,
-        connection: &'c mut C,
-        body: B,
-    ) -> impl Future<Output = Result<(), E>>
-    where
-        S: TransactionalStore,
-        C: AsConnection<S::Connection> + ?Sized,
-        B: FnOnce(&'c mut C) -> F,
-        F: Future<Output = Result<(), E>>,
-    {
-        guard.run_keyed(key, connection, body)
-    }
 }
 
 /// Any other `R`: a program that gets here does not compile (see [`Outcome`]).
@@ -329,23 +298,6 @@ impl<R> RunGuarded<R> for &Outcome<R> {
         body: F,
     ) -> impl Future<Output = R> {
         body
-    }
-
-    #[inline(always)]
-    fn run_transactional<'c, S, C, B, F>(
-        self,
-        _guard: &Guard<S, Transactional>,
-        _key: DedupeKey,
-        connection: &'c mut C,
-        body: B,
-    ) -> impl Future<Output = R>
-    where
-        S: TransactionalStore,
-        C: AsConnection<S::Connection> + ?Sized,
-        B: FnOnce(&'c mut C) -> F,
-        F: Future<Output = R>,
-    {
-        body(connection)
     }
 }
 

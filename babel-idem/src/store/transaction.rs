@@ -63,24 +63,46 @@ pub trait TransactionalStore: Store {
     -> StoreFuture<'a, bool>;
 }
 
-macro_rules! forward_transactional_store {
-    ($($ty:ty),+ $(,)?) => {$(
-        impl<S: TransactionalStore + ?Sized> TransactionalStore for $ty {
-            type Connection = S::Connection;
+// Written out rather than by a macro, so a compile error's list of
+// implementors reads as plain impls.
+impl<S: TransactionalStore + ?Sized> TransactionalStore for &S {
+    type Connection = S::Connection;
 
-            #[inline]
-            fn mark_in<'a>(
-                &'a self,
-                connection: &'a mut Self::Connection,
-                id: &'a str,
-            ) -> StoreFuture<'a, bool> {
-                (**self).mark_in(connection, id)
-            }
-        }
-    )+};
+    #[inline]
+    fn mark_in<'a>(
+        &'a self,
+        connection: &'a mut Self::Connection,
+        id: &'a str,
+    ) -> StoreFuture<'a, bool> {
+        (**self).mark_in(connection, id)
+    }
 }
 
-forward_transactional_store!(&S, Arc<S>, Box<S>);
+impl<S: TransactionalStore + ?Sized> TransactionalStore for Arc<S> {
+    type Connection = S::Connection;
+
+    #[inline]
+    fn mark_in<'a>(
+        &'a self,
+        connection: &'a mut Self::Connection,
+        id: &'a str,
+    ) -> StoreFuture<'a, bool> {
+        (**self).mark_in(connection, id)
+    }
+}
+
+impl<S: TransactionalStore + ?Sized> TransactionalStore for Box<S> {
+    type Connection = S::Connection;
+
+    #[inline]
+    fn mark_in<'a>(
+        &'a self,
+        connection: &'a mut Self::Connection,
+        id: &'a str,
+    ) -> StoreFuture<'a, bool> {
+        (**self).mark_in(connection, id)
+    }
+}
 
 /// A handler parameter that lends the connection `C` its transaction runs
 /// on: `C` itself (`&mut sqlx::PgConnection`, `&mut sqlx::SqliteConnection`)
