@@ -1,11 +1,14 @@
 //! Transactional mode's cost (DESIGN section 8.2): deliveries per second of
-//! a handler that writes one effect row in its own transaction (begin,
-//! insert, commit), with the guard's mark in that transaction
+//! a handler that writes in its own transaction (begin, the effect, commit),
+//! with the guard's mark in that transaction
 //! (`Guard::transactional`) and without it, at concurrency 1 and 16, on
 //! real PostgreSQL (`BABEL_IDEM_POSTGRES_URL`; skipped when unset) and a
 //! SQLite file. The goal: the guarded rate is at least 0.9 of the bare one
 //! (one extra statement on the handler's own connection, no other round trip).
 //!
+//! Two handlers: `insert` writes one row (the worst case: the mark doubles
+//! the writes), `credit` writes a journal row and updates one of 256
+//! account balances (a ledger credit, as in `examples/ledger.rs`).
 //! Every delivery is a first delivery (a fresh id): the path that writes.
 //! Bare and guarded runs alternate, twice each, and the ratio compares
 //! their sums, so a drift in the shared machine's load hits both.
@@ -27,6 +30,8 @@ impl MessageId for Delivery {
     }
 }
 
+// The fields are read through `Debug`, when a delivery fails.
+#[allow(dead_code)]
 #[derive(Debug)]
 enum BenchError {
     Store(StoreError),
@@ -55,18 +60,22 @@ enum Mode {
 /// One delivery, as a broker loop makes it: begin, the effect (guarded or
 /// not), commit. The same source for both databases, type-checked per arm.
 macro_rules! deliver {
-    ($store:expr, $insert:expr, $id:expr, $mode:expr) => {{
+    ($store:expr, $effect:expr, $id:expr, $mode:expr) => {{
         let mut tx = $store.pool().begin().await?;
         let id: String = $id;
         match $mode {
             Mode::Bare => {
-                sqlx::query($insert).bind(&id).execute(&mut *tx).await?;
+                for statement in $effect {
+                    sqlx::query(statement).bind(&id).execute(&mut *tx).await?;
+                }
             }
             Mode::Marked => {
                 Guard::new($store)
                     .transactional()
                     .run(&Delivery(id.clone()), &mut tx, |tx| async {
-                        sqlx::query($insert).bind(&id).execute(&mut **tx).await?;
+                        for statement in $effect {
+                            sqlx::query(statement).bind(&id).execute(&mut **tx).await?;
+                        }
                         Ok::<(), BenchError>(())
                     })
                     .await?;
@@ -79,15 +88,15 @@ macro_rules! deliver {
 
 #[derive(Clone)]
 enum Db {
-    Postgres(Arc<PostgresStore>, Arc<str>),
-    Sqlite(Arc<SqliteStore>, Arc<str>),
+    Postgres(Arc<PostgresStore>, Arc<[String]>),
+    Sqlite(Arc<SqliteStore>, Arc<[String]>),
 }
 
 impl Db {
     async fn deliver(&self, id: String, mode: Mode) -> Result<(), BenchError> {
         match self {
-            Db::Postgres(store, insert) => deliver!(&**store, &**insert, id, mode),
-            Db::Sqlite(store, insert) => deliver!(&**store, &**insert, id, mode),
+            Db::Postgres(store, effect) => deliver!(&**store, effect.iter(), id, mode),
+            Db::Sqlite(store, effect) => deliver!(&**store, effect.iter(), id, mode),
         }
     }
 }
@@ -127,7 +136,7 @@ async fn compare(name: &str, db: &Db, length: Duration) {
             marked += rate(db, Mode::Marked, concurrency, length).await;
         }
         println!(
-            "{name:<10} concurrency {concurrency:>2}: without mark {:>8.0}/s, with mark {:>8.0}/s, ratio {:.3}",
+            "{name:<16} concurrency {concurrency:>2}: without mark {:>8.0}/s, with mark {:>8.0}/s, ratio {:.3}",
             bare / 2.0,
             marked / 2.0,
             marked / bare
@@ -151,8 +160,12 @@ fn main() {
         .build()
         .expect("a Tokio runtime");
     runtime.block_on(async {
-        println!("transactional mode: one effect row per transaction, {length:?} per run");
+        println!("transactional mode: marked vs bare handler transactions, {length:?} per run");
         let suffix = &uuid::Uuid::new_v4().simple().to_string()[..12];
+        let (effects, accounts) = (
+            format!("bench_effects_{suffix}"),
+            format!("bench_accounts_{suffix}"),
+        );
 
         let dir = std::env::temp_dir().join(format!("babel-idem-bench-tx-{suffix}"));
         std::fs::create_dir_all(&dir).expect("a temporary folder");
@@ -161,16 +174,22 @@ fn main() {
             .open(dir.join("bench.db"))
             .await
             .expect("a SQLite store");
-        sqlx::query("CREATE TABLE effects (message_id TEXT NOT NULL)")
-            .execute(store.pool())
-            .await
-            .expect("the effect table");
-        let insert: Arc<str> = "INSERT INTO effects (message_id) VALUES ($1)".into();
-        compare("sqlite", &Db::Sqlite(Arc::new(store), insert), length).await;
+        for statement in ddl(&effects, &accounts) {
+            sqlx::query(&statement)
+                .execute(store.pool())
+                .await
+                .expect("a bench table");
+        }
+        let store = Arc::new(store);
+        for (shape, effect) in handlers(&effects, &accounts) {
+            let name = format!("sqlite {shape}");
+            compare(&name, &Db::Sqlite(store.clone(), effect), length).await;
+        }
+        drop(store);
         std::fs::remove_dir_all(&dir).expect("remove the temporary folder");
 
         let Ok(url) = std::env::var("BABEL_IDEM_POSTGRES_URL") else {
-            println!("postgres   skipped: BABEL_IDEM_POSTGRES_URL not set");
+            println!("postgres skipped: BABEL_IDEM_POSTGRES_URL not set");
             return;
         };
         let store = PostgresStore::builder()
@@ -179,27 +198,47 @@ fn main() {
             .connect_lazy(&url)
             .expect("a PostgreSQL store");
         store.migrate().await.expect("migrate");
-        let effects = format!("bench_tx_effects_{suffix}");
-        sqlx::query(&format!("CREATE TABLE {effects} (message_id TEXT NOT NULL)"))
-            .execute(store.pool())
-            .await
-            .expect("the effect table");
-        let insert: Arc<str> = format!("INSERT INTO {effects} (message_id) VALUES ($1)").into();
-        let store = Arc::new(store);
-        compare("postgres", &Db::Postgres(store.clone(), insert), length).await;
-        for table in [
-            effects,
-            store.table().to_owned(),
-            format!("{}_claims", store.table()),
-        ] {
-            sqlx::query(&format!("DROP TABLE IF EXISTS {table}"))
+        for statement in ddl(&effects, &accounts) {
+            sqlx::query(&statement)
                 .execute(store.pool())
                 .await
-                .expect("drop a bench table");
+                .expect("a bench table");
         }
-        sqlx::query(&format!("DROP SEQUENCE IF EXISTS {}_claims_fence", store.table()))
-            .execute(store.pool())
-            .await
-            .expect("drop the bench sequence");
+        let store = Arc::new(store);
+        for (shape, effect) in handlers(&effects, &accounts) {
+            let name = format!("postgres {shape}");
+            compare(&name, &Db::Postgres(store.clone(), effect), length).await;
+        }
+        let table = store.table();
+        for statement in [
+            format!("DROP TABLE IF EXISTS {effects}, {accounts}, {table}, {table}_claims"),
+            format!("DROP SEQUENCE IF EXISTS {table}_claims_fence"),
+        ] {
+            sqlx::query(&statement)
+                .execute(store.pool())
+                .await
+                .expect("drop the bench tables");
+        }
     });
+}
+
+/// The effect tables, the same DDL on both databases.
+fn ddl(effects: &str, accounts: &str) -> [String; 2] {
+    [
+        format!("CREATE TABLE {effects} (message_id TEXT NOT NULL)"),
+        format!("CREATE TABLE {accounts} (account TEXT PRIMARY KEY, balance BIGINT NOT NULL)"),
+    ]
+}
+
+/// The two handlers: their statements, each with the message id as `$1`.
+fn handlers(effects: &str, accounts: &str) -> [(&'static str, Arc<[String]>); 2] {
+    let journal = format!("INSERT INTO {effects} (message_id) VALUES ($1)");
+    let credit = format!(
+        "INSERT INTO {accounts} (account, balance) VALUES ('acct-' || substr($1, 1, 2), 1)
+         ON CONFLICT (account) DO UPDATE SET balance = {accounts}.balance + 1"
+    );
+    [
+        ("insert", Arc::from(vec![journal.clone()])),
+        ("credit", Arc::from(vec![journal, credit])),
+    ]
 }

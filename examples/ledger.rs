@@ -97,7 +97,9 @@ impl Ledger {
     /// How many message ids the seen-set holds.
     pub async fn marks(&self) -> anyhow::Result<i64> {
         let query = format!("SELECT count(*) FROM {}", self.store.table());
-        Ok(sqlx::query_scalar(&query).fetch_one(self.store.pool()).await?)
+        Ok(sqlx::query_scalar(&query)
+            .fetch_one(self.store.pool())
+            .await?)
     }
 }
 
@@ -162,7 +164,8 @@ async fn main() -> anyhow::Result<()> {
     let (path, temporary) = match std::env::args_os().nth(1) {
         Some(path) => (PathBuf::from(path), None),
         None => {
-            let dir = std::env::temp_dir().join(format!("babel-idem-ledger-{}", uuid::Uuid::new_v4()));
+            let dir =
+                std::env::temp_dir().join(format!("babel-idem-ledger-{}", uuid::Uuid::new_v4()));
             std::fs::create_dir_all(&dir)?;
             (dir.join("ledger.db"), Some(dir))
         }

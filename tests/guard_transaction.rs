@@ -68,8 +68,14 @@ impl From<sqlx::Error> for RunError {
 /// One database: the store (its table holds the marks) and the effect table.
 #[derive(Clone)]
 enum Db {
-    Postgres { store: PostgresStore, effects: String },
-    Sqlite { store: SqliteStore, effects: String },
+    Postgres {
+        store: PostgresStore,
+        effects: String,
+    },
+    Sqlite {
+        store: SqliteStore,
+        effects: String,
+    },
 }
 
 /// Runs `$body` with `$store` and `$effects` bound for either backend; each
@@ -210,7 +216,10 @@ impl Db {
     /// connection): what a Go consumer reading the table sees.
     async fn marked(&self, id: &str) -> bool {
         on_db!(self, |store, _effects| {
-            let query = format!("SELECT count(*) FROM {} WHERE message_id = $1", store.table());
+            let query = format!(
+                "SELECT count(*) FROM {} WHERE message_id = $1",
+                store.table()
+            );
             let count: i64 = sqlx::query_scalar(&query)
                 .bind(id)
                 .fetch_one(store.pool())
@@ -321,7 +330,7 @@ async fn fleet_worker(db: Db) {
             tokio::spawn(async move {
                 while let Some(id) = ids.get(next.fetch_add(1, Ordering::Relaxed)) {
                     loop {
-                        let fails = uuid::Uuid::new_v4().as_u128() % 10 == 0;
+                        let fails = uuid::Uuid::new_v4().as_u128().is_multiple_of(10);
                         let then = if fails { Then::Fail } else { Then::Commit };
                         match db.deliver(id, then).await {
                             Ok(_) => break,
@@ -355,12 +364,21 @@ async fn aborted_before_commit_runs_once_after_restart(db: &Db, location: &str) 
         .wait()
         .expect("the child exits");
     assert!(!status.success(), "the child aborted: {status}");
-    assert!(!db.marked(&id).await, "the aborted transaction left no mark");
+    assert!(
+        !db.marked(&id).await,
+        "the aborted transaction left no mark"
+    );
     assert_eq!(db.effects_of(&id).await, 0, "nor an effect");
 
     // The restarted consumer: the redelivery runs, once.
-    assert!(db.deliver(&id, Then::Commit).await.expect("runs"), "the redelivery ran");
-    assert!(!db.deliver(&id, Then::Commit).await.expect("skips"), "a duplicate skipped");
+    assert!(
+        db.deliver(&id, Then::Commit).await.expect("runs"),
+        "the redelivery ran"
+    );
+    assert!(
+        !db.deliver(&id, Then::Commit).await.expect("skips"),
+        "a duplicate skipped"
+    );
     assert_eq!(db.effects_of(&id).await, 1, "one effect row");
     assert!(db.marked(&id).await);
 }
@@ -388,7 +406,9 @@ async fn fleet_marks_equal_effects(db: &Db, location: &str, processes: usize) {
     db.create().await;
     let spec = db.spec(location);
     let started = Instant::now();
-    let mut children: Vec<_> = (0..processes).map(|_| spawn_child("fleet", &spec)).collect();
+    let mut children: Vec<_> = (0..processes)
+        .map(|_| spawn_child("fleet", &spec))
+        .collect();
     for child in &mut children {
         loop {
             if let Some(status) = child.try_wait().expect("a child") {
@@ -403,7 +423,10 @@ async fn fleet_marks_equal_effects(db: &Db, location: &str, processes: usize) {
         }
     }
 
-    let (table, effects) = on_db!(db, |store, effects| (store.table().to_owned(), effects.clone()));
+    let (table, effects) = on_db!(db, |store, effects| (
+        store.table().to_owned(),
+        effects.clone()
+    ));
     let rows = db.count(format!("SELECT count(*) FROM {effects}")).await;
     let distinct = db
         .count(format!("SELECT count(DISTINCT message_id) FROM {effects}"))
@@ -466,7 +489,10 @@ async fn a_reader_sees_the_mark_after_commit(db: &Db) {
     let id = format!("visible-{}", servers::unique_suffix());
     on_db!(db, |store, _effects| {
         let tx = open_mark!(store, &id);
-        assert!(!db.marked(&id).await, "uncommitted: a plain SELECT sees no mark");
+        assert!(
+            !db.marked(&id).await,
+            "uncommitted: a plain SELECT sees no mark"
+        );
         assert!(!store.seen(&id).await.expect("seen"), "nor does `seen`");
         tx.commit().await.expect("commit");
     });
@@ -490,7 +516,10 @@ async fn a_concurrent_duplicate_waits(db: &Db, first_commits: bool) {
         } else {
             first.rollback().await.expect("rollback");
         }
-        let ran = second.await.expect("the second delivery").expect("no error");
+        let ran = second
+            .await
+            .expect("the second delivery")
+            .expect("no error");
         assert_eq!(ran, !first_commits, "commit: skipped; rollback: ran");
     });
     assert_eq!(db.effects_of(&id).await, i64::from(!first_commits));
@@ -515,13 +544,22 @@ async fn wait_until_blocked<T>(db: &Db, second: &tokio::task::JoinHandle<T>) {
             if waiting == 1 {
                 break;
             }
-            assert!(!second.is_finished(), "the duplicate did not wait for the lock");
-            assert!(started.elapsed() < DEADLINE, "the duplicate never reached the lock");
+            assert!(
+                !second.is_finished(),
+                "the duplicate did not wait for the lock"
+            );
+            assert!(
+                started.elapsed() < DEADLINE,
+                "the duplicate never reached the lock"
+            );
             tokio::time::sleep(Duration::from_millis(5)).await;
         },
         Db::Sqlite { .. } => tokio::time::sleep(Duration::from_millis(200)).await,
     }
-    assert!(!second.is_finished(), "the duplicate waits while the first is open");
+    assert!(
+        !second.is_finished(),
+        "the duplicate waits while the first is open"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

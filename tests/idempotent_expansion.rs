@@ -102,7 +102,10 @@ fn transactional_expansion_matches_the_snapshot() {
          {TRANSACTION_SNAPSHOT}\n--- expected\n{expected}\n--- actual\n{actual}"
     );
     assert_eq!(actual.matches("credit(&mut **tx, &env)").count(), 1);
-    assert!(actual.contains("mut tx: &mut sqlx::Transaction<'_, Sqlite>,"), "{actual}");
+    assert!(
+        actual.contains("mut tx: &mut sqlx::Transaction<'_, Sqlite>,"),
+        "{actual}"
+    );
     assert!(actual.contains("move |mut tx| async move {"), "{actual}");
 }
 

@@ -14,7 +14,10 @@ async fn three_deliveries_of_each_credit_move_the_balance_once() {
     let outcome = ledger::replay(&dir.join("ledger.db"), 3).await.unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
 
-    assert_eq!(outcome.acked, 15, "every delivery, duplicates too, is acked");
+    assert_eq!(
+        outcome.acked, 15,
+        "every delivery, duplicates too, is acked"
+    );
     assert_eq!(outcome.balance, outcome.credited_once);
     assert_eq!(outcome.balance, 100);
     assert_eq!(outcome.marks, 5, "one mark per distinct message");
@@ -32,7 +35,11 @@ async fn a_failing_credit_rolls_back_and_marks_nothing() {
     for _ in 0..2 {
         assert!(ledger.deliver(bad.clone()).await.is_err());
     }
-    assert_eq!(ledger.marks().await.unwrap(), 0, "the rollback took the mark too");
+    assert_eq!(
+        ledger.marks().await.unwrap(),
+        0,
+        "the rollback took the mark too"
+    );
     assert_eq!(ledger.balance(ledger::ACCOUNT).await.unwrap(), 0);
     std::fs::remove_dir_all(&dir).unwrap();
 }

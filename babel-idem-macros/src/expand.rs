@@ -329,7 +329,9 @@ fn expand(function: ItemFn, handler: Handler) -> TokenStream {
         (_, Some(_)) => quote_spanned! {store_span=>
             ::babel_idem::__private::Guard::new(#checked).transactional()
         },
-        (None, None) => quote_spanned! {store_span=> ::babel_idem::__private::Guard::new(#checked) },
+        (None, None) => {
+            quote_spanned! {store_span=> ::babel_idem::__private::Guard::new(#checked) }
+        }
         (Some(_), None) => quote_spanned! {store_span=>
             ::babel_idem::__private::Guard::new(#checked).lease(::core::time::Duration::ZERO)
         },
@@ -371,11 +373,14 @@ fn expand(function: ItemFn, handler: Handler) -> TokenStream {
     let run = match (lease, connection) {
         // Transactional mode: the guard marks the id on the connection
         // parameter, then hands it back to the body under its own name.
-        (_, Some(Connection {
-            name: connection,
-            mutable,
-            target,
-        })) => {
+        (
+            _,
+            Some(Connection {
+                name: connection,
+                mutable,
+                target,
+            }),
+        ) => {
             // Resolved through the parameter's own token, reported at its type.
             let argument = Ident::new(
                 &connection.to_string(),

@@ -249,7 +249,6 @@ pub trait RunGuarded<R> {
         key: DedupeKey,
         body: F,
     ) -> impl Future<Output = R>;
-
 }
 
 /// `R` is `Result<(), E>` and a guard can return a `StoreError` through `E`:

@@ -93,6 +93,6 @@ pub use store::PostgresStore;
 pub use store::RedisStore;
 #[cfg(feature = "sqlite")]
 pub use store::SqliteStore;
-pub use store::{ClaimStore, InMemoryStore, Store, StoreError};
 pub use store::TransactionalStore;
+pub use store::{ClaimStore, InMemoryStore, Store, StoreError};
 pub use wrap::{Wrapped, wrap};

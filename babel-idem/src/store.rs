@@ -31,9 +31,9 @@ pub use postgres::{PostgresStore, PostgresStoreBuilder};
 #[cfg(feature = "redis")]
 pub use redis::{RedisStore, RedisStoreBuilder};
 pub use settings::MAX_TTL;
-pub use transaction::{AsConnection, TransactionalStore};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteStore, SqliteStoreBuilder};
+pub use transaction::{AsConnection, TransactionalStore};
 
 /// A seen-set of processed message ids, shared by every delivery of a consumer.
 ///

@@ -59,8 +59,11 @@ pub trait TransactionalStore: Store {
     /// A concurrent transaction that marked `id` and has not finished makes
     /// this wait for it (on the primary key, or SQLite's write lock): `false`
     /// once it commits, `true` once it rolls back.
-    fn mark_in<'a>(&'a self, connection: &'a mut Self::Connection, id: &'a str)
-    -> StoreFuture<'a, bool>;
+    fn mark_in<'a>(
+        &'a self,
+        connection: &'a mut Self::Connection,
+        id: &'a str,
+    ) -> StoreFuture<'a, bool>;
 }
 
 // Written out rather than by a macro, so a compile error's list of

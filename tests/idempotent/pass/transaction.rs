@@ -70,7 +70,7 @@ where
 
 /// One delivery as a broker loop makes it: begin, run the handler, commit on
 /// `Ok`, roll back on `Err`.
-async fn deliver<'p, H, Fut>(pool: &'p sqlx::SqlitePool, env: Envelope, handler: H) -> Result<(), HandlerError>
+async fn deliver<H, Fut>(pool: &sqlx::SqlitePool, env: Envelope, handler: H) -> Result<(), HandlerError>
 where
     H: FnOnce(Envelope, Transaction<'static, Sqlite>) -> Fut,
     Fut: Future<Output = (Transaction<'static, Sqlite>, Result<(), HandlerError>)>,
