@@ -174,17 +174,8 @@ fn main() {
             .open(dir.join("bench.db"))
             .await
             .expect("a SQLite store");
-        for statement in ddl(&effects, &accounts) {
-            sqlx::query(&statement)
-                .execute(store.pool())
-                .await
-                .expect("a bench table");
-        }
         let store = Arc::new(store);
-        for (shape, effect) in handlers(&effects, &accounts) {
-            let name = format!("sqlite {shape}");
-            compare(&name, &Db::Sqlite(store.clone(), effect), length).await;
-        }
+        run_backend!("sqlite", Db::Sqlite, store, &effects, &accounts, length);
         drop(store);
         std::fs::remove_dir_all(&dir).expect("remove the temporary folder");
 
@@ -198,17 +189,8 @@ fn main() {
             .connect_lazy(&url)
             .expect("a PostgreSQL store");
         store.migrate().await.expect("migrate");
-        for statement in ddl(&effects, &accounts) {
-            sqlx::query(&statement)
-                .execute(store.pool())
-                .await
-                .expect("a bench table");
-        }
         let store = Arc::new(store);
-        for (shape, effect) in handlers(&effects, &accounts) {
-            let name = format!("postgres {shape}");
-            compare(&name, &Db::Postgres(store.clone(), effect), length).await;
-        }
+        run_backend!("postgres", Db::Postgres, store, &effects, &accounts, length);
         let table = store.table();
         for statement in [
             format!("DROP TABLE IF EXISTS {effects}, {accounts}, {table}, {table}_claims"),
@@ -221,6 +203,23 @@ fn main() {
         }
     });
 }
+
+/// Creates the effect tables on `$store`, then compares both handlers on it.
+macro_rules! run_backend {
+    ($name:literal, $db:path, $store:expr, $effects:expr, $accounts:expr, $length:expr) => {
+        for statement in ddl($effects, $accounts) {
+            sqlx::query(&statement)
+                .execute($store.pool())
+                .await
+                .expect("a bench table");
+        }
+        for (shape, effect) in handlers($effects, $accounts) {
+            let name = format!("{} {shape}", $name);
+            compare(&name, &$db($store.clone(), effect), $length).await;
+        }
+    };
+}
+use run_backend;
 
 /// The effect tables, the same DDL on both databases.
 fn ddl(effects: &str, accounts: &str) -> [String; 2] {

@@ -62,19 +62,24 @@ fn pretty(expanded: TokenStream) -> String {
     prettyplease::unparse(&file)
 }
 
-#[test]
-fn expansion_matches_the_snapshot() {
-    let actual = pretty(expand(ARGS, HANDLER));
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(SNAPSHOT);
+/// Compares `actual` to the snapshot at `snapshot` (rewriting it first
+/// under `UPDATE_SNAPSHOTS=1`).
+fn assert_snapshot(snapshot: &str, actual: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(snapshot);
     if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
-        std::fs::write(&path, &actual).expect("the snapshot is writable");
+        std::fs::write(&path, actual).expect("the snapshot is writable");
     }
     let expected = std::fs::read_to_string(&path).expect("the snapshot exists");
     assert!(
         actual == expected,
         "the expansion changed; if intended, rerun with UPDATE_SNAPSHOTS=1 and review \
-         {SNAPSHOT}\n--- expected\n{expected}\n--- actual\n{actual}"
+         {snapshot}\n--- expected\n{expected}\n--- actual\n{actual}"
     );
+}
+
+#[test]
+fn expansion_matches_the_snapshot() {
+    assert_snapshot(SNAPSHOT, &pretty(expand(ARGS, HANDLER)));
 }
 
 /// Transactional mode: the connection parameter is marked on, then handed
@@ -91,16 +96,7 @@ async fn on_credit(&self, env: Envelope, mut tx: &mut sqlx::Transaction<'_, Sqli
 #[test]
 fn transactional_expansion_matches_the_snapshot() {
     let actual = pretty(expand(TRANSACTION_ARGS, TRANSACTION_HANDLER));
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(TRANSACTION_SNAPSHOT);
-    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
-        std::fs::write(&path, &actual).expect("the snapshot is writable");
-    }
-    let expected = std::fs::read_to_string(&path).expect("the snapshot exists");
-    assert!(
-        actual == expected,
-        "the expansion changed; if intended, rerun with UPDATE_SNAPSHOTS=1 and review \
-         {TRANSACTION_SNAPSHOT}\n--- expected\n{expected}\n--- actual\n{actual}"
-    );
+    assert_snapshot(TRANSACTION_SNAPSHOT, &actual);
     assert_eq!(actual.matches("credit(&mut **tx, &env)").count(), 1);
     assert!(
         actual.contains("mut tx: &mut sqlx::Transaction<'_, Sqlite>,"),
