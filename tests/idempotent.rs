@@ -37,6 +37,7 @@ pass_cases!(
     store_expressions => "idempotent/pass/store_expressions.rs",
     trait_impl => "idempotent/pass/trait_impl.rs",
     tracing_stacked => "idempotent/pass/tracing_stacked.rs",
+    transaction => "idempotent/pass/transaction.rs",
     visibility_generics => "idempotent/pass/visibility_generics.rs",
 );
 

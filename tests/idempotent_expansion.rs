@@ -16,6 +16,9 @@ mod expand;
 #[allow(dead_code)]
 #[path = "../babel-idem-macros/src/message.rs"]
 mod message;
+#[allow(dead_code)]
+#[path = "../babel-idem-macros/src/transaction.rs"]
+mod transaction;
 
 use std::path::Path;
 
@@ -59,19 +62,47 @@ fn pretty(expanded: TokenStream) -> String {
     prettyplease::unparse(&file)
 }
 
-#[test]
-fn expansion_matches_the_snapshot() {
-    let actual = pretty(expand(ARGS, HANDLER));
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(SNAPSHOT);
+/// Compares `actual` to the snapshot at `snapshot` (rewriting it first
+/// under `UPDATE_SNAPSHOTS=1`).
+fn assert_snapshot(snapshot: &str, actual: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(snapshot);
     if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
-        std::fs::write(&path, &actual).expect("the snapshot is writable");
+        std::fs::write(&path, actual).expect("the snapshot is writable");
     }
     let expected = std::fs::read_to_string(&path).expect("the snapshot exists");
     assert!(
         actual == expected,
         "the expansion changed; if intended, rerun with UPDATE_SNAPSHOTS=1 and review \
-         {SNAPSHOT}\n--- expected\n{expected}\n--- actual\n{actual}"
+         {snapshot}\n--- expected\n{expected}\n--- actual\n{actual}"
     );
+}
+
+#[test]
+fn expansion_matches_the_snapshot() {
+    assert_snapshot(SNAPSHOT, &pretty(expand(ARGS, HANDLER)));
+}
+
+/// Transactional mode: the connection parameter is marked on, then handed
+/// back to the body under its own name.
+const TRANSACTION_SNAPSHOT: &str = "tests/idempotent/expansion_transaction.snap";
+const TRANSACTION_ARGS: &str = "store = self.store, transaction = tx";
+const TRANSACTION_HANDLER: &str = r#"
+async fn on_credit(&self, env: Envelope, mut tx: &mut sqlx::Transaction<'_, Sqlite>) -> anyhow::Result<()> {
+    credit(&mut **tx, &env).await?;
+    Ok(())
+}
+"#;
+
+#[test]
+fn transactional_expansion_matches_the_snapshot() {
+    let actual = pretty(expand(TRANSACTION_ARGS, TRANSACTION_HANDLER));
+    assert_snapshot(TRANSACTION_SNAPSHOT, &actual);
+    assert_eq!(actual.matches("credit(&mut **tx, &env)").count(), 1);
+    assert!(
+        actual.contains("mut tx: &mut sqlx::Transaction<'_, Sqlite>,"),
+        "{actual}"
+    );
+    assert!(actual.contains("move |mut tx| async move {"), "{actual}");
 }
 
 #[test]
@@ -106,6 +137,9 @@ fn malformed_input_keeps_the_item_and_adds_an_error() {
         ("store = STORE, message = 1", item),
         ("store = STORE, on_remember_failure = \"ReturnError\"", item),
         ("store = STORE, scope = \"a\", scope = \"b\"", item),
+        ("store = STORE, transaction = tx", item),
+        ("store = STORE, transaction = env", item),
+        ("store = STORE, transaction = \"tx\"", item),
         ("= STORE", item),
         (
             "store = STORE",

@@ -9,6 +9,7 @@
 //! | `scope` | a non-empty string literal | no |
 //! | `on_remember_failure` | `AckAndReport` or `ReturnError` | no |
 //! | `lease` | an expression of type `Duration`: turns on claim mode | no |
+//! | `transaction` | a parameter name: turns on transactional mode | no, and never with `lease` |
 //!
 //! Each mistake is a `syn::Error` on the token that is wrong, and every
 //! mistake in the list is reported, not only the first.
@@ -19,7 +20,8 @@ use syn::parse::{Parse, ParseStream};
 use syn::{Expr, Ident, LitStr, Token};
 
 /// The names `#[idempotent]` accepts, in the order the docs list them.
-const ARGUMENTS: &str = "`store`, `message`, `scope`, `on_remember_failure`, `lease`";
+const ARGUMENTS: &str =
+    "`store`, `message`, `scope`, `on_remember_failure`, `lease`, `transaction`";
 
 /// The variants of `babel_idem::OnRememberFailure` the attribute can name.
 const POLICIES: [&str; 2] = ["AckAndReport", "ReturnError"];
@@ -36,6 +38,9 @@ pub(crate) struct Args {
     pub(crate) on_remember_failure: Option<Ident>,
     /// The claim-mode lease (a `Duration` expression), when the user asks for it.
     pub(crate) lease: Option<Expr>,
+    /// The parameter holding the handler's database connection, for
+    /// transactional mode.
+    pub(crate) transaction: Option<Ident>,
 }
 
 impl Args {
@@ -59,7 +64,10 @@ impl Parse for Args {
             scope: None,
             on_remember_failure: None,
             lease: None,
+            transaction: None,
         };
+        // Where `transaction` was written, for the error that refuses it with `lease`.
+        let mut transaction_name = None;
         let mut errors = Errors::default();
 
         while !input.is_empty() {
@@ -130,6 +138,16 @@ impl Parse for Args {
                     )?;
                     set_once(&mut args.lease, &name, value, &mut errors);
                 }
+                "transaction" => {
+                    let value = parse_value(
+                        input,
+                        &name,
+                        "the name of the connection parameter, as in `transaction = tx`",
+                        Ident::parse,
+                    )?;
+                    transaction_name.get_or_insert(name.span());
+                    set_once(&mut args.transaction, &name, value, &mut errors);
+                }
                 _ => {
                     errors.push(syn::Error::new(
                         name.span(),
@@ -149,6 +167,15 @@ impl Parse for Args {
                 return Err(input.error("expected `,` between arguments"));
             }
             input.parse::<Token![,]>()?;
+        }
+
+        if let (Some(span), Some(_)) = (transaction_name, &args.lease) {
+            errors.push(syn::Error::new(
+                span,
+                "`transaction` and `lease` cannot be combined: in transactional mode the \
+                 database's primary key already makes a concurrent duplicate wait, so no lease \
+                 is needed; keep one of them",
+            ));
         }
 
         errors.finish()?;

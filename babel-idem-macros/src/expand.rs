@@ -44,6 +44,12 @@
 //! leases the guard, and `HandlerResult::run_claimed(guard, key, body)` runs
 //! the body under it (or returns a refused lease as the handler's error).
 //!
+//! With `transaction = tx` (transactional mode) the store is resolved as a
+//! `TransactionalStore` (checked with `Guard::transactional`), and the body
+//! runs in a closure that gets the connection back under its own name:
+//! `guard.transactional().run_keyed(key, tx, move |tx| async move { BODY })`.
+//! `Guard::run_keyed`'s own (public) bounds check the connection's type.
+//!
 //! - The store expression is evaluated and the key taken before the
 //!   `async move` block takes ownership of the parameters, so a body may move
 //!   or mutate the message, and `&mut self` works with
@@ -68,6 +74,7 @@ use syn::{
 
 use crate::attr::Args;
 use crate::message::{self, Message};
+use crate::transaction::{self, Connection};
 
 /// The whole attribute: `args` and `item` as the compiler hands them over.
 /// Never panics: every mistake becomes a `compile_error!` next to the
@@ -128,6 +135,8 @@ struct Handler {
     on_remember_failure: Option<Ident>,
     /// The claim-mode lease expression, if any.
     lease: Option<Expr>,
+    /// The transactional-mode connection parameter, if any.
+    connection: Option<Connection>,
 }
 
 /// Every check that does not need the type checker, all reported at once.
@@ -147,21 +156,28 @@ fn check(args: &Args, function: &ItemFn) -> syn::Result<Handler> {
     let store = args.store().cloned();
     let output = declared_output(&sig.output, &sig.ident);
     let message = message::pick(sig, args.message.as_ref());
+    let connection = args
+        .transaction
+        .as_ref()
+        .map(|name| transaction::pick(sig, name))
+        .transpose();
 
-    match (asyncness, store, output, message) {
-        (Ok(()), Ok(store), Ok(output), Ok(message)) => Ok(Handler {
+    match (asyncness, store, output, message, connection) {
+        (Ok(()), Ok(store), Ok(output), Ok(message), Ok(connection)) => Ok(Handler {
             store,
             message,
             output,
             scope: args.scope.clone(),
             on_remember_failure: args.on_remember_failure.clone(),
             lease: args.lease.clone(),
+            connection,
         }),
-        (asyncness, store, output, message) => Err(combine([
+        (asyncness, store, output, message, connection) => Err(combine([
             asyncness.err(),
             store.err(),
             output.err(),
             message.err(),
+            connection.err(),
         ])),
     }
 }
@@ -264,6 +280,7 @@ fn expand(function: ItemFn, handler: Handler) -> TokenStream {
         scope,
         on_remember_failure,
         lease,
+        connection,
     } = handler;
 
     // syn lifts a body's inner attributes (`#![allow(...)]`) into `attrs`;
@@ -286,23 +303,36 @@ fn expand(function: ItemFn, handler: Handler) -> TokenStream {
     let checked = Ident::new("__babel_idem_checked", store_span);
     // Claim mode resolves a `ClaimStore` and checks `Guard::lease` instead,
     // so a store without the capability is one error with that trait's text.
-    let resolve_store = match &lease {
-        None => quote_spanned! {store_span=>
+    // Transactional mode resolves a `TransactionalStore` and checks
+    // `Guard::transactional` the same way.
+    let resolve_store = match (&lease, &connection) {
+        (_, Some(_)) => quote_spanned! {store_span=>
+            {
+                use ::babel_idem::__private::ResolveTransactionalStore as _;
+                (&&&::babel_idem::__private::StoreRef(#store)).resolve_transactional_store()
+            }
+        },
+        (None, None) => quote_spanned! {store_span=>
             {
                 use ::babel_idem::__private::ResolveStore as _;
                 (&&&::babel_idem::__private::StoreRef(#store)).resolve()
             }
         },
-        Some(_) => quote_spanned! {store_span=>
+        (Some(_), None) => quote_spanned! {store_span=>
             {
                 use ::babel_idem::__private::ResolveClaimStore as _;
                 (&&&::babel_idem::__private::StoreRef(#store)).resolve_claim_store()
             }
         },
     };
-    let check_store = match &lease {
-        None => quote_spanned! {store_span=> ::babel_idem::__private::Guard::new(#checked) },
-        Some(_) => quote_spanned! {store_span=>
+    let check_store = match (&lease, &connection) {
+        (_, Some(_)) => quote_spanned! {store_span=>
+            ::babel_idem::__private::Guard::new(#checked).transactional()
+        },
+        (None, None) => {
+            quote_spanned! {store_span=> ::babel_idem::__private::Guard::new(#checked) }
+        }
+        (Some(_), None) => quote_spanned! {store_span=>
             ::babel_idem::__private::Guard::new(#checked).lease(::core::time::Duration::ZERO)
         },
     };
@@ -340,8 +370,37 @@ fn expand(function: ItemFn, handler: Handler) -> TokenStream {
             ::core::result::Result::<(), _>::Err(::core::convert::Into::into(error))
         };
     };
-    let run = match lease {
-        None => quote_spanned! {output_span=>
+    let run = match (lease, connection) {
+        // Transactional mode: the guard marks the id on the connection
+        // parameter, then hands it back to the body under its own name.
+        (
+            _,
+            Some(Connection {
+                name: connection,
+                mutable,
+                target,
+            }),
+        ) => {
+            // Resolved through the parameter's own token, reported at its type.
+            let argument = Ident::new(
+                &connection.to_string(),
+                connection.span().located_at(target.span()),
+            );
+            let mutable = mutable.then(|| quote!(mut));
+            // `Guard::run_keyed` directly: its bounds are public, so a
+            // parameter that is no connection of the store's database is
+            // one error naming `AsConnection`.
+            quote_spanned! {output_span=>
+                let #guard = #guard.transactional();
+                #guard.run_keyed(
+                    #key,
+                    #argument,
+                    move |#mutable #connection| async move #block,
+                )
+                .await
+            }
+        }
+        (None, None) => quote_spanned! {output_span=>
             {
                 use ::babel_idem::__private::RunGuarded as _;
                 (&&::babel_idem::__private::Outcome::<#output>::OF).run(&#guard, #key, async move #block)
@@ -351,7 +410,7 @@ fn expand(function: ItemFn, handler: Handler) -> TokenStream {
         // Claim mode: the lease is evaluated with the store, before the body
         // takes the parameters; one out of range becomes the handler's error
         // at run time, and the body does not run.
-        Some(lease_expr) => {
+        (Some(lease_expr), None) => {
             let lease = local("lease");
             let take_lease = quote_spanned! {lease_expr.span()=>
                 let #lease: ::core::time::Duration = #lease_expr;

@@ -12,6 +12,7 @@ mod attr;
 mod expand;
 mod message;
 mod routes;
+mod transaction;
 mod urn;
 
 use proc_macro::TokenStream;
@@ -56,6 +57,7 @@ use proc_macro::TokenStream;
 /// | `message = NAME` | the parameter (or `self`) whose type implements `MessageId` | the one parameter typed `Envelope` / `&Envelope` |
 /// | `scope = "name"` | a prefix for every key, so services sharing a store keep apart | no scope |
 /// | `on_remember_failure = POLICY` | `AckAndReport` or `ReturnError`: what to return when the body succeeded but its id could not be remembered (`babel_idem::OnRememberFailure`) | `AckAndReport` |
+/// | `transaction = NAME` | transactional mode (`babel_idem::Guard::transactional`): the parameter, of type `&mut sqlx::PgConnection`, `&mut sqlx::SqliteConnection` or `&mut sqlx::Transaction<'_, _>`, on which the id is marked before the body runs, so the mark commits or rolls back with the handler's writes. The store must be a `PostgresStore` / `SqliteStore` (`babel_idem::store::TransactionalStore`); the caller begins and commits the transaction. Not with `lease`. | seen-set mode |
 ///
 /// ```
 /// use babel_idem::{idempotent, MessageId, Store};
@@ -165,6 +167,11 @@ use proc_macro::TokenStream;
 /// | a return type that is not `Result<(), E>` (seen through aliases) | the return type: mismatched types, expected the declared type, found `Result<(), _>` |
 /// | an `E` without `From<StoreError>` | the return type: `E: From<StoreError>` is not satisfied |
 /// | a `store` value that is not a `Store` | the store expression, with the `Store` trait's own message |
+/// | `transaction = x` naming no parameter | `x` |
+/// | a transaction parameter that is not `&mut T` | its type |
+/// | a transaction parameter that is no connection of the store's database | its type, with `AsConnection`'s message |
+/// | `transaction` with a store that is not SQL | the store expression, with `TransactionalStore`'s message |
+/// | `transaction` together with `lease` | `transaction` |
 ///
 /// ```compile_fail
 /// use babel_idem::{idempotent, Envelope, InMemoryStore, StoreError};
@@ -174,6 +181,46 @@ use proc_macro::TokenStream;
 /// fn not_async(env: Envelope) -> Result<(), StoreError> { // error: works on an `async fn` only
 ///     Ok(())
 /// }
+/// ```
+///
+/// In transactional mode the body runs in a closure that gets the
+/// connection parameter back under its own name:
+///
+/// ```
+/// use babel_idem::{idempotent, Envelope, SqliteStore};
+/// use sqlx::SqliteConnection;
+///
+/// struct Ledger {
+///     store: SqliteStore,
+/// }
+///
+/// impl Ledger {
+///     #[idempotent(store = self.store, transaction = tx)]
+///     async fn on_credited(&self, env: Envelope, tx: &mut SqliteConnection) -> anyhow::Result<()> {
+///         sqlx::query("UPDATE accounts SET balance = balance + ?1")
+///             .bind(env.data["amount"].as_i64())
+///             .execute(&mut *tx)
+///             .await?;
+///         Ok(())
+///     }
+/// }
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let ledger = Ledger { store: SqliteStore::in_memory().await? };
+/// sqlx::query("CREATE TABLE accounts (balance INTEGER)").execute(ledger.store.pool()).await?;
+/// sqlx::query("INSERT INTO accounts VALUES (0)").execute(ledger.store.pool()).await?;
+/// let env = Envelope::new("urn:babel:ledger:credited", serde_json::json!({"amount": 5}));
+/// for _delivery in 0..3 {
+///     let mut tx = ledger.store.pool().begin().await?;
+///     ledger.on_credited(env.clone(), &mut tx).await?; // on `Err`: dropped, rolled back
+///     tx.commit().await?; // the credit and the mark, together; then ack
+/// }
+/// let balance: i64 = sqlx::query_scalar("SELECT balance FROM accounts")
+///     .fetch_one(ledger.store.pool())
+///     .await?;
+/// assert_eq!(balance, 5);
+/// # Ok::<(), anyhow::Error>(())
+/// # }).unwrap();
 /// ```
 ///
 /// A parse error still emits the original function next to the error, so

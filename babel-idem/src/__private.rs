@@ -16,6 +16,7 @@ use crate::guard::Leased;
 pub use crate::guard::{Guard, OnRememberFailure};
 pub use crate::router::Urn;
 use crate::store::claim::{Claim, ClaimToken, InvalidLease};
+use crate::store::{AsConnection, TransactionalStore};
 pub use crate::{ClaimStore, Store, StoreError};
 use std::time::Duration;
 
@@ -127,6 +128,12 @@ resolver! {
     ResolveClaimStore: ClaimStore, resolve_claim_store
 }
 
+resolver! {
+    /// `resolve_transactional_store`: [`ResolveStore`] for transactional
+    /// mode (`transaction = ...`), which needs a [`TransactionalStore`].
+    ResolveTransactionalStore: TransactionalStore, resolve_transactional_store
+}
+
 /// Stands in for a store that is not one, so a handler whose `store = ...`
 /// is wrong gets one error (the check's) instead of one per use of the guard.
 /// A program holding one never compiles, so it never runs.
@@ -179,6 +186,30 @@ impl ClaimStore for Placeholder {
         _lease: Duration,
     ) -> crate::store::StoreFuture<'a, bool> {
         crate::store::StoreFuture::ready(Ok(true))
+    }
+}
+
+/// The placeholder's connection is whatever the handler's parameter is, so
+/// a `store = ...` that is no [`TransactionalStore`] is one error, the
+/// store's, and not a second one about the connection.
+impl TransactionalStore for Placeholder {
+    type Connection = Placeholder;
+
+    fn mark_in<'a>(
+        &'a self,
+        _connection: &'a mut Placeholder,
+        _id: &'a str,
+    ) -> crate::store::StoreFuture<'a, bool> {
+        crate::store::StoreFuture::ready(Ok(true))
+    }
+}
+
+// Hidden from the trait's implementors: it only serves the placeholder.
+#[doc(hidden)]
+impl<T: ?Sized> AsConnection<Placeholder> for T {
+    fn as_connection(&mut self) -> &mut Placeholder {
+        // A zero-sized value: leaking it allocates nothing.
+        Box::leak(Box::new(Placeholder))
     }
 }
 

@@ -7,6 +7,9 @@
 //! - claim mode ([`Guard::lease`], [`Leased`]): claim the id with a lease,
 //!   run the handler while renewing the lease, then commit or release. One
 //!   run at a time per id; [`fence`] numbers the runs.
+//! - transactional mode ([`Guard::transactional`], [`Transactional`]): mark
+//!   the id on the handler's own database connection, inside its
+//!   transaction, then run or skip. Effect and mark commit together.
 
 use std::borrow::Cow;
 use std::future::Future;
@@ -22,9 +25,11 @@ mod claim;
 mod fence;
 mod seen_set;
 mod timer;
+mod transaction;
 
 pub use batch::BatchOutcome;
 pub use fence::fence;
+pub use transaction::Transactional;
 
 /// What a guard returns when the handler succeeded but its id could not be
 /// remembered.

@@ -85,6 +85,8 @@ pub use babel_idem_macros::{idempotent, routes, urn};
 pub use consumer::{Consumer, bypass_external_effects, is_replay};
 pub use envelope::{DeadLetter, Envelope, EnvelopeError, Meta};
 pub use guard::{BatchOutcome, Guard, Leased, OnRememberFailure, SeenSet, fence, guard};
+// Transactional mode (DESIGN section 8.2).
+pub use guard::Transactional;
 pub use key::DedupeKey;
 pub use message::MessageId;
 pub use metrics::Decision;
@@ -95,5 +97,6 @@ pub use store::PostgresStore;
 pub use store::RedisStore;
 #[cfg(feature = "sqlite")]
 pub use store::SqliteStore;
+pub use store::TransactionalStore;
 pub use store::{ClaimStore, InMemoryStore, Store, StoreError};
 pub use wrap::{Wrapped, wrap};

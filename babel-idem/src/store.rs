@@ -25,6 +25,7 @@ mod redis;
 mod settings;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+mod transaction;
 
 pub use admin::StoreStats;
 pub use claim::{Claim, ClaimStore, ClaimToken, InvalidLease, MAX_LEASE};
@@ -36,6 +37,7 @@ pub use redis::{RedisStore, RedisStoreBuilder};
 pub use settings::MAX_TTL;
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteStore, SqliteStoreBuilder};
+pub use transaction::{AsConnection, TransactionalStore};
 
 /// A seen-set of processed message ids, shared by every delivery of a consumer.
 ///

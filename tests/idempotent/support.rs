@@ -14,9 +14,11 @@ use babel_idem::{Envelope, Store, StoreError};
 use babel_idem::store::{StoreFuture, StoreOperation};
 use serde_json::json;
 
-/// Runs `future` to completion on a fresh single-threaded runtime.
+/// Runs `future` to completion on a fresh single-threaded runtime (with
+/// timers: the SQLite store of the transactional case needs them).
 pub fn block_on<F: Future>(future: F) -> F::Output {
     tokio::runtime::Builder::new_current_thread()
+        .enable_all()
         .build()
         .expect("a current-thread runtime builds")
         .block_on(future)

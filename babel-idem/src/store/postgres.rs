@@ -12,6 +12,7 @@ use super::{Store, StoreError, StoreFuture, StoreOperation, failed};
 
 mod admin;
 mod claim;
+mod transaction;
 
 const BACKEND: &str = "postgres";
 

@@ -166,7 +166,7 @@ impl PostgresStore {
 }
 
 /// A failed statement, with an id over the index limit called out.
-fn failure(operation: StoreOperation, id: &str, error: sqlx::Error) -> StoreError {
+pub(super) fn failure(operation: StoreOperation, id: &str, error: sqlx::Error) -> StoreError {
     if is_index_limit(&error) {
         let too_long = UnstorableId::TooLong {
             bytes: id.len(),

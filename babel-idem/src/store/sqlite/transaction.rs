@@ -1,0 +1,59 @@
+//! [`TransactionalStore`] for [`SqliteStore`]: `remember`'s statement, run
+//! on the handler's connection instead of the store's pool.
+
+use sqlx::{Sqlite, SqliteConnection};
+
+use super::{BACKEND, SqliteStore};
+use crate::store::transaction::{AsConnection, TransactionalStore};
+use crate::store::{StoreFuture, StoreOperation, failed};
+
+impl AsConnection<SqliteConnection> for SqliteConnection {
+    #[inline]
+    fn as_connection(&mut self) -> &mut SqliteConnection {
+        self
+    }
+}
+
+impl AsConnection<SqliteConnection> for sqlx::Transaction<'_, Sqlite> {
+    #[inline]
+    fn as_connection(&mut self) -> &mut SqliteConnection {
+        self
+    }
+}
+
+/// # Transactional mode
+///
+/// `mark_in` runs [`remember_statement`](SqliteStore::remember_statement)
+/// (`INSERT ... ON CONFLICT (message_id) DO UPDATE ... WHERE` the existing
+/// row has expired) on the handler's connection: one row changed means
+/// marked (inserted, or an expired mark replaced), none means a live mark
+/// is there. Other connections see the row once the transaction commits.
+///
+/// SQLite has one writer at a time: a concurrent transaction that marked
+/// the same id holds the write lock, so the statement waits (up to the
+/// store's busy timeout, which [`open`](SqliteStore::open) sets with WAL
+/// mode) and then finds its row (commit) or none (rollback). Begin the
+/// transaction on the store's pool (`store.pool().begin()`) so those
+/// settings apply, and let the mark be the transaction's first statement
+/// (the guard runs it before the body): a deferred transaction that read
+/// first cannot wait for the lock and fails with `SQLITE_BUSY` instead
+/// (`BEGIN IMMEDIATE` avoids that too).
+impl TransactionalStore for SqliteStore {
+    type Connection = SqliteConnection;
+
+    fn mark_in<'a>(
+        &'a self,
+        connection: &'a mut SqliteConnection,
+        id: &'a str,
+    ) -> StoreFuture<'a, bool> {
+        StoreFuture::new(async move {
+            let done = sqlx::query(&self.settings.sql.remember)
+                .bind(id)
+                .bind(self.settings.ttl_ms)
+                .execute(connection)
+                .await
+                .map_err(failed(BACKEND, StoreOperation::Remember))?;
+            Ok(done.rows_affected() == 1)
+        })
+    }
+}

@@ -1,0 +1,131 @@
+//! What transactional mode needs from a store (DESIGN section 8.2): the
+//! connection type its table lives behind, and one statement that marks an
+//! id on a connection the caller holds, inside the caller's transaction.
+//!
+//! [`TransactionalStore`] is public so a store of your own (another SQL
+//! database, a wrapper) can join transactional mode; [`PostgresStore`] and
+//! [`SqliteStore`] implement it, and it is forwarded through `&S`, `Arc<S>`
+//! and `Box<S>`. [`AsConnection`] says which handler parameters can lend
+//! that connection: the connection itself and a `sqlx::Transaction` over it.
+//!
+//! [`PostgresStore`]: crate::store::PostgresStore
+//! [`SqliteStore`]: crate::store::SqliteStore
+
+use std::sync::Arc;
+
+use super::{Store, StoreFuture};
+
+/// A store whose marks are rows a handler can insert on its own database
+/// connection, so the mark commits or rolls back with the handler's effect.
+///
+/// The decision (insert, then run or skip) is the guard's
+/// ([`Guard::transactional`](crate::Guard::transactional)); a store only
+/// translates [`mark_in`](TransactionalStore::mark_in) into its database's
+/// statement.
+///
+/// ```
+/// use babel_idem::store::TransactionalStore;
+/// use babel_idem::SqliteStore;
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let store = SqliteStore::in_memory().await?;
+/// let mut tx = store.pool().begin().await.unwrap();
+/// assert!(store.mark_in(&mut tx, "id-A").await?, "absent: marked");
+/// assert!(!store.mark_in(&mut tx, "id-A").await?, "a live mark: not marked again");
+/// tx.rollback().await.unwrap();
+/// let mut tx = store.pool().begin().await.unwrap();
+/// assert!(store.mark_in(&mut tx, "id-A").await?, "the rollback took the mark away");
+/// # Ok::<(), babel_idem::StoreError>(())
+/// # }).unwrap();
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot mark a message inside a database transaction",
+    label = "not a store with a SQL table",
+    note = "`transaction = ...` (and `Guard::transactional`) needs a store whose table the \
+            handler's connection can write: `babel_idem::PostgresStore` or `babel_idem::SqliteStore` \
+            (or a reference / `Arc` to one)"
+)]
+pub trait TransactionalStore: Store {
+    /// The connection the store's table is reached through, which the
+    /// handler's transaction runs on: `sqlx::PgConnection`,
+    /// `sqlx::SqliteConnection`.
+    type Connection: Send + ?Sized;
+
+    /// Marks `id` on `connection`, as part of whatever transaction is open
+    /// there: inserts it, or replaces a mark whose TTL has run out. `true`
+    /// when it marked, `false` when a live mark was already there
+    /// (committed, or written earlier in this same transaction).
+    ///
+    /// A concurrent transaction that marked `id` and has not finished makes
+    /// this wait for it (on the primary key, or SQLite's write lock): `false`
+    /// once it commits, `true` once it rolls back.
+    fn mark_in<'a>(
+        &'a self,
+        connection: &'a mut Self::Connection,
+        id: &'a str,
+    ) -> StoreFuture<'a, bool>;
+}
+
+// Written out rather than by a macro, so a compile error's list of
+// implementors reads as plain impls.
+impl<S: TransactionalStore + ?Sized> TransactionalStore for &S {
+    type Connection = S::Connection;
+
+    #[inline]
+    fn mark_in<'a>(
+        &'a self,
+        connection: &'a mut Self::Connection,
+        id: &'a str,
+    ) -> StoreFuture<'a, bool> {
+        (**self).mark_in(connection, id)
+    }
+}
+
+impl<S: TransactionalStore + ?Sized> TransactionalStore for Arc<S> {
+    type Connection = S::Connection;
+
+    #[inline]
+    fn mark_in<'a>(
+        &'a self,
+        connection: &'a mut Self::Connection,
+        id: &'a str,
+    ) -> StoreFuture<'a, bool> {
+        (**self).mark_in(connection, id)
+    }
+}
+
+impl<S: TransactionalStore + ?Sized> TransactionalStore for Box<S> {
+    type Connection = S::Connection;
+
+    #[inline]
+    fn mark_in<'a>(
+        &'a self,
+        connection: &'a mut Self::Connection,
+        id: &'a str,
+    ) -> StoreFuture<'a, bool> {
+        (**self).mark_in(connection, id)
+    }
+}
+
+/// A handler parameter that lends the connection `C` its transaction runs
+/// on: `C` itself (`&mut sqlx::PgConnection`, `&mut sqlx::SqliteConnection`)
+/// or a `sqlx::Transaction` over it.
+///
+/// ```
+/// use babel_idem::store::AsConnection;
+///
+/// fn lends_sqlite<T: AsConnection<sqlx::SqliteConnection> + ?Sized>() {}
+/// lends_sqlite::<sqlx::SqliteConnection>();
+/// lends_sqlite::<sqlx::Transaction<'static, sqlx::Sqlite>>();
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a connection the store's marks can be written on",
+    label = "expected a connection to the database of the `store = ...`",
+    note = "`transaction = ...` names the handler's connection parameter: `&mut sqlx::PgConnection` \
+            for a `PostgresStore`, `&mut sqlx::SqliteConnection` for a `SqliteStore`, or a \
+            `&mut sqlx::Transaction<'_, _>` over one"
+)]
+pub trait AsConnection<C: ?Sized> {
+    /// The connection, borrowed for one statement.
+    fn as_connection(&mut self) -> &mut C;
+}

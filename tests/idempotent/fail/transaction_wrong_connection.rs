@@ -1,0 +1,13 @@
+//! The transaction parameter must be a connection of the store's database:
+//! a `&mut String` is refused with `AsConnection`'s own message.
+use babel_idem::{Envelope, SqliteStore, StoreError, idempotent};
+
+#[idempotent(store = store, transaction = tx)]
+async fn on_credit(store: &SqliteStore, env: Envelope, tx: &mut String) -> Result<(), StoreError> {
+    let _ = (env, tx);
+    Ok(())
+}
+
+fn main() {
+    let _ = on_credit;
+}
