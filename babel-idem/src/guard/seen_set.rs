@@ -14,6 +14,10 @@ use crate::{DedupeKey, Store, StoreError};
 /// arguments into locals on the first poll and keeps room for both, which
 /// made every delivery's future larger and slower to build and move.
 #[inline]
+#[allow(
+    clippy::manual_async_fn,
+    reason = "an `async fn` holds its arguments twice (see above)"
+)]
 pub(super) fn decide<S, F, E>(
     store: S,
     key: DedupeKey,
