@@ -12,9 +12,19 @@
 //!   counted by a counting global allocator;
 //! - claim mode (`Guard::lease`) on the same store: the duplicate of a done
 //!   id (one `claim` that answers done) and the first delivery (`claim`, run,
-//!   `commit`), beside the seen-set figures.
+//!   `commit`), beside the seen-set figures;
+//! - the three paths `benches/go_side_by_side.sh` sets beside the Go SDK's
+//!   `idempotency.Wrap`: the bare call and the duplicate over the 100,000,
+//!   and the first delivery of fresh ids, each the median of 5 runs of
+//!   1,000,000 deliveries (the loop `go test -benchtime 1000000x` runs).
 //!
 //! Run: `cargo bench --bench guard` (add `-- --quick` for a shorter run).
+//!
+//! For a profiler, `BABEL_IDEM_GUARD_PROFILE=duplicate` (or `bare`, or
+//! `first`) skips all of the above and runs only that path, 1,000,000
+//! deliveries in `profiled_deliveries`, e.g.
+//! `valgrind --tool=callgrind --toggle-collect=*profiled_deliveries* <bench binary>`:
+//! the instructions per delivery are that function's inclusive count / 1,000,000.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashSet;
@@ -33,6 +43,8 @@ use serde_json::json;
 
 const WORKING_SET: usize = 100_000;
 const FRESH_IDS: usize = 1_000_000;
+/// Deliveries per run of the Go comparison and of the profile mode.
+const DELIVERIES: usize = 1_000_000;
 /// The claim-mode lease: never lapses during a run, and no handler here waits
 /// long enough to renew it.
 const LEASE: Duration = Duration::from_secs(30);
@@ -216,7 +228,8 @@ fn per_delivery(rounds: usize, deliveries: usize, mut body: impl FnMut() -> Dura
     )
 }
 
-fn first_delivery() {
+/// Prints the first-delivery figures; returns the guarded one (ns).
+fn first_delivery() -> f64 {
     let fresh = envelopes(FRESH_IDS);
     let bare = per_delivery(5, FRESH_IDS, || {
         let start = Instant::now();
@@ -270,6 +283,75 @@ fn first_delivery() {
         naive - bare,
         (naive - bare) / (guarded - bare)
     );
+    guarded
+}
+
+/// The three paths of `benches/go_side_by_side.sh`, in the layout it reads:
+/// a heading, then `label  figure  ns` lines, then a blank line.
+fn go_comparison(working_set: &[Envelope], store: &InMemoryStore, first_delivery: f64) {
+    let over_working_set = |body: &dyn Fn(&Envelope)| {
+        per_delivery(5, DELIVERIES, || {
+            let start = Instant::now();
+            for env in working_set.iter().cycle().take(DELIVERIES) {
+                body(env);
+            }
+            start.elapsed()
+        })
+    };
+    let bare = over_working_set(&|env| ready(handler(env)).unwrap());
+    let duplicate = over_working_set(&|env| ready(guard(store, env, handler(env))).unwrap());
+    println!(
+        "Go comparison (benches/go_side_by_side.sh), ns per delivery, median of 5 runs of {DELIVERIES}:"
+    );
+    println!("  bare handler call  {bare:.1}  ns");
+    println!(
+        "  duplicate  {duplicate:.1}  ns  ({:.1} over bare, {WORKING_SET} remembered ids)",
+        duplicate - bare
+    );
+    println!(
+        "  first delivery  {first_delivery:.1}  ns  ({:.1} over the bare call above, fresh UUID ids)",
+        first_delivery - bare
+    );
+    println!();
+}
+
+/// `BABEL_IDEM_GUARD_PROFILE`'s loop: nothing but the deliveries of one path,
+/// in a function of its own that a profiler can be pointed at.
+#[inline(never)]
+fn profiled_deliveries(envelopes: &[Envelope], mut deliver: impl FnMut(&Envelope)) {
+    let start = Instant::now();
+    for env in envelopes.iter().cycle().take(DELIVERIES) {
+        deliver(env);
+    }
+    let per_delivery = start.elapsed().as_nanos() as f64 / DELIVERIES as f64;
+    eprintln!("{per_delivery:.1} ns per delivery");
+}
+
+fn profile(path: &str) {
+    let working_set = envelopes(WORKING_SET);
+    let env = &working_set[0];
+    let size = std::mem::size_of_val(&guard(&InMemoryStore::new(), env, handler(env)));
+    eprintln!("size of the guard's future: {size} bytes");
+    match path {
+        "bare" => profiled_deliveries(&working_set, |env| ready(handler(env)).unwrap()),
+        "duplicate" => {
+            let store = remembered(&working_set);
+            profiled_deliveries(&working_set, |env| {
+                ready(guard(&store, env, handler(env))).unwrap()
+            });
+        }
+        "first" => {
+            let fresh = envelopes(DELIVERIES);
+            let store = InMemoryStore::new();
+            profiled_deliveries(&fresh, |env| {
+                ready(guard(&store, env, handler(env))).unwrap()
+            });
+        }
+        other => {
+            eprintln!("BABEL_IDEM_GUARD_PROFILE={other:?}: expected bare, duplicate or first");
+            std::process::exit(2);
+        }
+    }
 }
 
 fn two_threads(working_set: &[Envelope], store: &InMemoryStore) {
@@ -325,10 +407,19 @@ fn allocations_per_duplicate(working_set: &[Envelope], store: &InMemoryStore) {
     let through_dyn = count(&|env| ready(guard(dynamic, env, handler(env))).unwrap());
     let claimed = Guard::new(store).lease(LEASE).unwrap();
     let claim_mode = count(&|env| ready(claimed.run(env, handler(env))).unwrap());
+    let env = &working_set[0];
+    let future_size = std::mem::size_of_val(&guard(store, env, handler(env)));
+    println!("size of the guard's future (moved on every call): {future_size} bytes");
     println!("heap allocations per duplicate delivery:");
     println!("  &InMemoryStore              {concrete:.3}");
     println!("  &dyn Store                  {through_dyn:.3}");
     println!("  claim mode, &InMemoryStore  {claim_mode:.3}");
+    // The goal, held here rather than only printed.
+    assert_eq!(concrete, 0.0, "a duplicate delivery allocated");
+    assert_eq!(
+        through_dyn, 0.0,
+        "a duplicate delivery through &dyn Store allocated"
+    );
 }
 
 fn bytes_per_id() {
@@ -374,6 +465,10 @@ fn bytes_per_id() {
 }
 
 fn main() {
+    if let Ok(path) = std::env::var("BABEL_IDEM_GUARD_PROFILE") {
+        profile(&path);
+        return;
+    }
     let working_set = envelopes(WORKING_SET);
     let store = remembered(&working_set);
 
@@ -385,8 +480,9 @@ fn main() {
     criterion.final_summary();
 
     println!();
-    first_delivery();
+    let first = first_delivery();
     println!();
+    go_comparison(&working_set, &store, first);
     two_threads(&working_set, &store);
     println!();
     allocations_per_duplicate(&working_set, &store);

@@ -86,6 +86,7 @@ pub enum OnRememberFailure {
 ///
 /// The key is copied out of `message` when `guard` is called, so the returned
 /// future does not borrow the message.
+#[inline]
 pub fn guard<S, M, F, E>(
     store: S,
     message: &M,
@@ -97,8 +98,14 @@ where
     F: Future<Output = Result<(), E>>,
     E: From<StoreError>,
 {
-    let key = DedupeKey::new(None, message);
-    async move { seen_set::decide(&store, &key, OnRememberFailure::default(), handler).await }
+    // `decide`'s own future, not one wrapped in another: a wrapper would hold
+    // the handler and the key twice and copy them on its first poll.
+    seen_set::decide(
+        store,
+        DedupeKey::new(None, message),
+        OnRememberFailure::default(),
+        handler,
+    )
 }
 
 /// A configured guard: a store, an optional scope, a remember-failure policy
@@ -314,12 +321,16 @@ impl<S: Store> Guard<S, SeenSet> {
     /// # Ok::<(), StoreError>(())
     /// # }).unwrap();
     /// ```
-    pub async fn run_keyed<F, E>(&self, key: DedupeKey, handler: F) -> Result<(), E>
+    pub fn run_keyed<'g, F, E>(
+        &'g self,
+        key: DedupeKey,
+        handler: F,
+    ) -> impl Future<Output = Result<(), E>> + use<'g, S, F, E>
     where
         F: Future<Output = Result<(), E>>,
         E: From<StoreError>,
     {
-        seen_set::decide(&self.store, &key, self.on_remember_failure, handler).await
+        seen_set::decide(&self.store, key, self.on_remember_failure, handler)
     }
 }
 

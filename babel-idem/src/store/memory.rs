@@ -86,6 +86,8 @@ use uuid_table::{MIN_SLOTS, Probe, UuidTable};
 pub struct InMemoryStore {
     shards: Box<[Padded<Shard>]>,
     hasher: IdHasher,
+    /// Seeds of the UUID hash ([`canonical_uuid::hash`]), drawn from `hasher`.
+    uuid_seeds: [u64; 2],
     ttl_millis: Option<u64>,
     capacity: Option<usize>,
     epoch: Instant,
@@ -224,6 +226,7 @@ impl InMemoryStoreBuilder {
             None => shard_count,
         };
         let stamped = self.ttl.is_some() || self.capacity.is_some();
+        let hasher = IdHasher::default();
         InMemoryStore {
             shards: (0..shard_count)
                 .map(|index| {
@@ -233,7 +236,8 @@ impl InMemoryStoreBuilder {
                     Padded(Shard::new(stamped, share))
                 })
                 .collect(),
-            hasher: IdHasher::default(),
+            uuid_seeds: [hasher.hash_one(1u64), hasher.hash_one(2u64)],
+            hasher,
             ttl_millis,
             capacity: self.capacity,
             epoch: Instant::now(),
@@ -300,7 +304,7 @@ impl InMemoryStore {
     #[inline]
     fn hash(&self, key: Key<'_>) -> u64 {
         match key {
-            Key::Uuid(uuid) => self.hasher.hash_one(uuid),
+            Key::Uuid(uuid) => canonical_uuid::hash(uuid, self.uuid_seeds),
             Key::Text(text) => self.hasher.hash_one(text),
         }
     }
@@ -409,7 +413,9 @@ impl InMemoryStore {
         let rebuilt = UuidTable::new(slots, writer.stamped());
         let mut moved = 0;
         for (uuid, stamp) in full.live() {
-            if let Probe::Vacant { index } = rebuilt.probe(uuid, self.hasher.hash_one(uuid)) {
+            if let Probe::Vacant { index } =
+                rebuilt.probe(uuid, canonical_uuid::hash(uuid, self.uuid_seeds))
+            {
                 rebuilt.fill(index, uuid, stamp);
                 moved += 1;
             }
@@ -713,6 +719,7 @@ mod tests {
         let store = InMemoryStore::new();
         for id in [
             "00000000-0000-0000-0000-000000000000",
+            "10000000-0000-0000-0000-000000000000",
             "00000000-0000-0001-0000-000000000000",
         ] {
             store.insert(id);
@@ -761,7 +768,9 @@ mod tests {
         let table = store.shards[0].0.uuids.load();
         for n in 0..table.slots() as u64 {
             let id = canonical_uuid::parse(&uuid(n)).unwrap();
-            if let Probe::Vacant { index } = table.probe(id, store.hasher.hash_one(id)) {
+            if let Probe::Vacant { index } =
+                table.probe(id, canonical_uuid::hash(id, store.uuid_seeds))
+            {
                 table.fill(index, id, 0);
             }
         }

@@ -35,7 +35,8 @@ const TOMBSTONE: u64 = 1;
 pub(super) const MIN_SLOTS: usize = 16;
 
 /// Whether `uuid` can live in a table: its high word must not be a marker.
-/// The few UUIDs that start with fifteen zeros take the text path instead.
+/// The few UUIDs whose first sixteen digits are zeros, but for a `1` first
+/// at most, take the text path instead.
 #[inline]
 pub(super) fn storable(uuid: Uuid) -> bool {
     uuid[0] > TOMBSTONE

@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# The guard's three paths beside the Go SDK's `idempotency.Wrap` + its
+# `InMemoryStore`, measured in one run on this machine, printed side by side.
+#
+#   BABEL_IDEM_GO_SDK=/path/to/babelqueue-go bash benches/go_side_by_side.sh
+#
+# Paths (both sides: 100,000 envelopes made by the SDK's own constructor, a
+# handler that reads only the last byte of the message id):
+#   bare handler call          the handler alone, cycling over the 100,000
+#   duplicate                  the guard over a store holding those 100,000 ids
+#   first delivery             1,000,000 fresh UUID ids into a new store
+# Each figure is the median of 5 runs of 1,000,000 deliveries (Go:
+# `-benchtime 1000000x -count 5`; Rust: the same loop in benches/guard.rs).
+#
+# The Go benchmark is written to a temporary directory outside the repo and
+# deleted afterwards; no Go SDK code is copied. Not part of CI: without `go`
+# or the SDK it says what is missing and exits 0.
+set -euo pipefail
+
+get_it="get Go with 'apt-get install -y golang-go' and the SDK with 'git clone https://github.com/BabelQueue/babelqueue-go /path/to/babelqueue-go', then set BABEL_IDEM_GO_SDK=/path/to/babelqueue-go"
+if ! command -v go >/dev/null 2>&1; then
+    echo "go_side_by_side: skipped, 'go' is not on PATH ($get_it)"
+    exit 0
+fi
+sdk=${BABEL_IDEM_GO_SDK:-}
+if [[ -z $sdk || ! -f $sdk/idempotency/idempotency.go ]]; then
+    echo "go_side_by_side: skipped, BABEL_IDEM_GO_SDK does not name a babelqueue-go checkout ($get_it)"
+    exit 0
+fi
+sdk=$(cd "$sdk" && pwd)
+repo=$(cd "$(dirname "$0")/.." && pwd)
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/babel-idem-go-side-by-side.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+cat >"$work/go.mod" <<EOF
+module babelidem.invalid/sidebyside
+
+go 1.19
+
+require github.com/babelqueue/babelqueue-go v0.0.0
+
+replace github.com/babelqueue/babelqueue-go => $sdk
+EOF
+
+cat >"$work/side_by_side_test.go" <<'EOF'
+package sidebyside
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	babelqueue "github.com/babelqueue/babelqueue-go"
+	"github.com/babelqueue/babelqueue-go/idempotency"
+)
+
+const (
+	workingSet = 100000
+	freshIDs   = 1000000
+)
+
+var sink byte
+
+// handler mirrors benches/guard.rs: it reads only the last byte of the id.
+func handler(_ context.Context, env babelqueue.Envelope) error {
+	sink = env.Meta.ID[len(env.Meta.ID)-1]
+	return nil
+}
+
+func envelopes(n int) []babelqueue.Envelope {
+	out := make([]babelqueue.Envelope, n)
+	for i := range out {
+		env, err := babelqueue.Make("urn:babel:orders:created", map[string]any{"order_id": 1})
+		if err != nil {
+			panic(err)
+		}
+		out[i] = env
+	}
+	return out
+}
+
+var (
+	setup      sync.Once
+	working    []babelqueue.Envelope
+	fresh      []babelqueue.Envelope
+	remembered babelqueue.Handler
+)
+
+func prepare() {
+	setup.Do(func() {
+		working = envelopes(workingSet)
+		fresh = envelopes(freshIDs)
+		remembered = idempotency.Wrap(idempotency.NewInMemoryStore(), handler)
+		for _, env := range working {
+			_ = remembered(context.Background(), env)
+		}
+	})
+}
+
+// overWorkingSet delivers the 100,000 in turn to h, called through a func
+// value (as Wrap calls the handler).
+func overWorkingSet(b *testing.B, h babelqueue.Handler) {
+	prepare()
+	ctx := context.Background()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		_ = h(ctx, working[i%workingSet])
+	}
+}
+
+func BenchmarkBare(b *testing.B) { overWorkingSet(b, handler) }
+
+func BenchmarkDuplicate(b *testing.B) {
+	prepare() // before `remembered` is read
+	overWorkingSet(b, remembered)
+}
+
+func BenchmarkFirstDelivery(b *testing.B) {
+	prepare()
+	ctx := context.Background()
+	var h babelqueue.Handler
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if i%freshIDs == 0 {
+			b.StopTimer()
+			h = idempotency.Wrap(idempotency.NewInMemoryStore(), handler)
+			b.StartTimer()
+		}
+		_ = h(ctx, fresh[i%freshIDs])
+	}
+}
+EOF
+
+echo "== load before the run: $(uptime)"
+echo "== Go $(go version | awk '{print $3}'), SDK at $sdk ($(git -C "$sdk" rev-parse --short HEAD 2>/dev/null || echo 'not a git checkout'))"
+go_out=$(cd "$work" && GOFLAGS=-mod=mod GOPROXY=off GOTOOLCHAIN=local \
+    go test -run '^$' -bench . -benchtime 1000000x -count 5 2>&1) || {
+    echo "$go_out"
+    echo "go_side_by_side: the Go benchmark failed"
+    exit 1
+}
+echo "$go_out" | grep '^Benchmark'
+
+echo "== cargo bench --bench guard"
+rust_out=$(cd "$repo" && cargo bench --bench guard -- 'delivery/(bare handler call|duplicate, &InMemoryStore)$' 2>&1) || {
+    echo "$rust_out"
+    echo "go_side_by_side: cargo bench --bench guard failed"
+    exit 1
+}
+echo "$rust_out" | sed -n '/^Go comparison/,/^$/p'
+echo "== load after the run: $(uptime)"
+
+# The median of a Go benchmark's five ns/op figures.
+go_median() {
+    echo "$go_out" | awk -v name="Benchmark$1" '$1 ~ "^"name"(-[0-9]+)?$" { print $3 }' |
+        sort -g | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)] }'
+}
+# A figure of the guard bench's "Go comparison" block.
+rust_figure() {
+    echo "$rust_out" | sed -n '/^Go comparison/,/^$/p' | awk -F'  +' -v label="$1" '$2 == label { print $3 }'
+}
+
+go_bare=$(go_median Bare)
+go_dup=$(go_median Duplicate)
+go_first=$(go_median FirstDelivery)
+rs_bare=$(rust_figure "bare handler call")
+rs_dup=$(rust_figure "duplicate")
+rs_first=$(rust_figure "first delivery")
+for figure in go_bare go_dup go_first rs_bare rs_dup rs_first; do
+    if [[ -z ${!figure} ]]; then
+        echo "go_side_by_side: could not read $figure from the output above"
+        exit 1
+    fi
+done
+
+echo
+awk -v gb="$go_bare" -v gd="$go_dup" -v gf="$go_first" \
+    -v rb="$rs_bare" -v rd="$rs_dup" -v rf="$rs_first" 'BEGIN {
+    printf "| path | Go SDK Wrap + InMemoryStore | babel-idem guard + InMemoryStore | babel-idem / Go | Go over bare | babel-idem over bare | over-bare ratio |\n"
+    printf "|---|---|---|---|---|---|---|\n"
+    printf "| bare handler call | %.1f ns | %.1f ns | %.2fx | | | |\n", gb, rb, rb / gb
+    row("duplicate, 100,000 remembered ids", gd, rd)
+    row("first delivery, fresh UUIDs", gf, rf)
+}
+function row(path, g, r) {
+    printf "| %s | %.1f ns | %.1f ns | %.2fx | %.1f ns | %.1f ns | %.2fx |\n", path, g, r, r / g, g - gb, r - rb, (r - rb) / (g - gb)
+}'
