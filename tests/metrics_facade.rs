@@ -163,6 +163,29 @@ fn seen_set_decisions_store_latency_and_store_errors_are_recorded() {
 }
 
 #[test]
+fn a_batch_times_one_seen_many_and_one_remember_many() {
+    let recorded = record(|| async {
+        let store = InMemoryStore::new();
+        let guard = Guard::new(&store);
+        guard.run_batch(&[order("id-a")], |_| ok()).await;
+        let batch = [order("id-a"), order("id-b"), order("id-c")];
+        guard.run_batch(&batch, |_| ok()).await;
+        let broken = Guard::new(FailingStore::new(Failure::Seen));
+        broken.run_batch(&[order("id-d")], |_| ok()).await;
+    });
+
+    // Two batches on the in-memory store: one seen_many and one remember_many each.
+    assert_eq!(recorded.store_calls("seen_many", "memory"), 2);
+    assert_eq!(recorded.store_calls("remember_many", "memory"), 2);
+    assert_eq!(recorded.store_calls("seen", "memory"), 0);
+    assert_eq!(recorded.decisions("skipped", "seen_set"), 1);
+    assert_eq!(recorded.decisions("ran", "seen_set"), 3);
+    // A failed seen_many is counted as such; the guard then asks id by id.
+    assert_eq!(recorded.store_errors("seen_many", "FailingStore"), 1);
+    assert_eq!(recorded.decisions("store_failed", "seen_set"), 1);
+}
+
+#[test]
 fn claim_mode_decisions_carry_their_mode_and_every_claim_operation_is_timed() {
     let recorded = record(|| async {
         let store = InMemoryStore::new();

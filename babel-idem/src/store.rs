@@ -266,6 +266,10 @@ pub enum StoreOperation {
     Release,
     /// [`ClaimStore::renew`].
     Renew,
+    /// [`Store::seen_many`]: a batch of `seen`.
+    SeenMany,
+    /// [`Store::remember_many`]: a batch of `remember`.
+    RememberMany,
 }
 
 impl StoreOperation {
@@ -281,6 +285,8 @@ impl StoreOperation {
             StoreOperation::Commit => "commit",
             StoreOperation::Release => "release",
             StoreOperation::Renew => "renew",
+            StoreOperation::SeenMany => "seen_many",
+            StoreOperation::RememberMany => "remember_many",
         }
     }
 }

@@ -9,7 +9,8 @@ use std::pin::pin;
 use std::task::Poll;
 
 use super::{Guard, SeenSet, mark_failed, report, store_failed};
-use crate::metrics::Decision;
+use crate::metrics::{Decision, timed};
+use crate::store::StoreOperation;
 use crate::{DedupeKey, MessageId, Store, StoreError};
 
 /// What [`Guard::run_batch`] did with one message: the decision, and the
@@ -183,7 +184,9 @@ impl<S: Store> Guard<S, SeenSet> {
             .collect();
         let answers = match distinct.is_empty() {
             true => Ok(Vec::new()),
-            false => self.store.seen_many(&distinct).await,
+            false => {
+                timed::<S, _>(StoreOperation::SeenMany, || self.store.seen_many(&distinct)).await
+            }
         };
         match answers {
             // A store that answers for other ids than it was asked about is
@@ -231,7 +234,11 @@ impl<S: Store> Guard<S, SeenSet> {
         if ids.is_empty() {
             return;
         }
-        let marks = match self.store.remember_many(&ids).await {
+        let marks = match timed::<S, _>(StoreOperation::RememberMany, || {
+            self.store.remember_many(&ids)
+        })
+        .await
+        {
             Ok(()) => ids.iter().map(|_| Ok(())).collect(),
             Err(error) => {
                 tracing::warn!(target: "babel_idem", %error, "remember_many failed; remembering one id at a time");

@@ -20,7 +20,8 @@ pub const DECISIONS_TOTAL: &str = "babel_idem_decisions_total";
 
 /// Histogram, in seconds: how long each store call the guard awaited took,
 /// labelled `operation` ([`StoreOperation::as_str`]: `seen`, `remember`,
-/// `claim`, `commit`, `release`, `renew`) and `backend` (`memory`, `sqlite`,
+/// `claim`, `commit`, `release`, `renew`, and `seen_many`, `remember_many`
+/// from [`Guard::run_batch`](crate::Guard::run_batch)) and `backend` (`memory`, `sqlite`,
 /// `redis`, `postgres`; `dyn` for a `dyn Store`; another store's type name).
 pub const STORE_DURATION_SECONDS: &str = "babel_idem_store_duration_seconds";
 
@@ -111,7 +112,7 @@ macro_rules! store_labels {
 }
 
 /// By `StoreOperation as usize`, then [`BACKENDS`].
-static STORE_LABELS: [[[Label; 2]; BACKENDS.len()]; 9] = store_labels!(
+static STORE_LABELS: [[[Label; 2]; BACKENDS.len()]; 11] = store_labels!(
     [
         "seen",
         "remember",
@@ -121,7 +122,9 @@ static STORE_LABELS: [[[Label; 2]; BACKENDS.len()]; 9] = store_labels!(
         "claim",
         "commit",
         "release",
-        "renew"
+        "renew",
+        "seen_many",
+        "remember_many"
     ],
     ["memory", "sqlite", "redis", "postgres", "dyn"]
 );
@@ -252,6 +255,8 @@ mod tests {
             StoreOperation::Commit,
             StoreOperation::Release,
             StoreOperation::Renew,
+            StoreOperation::SeenMany,
+            StoreOperation::RememberMany,
         ];
         for operation in operations {
             for (backend, labels) in BACKENDS.iter().zip(&STORE_LABELS[operation as usize]) {
