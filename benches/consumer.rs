@@ -22,6 +22,9 @@
 //! Without `BABEL_IDEM_REDIS_URL` it prints `skipped:`; without
 //! `BABEL_IDEM_PYTHON` the Python run is skipped.
 
+#[path = "support/load.rs"]
+mod load;
+
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::Command;
@@ -30,34 +33,12 @@ use std::time::{Duration, Instant};
 
 use babel_idem::transport::RedisTransport;
 use babel_idem::{Consumer, Envelope, RedisStore, Router, guard, urn};
+use load::{bodies, cpu_seconds, env_count};
 use redis::aio::ConnectionManager;
-use serde_json::json;
 
-const URN: &str = "urn:babel:interop:created";
 const CONCURRENCY: usize = 64;
 /// The raw ceiling's batch per worker task.
 const RAW_BATCH: usize = 16;
-
-fn env_count(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// `count` envelopes on `queue`; every tenth reuses the id of a message 500
-/// places earlier (a redelivery), so 10% are duplicates.
-fn bodies(queue: &str, count: usize, run: &str) -> Vec<Vec<u8>> {
-    (0..count)
-        .map(|i| {
-            let id = if i % 10 == 9 && i >= 500 { i - 500 } else { i };
-            Envelope::new(URN, json!({"n": i}))
-                .with_id(format!("{run}-{id}"))
-                .with_queue(queue)
-                .to_vec()
-        })
-        .collect()
-}
 
 async fn fill(raw: &mut ConnectionManager, queue: &str, bodies: &[Vec<u8>]) {
     for chunk in bodies.chunks(1000) {
@@ -93,24 +74,6 @@ async fn server_stats(raw: &mut ConnectionManager) -> ServerStats {
         commands: field("total_commands_processed") as u64,
         cpu: field("used_cpu_user") + field("used_cpu_sys"),
     }
-}
-
-/// CPU seconds of this process (`self`) or of its waited-for children.
-fn cpu_seconds(children: bool) -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // Fields after the command name, which ends at the last ')'.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map_or("", |(_, rest)| rest)
-        .split_whitespace()
-        .collect();
-    // utime, stime are fields 14, 15; cutime, cstime 16, 17 (1-based, counting pid and comm).
-    let (a, b) = if children { (13, 14) } else { (11, 12) };
-    let ticks: f64 = [a, b]
-        .iter()
-        .filter_map(|&i| fields.get(i)?.parse::<f64>().ok())
-        .sum();
-    ticks / 100.0 // USER_HZ is 100 on Linux
 }
 
 struct Figures {

@@ -20,38 +20,19 @@
 //! Without `BABEL_IDEM_AMQP_URL` or `BABEL_IDEM_REDIS_URL` it prints
 //! `skipped:`; without `BABEL_IDEM_PYTHON` the Python run is skipped.
 
+#[path = "support/load.rs"]
+mod load;
+
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use babel_idem::transport::AmqpTransport;
 use babel_idem::{Consumer, Envelope, RedisStore, Router, guard, urn};
+use load::{bodies, cpu_seconds, env_count};
 use redis::AsyncCommands;
-use serde_json::json;
 
-const URN: &str = "urn:babel:interop:created";
 const PREFETCHES: [u16; 3] = [1, 64, 512];
-
-fn env_count(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// `count` envelopes on `queue`; every tenth reuses the id of a message 500
-/// places earlier (a redelivery), so 10% are duplicates.
-fn bodies(queue: &str, count: usize, run: &str) -> Vec<Vec<u8>> {
-    (0..count)
-        .map(|i| {
-            let id = if i % 10 == 9 && i >= 500 { i - 500 } else { i };
-            Envelope::new(URN, json!({"n": i}))
-                .with_id(format!("{run}-{id}"))
-                .with_queue(queue)
-                .to_vec()
-        })
-        .collect()
-}
 
 /// A queue of one run, filled; its seen-set prefix.
 async fn fill(transport: &AmqpTransport, name: &str, count: usize) -> (String, String) {
@@ -76,22 +57,6 @@ async fn cleanup(transport: &AmqpTransport, redis_url: &str, queue: &str, prefix
     for chunk in keys.chunks(10_000) {
         let _: () = redis.del(chunk).await.unwrap();
     }
-}
-
-/// CPU seconds of this process (`self`) or of its waited-for children.
-fn cpu_seconds(children: bool) -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map_or("", |(_, rest)| rest)
-        .split_whitespace()
-        .collect();
-    let (a, b) = if children { (13, 14) } else { (11, 12) };
-    let ticks: f64 = [a, b]
-        .iter()
-        .filter_map(|&i| fields.get(i)?.parse::<f64>().ok())
-        .sum();
-    ticks / 100.0
 }
 
 struct Figures {

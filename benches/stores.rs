@@ -307,7 +307,7 @@ async fn bench_backend<S, R, C>(
                 raw_rates.push(direct);
                 ratios.push(guarded / direct);
             }
-            let has_server_count = server.read().await.is_some();
+            let counted = server.read().await.is_some();
             println!(
                 "{backend:<10} {:<15} {concurrency:>5} {:>12.0} {:>12.0} {:>7.3} {:>14.2} {:>15}",
                 path.name(),
@@ -315,11 +315,7 @@ async fn bench_backend<S, R, C>(
                 median(&mut raw_rates),
                 median(&mut ratios),
                 calls as f64 / deliveries as f64,
-                if has_server_count {
-                    format!("{:.2}", server_calls as f64 / deliveries as f64)
-                } else {
-                    "-".to_owned()
-                },
+                server_column(counted, server_calls, deliveries),
             );
         }
     }
@@ -397,7 +393,7 @@ where
                 seen_set_rates.push(seen_set);
                 ratios.push(claimed / seen_set);
             }
-            let has_server_count = server.read().await.is_some();
+            let counted = server.read().await.is_some();
             println!(
                 "{backend:<10} {:<15} {concurrency:>5} {:>12.0} {:>12.0} {:>7.3} {:>14.2} {:>15}",
                 path.name(),
@@ -405,11 +401,7 @@ where
                 median(&mut seen_set_rates),
                 median(&mut ratios),
                 calls as f64 / deliveries as f64,
-                if has_server_count {
-                    format!("{:.2}", server_calls as f64 / deliveries as f64)
-                } else {
-                    "-".to_owned()
-                },
+                server_column(counted, server_calls, deliveries),
             );
         }
     }
@@ -500,7 +492,7 @@ where
             single_rates.push(single);
             ratios.push(batch_rate / single);
         }
-        let has_server_count = server.read().await.is_some();
+        let counted = server.read().await.is_some();
         println!(
             "{backend:<10} {:<15} {:>12.0} {:>12.0} {:>7.1} {:>14.2} {:>15}",
             path.name(),
@@ -508,11 +500,7 @@ where
             median(&mut single_rates),
             median(&mut ratios),
             calls as f64 / batches as f64,
-            if has_server_count {
-                format!("{:.2}", server_calls as f64 / batches as f64)
-            } else {
-                "-".to_owned()
-            },
+            server_column(counted, server_calls, batches),
         );
     }
 }
@@ -530,6 +518,15 @@ fn print_claim_header(backend: &str) {
         "calls/delivery",
         "server/delivery"
     );
+}
+
+/// The `server/...` column: the server's own count of calls per delivery or
+/// batch, or `-` for a backend the bench cannot count on the server.
+fn server_column(counted: bool, server_calls: u64, per: u64) -> String {
+    match counted {
+        true => format!("{:.2}", server_calls as f64 / per as f64),
+        false => "-".to_owned(),
+    }
 }
 
 fn median(values: &mut [f64]) -> f64 {

@@ -128,14 +128,20 @@ impl SqliteStoreBuilder {
     /// Opens (creating if missing) the database file at `path`, in WAL mode,
     /// and creates the table if it is not there.
     pub async fn open(self, path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
-        let options = SqliteConnectOptions::new()
-            .filename(path)
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Normal)
-            .busy_timeout(self.busy_timeout);
+        let options = self.file_options(path, true);
         let pool_options = SqlitePoolOptions::new().max_connections(self.max_connections);
         self.connect(pool_options, options).await
+    }
+
+    /// How every connection to a database file is opened: WAL, so readers
+    /// never wait on the writer, and this builder's busy timeout.
+    fn file_options(&self, path: impl AsRef<Path>, create: bool) -> SqliteConnectOptions {
+        SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(create)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(self.busy_timeout)
     }
 
     /// Opens a private in-memory database, gone when the store is dropped.

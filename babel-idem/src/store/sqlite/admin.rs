@@ -8,7 +8,7 @@
 use std::collections::HashSet;
 use std::path::Path;
 
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::sqlite::SqlitePoolOptions;
 
 use super::{BACKEND, NOW_MS, SqliteStore, SqliteStoreBuilder};
 use crate::store::{StoreError, StoreOperation, StoreStats, failed};
@@ -52,12 +52,7 @@ impl SqliteStoreBuilder {
     /// ```
     pub fn open_existing(self, path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
         let settings = self.checked()?;
-        let options = SqliteConnectOptions::new()
-            .filename(path)
-            .create_if_missing(false)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Normal)
-            .busy_timeout(self.busy_timeout);
+        let options = self.file_options(path, false);
         let pool = SqlitePoolOptions::new()
             .max_connections(self.max_connections)
             .connect_lazy_with(options);

@@ -1,0 +1,49 @@
+//! What the consumer benchmarks (`consumer.rs`, `consumer_amqp.rs`) share:
+//! the same load (10% duplicate ids) and the same CPU accounting, so their
+//! figures compare.
+
+use babel_idem::Envelope;
+use serde_json::json;
+
+/// The URN every benchmark message carries.
+pub const URN: &str = "urn:babel:interop:created";
+
+/// `name` from the environment as a count, else `default`.
+pub fn env_count(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// `count` envelopes on `queue`; every tenth reuses the id of a message 500
+/// places earlier (a redelivery), so 10% are duplicates.
+pub fn bodies(queue: &str, count: usize, run: &str) -> Vec<Vec<u8>> {
+    (0..count)
+        .map(|i| {
+            let id = if i % 10 == 9 && i >= 500 { i - 500 } else { i };
+            Envelope::new(URN, json!({"n": i}))
+                .with_id(format!("{run}-{id}"))
+                .with_queue(queue)
+                .to_vec()
+        })
+        .collect()
+}
+
+/// CPU seconds of this process (`self`) or of its waited-for children.
+pub fn cpu_seconds(children: bool) -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name, which ends at the last ')'.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |(_, rest)| rest)
+        .split_whitespace()
+        .collect();
+    // utime, stime are fields 14, 15; cutime, cstime 16, 17 (1-based, counting pid and comm).
+    let (a, b) = if children { (13, 14) } else { (11, 12) };
+    let ticks: f64 = [a, b]
+        .iter()
+        .filter_map(|&i| fields.get(i)?.parse::<f64>().ok())
+        .sum();
+    ticks / 100.0 // USER_HZ is 100 on Linux
+}
