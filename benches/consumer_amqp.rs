@@ -4,7 +4,8 @@
 //! Runs on the same broker, one after the other, each on a queue of its own:
 //!
 //! 1. babel-idem: `Consumer` + `AmqpTransport` + a guarded no-op handler, at
-//!    prefetch 1, 64 and 512 (the consumer's concurrency = the prefetch);
+//!    prefetch 1, 64 and 512 (the consumer's concurrency = the prefetch),
+//!    the seen-set in `store::Batched`;
 //! 2. the Python SDK's worker (`babelqueue` 1.24 `PikaTransport`, which
 //!    polls with `basic.get`; `tests/python/amqp_peer.py`), same seen-set.
 //!
@@ -27,6 +28,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use babel_idem::store::Batched;
 use babel_idem::transport::AmqpTransport;
 use babel_idem::{Consumer, Envelope, RedisStore, Router, guard, urn};
 use load::{bodies, cpu_seconds, env_count};
@@ -94,10 +96,13 @@ async fn bench_babel_idem(url: &str, redis_url: &str, prefetch: u16, count: usiz
         .await
         .unwrap();
     let (queue, prefix) = fill(&transport, &format!("p{prefetch}"), count).await;
-    let store = RedisStore::builder()
-        .prefix(&prefix)
-        .connect_lazy(redis_url)
-        .unwrap();
+    // Batched: the deliveries in flight together share their round trips.
+    let store = Batched::new(
+        RedisStore::builder()
+            .prefix(&prefix)
+            .connect_lazy(redis_url)
+            .unwrap(),
+    );
     let router = Router::builder()
         .route(urn!("urn:babel:interop:created"), move |env: Envelope| {
             let store = store.clone();

@@ -28,6 +28,7 @@ use std::process::ExitCode;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use babel_idem::store::Batched;
 use babel_idem::transport::{AmqpTransport, RedisTransport, Transport};
 use babel_idem::{
     Consumer, Envelope, PostgresStore, RedisStore, Router, SqliteStore, Store, StoreError,
@@ -100,19 +101,21 @@ fn parse_options() -> Result<Options, String> {
     Ok(options)
 }
 
+/// The seen-set in [`Batched`]: the deliveries in flight together ask the
+/// store in one round trip.
 async fn open_store(spec: &str) -> Result<Arc<dyn Store>, StoreError> {
     Ok(if let Some(path) = spec.strip_prefix("sqlite:") {
         if let Some(dir) = std::path::Path::new(path).parent() {
             // A missing directory is made; a failure shows when SQLite opens the file.
             let _ = std::fs::create_dir_all(dir);
         }
-        Arc::new(SqliteStore::open(path).await?)
+        Arc::new(Batched::new(SqliteStore::open(path).await?))
     } else if spec.starts_with("redis://") || spec.starts_with("rediss://") {
-        Arc::new(RedisStore::connect_lazy(spec)?)
+        Arc::new(Batched::new(RedisStore::connect_lazy(spec)?))
     } else if spec.starts_with("postgres://") || spec.starts_with("postgresql://") {
         let store = PostgresStore::connect_lazy(spec)?;
         store.migrate().await?;
-        Arc::new(store)
+        Arc::new(Batched::new(store))
     } else {
         return Err(StoreError::new(
             babel_idem::store::StoreOperation::Open,

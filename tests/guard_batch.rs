@@ -1,6 +1,11 @@
 //! `Guard::run_batch`: one `seen_many`, the handlers, one `remember_many`,
 //! and the per-message contract of DESIGN section 1 for every message, on
 //! the in-memory store and on real Redis.
+//!
+//! `store::Batched`: single guards running concurrently (a consumer's
+//! reserved deliveries) whose calls meet in one `seen_many` and one
+//! `remember_many`, each deciding as it would alone; on the in-memory
+//! store with its calls counted, and on real Redis, PostgreSQL and SQLite.
 
 #[macro_use]
 mod store_contract;
@@ -8,7 +13,7 @@ mod store_contract;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use babel_idem::store::{StoreFuture, StoreOperation};
+use babel_idem::store::{Batched, StoreFuture, StoreOperation};
 use babel_idem::{
     BatchOutcome, Decision, Envelope, Guard, InMemoryStore, MessageId, OnRememberFailure, Store,
     StoreError,
@@ -378,4 +383,239 @@ async fn a_panicking_handler_keeps_the_earlier_marks_and_resumes() {
         [true, false, false],
         "id-C never ran"
     );
+}
+
+/// Runs one single guard per message, all at once on this thread's runtime
+/// (as a consumer runs its reserved deliveries), and returns each result in
+/// the messages' order; an id ending in `!` fails in its handler.
+async fn deliver_concurrently<S>(
+    store: &S,
+    messages: &[Envelope],
+    runs: &Arc<Mutex<Vec<String>>>,
+) -> Vec<Result<(), DeliveryError>>
+where
+    S: Store + Clone + 'static,
+{
+    let mut deliveries = tokio::task::JoinSet::new();
+    for (at, message) in messages.iter().cloned().enumerate() {
+        let (store, runs) = (store.clone(), Arc::clone(runs));
+        deliveries.spawn(async move {
+            let id = message.message_id().unwrap_or("").to_owned();
+            let result = babel_idem::guard(&store, &message, async {
+                let fails = id.ends_with('!');
+                runs.lock().unwrap().push(id);
+                match fails {
+                    true => Err(DeliveryError::Handler),
+                    false => Ok(()),
+                }
+            })
+            .await;
+            (at, result)
+        });
+    }
+    let mut results: Vec<_> = deliveries.join_all().await;
+    results.sort_by_key(|(at, _)| *at);
+    results.into_iter().map(|(_, result)| result).collect()
+}
+
+fn ids(prefix: &str, count: usize) -> Vec<String> {
+    (0..count).map(|n| format!("{prefix}-{n}")).collect()
+}
+
+/// 64 concurrent deliveries reach the store in at most two batches of each
+/// operation (the first caller's, and the one of those that arrived while
+/// it was out), never one call per delivery; each still decides as alone.
+#[tokio::test]
+async fn concurrent_guards_on_a_batched_store_share_their_round_trips() {
+    let flaky = Arc::new(Flaky::default());
+    let store = Batched::new(Arc::clone(&flaky));
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let first = ids("order", 64);
+    let messages = batch(&first.iter().map(String::as_str).collect::<Vec<_>>());
+    let results = deliver_concurrently(&store, &messages, &runs).await;
+    assert!(results.iter().all(Result::is_ok));
+    assert_eq!(runs.lock().unwrap().len(), 64, "every first delivery ran");
+    let seen_calls = flaky.calls("seen") + flaky.calls("seen_many");
+    let remember_calls = flaky.calls("remember") + flaky.calls("remember_many");
+    assert!(
+        (1..=2).contains(&seen_calls) && (1..=2).contains(&remember_calls),
+        "64 deliveries, {seen_calls} seen and {remember_calls} remember round trips"
+    );
+    assert_eq!(flaky.inner.len(), 64);
+
+    // Redelivered beside 8 new messages and 2 that fail: the redeliveries
+    // skip, the new ones run, the failed ones stay unmarked.
+    runs.lock().unwrap().clear();
+    let mut again: Vec<String> = first.clone();
+    again.extend(ids("refund", 8));
+    again.extend(["bad-1!".to_owned(), "bad-2!".to_owned()]);
+    let messages = batch(&again.iter().map(String::as_str).collect::<Vec<_>>());
+    let results = deliver_concurrently(&store, &messages, &runs).await;
+    let failed: Vec<usize> = (0..results.len())
+        .filter(|&at| results[at].is_err())
+        .collect();
+    assert_eq!(failed, [72, 73]);
+    let mut ran = runs.lock().unwrap().clone();
+    ran.sort();
+    let mut expected: Vec<String> = ids("refund", 8);
+    expected.extend(["bad-1!".to_owned(), "bad-2!".to_owned()]);
+    expected.sort();
+    assert_eq!(ran, expected, "only the new messages ran");
+    assert!(!flaky.inner.seen("bad-1!").await.unwrap());
+    assert_eq!(flaky.inner.len(), 72);
+}
+
+/// A lone call is not held for company: it reaches the store as the single
+/// operation, the same command as without `Batched`.
+#[tokio::test]
+async fn a_lone_guard_on_a_batched_store_makes_the_single_calls() {
+    let flaky = Arc::new(Flaky::default());
+    let store = Batched::new(Arc::clone(&flaky));
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    deliver_concurrently(&store, &batch(&["id-A"]), &runs).await;
+    deliver_concurrently(&store, &batch(&["id-A"]), &runs).await;
+    assert_eq!(*runs.lock().unwrap(), ["id-A"]);
+    assert_eq!(
+        (flaky.calls("seen"), flaky.calls("remember")),
+        (2, 1),
+        "one seen per delivery, one remember for the run"
+    );
+    assert_eq!(
+        (flaky.calls("seen_many"), flaky.calls("remember_many")),
+        (0, 0)
+    );
+}
+
+/// A batch that fails as a whole is asked again one call at a time, so a
+/// poison id fails alone (its handler not run) and the others decide.
+#[tokio::test]
+async fn a_failed_batch_on_a_batched_store_fails_only_the_poison_id() {
+    let flaky = Arc::new(Flaky {
+        fail_batches: true,
+        poison: vec!["poison"],
+        ..Flaky::default()
+    });
+    flaky.inner.remember("seen-before").await.unwrap();
+    let store = Batched::new(Arc::clone(&flaky));
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let mut all = ids("order", 16);
+    all.extend(["poison".to_owned(), "seen-before".to_owned()]);
+    let messages = batch(&all.iter().map(String::as_str).collect::<Vec<_>>());
+    let results = deliver_concurrently(&store, &messages, &runs).await;
+    for (at, result) in results.iter().enumerate() {
+        match at {
+            16 => assert!(
+                matches!(result, Err(DeliveryError::Store(e)) if e.operation() == StoreOperation::Seen),
+                "{result:?}"
+            ),
+            _ => assert!(result.is_ok(), "message {at}: {result:?}"),
+        }
+    }
+    let mut ran = runs.lock().unwrap().clone();
+    ran.sort();
+    let mut expected = ids("order", 16);
+    expected.sort();
+    assert_eq!(ran, expected, "neither the poison id nor the seen one ran");
+    assert!(flaky.calls("seen_many") >= 1, "the batch was tried");
+    assert!(flaky.inner.seen("order-3").await.unwrap());
+}
+
+/// Thousands of deliveries on four threads: every call is answered (none is
+/// stranded by a hand-over of the lead) and each id runs once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_batched_store_answers_every_call_under_contention() {
+    let flaky = Arc::new(Flaky::default());
+    let store = Batched::new(Arc::clone(&flaky));
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let all = ids("load", 4_000);
+    let messages = batch(&all.iter().map(String::as_str).collect::<Vec<_>>());
+    // A hang detector, not a speed check: a stranded call never returns.
+    let results = tokio::time::timeout(
+        std::time::Duration::from_secs(120),
+        deliver_concurrently(&store, &messages, &runs),
+    )
+    .await
+    .expect("every delivery finishes");
+    assert!(results.iter().all(Result::is_ok));
+    assert_eq!(runs.lock().unwrap().len(), 4_000);
+    assert_eq!(flaky.inner.len(), 4_000);
+    let round_trips = flaky.calls("seen") + flaky.calls("seen_many");
+    assert!(
+        round_trips < 4_000,
+        "{round_trips} seen round trips for 4,000 deliveries"
+    );
+}
+
+/// Claim mode's operations pass through `Batched` unbatched.
+#[tokio::test]
+async fn claim_mode_runs_through_a_batched_store() {
+    let store = Batched::new(InMemoryStore::new());
+    let guard = Guard::new(&store)
+        .lease(std::time::Duration::from_secs(5))
+        .unwrap();
+    let runs = AtomicUsize::new(0);
+    for _ in 0..2 {
+        guard
+            .run(&envelope("id-A"), async {
+                runs.fetch_add(1, Ordering::SeqCst);
+                Ok::<(), StoreError>(())
+            })
+            .await
+            .unwrap();
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert!(store.seen("id-A").await.unwrap());
+}
+
+/// On a real server: 64 concurrent first deliveries run once each, their
+/// marks are the store's own (read back without `Batched`), and 64
+/// redeliveries skip.
+async fn batched_guards_on_a_server<S: Store + 'static>(store: S) {
+    let store = Batched::new(Arc::new(store));
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let all = ids("server", 64);
+    let messages = batch(&all.iter().map(String::as_str).collect::<Vec<_>>());
+    let results = deliver_concurrently(&store, &messages, &runs).await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    assert_eq!(runs.lock().unwrap().len(), 64);
+    let id_refs: Vec<&str> = all.iter().map(String::as_str).collect();
+    assert!(
+        store
+            .get_ref()
+            .seen_many(&id_refs)
+            .await
+            .unwrap()
+            .iter()
+            .all(|seen| *seen)
+    );
+    assert!(store.get_ref().seen("server-17").await.unwrap());
+
+    runs.lock().unwrap().clear();
+    let results = deliver_concurrently(&store, &messages, &runs).await;
+    assert!(results.iter().all(Result::is_ok));
+    assert!(runs.lock().unwrap().is_empty(), "every redelivery skipped");
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn batched_guards_on_redis() {
+    if let Some(backend) = store_contract::RedisBackend::create("batched_guards_on_redis") {
+        batched_guards_on_a_server(backend.open("batched", None).await).await;
+    }
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn batched_guards_on_postgres() {
+    if let Some(backend) = store_contract::PostgresBackend::create("batched_guards_on_postgres") {
+        batched_guards_on_a_server(backend.open("batched", None).await).await;
+    }
+}
+
+#[cfg(feature = "sqlite")]
+#[tokio::test]
+async fn batched_guards_on_sqlite() {
+    if let Some(backend) = store_contract::SqliteBackend::create("batched_guards_on_sqlite") {
+        batched_guards_on_a_server(backend.open("batched", None).await).await;
+    }
 }

@@ -57,6 +57,7 @@
 #![forbid(unsafe_code)]
 
 pub mod adapters;
+mod coalesce;
 pub mod envelope;
 mod guard;
 mod key;

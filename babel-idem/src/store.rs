@@ -15,6 +15,7 @@ use std::task::{Context, Poll};
 // Types the backends' admin operations (their `admin.rs`) share.
 mod admin;
 mod batch;
+mod batched;
 pub(crate) mod claim;
 mod memory;
 #[cfg(feature = "postgres")]
@@ -28,6 +29,7 @@ mod sqlite;
 mod transaction;
 
 pub use admin::StoreStats;
+pub use batched::Batched;
 pub use claim::{Claim, ClaimStore, ClaimToken, InvalidLease, MAX_LEASE};
 pub use memory::{InMemoryStore, InMemoryStoreBuilder};
 #[cfg(feature = "postgres")]

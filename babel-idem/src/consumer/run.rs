@@ -157,7 +157,11 @@ impl<T: Transport> Consumer<T> {
                         Delivery::new().with_queue(&*queue),
                         |delivery, (name, value)| delivery.with_header(name, value),
                     );
-                    let disposition = replay::scope(replay, router.dispatch(&body, delivery)).await;
+                    // Boxed: the dispatch's state is most of the task's,
+                    // and a smaller task is cheaper to spawn and to move.
+                    let dispatch =
+                        Box::pin(replay::scope(replay, router.dispatch(&body, delivery)));
+                    let disposition = dispatch.await;
                     // A retry waits its backoff, a parked claim its delay,
                     // before going back, so neither spins on the queue.
                     let wait = match &disposition {
@@ -165,10 +169,14 @@ impl<T: Transport> Consumer<T> {
                         crate::Disposition::Release { delay, .. } => *delay,
                         _ => None,
                     };
+                    let settlement =
+                        settle::settlement_for(disposition, &body, &queue, &dead_letter_queue);
                     if let Some(wait) = wait {
-                        tokio::time::sleep(wait).await;
+                        // Boxed, as the sleep below: a timer is large, and
+                        // only the deliveries that wait pay for one.
+                        Box::pin(tokio::time::sleep(wait)).await;
                     }
-                    settle::settlement_for(disposition, &body, &queue, &dead_letter_queue)
+                    settlement
                 }
             };
             drop(body);
@@ -209,7 +217,7 @@ async fn settle_until_done<T: Transport>(
             Err(error) => {
                 counters.broker_errors.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(queue, settlement = settlement.kind(), %error, "babel-idem: settling failed; trying again");
-                tokio::time::sleep(backoff.next()).await;
+                Box::pin(tokio::time::sleep(backoff.next())).await;
             }
         }
     }

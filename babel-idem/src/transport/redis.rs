@@ -3,13 +3,17 @@
 //! `babelqueue.redis_transport` (1.24).
 
 mod frame;
+mod token;
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use ::redis::{Client, RedisError, Script};
+use ::redis::{Client, Cmd, RedisError, Script};
+
+use self::token::Tokens;
+use crate::coalesce::Coalescer;
 
 use super::{Reserved, Settlement, Transport, TransportError, TransportFuture, redact};
 
@@ -67,6 +71,9 @@ pub struct RedisTransport {
     connection: ConnectionManager,
     retry_after: Option<Duration>,
     scripts: Arc<Scripts>,
+    tokens: Arc<Tokens>,
+    /// Settles that meet go out in one pipeline.
+    settles: Arc<Coalescer<Cmd, bool>>,
 }
 
 struct Scripts {
@@ -184,6 +191,8 @@ impl RedisTransportBuilder {
                 sweep: Script::new(include_str!("redis/sweep.lua")),
                 settle: Script::new(include_str!("redis/settle.lua")),
             }),
+            tokens: Arc::new(Tokens::new()),
+            settles: Arc::new(Coalescer::new()),
         })
     }
 
@@ -306,9 +315,7 @@ impl RedisTransport {
         queue: &str,
         max: usize,
     ) -> Result<Vec<Reserved<RedisHandle>>, RedisError> {
-        let tokens: Vec<String> = (0..max)
-            .map(|_| uuid::Uuid::new_v4().simple().to_string())
-            .collect();
+        let tokens: Vec<String> = (0..max).map(|_| self.tokens.next()).collect();
         let (processing, deadlines) = (processing(queue), deadlines(queue));
         let mut pipe = ::redis::pipe();
         pipe.cmd("EVALSHA")
@@ -365,27 +372,85 @@ impl RedisTransport {
             .collect())
     }
 
-    async fn settle_one(
-        &self,
-        handle: &RedisHandle,
-        settlement: &Settlement,
-    ) -> Result<bool, TransportError> {
+    /// The settle script's keys and arguments for one reservation: the
+    /// optional third key receives the requeued or dead-lettered value.
+    fn settle_call<'h>(
+        handle: &'h RedisHandle,
+        settlement: &'h Settlement,
+    ) -> ([String; 2], Option<(&'h str, Vec<u8>)>) {
         let queue = &*handle.queue;
-        let mut invocation = self.scripts.settle.prepare_invoke();
-        invocation
-            .key(processing(queue))
-            .key(deadlines(queue))
-            .arg(&handle.token)
-            .arg(&handle.raw);
         let target = match settlement {
             Settlement::Ack => None,
             Settlement::Requeue(body) => Some((queue, body)),
             Settlement::DeadLetter { queue, body } => Some((queue.as_str(), body)),
         };
-        if let Some((target, body)) = target {
-            // The delivery's headers travel with it, framed as they came; a
-            // body that cannot be framed (not UTF-8) goes bare.
+        // The delivery's headers travel with it, framed as they came; a body
+        // that cannot be framed (not UTF-8) goes bare.
+        let target = target.map(|(target, body)| {
             let value = frame::frame(body, &handle.headers).unwrap_or_else(|| body.clone());
+            (target, value)
+        });
+        ([processing(queue), deadlines(queue)], target)
+    }
+
+    /// The settle script as an `EVALSHA`, for a pipeline.
+    fn settle_command(&self, handle: &RedisHandle, settlement: &Settlement) -> Cmd {
+        let ([processing, deadlines], target) = Self::settle_call(handle, settlement);
+        let mut command = ::redis::cmd("EVALSHA");
+        command
+            .arg(self.scripts.settle.get_hash())
+            .arg(2 + usize::from(target.is_some()))
+            .arg(processing)
+            .arg(deadlines);
+        if let Some((target, _)) = &target {
+            command.arg(*target);
+        }
+        command.arg(&handle.token).arg(&handle.raw);
+        if let Some((_, value)) = target {
+            command.arg(value);
+        }
+        command
+    }
+
+    /// Settles a batch in one pipeline; `None` when it failed as a whole
+    /// (each settle is then tried on its own).
+    async fn settle_batch(&self, commands: Vec<Cmd>) -> Option<Vec<bool>> {
+        let mut pipeline = ::redis::pipe();
+        for command in commands {
+            pipeline.add_command(command);
+        }
+        let mut connection = self.connection.clone();
+        let settled: Vec<i64> = match pipeline.query_async(&mut connection).await {
+            Ok(settled) => settled,
+            // A restarted server has forgotten the script, so none of the
+            // batch ran: load it and send the batch again.
+            Err(error)
+                if error.kind()
+                    == ::redis::ErrorKind::Server(::redis::ServerErrorKind::NoScript) =>
+            {
+                self.scripts.settle.load_async(&mut connection).await.ok()?;
+                pipeline.query_async(&mut connection).await.ok()?
+            }
+            Err(_) => return None,
+        };
+        Some(settled.into_iter().map(|settled| settled == 1).collect())
+    }
+
+    /// Settles one reservation on its own (`EVALSHA`, loading the script on
+    /// `NOSCRIPT`): the path of a settle whose batch failed.
+    async fn settle_one(
+        &self,
+        handle: &RedisHandle,
+        settlement: &Settlement,
+    ) -> Result<bool, TransportError> {
+        let ([processing, deadlines], target) = Self::settle_call(handle, settlement);
+        let mut invocation = self.scripts.settle.prepare_invoke();
+        invocation
+            .key(processing)
+            .key(deadlines)
+            .arg(&handle.token)
+            .arg(&handle.raw);
+        if let Some((target, value)) = target {
             invocation.key(target).arg(value);
         }
         let mut connection = self.connection.clone();
@@ -393,13 +458,31 @@ impl RedisTransport {
             .invoke_async(&mut connection)
             .await
             .map_err(broker)?;
-        if settled == 0 {
+        Ok(settled == 1)
+    }
+
+    /// Settles one reservation; the settles that meet share one pipeline.
+    async fn settle_coalesced(
+        &self,
+        handle: &RedisHandle,
+        settlement: &Settlement,
+    ) -> Result<bool, TransportError> {
+        let command = self.settle_command(handle, settlement);
+        let batched = self
+            .settles
+            .call(command, |commands| self.settle_batch(commands))
+            .await;
+        let settled = match batched {
+            Some(settled) => settled,
+            None => self.settle_one(handle, settlement).await?,
+        };
+        if !settled {
             tracing::warn!(
-                queue,
+                queue = &*handle.queue,
                 "babel-idem: the Redis reservation lapsed before it was settled; the sweep returned it and it may be delivered again. Nothing was touched."
             );
         }
-        Ok(settled == 1)
+        Ok(settled)
     }
 }
 
@@ -431,7 +514,7 @@ impl Transport for RedisTransport {
         handle: &'a RedisHandle,
         settlement: &'a Settlement,
     ) -> TransportFuture<'a, bool> {
-        Box::pin(self.settle_one(handle, settlement))
+        Box::pin(self.settle_coalesced(handle, settlement))
     }
 }
 

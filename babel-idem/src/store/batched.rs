@@ -1,0 +1,194 @@
+//! [`Batched`]: a store whose concurrent `seen` and `remember` calls go to
+//! the server together, as one [`Store::seen_many`] / [`Store::remember_many`].
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::claim::{Claim, ClaimStore, ClaimToken};
+use super::{Store, StoreFuture};
+use crate::coalesce::Coalescer;
+
+/// Wraps a store so that the `seen` calls made while another is on its way
+/// to the server go out together in one [`seen_many`](Store::seen_many),
+/// and likewise `remember` in one [`remember_many`](Store::remember_many).
+///
+/// This is how a [`Consumer`](crate::consumer) that reserves many
+/// deliveries at once asks about all of them in one round trip: each
+/// delivery's guard (`#[idempotent]`, [`guard`](crate::guard())) makes its
+/// own call, unchanged, and the calls that meet are answered by one batch.
+/// A lone call (concurrency 1) is sent as it is, with no wait added; under
+/// load the batches grow to what arrives during one round trip (group
+/// commit), so round trips per message fall as concurrency rises.
+///
+/// Every answer is the one a single call would give, and the guard's
+/// decision is unchanged. When a batch fails as a whole, each of its calls
+/// is asked again on its own, so an error reaches only the calls the store
+/// cannot answer (a poison id fails alone, as with
+/// [`Guard::run_batch`](crate::Guard::run_batch)). `forget` and claim mode's
+/// operations go straight to the inner store.
+///
+/// Batching pays where a call is a round trip: wrap [`RedisStore`],
+/// `PostgresStore` or `SqliteStore`, not the [`InMemoryStore`], which
+/// answers without waiting. Clones share their batches.
+///
+/// [`RedisStore`]: crate::RedisStore
+/// [`InMemoryStore`]: crate::InMemoryStore
+///
+/// ```
+/// use babel_idem::store::Batched;
+/// use babel_idem::{Envelope, InMemoryStore, Store, StoreError, guard};
+/// use serde_json::json;
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// // In production: `Batched::new(RedisStore::connect(url).await?)`.
+/// let store = Batched::new(InMemoryStore::new());
+/// let order = Envelope::new("urn:babel:orders:created", json!({ "order": 7 }));
+///
+/// // 64 concurrent deliveries: their `seen` calls meet in one `seen_many`,
+/// // their `remember` calls in one `remember_many`.
+/// let mut deliveries = tokio::task::JoinSet::new();
+/// for n in 0..64 {
+///     let store = store.clone();
+///     let env = Envelope::new("urn:babel:orders:created", json!({ "order": n }));
+///     deliveries.spawn(async move { guard(&store, &env, async { Ok::<(), StoreError>(()) }).await });
+/// }
+/// while let Some(delivered) = deliveries.join_next().await {
+///     delivered.expect("no delivery panics")?;
+/// }
+/// assert_eq!(store.get_ref().len(), 64);
+/// assert!(!store.seen(&order.meta.id).await?);
+/// # Ok::<(), StoreError>(())
+/// # }).unwrap();
+/// ```
+pub struct Batched<S> {
+    inner: Arc<Inner<S>>,
+}
+
+struct Inner<S> {
+    store: S,
+    seen: Coalescer<Box<str>, bool>,
+    remember: Coalescer<Box<str>, ()>,
+}
+
+impl<S: Store> Batched<S> {
+    /// Batches the concurrent calls made to `store`.
+    pub fn new(store: S) -> Self {
+        Batched {
+            inner: Arc::new(Inner {
+                store,
+                seen: Coalescer::new(),
+                remember: Coalescer::new(),
+            }),
+        }
+    }
+
+    /// The store the batches go to.
+    ///
+    /// ```
+    /// use babel_idem::InMemoryStore;
+    /// use babel_idem::store::Batched;
+    ///
+    /// let store = Batched::new(InMemoryStore::new());
+    /// assert_eq!(store.get_ref().len(), 0);
+    /// ```
+    pub fn get_ref(&self) -> &S {
+        &self.inner.store
+    }
+}
+
+impl<S: Store> Store for Batched<S> {
+    fn seen<'a>(&'a self, id: &'a str) -> StoreFuture<'a, bool> {
+        let Inner { store, seen, .. } = &*self.inner;
+        StoreFuture::new(async move {
+            let batched = seen.call(id.into(), |ids| async move {
+                let ids: Vec<&str> = ids.iter().map(|id| &**id).collect();
+                match ids.as_slice() {
+                    // Alone: the single call, the same command as without us.
+                    [id] => store.seen(id).await.ok().map(|seen| vec![seen]),
+                    _ => store.seen_many(&ids).await.ok(),
+                }
+            });
+            match batched.await {
+                Some(seen) => Ok(seen),
+                None => store.seen(id).await,
+            }
+        })
+    }
+
+    fn remember<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
+        let Inner {
+            store, remember, ..
+        } = &*self.inner;
+        StoreFuture::new(async move {
+            let batched = remember.call(id.into(), |ids| async move {
+                let ids: Vec<&str> = ids.iter().map(|id| &**id).collect();
+                let done = match ids.as_slice() {
+                    [id] => store.remember(id).await,
+                    _ => store.remember_many(&ids).await,
+                };
+                done.ok().map(|()| vec![(); ids.len()])
+            });
+            match batched.await {
+                Some(()) => Ok(()),
+                None => store.remember(id).await,
+            }
+        })
+    }
+
+    fn forget<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
+        self.inner.store.forget(id)
+    }
+
+    fn seen_many<'a>(&'a self, ids: &'a [&'a str]) -> StoreFuture<'a, Vec<bool>> {
+        self.inner.store.seen_many(ids)
+    }
+
+    fn remember_many<'a>(&'a self, ids: &'a [&'a str]) -> StoreFuture<'a, ()> {
+        self.inner.store.remember_many(ids)
+    }
+}
+
+/// Claim mode's operations are not batched: each is one atomic operation
+/// on the server with an owner of its own.
+impl<S: ClaimStore> ClaimStore for Batched<S> {
+    fn claim<'a>(
+        &'a self,
+        id: &'a str,
+        owner: ClaimToken,
+        lease: Duration,
+    ) -> StoreFuture<'a, Claim> {
+        self.inner.store.claim(id, owner, lease)
+    }
+
+    fn commit<'a>(&'a self, id: &'a str, owner: ClaimToken) -> StoreFuture<'a, bool> {
+        self.inner.store.commit(id, owner)
+    }
+
+    fn release<'a>(&'a self, id: &'a str, owner: ClaimToken) -> StoreFuture<'a, bool> {
+        self.inner.store.release(id, owner)
+    }
+
+    fn renew<'a>(
+        &'a self,
+        id: &'a str,
+        owner: ClaimToken,
+        lease: Duration,
+    ) -> StoreFuture<'a, bool> {
+        self.inner.store.renew(id, owner, lease)
+    }
+}
+
+impl<S> Clone for Batched<S> {
+    fn clone(&self) -> Self {
+        Batched {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<S: fmt::Debug> fmt::Debug for Batched<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Batched").field(&self.inner.store).finish()
+    }
+}
