@@ -855,7 +855,10 @@ mod redis_backend {
         let run = unique_suffix();
         let (connection, store) = runtime.block_on(async {
             let client = redis::Client::open(url.as_str()).expect("a Redis URL");
-            let connection = ConnectionManager::new(client)
+            // Under valgrind every command takes far longer than the default allows.
+            let config =
+                ConnectionManagerConfig::new().set_response_timeout(Some(Duration::from_secs(30)));
+            let connection = ConnectionManager::new_with_config(client, config)
                 .await
                 .expect("connect to Redis");
             let store = RedisStore::builder()

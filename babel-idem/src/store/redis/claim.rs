@@ -143,7 +143,7 @@ impl RedisStore {
     pub(super) fn php_remember<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
         StoreFuture::new(async move {
             let script = &SCRIPTS.php_done;
-            let mut done = evalsha(script, 1);
+            let mut done = evalsha(script, 1, id);
             done.arg(self.id_key(id)).arg(self.ttl_ms.unwrap_or(0));
             self.eval(StoreOperation::Remember, script, &done).await?;
             Ok(())
@@ -175,12 +175,15 @@ impl RedisStore {
     }
 }
 
-/// `EVALSHA <script's hash> <keys>`, for the keys and arguments to follow.
-/// One buffer for the whole command: `Script::prepare_invoke` would give
-/// each argument a `Vec` of its own and copy them all into a command per call.
-fn evalsha(script: &Script, keys: usize) -> Cmd {
-    let mut call = ::redis::cmd("EVALSHA");
-    call.arg(script.get_hash()).arg(keys);
+/// `EVALSHA <script's hash> <keys>`, for `keys` keys of `id` and up to two
+/// arguments to follow. One buffer for the whole command, sized up front:
+/// `Script::prepare_invoke` would give each argument a `Vec` of its own and
+/// copy them all into a command per call.
+fn evalsha(script: &Script, keys: usize, id: &str) -> Cmd {
+    // The name, the hash, the count, the owner's 32 digits and a number in
+    // 128 bytes; a prefix and the id per key.
+    let mut call = Cmd::with_capacity(keys + 5, 128 + keys * (id.len() + 32));
+    call.arg("EVALSHA").arg(script.get_hash()).arg(keys);
     call
 }
 
@@ -293,7 +296,7 @@ impl ClaimStore for RedisStore {
                     fence,
                 } => {
                     let script = &SCRIPTS.claim;
-                    let mut call = evalsha(script, 3);
+                    let mut call = evalsha(script, 3, id);
                     call.arg(self.id_key(id))
                         .arg(Joined(claim_prefix, id))
                         .arg(fence)
@@ -303,7 +306,7 @@ impl ClaimStore for RedisStore {
                 }
                 ClaimKeys::Php => {
                     let script = &SCRIPTS.php_claim;
-                    let mut call = evalsha(script, 1);
+                    let mut call = evalsha(script, 1, id);
                     call.arg(self.id_key(id)).arg(lease_ms);
                     (script, call)
                 }
@@ -321,7 +324,7 @@ impl ClaimStore for RedisStore {
             let (script, call) = match &self.claims {
                 ClaimKeys::Beside { claim_prefix, .. } => {
                     let script = &SCRIPTS.commit;
-                    let mut call = evalsha(script, 2);
+                    let mut call = evalsha(script, 2, id);
                     call.arg(self.id_key(id))
                         .arg(Joined(claim_prefix, id))
                         .arg(Owner(owner))
@@ -330,7 +333,7 @@ impl ClaimStore for RedisStore {
                 }
                 ClaimKeys::Php => {
                     let script = &SCRIPTS.php_done;
-                    let mut call = evalsha(script, 1);
+                    let mut call = evalsha(script, 1, id);
                     call.arg(self.id_key(id)).arg(ttl_ms);
                     (script, call)
                 }
@@ -346,13 +349,13 @@ impl ClaimStore for RedisStore {
             let (script, call) = match &self.claims {
                 ClaimKeys::Beside { claim_prefix, .. } => {
                     let script = &SCRIPTS.release;
-                    let mut call = evalsha(script, 1);
+                    let mut call = evalsha(script, 1, id);
                     call.arg(Joined(claim_prefix, id)).arg(Owner(owner));
                     (script, call)
                 }
                 ClaimKeys::Php => {
                     let script = &SCRIPTS.php_release;
-                    let mut call = evalsha(script, 1);
+                    let mut call = evalsha(script, 1, id);
                     call.arg(self.id_key(id));
                     (script, call)
                 }
@@ -374,7 +377,7 @@ impl ClaimStore for RedisStore {
             let (script, call) = match &self.claims {
                 ClaimKeys::Beside { claim_prefix, .. } => {
                     let script = &SCRIPTS.renew;
-                    let mut call = evalsha(script, 1);
+                    let mut call = evalsha(script, 1, id);
                     call.arg(Joined(claim_prefix, id))
                         .arg(Owner(owner))
                         .arg(lease_ms);
@@ -382,7 +385,7 @@ impl ClaimStore for RedisStore {
                 }
                 ClaimKeys::Php => {
                     let script = &SCRIPTS.php_renew;
-                    let mut call = evalsha(script, 1);
+                    let mut call = evalsha(script, 1, id);
                     call.arg(self.id_key(id)).arg(lease_ms);
                     (script, call)
                 }
@@ -448,7 +451,7 @@ mod tests {
     #[test]
     fn script_calls_are_written_as_one_argument_each() {
         let owner = ClaimToken::random();
-        let mut call = evalsha(&SCRIPTS.release, 1);
+        let mut call = evalsha(&SCRIPTS.release, 1, "id\n1");
         call.arg(Joined(b"bq:idemp-claim:", "id\n1")).arg(Owner(owner));
         let args: Vec<&[u8]> = call
             .args_iter()
