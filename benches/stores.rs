@@ -574,7 +574,9 @@ fn print_claim_header(backend: &str) {
 
 /// A server counter's growth between two reads, or 0 where it keeps none.
 fn since(before: Option<u64>, after: Option<u64>) -> u64 {
-    after.zip(before).map_or(0, |(after, before)| after - before)
+    after
+        .zip(before)
+        .map_or(0, |(after, before)| after - before)
 }
 
 /// The `server/...` column: the server's own count of calls per delivery or

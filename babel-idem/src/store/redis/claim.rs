@@ -452,12 +452,13 @@ mod tests {
     fn script_calls_are_written_as_one_argument_each() {
         let owner = ClaimToken::random();
         let mut call = evalsha(&SCRIPTS.release, 1, "id\n1");
-        call.arg(Joined(b"bq:idemp-claim:", "id\n1")).arg(Owner(owner));
+        call.arg(Joined(b"bq:idemp-claim:", "id\n1"))
+            .arg(Owner(owner));
         let args: Vec<&[u8]> = call
             .args_iter()
             .map(|arg| match arg {
                 ::redis::Arg::Simple(bytes) => bytes,
-                ::redis::Arg::Cursor => panic!("no cursor"),
+                other => panic!("only plain arguments, not {other:?}"),
             })
             .collect();
         assert_eq!(

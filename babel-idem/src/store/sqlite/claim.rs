@@ -25,9 +25,8 @@ pub(super) struct ClaimStatements {
 impl ClaimStatements {
     pub(super) fn for_table(table: &str) -> Self {
         let claims = format!("{table}_claims");
-        let expired = format!(
-            "{table}.expires_at IS NOT NULL AND {table}.expires_at <= excluded.created_at"
-        );
+        let expired =
+            format!("{table}.expires_at IS NOT NULL AND {table}.expires_at <= excluded.created_at");
         ClaimStatements {
             // The DDL names the default seen-set table only inside the
             // names of the claims table, its counter and triggers.
