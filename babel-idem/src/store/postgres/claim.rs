@@ -57,8 +57,8 @@ impl ClaimStatements {
             // it takes a lapsed lease over, never a live one nor a fresh
             // tombstone. `nextval` runs only when the id is not done, and
             // the live lease is looked up only when the claim is held (a
-            // `CASE` evaluates its subquery only when its condition holds),
-            // so a duplicate reads one index and a first delivery writes one.
+            // `CASE` evaluates its subquery only when its condition holds):
+            // a duplicate reads no more pages than `seen` does.
             claim: format!(
                 "WITH done AS (
                      SELECT 1 FROM {table} WHERE message_id = $1

@@ -206,7 +206,7 @@ struct Owner(ClaimToken);
 
 impl ToRedisArgs for Owner {
     fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
-        let _ = write!(out.writer_for_next_arg(), "{:032x}", self.0.as_u128());
+        out.write_arg(&self.0.hex_digits());
     }
 }
 
