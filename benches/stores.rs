@@ -360,7 +360,7 @@ const BENCH_LEASE: Duration = Duration::from_secs(30);
 /// every path and concurrency, rounds alternating as in [`bench_backend`].
 /// `server` counts the claim side's commands; where the server also says
 /// how long it spent in them, the last column compares that per delivery
-/// with what `seen_set` counts for the seen-set side.
+/// with what `seen_set_server` counts for the seen-set side.
 async fn bench_claim_mode<S, C, D>(
     backend: &str,
     store: Arc<Counted<S>>,
