@@ -19,7 +19,11 @@
 //! `Guard`, same paths and concurrency), with the ratio claim / seen-set
 //! and the claim side's round trips per delivery: store calls, and the
 //! server's count (Redis `INFO commandstats`: `evalsha` + `eval`; PostgreSQL:
-//! statements and round trips through a counting proxy).
+//! statements and round trips through a counting proxy). For Redis, the
+//! last column is the server's own microseconds per delivery from the same
+//! stats, claim side / seen-set side (`evalsha` + `eval` / `exists` + `set`):
+//! the server-side cost without the client or the wire. Like the counts, it
+//! is server-wide: run the bench alone on its Redis for it to be exact.
 //!
 //! Last, batches: `Guard::run_batch` over batches of 64 against one `guard`
 //! call per message, at concurrency 1, with the ratio and the round trips
@@ -31,9 +35,20 @@
 //! BABEL_IDEM_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/postgres
 //! cargo bench --features redis,postgres --bench stores`. A backend whose
 //! URL is not set (or whose feature is off) is skipped with a line saying
-//! so. `BABEL_IDEM_BENCH_SECS` sets the seconds per point (default 2).
+//! so. `BABEL_IDEM_BENCH_SECS` sets the seconds per point (default 2);
+//! `BABEL_IDEM_BENCH_STORES` (`sqlite,redis,postgres` by default) picks the
+//! backends, e.g. to run one under `valgrind --tool=callgrind`.
 //! Without `--bench` (as under `cargo test --benches`) every point runs for
 //! a few milliseconds, to check the bench still works.
+//!
+//! For a profiler, `BABEL_IDEM_STORES_PROFILE=claim-first` (or
+//! `claim-duplicate`, `seen-set-first`, `seen-set-duplicate`) skips all of
+//! the above and runs only that mode and path on Redis, [`PROFILED`]
+//! deliveries one at a time in `profiled_deliveries`, on one thread with the
+//! connection's own task, e.g.
+//! `valgrind --tool=callgrind --toggle-collect=*profiled_deliveries* <bench binary> --bench`:
+//! the client's instructions per delivery are that function's inclusive
+//! count / [`PROFILED`].
 
 use std::future::Future;
 use std::sync::Arc;
@@ -48,6 +63,10 @@ const CONCURRENCY: [usize; 3] = [1, 16, 64];
 const DUPLICATE_IDS: usize = 1024;
 
 fn main() {
+    if let Ok(profile) = std::env::var("BABEL_IDEM_STORES_PROFILE") {
+        redis_profile(&profile);
+        return;
+    }
     let full_run = std::env::args().any(|arg| arg == "--bench");
     let seconds: f64 = std::env::var("BABEL_IDEM_BENCH_SECS")
         .ok()
@@ -62,11 +81,20 @@ fn main() {
         .enable_all()
         .build()
         .expect("a Tokio runtime");
+    let stores = std::env::var("BABEL_IDEM_BENCH_STORES")
+        .unwrap_or_else(|_| "sqlite,redis,postgres".to_owned());
+    let chosen = |backend: &str| stores.split(',').any(|name| name.trim() == backend);
     runtime.block_on(async {
         print_header(point);
-        sqlite::bench(point).await;
-        redis_bench(point).await;
-        postgres_bench(point).await;
+        if chosen("sqlite") {
+            sqlite::bench(point).await;
+        }
+        if chosen("redis") {
+            redis_bench(point).await;
+        }
+        if chosen("postgres") {
+            postgres_bench(point).await;
+        }
     });
 }
 
@@ -221,6 +249,12 @@ where
 /// A server-side count of commands, read before and after a run.
 trait ServerCounter: Send + Sync {
     fn read(&self) -> impl Future<Output = Option<u64>> + Send;
+
+    /// The microseconds the server says it spent in those commands, where
+    /// it says: the server's own cost, apart from the client and the wire.
+    fn read_usec(&self) -> impl Future<Output = Option<u64>> + Send {
+        async { None }
+    }
 }
 
 /// No server: the store calls are the only count.
@@ -284,9 +318,7 @@ async fn bench_backend<S, R, C>(
                 .await;
                 let after = server.read().await;
                 calls += store.take_calls();
-                server_calls += after
-                    .zip(before)
-                    .map_or(0, |(after, before)| after - before);
+                server_calls += since(before, after);
                 deliveries += done;
 
                 let (direct, _) = measure(concurrency, slice, {
@@ -326,10 +358,19 @@ const BENCH_LEASE: Duration = Duration::from_secs(30);
 
 /// Claim mode against seen-set mode, both through `Guard` on one store:
 /// every path and concurrency, rounds alternating as in [`bench_backend`].
-async fn bench_claim_mode<S, C>(backend: &str, store: Arc<Counted<S>>, server: &C, point: Duration)
-where
+/// `server` counts the claim side's commands; where the server also says
+/// how long it spent in them, the last column compares that per delivery
+/// with what `seen_set_server` counts for the seen-set side.
+async fn bench_claim_mode<S, C, D>(
+    backend: &str,
+    store: Arc<Counted<S>>,
+    server: &C,
+    seen_set_server: &D,
+    point: Duration,
+) where
     S: ClaimStore + 'static,
     C: ServerCounter,
+    D: ServerCounter,
 {
     let run = unique_suffix();
     for n in 0..DUPLICATE_IDS {
@@ -344,12 +385,14 @@ where
         for concurrency in CONCURRENCY {
             let (mut claimed_rates, mut seen_set_rates, mut ratios) = (vec![], vec![], vec![]);
             let (mut calls, mut server_calls, mut deliveries) = (0, 0, 0);
+            let (mut claim_usec, mut seen_set_usec, mut seen_set_deliveries) = (0, 0, 0);
             for round in 0..ROUNDS {
                 let ids = |side: &str| match path {
                     Path::First => format!("{run}{side}{concurrency}x{round}"),
                     Path::Duplicate => run.clone(),
                 };
                 let before = server.read().await;
+                let usec_before = server.read_usec().await;
                 let (claimed, done) = measure(concurrency, slice, {
                     let guard =
                         Arc::new(Guard::new(Arc::clone(&store)).lease(BENCH_LEASE).unwrap());
@@ -367,13 +410,13 @@ where
                 })
                 .await;
                 let after = server.read().await;
+                claim_usec += since(usec_before, server.read_usec().await);
                 calls += store.take_calls();
-                server_calls += after
-                    .zip(before)
-                    .map_or(0, |(after, before)| after - before);
+                server_calls += since(before, after);
                 deliveries += done;
 
-                let (seen_set, _) = measure(concurrency, slice, {
+                let usec_before = seen_set_server.read_usec().await;
+                let (seen_set, seen_set_done) = measure(concurrency, slice, {
                     let guard = Arc::new(Guard::new(Arc::clone(&store)));
                     let ids = ids("s");
                     move |worker, n| {
@@ -388,14 +431,24 @@ where
                     }
                 })
                 .await;
+                seen_set_usec += since(usec_before, seen_set_server.read_usec().await);
+                seen_set_deliveries += seen_set_done;
                 store.take_calls();
                 claimed_rates.push(claimed);
                 seen_set_rates.push(seen_set);
                 ratios.push(claimed / seen_set);
             }
             let counted = server.read().await.is_some();
+            let usec = match server.read_usec().await.is_some() {
+                true => format!(
+                    "{:.2} / {:.2}",
+                    claim_usec as f64 / deliveries as f64,
+                    seen_set_usec as f64 / seen_set_deliveries as f64
+                ),
+                false => "-".to_owned(),
+            };
             println!(
-                "{backend:<10} {:<15} {concurrency:>5} {:>12.0} {:>12.0} {:>7.3} {:>14.2} {:>15}",
+                "{backend:<10} {:<15} {concurrency:>5} {:>12.0} {:>12.0} {:>7.3} {:>14.2} {:>15} {usec:>22}",
                 path.name(),
                 median(&mut claimed_rates),
                 median(&mut seen_set_rates),
@@ -467,9 +520,7 @@ where
             .await;
             let after = server.read().await;
             calls += store.take_calls();
-            server_calls += after
-                .zip(before)
-                .map_or(0, |(after, before)| after - before);
+            server_calls += since(before, after);
             batches += done;
 
             let (single, _) = measure(1, slice, {
@@ -508,7 +559,7 @@ where
 fn print_claim_header(backend: &str) {
     println!(
         "{backend:<10} claim mode vs seen-set mode ({ROUNDS} alternating rounds; medians)\n\
-         {:<10} {:<15} {:>5} {:>12} {:>12} {:>7} {:>14} {:>15}",
+         {:<10} {:<15} {:>5} {:>12} {:>12} {:>7} {:>14} {:>15} {:>22}",
         "backend",
         "path",
         "conc",
@@ -516,8 +567,16 @@ fn print_claim_header(backend: &str) {
         "seen-set/s",
         "ratio",
         "calls/delivery",
-        "server/delivery"
+        "server/delivery",
+        "server us claim / seen"
     );
+}
+
+/// A server counter's growth between two reads, or 0 where it keeps none.
+fn since(before: Option<u64>, after: Option<u64>) -> u64 {
+    after
+        .zip(before)
+        .map_or(0, |(after, before)| after - before)
 }
 
 /// The `server/...` column: the server's own count of calls per delivery or
@@ -612,7 +671,7 @@ mod sqlite {
         )
         .await;
         print_claim_header("sqlite");
-        bench_claim_mode("sqlite", Arc::clone(&store), &NoServer, point).await;
+        bench_claim_mode("sqlite", Arc::clone(&store), &NoServer, &NoServer, point).await;
         bench_batches("sqlite", store, &NoServer, point).await;
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -628,6 +687,44 @@ async fn redis_bench(_point: Duration) {
 #[cfg(feature = "redis")]
 async fn redis_bench(point: Duration) {
     redis_backend::bench(point).await
+}
+
+#[cfg(not(feature = "redis"))]
+fn redis_profile(_profile: &str) {
+    skipped("redis", "the `redis` feature is off");
+}
+
+#[cfg(feature = "redis")]
+fn redis_profile(profile: &str) {
+    redis_backend::profile(profile)
+}
+
+/// Deliveries in one profiled run.
+const PROFILED: u64 = 20_000;
+
+/// [`PROFILED`] deliveries in claim or seen-set mode, one at a time, all
+/// polled on this thread (`runtime` is a current-thread runtime).
+#[inline(never)]
+fn profiled_deliveries<S: ClaimStore>(
+    runtime: &tokio::runtime::Runtime,
+    store: &S,
+    claim: bool,
+    path: Path,
+    run: &str,
+) {
+    let claimed = Guard::new(store).lease(BENCH_LEASE).expect("a lease");
+    let seen_set = Guard::new(store);
+    runtime.block_on(async {
+        for n in 0..PROFILED {
+            let message = Delivery(path.id(run, 0, n));
+            let handler = async { Ok::<(), StoreError>(()) };
+            let delivered = match claim {
+                true => claimed.run(&message, handler).await,
+                false => seen_set.run(&message, handler).await,
+            };
+            delivered.expect("a profiled delivery");
+        }
+    });
 }
 
 #[cfg(feature = "redis")]
@@ -665,26 +762,44 @@ mod redis_backend {
         }
     }
 
-    /// Calls of some commands from `INFO commandstats`: `exists` + `set`
-    /// for seen-set mode, `evalsha` + `eval` for claim mode (the commands a
-    /// script runs count too, so they would not count round trips).
+    /// Calls of some commands from `INFO commandstats`, and the server's
+    /// microseconds in them: `exists` + `set` for seen-set mode, `evalsha` +
+    /// `eval` for claim mode (the commands a script runs count too, so they
+    /// would not count round trips, and their time is inside the script's).
     struct CommandStats(ConnectionManager, &'static [&'static str]);
 
-    impl ServerCounter for CommandStats {
-        async fn read(&self) -> Option<u64> {
+    impl CommandStats {
+        /// The sum of one `INFO commandstats` field over the commands.
+        async fn sum(&self, field: &str) -> Option<u64> {
             let mut connection = self.0.clone();
             let info: String = redis::cmd("INFO")
                 .arg("commandstats")
                 .query_async(&mut connection)
                 .await
                 .ok()?;
-            let calls = |command: &str| -> u64 {
+            let value = |command: &str| -> u64 {
                 info.lines()
-                    .find_map(|line| line.strip_prefix(&format!("cmdstat_{command}:calls=")))
-                    .and_then(|rest| rest.split(',').next()?.parse().ok())
+                    .find_map(|line| line.strip_prefix(&format!("cmdstat_{command}:")))
+                    .and_then(|stats| {
+                        stats
+                            .split(',')
+                            .find_map(|pair| pair.strip_prefix(field)?.strip_prefix('='))?
+                            .parse()
+                            .ok()
+                    })
                     .unwrap_or(0)
             };
-            Some(self.1.iter().map(|command| calls(command)).sum())
+            Some(self.1.iter().map(|command| value(command)).sum())
+        }
+    }
+
+    impl ServerCounter for CommandStats {
+        async fn read(&self) -> Option<u64> {
+            self.sum("calls").await
+        }
+
+        async fn read_usec(&self) -> Option<u64> {
+            self.sum("usec").await
         }
     }
 
@@ -714,11 +829,55 @@ mod redis_backend {
         bench_backend("redis", Arc::clone(&store), Arc::new(raw), &seen_set, point).await;
         print_claim_header("redis");
         let scripts = CommandStats(connection.clone(), &["evalsha", "eval"]);
-        bench_claim_mode("redis", Arc::clone(&store), &scripts, point).await;
+        bench_claim_mode("redis", Arc::clone(&store), &scripts, &seen_set, point).await;
         // A batch's round trips: its `MGET` and its `MULTI`/`EXEC` pipeline.
         let batches = CommandStats(connection.clone(), &["mget", "exec"]);
         bench_batches("redis", store, &batches, point).await;
         delete_prefix(connection, &prefix).await;
+    }
+
+    /// One mode and path for a profiler (see the module's documentation).
+    pub(super) fn profile(profile: &str) {
+        let (claim, path) = match profile {
+            "claim-first" => (true, Path::First),
+            "claim-duplicate" => (true, Path::Duplicate),
+            "seen-set-first" => (false, Path::First),
+            "seen-set-duplicate" => (false, Path::Duplicate),
+            other => panic!(
+                "BABEL_IDEM_STORES_PROFILE={other:?}: expected claim-first, claim-duplicate, \
+                 seen-set-first or seen-set-duplicate"
+            ),
+        };
+        let url = std::env::var("BABEL_IDEM_REDIS_URL").expect("BABEL_IDEM_REDIS_URL");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a Tokio runtime");
+        let prefix = format!("bqbench:{}:", unique_suffix());
+        let run = unique_suffix();
+        let (connection, store) = runtime.block_on(async {
+            let client = redis::Client::open(url.as_str()).expect("a Redis URL");
+            // Under valgrind every command takes far longer than the default allows.
+            let config =
+                ConnectionManagerConfig::new().set_response_timeout(Some(Duration::from_secs(30)));
+            let connection = ConnectionManager::new_with_config(client, config)
+                .await
+                .expect("connect to Redis");
+            let store = RedisStore::builder()
+                .prefix(prefix.clone())
+                .from_connection_manager(connection.clone())
+                .expect("a Redis store");
+            for n in 0..DUPLICATE_IDS as u64 {
+                store
+                    .remember(&Path::Duplicate.id(&run, 0, n))
+                    .await
+                    .expect("remember a duplicate id");
+            }
+            (connection, store)
+        });
+        profiled_deliveries(&runtime, &store, claim, path, &run);
+        runtime.block_on(delete_prefix(connection, &prefix));
+        println!("{profile}: {PROFILED} deliveries on Redis, one at a time");
     }
 
     /// Deletes the run's keys: the seen-set under `prefix`, and the claim
@@ -1058,7 +1217,7 @@ mod postgres_backend {
         )
         .await;
         print_claim_header("postgres");
-        bench_claim_mode("postgres", Arc::clone(&store), &NoServer, point).await;
+        bench_claim_mode("postgres", Arc::clone(&store), &NoServer, &NoServer, point).await;
         bench_batches("postgres", store, &NoServer, point).await;
         let options: PgConnectOptions = url.parse().expect("a PostgreSQL URL");
         for path in [Path::First, Path::Duplicate] {

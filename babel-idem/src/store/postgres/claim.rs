@@ -55,7 +55,10 @@ impl ClaimStatements {
             // Done, won or held in one statement. The insert sees a claim
             // row as it is now, even one written after the statement began:
             // it takes a lapsed lease over, never a live one nor a fresh
-            // tombstone. `nextval` runs only when the id is not done.
+            // tombstone. `nextval` runs only when the id is not done, and
+            // the live lease is looked up only when the claim is held (a
+            // `CASE` evaluates its subquery only when its condition holds):
+            // a duplicate reads no more pages than `seen` does.
             claim: format!(
                 "WITH done AS (
                      SELECT 1 FROM {table} WHERE message_id = $1
@@ -74,8 +77,10 @@ impl ClaimStatements {
                  )
                  SELECT EXISTS (SELECT 1 FROM done),
                         (SELECT fence FROM won),
-                        (SELECT (extract(epoch FROM lease_until - now()) * 1000)::bigint
-                             FROM {claims} WHERE message_id = $1 AND owner IS NOT NULL)"
+                        CASE WHEN NOT EXISTS (SELECT 1 FROM done) AND NOT EXISTS (SELECT 1 FROM won)
+                        THEN (SELECT (extract(epoch FROM lease_until - now()) * 1000)::bigint
+                                  FROM {claims} WHERE message_id = $1 AND owner IS NOT NULL)
+                        END"
             ),
             // The owner's live claim becomes a tombstone and the seen-set
             // row is written (set-if-absent, as `remember`), together.

@@ -1,6 +1,11 @@
 //! [`ClaimStore`] for [`RedisStore`]: one Lua script per operation, sent as
 //! `EVALSHA` (one round trip; the script is loaded on the first `NOSCRIPT`).
 //!
+//! A script costs the server far more than a plain command (its call, then
+//! about a plain command per `redis.call`), so the scripts make as few calls
+//! as their outcome needs and answer with one integer, and each `EVALSHA`
+//! is written straight into one command buffer.
+//!
 //! Two layouts, chosen when the store is built:
 //!
 //! - **Beside the seen-set** (the default). Claims have keys of their own
@@ -8,10 +13,11 @@
 //! - **The PHP SDK's** ([`RedisStoreBuilder::php_claims`]): one key per id
 //!   holding `'1'` (claimed) or `'2'` (done), so a Rust worker joins a PHP fleet.
 
+use std::io::Write as _;
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use ::redis::{Script, ScriptInvocation};
+use ::redis::{Cmd, ErrorKind, RedisWrite, Script, ServerErrorKind, ToRedisArgs};
 
 use super::{BACKEND, RedisCommandError, RedisStore, RedisStoreBuilder};
 use crate::store::claim::{Claim, ClaimStore, ClaimToken, server_lease_ms};
@@ -31,8 +37,9 @@ pub(super) enum ClaimLayout {
 /// The claim keys of one store, derived once from its prefix.
 #[derive(Debug, Clone)]
 pub(super) enum ClaimKeys {
-    /// `<claim prefix><id>` holds `<owner hex>:<fence>` with the lease as
-    /// its expiry; `fence` is the store-wide counter every claim increments.
+    /// `<claim prefix><id>` holds the owner's hex token with the lease as
+    /// its expiry; `fence` is the store-wide counter every won claim
+    /// increments.
     Beside {
         claim_prefix: Vec<u8>,
         fence: Vec<u8>,
@@ -135,23 +142,71 @@ impl RedisStore {
     /// `remember` in the PHP layout: `'2'` over a claim or nothing.
     pub(super) fn php_remember<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
         StoreFuture::new(async move {
-            let mut done = SCRIPTS.php_done.prepare_invoke();
-            done.key(self.key(id)).arg(self.ttl_ms.unwrap_or(0));
-            let _: i64 = self.invoke(StoreOperation::Remember, &done).await?;
+            let script = &SCRIPTS.php_done;
+            let mut done = evalsha(script, 1, id);
+            done.arg(self.id_key(id)).arg(self.ttl_ms.unwrap_or(0));
+            self.eval(StoreOperation::Remember, script, &done).await?;
             Ok(())
         })
     }
 
-    async fn invoke<T: ::redis::FromRedisValue>(
+    /// The seen-set key of `id`, as a script argument.
+    fn id_key<'a>(&'a self, id: &'a str) -> Joined<'a> {
+        Joined(self.prefix.as_bytes(), id)
+    }
+
+    /// Runs a script call made by [`evalsha`], loading the script into the
+    /// server when it answers `NOSCRIPT` (a restart, `SCRIPT FLUSH`).
+    async fn eval(
         &self,
         operation: StoreOperation,
-        script: &ScriptInvocation<'_>,
-    ) -> Result<T, StoreError> {
+        script: &Script,
+        call: &Cmd,
+    ) -> Result<i64, StoreError> {
+        let failed = |e| StoreError::new(operation, BACKEND, RedisCommandError::from(e));
         let mut connection = self.connection.clone();
-        script
-            .invoke_async(&mut connection)
-            .await
-            .map_err(|e| StoreError::new(operation, BACKEND, RedisCommandError::from(e)))
+        match call.query_async(&mut connection).await {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                script.load_async(&mut connection).await.map_err(failed)?;
+                call.query_async(&mut connection).await.map_err(failed)
+            }
+            answered => answered.map_err(failed),
+        }
+    }
+}
+
+/// `EVALSHA <script's hash> <keys>`, for `keys` keys of `id` and up to two
+/// arguments to follow. One buffer for the whole command, sized up front:
+/// `Script::prepare_invoke` would give each argument a `Vec` of its own and
+/// copy them all into a command per call.
+fn evalsha(script: &Script, keys: usize, id: &str) -> Cmd {
+    // The name, the hash, the count, the owner's 32 digits and a number in
+    // 128 bytes; a prefix and the id per key.
+    let mut call = Cmd::with_capacity(keys + 5, 128 + keys * (id.len() + 32));
+    call.arg("EVALSHA").arg(script.get_hash()).arg(keys);
+    call
+}
+
+/// A key written as one argument from its prefix and the id, with no
+/// intermediate `Vec`.
+struct Joined<'a>(&'a [u8], &'a str);
+
+impl ToRedisArgs for Joined<'_> {
+    fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
+        let mut arg = out.writer_for_next_arg();
+        // Writes into the command's own buffer, which cannot fail.
+        let _ = arg.write_all(self.0);
+        let _ = arg.write_all(self.1.as_bytes());
+    }
+}
+
+/// The owner's token as the scripts compare it: 32 lowercase hex digits,
+/// written as one argument with no intermediate `String`.
+struct Owner(ClaimToken);
+
+impl ToRedisArgs for Owner {
+    fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
+        out.write_arg(&self.0.hex_digits());
     }
 }
 
@@ -163,13 +218,6 @@ fn no_room(operation: StoreOperation) -> StoreError {
         "claim mode needs a non-empty key prefix: with an empty one every key \
          is a seen-set key, and a claim would look done to a Go consumer",
     )
-}
-
-/// What each script's owner argument looks like: the claim value starts with it.
-fn owner_arg(owner: ClaimToken) -> String {
-    let mut arg = owner.to_hex();
-    arg.push(':');
-    arg
 }
 
 /// The scripts, hashed once per process.
@@ -195,21 +243,18 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     php_renew: Script::new(include_str!("php_renew.lua")),
 });
 
-/// Reads a claim script's reply: `{0}` done, `{1, fence}` won, `{2, ms}` held.
-fn claim_from_reply(reply: &[i64]) -> Result<Claim, StoreError> {
-    match *reply {
-        [0] => Ok(Claim::Done),
-        [1, fence] if fence >= 0 => Ok(Claim::Won {
-            fence: fence as u64,
-        }),
-        [2, left] => Ok(Claim::Held {
-            retry_after: u64::try_from(left).ok().map(Duration::from_millis),
-        }),
-        _ => Err(StoreError::new(
-            StoreOperation::Claim,
-            BACKEND,
-            format!("the claim script answered {reply:?}, which is not a claim outcome"),
-        )),
+/// Reads a claim script's reply: `-1` done, a fence (`0`: unfenced) won,
+/// `-2` held with no expiry, `-3 - ms left` held.
+fn claim_from_reply(reply: i64) -> Claim {
+    match reply {
+        -1 => Claim::Done,
+        -2 => Claim::Held { retry_after: None },
+        fence @ 0.. => Claim::Won {
+            fence: fence.unsigned_abs(),
+        },
+        held => Claim::Held {
+            retry_after: Some(Duration::from_millis((-3 - held).unsigned_abs())),
+        },
     }
 }
 
@@ -223,13 +268,13 @@ fn claim_from_reply(reply: &[i64]) -> Result<Claim, StoreError> {
 /// | key | value | written by |
 /// |---|---|---|
 /// | `bq:idemp:<id>` | `1`, the store's TTL | `commit`: the Go SDK's done marker (`SET NX`) |
-/// | `bq:idemp-claim:<id>` | `<owner hex>:<fence>`, `PX <lease>` | `claim`, `renew`; deleted by `commit`, `release` |
+/// | `bq:idemp-claim:<id>` | the owner's 32 hex digits, `PX <lease>` | `claim` (`SET NX`), `renew`; deleted by `commit`, `release` |
 /// | `bq:idemp-fence` | a counter | `INCR` on every won claim, never reset |
 ///
 /// A Go consumer's `EXISTS bq:idemp:<id>` never sees a claim. `claim` wins
 /// when there is no done marker and no live claim key; `commit`, `release`
-/// and `renew` act only while the claim key still starts with the caller's
-/// owner token, so a stale owner changes nothing.
+/// and `renew` act only while the claim key still holds the caller's owner
+/// token, so a stale owner changes nothing.
 ///
 /// In the PHP layout ([`RedisStoreBuilder::php_claims`]) the id's own key
 /// holds `'1'` (claimed, `PX <lease>`) or `'2'` (done): unfenced, see there.
@@ -245,25 +290,30 @@ impl ClaimStore for RedisStore {
         StoreFuture::new(async move {
             let operation = StoreOperation::Claim;
             let lease_ms = server_lease_ms(BACKEND, operation, lease)?;
-            let mut script;
-            match &self.claims {
-                ClaimKeys::Beside { fence, .. } => {
-                    script = SCRIPTS.claim.prepare_invoke();
-                    script
-                        .key(self.key(id))
-                        .key(self.claim_key(id))
-                        .key(fence)
-                        .arg(owner_arg(owner))
+            let (script, call) = match &self.claims {
+                ClaimKeys::Beside {
+                    claim_prefix,
+                    fence,
+                } => {
+                    let script = &SCRIPTS.claim;
+                    let mut call = evalsha(script, 3, id);
+                    call.arg(self.id_key(id))
+                        .arg(Joined(claim_prefix, id))
+                        .arg(fence)
+                        .arg(Owner(owner))
                         .arg(lease_ms);
+                    (script, call)
                 }
                 ClaimKeys::Php => {
-                    script = SCRIPTS.php_claim.prepare_invoke();
-                    script.key(self.key(id)).arg(lease_ms);
+                    let script = &SCRIPTS.php_claim;
+                    let mut call = evalsha(script, 1, id);
+                    call.arg(self.id_key(id)).arg(lease_ms);
+                    (script, call)
                 }
                 ClaimKeys::NoRoom => return Err(no_room(operation)),
-            }
-            let reply: Vec<i64> = self.invoke(operation, &script).await?;
-            claim_from_reply(&reply)
+            };
+            let reply = self.eval(operation, script, &call).await?;
+            Ok(claim_from_reply(reply))
         })
     }
 
@@ -271,44 +321,47 @@ impl ClaimStore for RedisStore {
         StoreFuture::new(async move {
             let operation = StoreOperation::Commit;
             let ttl_ms = self.ttl_ms.unwrap_or(0);
-            let mut script;
-            match &self.claims {
-                ClaimKeys::Beside { .. } => {
-                    script = SCRIPTS.commit.prepare_invoke();
-                    script
-                        .key(self.key(id))
-                        .key(self.claim_key(id))
-                        .arg(owner_arg(owner))
+            let (script, call) = match &self.claims {
+                ClaimKeys::Beside { claim_prefix, .. } => {
+                    let script = &SCRIPTS.commit;
+                    let mut call = evalsha(script, 2, id);
+                    call.arg(self.id_key(id))
+                        .arg(Joined(claim_prefix, id))
+                        .arg(Owner(owner))
                         .arg(ttl_ms);
+                    (script, call)
                 }
                 ClaimKeys::Php => {
-                    script = SCRIPTS.php_done.prepare_invoke();
-                    script.key(self.key(id)).arg(ttl_ms);
+                    let script = &SCRIPTS.php_done;
+                    let mut call = evalsha(script, 1, id);
+                    call.arg(self.id_key(id)).arg(ttl_ms);
+                    (script, call)
                 }
                 ClaimKeys::NoRoom => return Err(no_room(operation)),
-            }
-            let committed: i64 = self.invoke(operation, &script).await?;
-            Ok(committed == 1)
+            };
+            Ok(self.eval(operation, script, &call).await? == 1)
         })
     }
 
     fn release<'a>(&'a self, id: &'a str, owner: ClaimToken) -> StoreFuture<'a, bool> {
         StoreFuture::new(async move {
             let operation = StoreOperation::Release;
-            let mut script;
-            match &self.claims {
-                ClaimKeys::Beside { .. } => {
-                    script = SCRIPTS.release.prepare_invoke();
-                    script.key(self.claim_key(id)).arg(owner_arg(owner));
+            let (script, call) = match &self.claims {
+                ClaimKeys::Beside { claim_prefix, .. } => {
+                    let script = &SCRIPTS.release;
+                    let mut call = evalsha(script, 1, id);
+                    call.arg(Joined(claim_prefix, id)).arg(Owner(owner));
+                    (script, call)
                 }
                 ClaimKeys::Php => {
-                    script = SCRIPTS.php_release.prepare_invoke();
-                    script.key(self.key(id));
+                    let script = &SCRIPTS.php_release;
+                    let mut call = evalsha(script, 1, id);
+                    call.arg(self.id_key(id));
+                    (script, call)
                 }
                 ClaimKeys::NoRoom => return Err(no_room(operation)),
-            }
-            let released: i64 = self.invoke(operation, &script).await?;
-            Ok(released == 1)
+            };
+            Ok(self.eval(operation, script, &call).await? == 1)
         })
     }
 
@@ -321,23 +374,24 @@ impl ClaimStore for RedisStore {
         StoreFuture::new(async move {
             let operation = StoreOperation::Renew;
             let lease_ms = server_lease_ms(BACKEND, operation, lease)?;
-            let mut script;
-            match &self.claims {
-                ClaimKeys::Beside { .. } => {
-                    script = SCRIPTS.renew.prepare_invoke();
-                    script
-                        .key(self.claim_key(id))
-                        .arg(owner_arg(owner))
+            let (script, call) = match &self.claims {
+                ClaimKeys::Beside { claim_prefix, .. } => {
+                    let script = &SCRIPTS.renew;
+                    let mut call = evalsha(script, 1, id);
+                    call.arg(Joined(claim_prefix, id))
+                        .arg(Owner(owner))
                         .arg(lease_ms);
+                    (script, call)
                 }
                 ClaimKeys::Php => {
-                    script = SCRIPTS.php_renew.prepare_invoke();
-                    script.key(self.key(id)).arg(lease_ms);
+                    let script = &SCRIPTS.php_renew;
+                    let mut call = evalsha(script, 1, id);
+                    call.arg(self.id_key(id)).arg(lease_ms);
+                    (script, call)
                 }
                 ClaimKeys::NoRoom => return Err(no_room(operation)),
-            }
-            let renewed: i64 = self.invoke(operation, &script).await?;
-            Ok(renewed == 1)
+            };
+            Ok(self.eval(operation, script, &call).await? == 1)
         })
     }
 }
@@ -381,20 +435,41 @@ mod tests {
     }
 
     #[test]
-    fn claim_replies_are_read_strictly() {
-        assert_eq!(claim_from_reply(&[0]).unwrap(), Claim::Done);
-        assert_eq!(claim_from_reply(&[1, 7]).unwrap(), Claim::Won { fence: 7 });
+    fn claim_replies_decode_every_outcome() {
+        assert_eq!(claim_from_reply(-1), Claim::Done);
+        assert_eq!(claim_from_reply(7), Claim::Won { fence: 7 });
+        assert_eq!(claim_from_reply(0), Claim::Won { fence: 0 });
+        assert_eq!(claim_from_reply(-2), Claim::Held { retry_after: None });
+        let held = |ms| Claim::Held {
+            retry_after: Some(Duration::from_millis(ms)),
+        };
+        assert_eq!(claim_from_reply(-3), held(0));
+        assert_eq!(claim_from_reply(-1503), held(1500));
+        assert_eq!(claim_from_reply(i64::MIN), held(i64::MAX as u64 - 2));
+    }
+
+    #[test]
+    fn script_calls_are_written_as_one_argument_each() {
+        let owner = ClaimToken::random();
+        let mut call = evalsha(&SCRIPTS.release, 1, "id\n1");
+        call.arg(Joined(b"bq:idemp-claim:", "id\n1"))
+            .arg(Owner(owner));
+        let args: Vec<&[u8]> = call
+            .args_iter()
+            .map(|arg| match arg {
+                ::redis::Arg::Simple(bytes) => bytes,
+                other => panic!("only plain arguments, not {other:?}"),
+            })
+            .collect();
         assert_eq!(
-            claim_from_reply(&[2, 1500]).unwrap(),
-            Claim::Held {
-                retry_after: Some(Duration::from_millis(1500))
-            }
+            args,
+            [
+                b"EVALSHA".as_slice(),
+                SCRIPTS.release.get_hash().as_bytes(),
+                b"1",
+                b"bq:idemp-claim:id\n1",
+                owner.to_hex().as_bytes(),
+            ]
         );
-        assert_eq!(
-            claim_from_reply(&[2, -1]).unwrap(),
-            Claim::Held { retry_after: None }
-        );
-        assert!(claim_from_reply(&[3]).is_err());
-        assert!(claim_from_reply(&[]).is_err());
     }
 }

@@ -1,10 +1,9 @@
 -- RedisStore commit: while the owner holds the claim, write the Go SDK's
 -- done marker and drop the claim (one atomic script).
 -- KEYS[1] done marker <prefix><id>, KEYS[2] claim
--- ARGV[1] "<owner hex>:", ARGV[2] the store's TTL in ms ("0": none)
+-- ARGV[1] owner hex, ARGV[2] the store's TTL in ms ("0": none)
 -- Returns 1 committed, 0 the claim was lost.
-local held = redis.call('GET', KEYS[2])
-if not held or string.sub(held, 1, #ARGV[1]) ~= ARGV[1] then
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then
   return 0
 end
 -- NX: like `remember`, an existing marker keeps its first expiry.

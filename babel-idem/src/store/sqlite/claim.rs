@@ -17,7 +17,7 @@ pub(super) struct ClaimStatements {
     pub(super) create: String,
     look: String,
     take: String,
-    drop_owned: String,
+    mark: String,
     release: String,
     renew: String,
 }
@@ -25,6 +25,8 @@ pub(super) struct ClaimStatements {
 impl ClaimStatements {
     pub(super) fn for_table(table: &str) -> Self {
         let claims = format!("{table}_claims");
+        let expired =
+            format!("{table}.expires_at IS NOT NULL AND {table}.expires_at <= excluded.created_at");
         ClaimStatements {
             // The DDL names the default seen-set table only inside the
             // names of the claims table, its counter and triggers.
@@ -51,9 +53,19 @@ impl ClaimStatements {
                      WHERE {claims}.lease_until <= {NOW_MS}
                  RETURNING fence"
             ),
-            drop_owned: format!(
-                "DELETE FROM {claims} WHERE message_id = ?1 AND owner = ?2
-                     AND lease_until > {NOW_MS}"
+            // Commit's decision, one statement under the write lock: while
+            // the owner's lease is live, mark the id done as `remember` does
+            // (an expired row is taken over, a live one keeps its expiry and
+            // is written back unchanged), answering a row exactly then.
+            mark: format!(
+                "INSERT INTO {table} (message_id, created_at, expires_at)
+                 SELECT ?1, {NOW_MS}, {NOW_MS} + ?3
+                 WHERE EXISTS (SELECT 1 FROM {claims} WHERE message_id = ?1 AND owner = ?2
+                                   AND lease_until > {NOW_MS})
+                 ON CONFLICT (message_id) DO UPDATE
+                     SET created_at = iif({expired}, excluded.created_at, {table}.created_at),
+                         expires_at = iif({expired}, excluded.expires_at, {table}.expires_at)
+                 RETURNING 1"
             ),
             release: format!("DELETE FROM {claims} WHERE message_id = ?1 AND owner = ?2"),
             renew: format!(
@@ -61,6 +73,18 @@ impl ClaimStatements {
                  WHERE message_id = ?1 AND owner = ?2 AND lease_until > {NOW_MS}"
             ),
         }
+    }
+}
+
+impl SqliteStore {
+    /// Deletes `owner`'s claim row on `id`, live or lapsed; whether there was one.
+    async fn drop_claim(&self, id: &str, owner: &str) -> Result<bool, sqlx::Error> {
+        let done = sqlx::query(&self.claims.release)
+            .bind(id)
+            .bind(owner)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() == 1)
     }
 }
 
@@ -78,12 +102,16 @@ impl ClaimStatements {
 /// | operation | statements |
 /// |---|---|
 /// | `claim` | a read (done? a live lease?); only when the id looks free, one `INSERT ... ON CONFLICT DO UPDATE ... RETURNING fence` decides |
-/// | `commit` | one `BEGIN IMMEDIATE` transaction: delete the owner's live claim, then the seen-set's `remember` statement |
+/// | `commit` | one `INSERT ... SELECT ... WHERE` the owner's lease is live decides and marks the id done; then the owner's claim row is deleted |
 /// | `release` | `DELETE` the owner's claim row |
 /// | `renew` | `UPDATE` the owner's live claim row |
 ///
-/// SQLite has no data-modifying CTEs, so commit's two writes share one
-/// transaction; it runs in-process under the database's single write lock.
+/// Each statement runs alone under the database's single write lock, which
+/// it holds only while it runs (a transaction over several statements would
+/// hold it across their round trips to sqlx's worker thread, and every other
+/// writer would wait). Commit decides in its first statement; deleting the
+/// claim row after it only tidies up, since a done id is never claimed
+/// again: if the process stops in between, the row lapses with its lease.
 /// A duplicate of a done id costs one read.
 impl ClaimStore for SqliteStore {
     fn claim<'a>(
@@ -128,44 +156,34 @@ impl ClaimStore for SqliteStore {
     fn commit<'a>(&'a self, id: &'a str, owner: ClaimToken) -> StoreFuture<'a, bool> {
         StoreFuture::new(async move {
             let operation = StoreOperation::Commit;
-            let mut transaction = self
-                .pool
-                .begin_with("BEGIN IMMEDIATE")
-                .await
-                .map_err(failed(BACKEND, operation))?;
-            let dropped = sqlx::query(&self.claims.drop_owned)
+            let owner = owner.to_hex();
+            let marked = sqlx::query(&self.claims.mark)
                 .bind(id)
-                .bind(owner.to_hex())
-                .execute(&mut *transaction)
+                .bind(&owner)
+                .bind(self.settings.ttl_ms)
+                .fetch_optional(&self.pool)
                 .await
                 .map_err(failed(BACKEND, operation))?;
-            if dropped.rows_affected() == 0 {
-                // Dropping the transaction rolls it back; it wrote nothing.
+            if marked.is_none() {
                 return Ok(false);
             }
-            sqlx::query(&self.settings.sql.remember)
-                .bind(id)
-                .bind(self.settings.ttl_ms)
-                .execute(&mut *transaction)
-                .await
-                .map_err(failed(BACKEND, operation))?;
-            transaction
-                .commit()
-                .await
-                .map_err(failed(BACKEND, operation))?;
+            if let Err(error) = self.drop_claim(id, &owner).await {
+                tracing::debug!(
+                    target: "babel_idem",
+                    message_id = id,
+                    %error,
+                    "committed; the claim row could not be deleted and lapses with its lease",
+                );
+            }
             Ok(true)
         })
     }
 
     fn release<'a>(&'a self, id: &'a str, owner: ClaimToken) -> StoreFuture<'a, bool> {
         StoreFuture::new(async move {
-            let done = sqlx::query(&self.claims.release)
-                .bind(id)
-                .bind(owner.to_hex())
-                .execute(&self.pool)
+            self.drop_claim(id, &owner.to_hex())
                 .await
-                .map_err(failed(BACKEND, StoreOperation::Release))?;
-            Ok(done.rows_affected() == 1)
+                .map_err(failed(BACKEND, StoreOperation::Release))
         })
     }
 
