@@ -25,6 +25,8 @@
 //! deliveries in `profiled_deliveries`, e.g.
 //! `valgrind --tool=callgrind --toggle-collect=*profiled_deliveries* <bench binary>`:
 //! the instructions per delivery are that function's inclusive count / 1,000,000.
+//! Add `--cache-sim=yes --LL=524288,8,64` for the cache misses per delivery of
+//! an L1 and of this machine's 512 KiB L2 (compare `duplicate` with `bare`).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashSet;
