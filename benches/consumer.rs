@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 use babel_idem::store::Batched;
 use babel_idem::transport::RedisTransport;
 use babel_idem::{Consumer, Envelope, RedisStore, Router, Store, guard, urn};
-use load::{bodies, cpu_seconds, env_count};
+use load::{bodies, cpu_seconds, env_count, id_of};
 use redis::aio::ConnectionManager;
 
 const CONCURRENCY: usize = 64;
@@ -347,18 +347,6 @@ async fn bench_raw(raw: &mut ConnectionManager, count: usize) -> Figures {
         worker_cpu: cpu_after - cpu_before,
         server_cpu: after.cpu - before.cpu,
     }
-}
-
-/// The `meta.id` of a body this benchmark wrote (no JSON decoding: the
-/// ceiling does none).
-fn id_of(body: &[u8]) -> &[u8] {
-    let marker = b"\"id\":\"";
-    let start = body
-        .windows(marker.len())
-        .position(|w| w == marker)
-        .map_or(0, |i| i + marker.len());
-    let len = body[start..].iter().position(|&b| b == b'"').unwrap_or(0);
-    &body[start..start + len]
 }
 
 async fn cleanup(raw: &mut ConnectionManager, queue: &str, prefix: &str) {

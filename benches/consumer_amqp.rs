@@ -7,10 +7,14 @@
 //!    prefetch 1, 64 and 512 (the consumer's concurrency = the prefetch),
 //!    the seen-set in `store::Batched`;
 //! 2. the Python SDK's worker (`babelqueue` 1.24 `PikaTransport`, which
-//!    polls with `basic.get`; `tests/python/amqp_peer.py`), same seen-set.
+//!    polls with `basic.get`; `tests/python/amqp_peer.py`), same seen-set;
+//! 3. the raw ceiling at each prefetch: the same broker and Redis commands
+//!    with the same clients (`basic.consume`, one `MGET` and one
+//!    `MULTI`/`SET NX`/`EXEC` per batch of ready deliveries, one `basic.ack`
+//!    per message), no decoding, no router, no guard.
 //!
-//! Reported: messages/s and worker CPU per message, and the ratio of each
-//! babel-idem run to the Python worker (goal >= 20x).
+//! Reported: messages/s and worker CPU per message, the ratio of each
+//! babel-idem run to the Python worker (goal >= 20x) and to the ceiling.
 //!
 //! ```text
 //! source .ci/servers.sh; source .ci/python.sh
@@ -25,14 +29,19 @@
 mod load;
 
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use babel_idem::store::Batched;
 use babel_idem::transport::AmqpTransport;
 use babel_idem::{Consumer, Envelope, RedisStore, Router, guard, urn};
-use load::{bodies, cpu_seconds, env_count};
+use futures_core::Stream;
+use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions};
+use lapin::types::FieldTable;
+use load::{bodies, cpu_seconds, env_count, id_of};
 use redis::AsyncCommands;
+use redis::aio::ConnectionManager;
 
 const PREFETCHES: [u16; 3] = [1, 64, 512];
 
@@ -73,9 +82,9 @@ impl Figures {
         self.messages as f64 / self.seconds
     }
 
-    fn print(&self, python: Option<f64>) {
+    fn print(&self, python: Option<f64>, ceiling: Option<f64>) {
         println!(
-            "{:<24} {:>8} msgs {:>7.2} s {:>9.0} msgs/s {:>7.1} µs worker CPU/msg{}",
+            "{:<24} {:>8} msgs {:>7.2} s {:>9.0} msgs/s {:>7.1} µs worker CPU/msg{}{}",
             self.name,
             self.messages,
             self.seconds,
@@ -84,6 +93,10 @@ impl Figures {
             python.map_or(String::new(), |p| format!(
                 "  {:>6.1}x python (goal >= 20x)",
                 self.rate() / p
+            )),
+            ceiling.map_or(String::new(), |c| format!(
+                "  {:>5.2} of the ceiling",
+                self.rate() / c
             )),
         );
     }
@@ -134,6 +147,92 @@ async fn bench_babel_idem(url: &str, redis_url: &str, prefetch: u16, count: usiz
     transport.close().await;
     Figures {
         name: format!("babel-idem prefetch {prefetch}"),
+        messages: count,
+        seconds,
+        worker_cpu,
+    }
+}
+
+/// The raw ceiling: what the babel-idem worker asks of the broker and of
+/// Redis, with the same clients and nothing else. Each batch of deliveries
+/// that are ready together is one task: `MGET` of their ids, `SET NX` of the
+/// unseen ones in one `MULTI`/`EXEC`, one `basic.ack` per delivery.
+async fn bench_raw(url: &str, redis_url: &str, prefetch: u16, count: usize) -> Figures {
+    let transport = AmqpTransport::connect(url).await.unwrap();
+    let (queue, prefix) = fill(&transport, &format!("raw-p{prefetch}"), count).await;
+    let connection = lapin::Connection::connect(url, lapin::ConnectionProperties::default())
+        .await
+        .unwrap();
+    let channel = connection.create_channel().await.unwrap();
+    channel
+        .basic_qos(prefetch, BasicQosOptions::default())
+        .await
+        .unwrap();
+    let mut consumer = channel
+        .basic_consume(
+            queue.as_str().into(),
+            "".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    let redis = ConnectionManager::new(redis::Client::open(redis_url).unwrap())
+        .await
+        .unwrap();
+    let (cpu_before, started) = (cpu_seconds(false), Instant::now());
+    let mut batches = tokio::task::JoinSet::new();
+    let mut taken = 0;
+    while taken < count {
+        let first = std::future::poll_fn(|cx| Pin::new(&mut consumer).poll_next(cx)).await;
+        let mut batch = vec![first.unwrap().unwrap()];
+        while let std::task::Poll::Ready(Some(next)) =
+            std::future::poll_fn(|cx| std::task::Poll::Ready(Pin::new(&mut consumer).poll_next(cx)))
+                .await
+        {
+            batch.push(next.unwrap());
+        }
+        taken += batch.len();
+        let (mut redis, prefix) = (redis.clone(), prefix.clone());
+        batches.spawn(async move {
+            let keys: Vec<Vec<u8>> = batch
+                .iter()
+                .map(|delivery| [prefix.as_bytes(), id_of(&delivery.data)].concat())
+                .collect();
+            let seen: Vec<Option<Vec<u8>>> = redis::cmd("MGET")
+                .arg(&keys)
+                .query_async(&mut redis)
+                .await
+                .unwrap();
+            let mut remember = redis::pipe();
+            remember.atomic();
+            for (key, _) in keys.iter().zip(&seen).filter(|(_, seen)| seen.is_none()) {
+                remember.cmd("SET").arg(key).arg(1).arg("NX").ignore();
+            }
+            let () = remember.query_async(&mut redis).await.unwrap();
+            for delivery in batch {
+                delivery
+                    .acker
+                    .ack(BasicAckOptions::default())
+                    .await
+                    .unwrap();
+            }
+        });
+        while let Some(done) = batches.try_join_next() {
+            done.unwrap();
+        }
+    }
+    while let Some(done) = batches.join_next().await {
+        done.unwrap();
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let worker_cpu = cpu_seconds(false) - cpu_before;
+    drop(consumer);
+    let _ = connection.close(200, "done".into()).await;
+    cleanup(&transport, redis_url, &queue, &prefix).await;
+    transport.close().await;
+    Figures {
+        name: format!("raw ceiling prefetch {prefetch}"),
         messages: count,
         seconds,
         worker_cpu,
@@ -207,17 +306,20 @@ fn main() {
         };
         let mut figures = Vec::new();
         for prefetch in PREFETCHES {
-            figures.push(bench_babel_idem(&url, &redis_url, prefetch, count).await);
+            let ours = bench_babel_idem(&url, &redis_url, prefetch, count).await;
+            let ceiling = bench_raw(&url, &redis_url, prefetch, count).await;
+            figures.push((ours, ceiling));
         }
         println!(
             "AMQP consumer benchmark: {count} messages ({python_count} for Python), 10% duplicate ids, no-op handler, seen-set in Redis"
         );
         let python_rate = python.as_ref().map(Figures::rate);
         if let Some(python) = &python {
-            python.print(None);
+            python.print(None, None);
         }
-        for figure in &figures {
-            figure.print(python_rate);
+        for (ours, ceiling) in &figures {
+            ours.print(python_rate, Some(ceiling.rate()));
+            ceiling.print(python_rate, None);
         }
     });
 }

@@ -570,6 +570,7 @@ async fn claim_mode_runs_through_a_batched_store() {
 /// On a real server: 64 concurrent first deliveries run once each, their
 /// marks are the store's own (read back without `Batched`), and 64
 /// redeliveries skip.
+#[cfg(any(feature = "redis", feature = "postgres", feature = "sqlite"))]
 async fn batched_guards_on_a_server<S: Store + 'static>(store: S) {
     let store = Batched::new(Arc::new(store));
     let runs = Arc::new(Mutex::new(Vec::new()));

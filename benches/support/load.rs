@@ -47,3 +47,15 @@ pub fn cpu_seconds(children: bool) -> f64 {
         .sum();
     ticks / 100.0 // USER_HZ is 100 on Linux
 }
+
+/// The `meta.id` of a body [`bodies`] made, found without decoding the JSON
+/// (the raw ceilings decode nothing).
+pub fn id_of(body: &[u8]) -> &[u8] {
+    let marker = b"\"id\":\"";
+    let start = body
+        .windows(marker.len())
+        .position(|w| w == marker)
+        .map_or(0, |i| i + marker.len());
+    let len = body[start..].iter().position(|&b| b == b'"').unwrap_or(0);
+    &body[start..start + len]
+}

@@ -57,7 +57,7 @@ use crate::coalesce::Coalescer;
 ///     delivered.expect("no delivery panics")?;
 /// }
 /// assert_eq!(store.get_ref().len(), 64);
-/// assert!(!store.seen(&order.meta.id).await?);
+/// assert!(!store.seen(order.meta.id.as_deref().unwrap()).await?);
 /// # Ok::<(), StoreError>(())
 /// # }).unwrap();
 /// ```
