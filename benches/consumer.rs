@@ -16,10 +16,15 @@
 //! message (the server's `INFO`: commands processed, socket reads), worker
 //! CPU per message and Redis CPU per message.
 //!
+//! Our workers and the ceiling run on one current-thread Tokio runtime, as
+//! `examples/worker.rs` does (the Python worker is one thread too);
+//! `BENCH_RUNTIME=multi_thread` runs them on the multi-threaded scheduler.
+//!
 //! ```text
 //! source .ci/servers.sh; source .ci/python.sh
 //! cargo bench --bench consumer --features redis-transport,redis
 //! BENCH_MESSAGES=20000 BENCH_PYTHON_MESSAGES=5000 cargo bench ...   # a quicker run
+//! BENCH_RUNTIME=multi_thread cargo bench ...   # Tokio's multi-threaded scheduler
 //! ```
 //!
 //! Without `BABEL_IDEM_REDIS_URL` it prints `skipped:`; without
@@ -369,10 +374,7 @@ fn main() {
     };
     let count = env_count("BENCH_MESSAGES", 100_000);
     let python_count = env_count("BENCH_PYTHON_MESSAGES", count);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = load::runtime();
     // `BENCH_ONLY=<worker>` runs one worker alone (to profile it).
     let only = std::env::var("BENCH_ONLY").ok();
     let runs = |worker: &str| only.as_deref().is_none_or(|only| only == worker);

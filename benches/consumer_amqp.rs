@@ -11,15 +11,22 @@
 //! 3. the raw ceiling at each prefetch: the same broker and Redis commands
 //!    with the same clients (`basic.consume`, one `MGET` and one
 //!    `MULTI`/`SET NX`/`EXEC` per batch of ready deliveries, one `basic.ack`
-//!    per message), no decoding, no router, no guard.
+//!    with `multiple` per batch, sent in batch order), no decoding, no
+//!    router, no guard.
 //!
 //! Reported: messages/s and worker CPU per message, the ratio of each
 //! babel-idem run to the Python worker (goal >= 20x) and to the ceiling.
+//!
+//! Our workers and the ceiling run on one current-thread Tokio runtime, as
+//! `examples/worker.rs` does (the Python worker is one thread too);
+//! `BENCH_RUNTIME=multi_thread` runs them on the multi-threaded scheduler.
 //!
 //! ```text
 //! source .ci/servers.sh; source .ci/python.sh
 //! cargo bench --bench consumer_amqp --features amqp-transport,redis
 //! BENCH_MESSAGES=20000 BENCH_PYTHON_MESSAGES=5000 cargo bench ...   # a quicker run
+//! BENCH_RUNTIME=multi_thread cargo bench ...   # Tokio's multi-threaded scheduler
+//! BENCH_PREFETCH=512 cargo bench ...   # one prefetch
 //! ```
 //!
 //! Without `BABEL_IDEM_AMQP_URL` or `BABEL_IDEM_REDIS_URL` it prints
@@ -156,7 +163,8 @@ async fn bench_babel_idem(url: &str, redis_url: &str, prefetch: u16, count: usiz
 /// The raw ceiling: what the babel-idem worker asks of the broker and of
 /// Redis, with the same clients and nothing else. Each batch of deliveries
 /// that are ready together is one task: `MGET` of their ids, `SET NX` of the
-/// unseen ones in one `MULTI`/`EXEC`, one `basic.ack` per delivery.
+/// unseen ones in one `MULTI`/`EXEC`, then, once the batch before it has
+/// acked, one `basic.ack` with `multiple` of its last delivery.
 async fn bench_raw(url: &str, redis_url: &str, prefetch: u16, count: usize) -> Figures {
     let transport = AmqpTransport::connect(url).await.unwrap();
     let (queue, prefix) = fill(&transport, &format!("raw-p{prefetch}"), count).await;
@@ -183,6 +191,10 @@ async fn bench_raw(url: &str, redis_url: &str, prefetch: u16, count: usize) -> F
     let (cpu_before, started) = (cpu_seconds(false), Instant::now());
     let mut batches = tokio::task::JoinSet::new();
     let mut taken = 0;
+    // Each batch acks after the one before it: a `multiple` ack covers
+    // every earlier delivery of the channel.
+    let (first_turn, mut turn) = tokio::sync::oneshot::channel::<()>();
+    first_turn.send(()).unwrap();
     while taken < count {
         let first = std::future::poll_fn(|cx| Pin::new(&mut consumer).poll_next(cx)).await;
         let mut batch = vec![first.unwrap().unwrap()];
@@ -194,6 +206,8 @@ async fn bench_raw(url: &str, redis_url: &str, prefetch: u16, count: usize) -> F
         }
         taken += batch.len();
         let (mut redis, prefix) = (redis.clone(), prefix.clone());
+        let (next_turn, after_this) = tokio::sync::oneshot::channel::<()>();
+        let my_turn = std::mem::replace(&mut turn, after_this);
         batches.spawn(async move {
             let keys: Vec<Vec<u8>> = batch
                 .iter()
@@ -210,13 +224,13 @@ async fn bench_raw(url: &str, redis_url: &str, prefetch: u16, count: usize) -> F
                 remember.cmd("SET").arg(key).arg(1).arg("NX").ignore();
             }
             let () = remember.query_async(&mut redis).await.unwrap();
-            for delivery in batch {
-                delivery
-                    .acker
-                    .ack(BasicAckOptions::default())
-                    .await
-                    .unwrap();
-            }
+            my_turn.await.unwrap();
+            let last = batch.last().expect("a batch holds one delivery or more");
+            last.acker
+                .ack(BasicAckOptions { multiple: true })
+                .await
+                .unwrap();
+            let _ = next_turn.send(());
         });
         while let Some(done) = batches.try_join_next() {
             done.unwrap();
@@ -290,10 +304,7 @@ fn main() {
     };
     let count = env_count("BENCH_MESSAGES", 100_000);
     let python_count = env_count("BENCH_PYTHON_MESSAGES", count);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = load::runtime();
     runtime.block_on(async {
         let python = match std::env::var("BABEL_IDEM_PYTHON") {
             Ok(python) if !python.is_empty() => {
@@ -304,8 +315,13 @@ fn main() {
                 None
             }
         };
+        // `BENCH_PREFETCH=<n>` runs one prefetch alone (to profile it).
+        let prefetches = match std::env::var("BENCH_PREFETCH").ok().and_then(|p| p.parse().ok()) {
+            Some(prefetch) => vec![prefetch],
+            None => PREFETCHES.to_vec(),
+        };
         let mut figures = Vec::new();
-        for prefetch in PREFETCHES {
+        for prefetch in prefetches {
             let ours = bench_babel_idem(&url, &redis_url, prefetch, count).await;
             let ceiling = bench_raw(&url, &redis_url, prefetch, count).await;
             figures.push((ours, ceiling));

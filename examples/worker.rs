@@ -219,7 +219,10 @@ async fn stop_signal() {
     }
 }
 
-#[tokio::main]
+// One thread: the worker waits on the broker and the store, and a second
+// scheduler thread only adds wakeups between threads (the consumer benchmark
+// measures the two; see the README's "Performance").
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let options = match parse_options() {
         Ok(options) => options,

@@ -28,6 +28,7 @@ mod decode;
 mod encode;
 mod error;
 mod integer;
+mod members;
 mod raw;
 
 pub use error::EnvelopeError;
@@ -304,8 +305,15 @@ impl Envelope {
     }
 
     fn from_text(text: &str) -> Result<Self, EnvelopeError> {
-        let value: Value = serde_json::from_str(text).map_err(EnvelopeError::NotJson)?;
-        let mut envelope = decode::envelope(value, Some(text))?;
+        // An object is read member by member; anything else is parsed whole
+        // for the error that names what it is.
+        let mut envelope = if text.trim_start().starts_with('{') {
+            let members = serde_json::from_str(text).map_err(EnvelopeError::NotJson)?;
+            decode::from_members(members, Some(text))?
+        } else {
+            let value: Value = serde_json::from_str(text).map_err(EnvelopeError::NotJson)?;
+            decode::envelope(value, Some(text))?
+        };
         envelope.source = Some(Source(Arc::from(text)));
         Ok(envelope)
     }

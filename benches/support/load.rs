@@ -59,3 +59,16 @@ pub fn id_of(body: &[u8]) -> &[u8] {
     let len = body[start..].iter().position(|&b| b == b'"').unwrap_or(0);
     &body[start..start + len]
 }
+
+/// The runtime every worker of a run (ours and the raw ceiling) runs on: one
+/// thread, as `examples/worker.rs` does, or the multi-threaded scheduler with
+/// `BENCH_RUNTIME=multi_thread`.
+pub fn runtime() -> tokio::runtime::Runtime {
+    match std::env::var("BENCH_RUNTIME").as_deref() {
+        Ok("multi_thread") => tokio::runtime::Builder::new_multi_thread(),
+        _ => tokio::runtime::Builder::new_current_thread(),
+    }
+    .enable_all()
+    .build()
+    .unwrap()
+}

@@ -44,6 +44,13 @@ use settle::Counters;
 
 /// Reserves, dispatches and settles the deliveries of one queue.
 ///
+/// Each delivery runs on a task of its own (`tokio::spawn`), so the consumer
+/// runs on whatever Tokio runtime polls it. A worker that mostly waits on
+/// its broker and store goes fastest on a current-thread runtime
+/// (`#[tokio::main(flavor = "current_thread")]`), one per core if it needs
+/// more: on the multi-threaded one the same deliveries pay for wakeups
+/// between scheduler threads (the README's "Performance" has the figures).
+///
 /// ```no_run
 /// use babel_idem::transport::RedisTransport;
 /// use babel_idem::{Consumer, Envelope, Router, urn};

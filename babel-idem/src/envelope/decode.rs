@@ -1,40 +1,62 @@
-//! Taking a JSON value apart into an [`Envelope`], one rule at a time.
+//! Taking an envelope's members apart into an [`Envelope`], one rule at a time.
 
 use serde_json::{Map, Value};
 
+use super::members::{Block, Members, MetaMembers};
 use super::{
     DeadLetter, DeadLetterReason, Envelope, EnvelopeError, Meta, SCHEMA_VERSION, integer, raw,
 };
 
-/// Takes `value` apart. `source` is the text it was parsed from, when there
-/// is one: the integer rule reads a rejected number's spelling from it.
+/// Takes a parsed `value` apart; see [`members`].
 pub(super) fn envelope(value: Value, source: Option<&str>) -> Result<Envelope, EnvelopeError> {
+    match value {
+        Value::Object(object) => from_members(Members::from_object(object), source),
+        other => Err(EnvelopeError::NotAnObject {
+            found: kind(&other),
+        }),
+    }
+}
+
+/// Checks the members one rule at a time. `source` is the text they were
+/// read from, when there is one: the integer rule reads a rejected number's
+/// spelling from it.
+pub(super) fn from_members(
+    members: Members,
+    source: Option<&str>,
+) -> Result<Envelope, EnvelopeError> {
     let integer = |value: Option<Value>, field: &'static str| integer_field(value, field, source);
-    let mut fields = match value {
-        Value::Object(fields) => fields,
-        other => {
-            return Err(EnvelopeError::NotAnObject {
-                found: kind(&other),
-            });
-        }
-    };
+    let Members {
+        job,
+        urn,
+        trace_id,
+        data,
+        meta,
+        attempts,
+        dead_letter,
+        mut extra,
+    } = members;
 
     // The version decides how everything else reads, so it is checked first.
-    let meta = match fields.remove("meta") {
-        Some(Value::Object(meta)) => meta,
-        Some(other) => return Err(wrong_type("meta", "an object", &other)),
+    let meta = match meta {
+        Some(Block::Object(meta)) => meta_block(meta, source)?,
+        Some(Block::Other(other)) => return Err(wrong_type("meta", "an object", &other)),
         None => return Err(EnvelopeError::MissingField("meta")),
     };
-    let meta = meta_block(meta, source)?;
 
-    let job = match (fields.remove("job"), fields.get("urn")) {
-        (Some(job), _) => non_empty_string(job, "job")?,
-        (None, Some(_)) => non_empty_string(fields.remove("urn").unwrap_or(Value::Null), "urn")?,
+    // `job` wins; an `urn` beside it is kept as an unknown member.
+    let job = match (job, urn) {
+        (Some(job), urn) => {
+            if let Some(urn) = urn {
+                extra.insert("urn".to_owned(), urn);
+            }
+            non_empty_string(job, "job")?
+        }
+        (None, Some(urn)) => non_empty_string(urn, "urn")?,
         (None, None) => None,
     }
     .ok_or(EnvelopeError::MissingUrn)?;
 
-    let trace_id = match fields.remove("trace_id") {
+    let trace_id = match trace_id {
         Some(Value::String(trace_id)) if !trace_id.trim().is_empty() => trace_id,
         Some(Value::String(_)) | Some(Value::Null) | None => {
             return Err(EnvelopeError::BlankTraceId);
@@ -42,7 +64,7 @@ pub(super) fn envelope(value: Value, source: Option<&str>) -> Result<Envelope, E
         Some(other) => return Err(wrong_type("trace_id", "a string", &other)),
     };
 
-    let data = match fields.remove("data") {
+    let data = match data {
         Some(Value::Object(data)) => data,
         Some(other) => {
             return Err(EnvelopeError::DataNotObject {
@@ -52,9 +74,9 @@ pub(super) fn envelope(value: Value, source: Option<&str>) -> Result<Envelope, E
         None => return Err(EnvelopeError::DataNotObject { found: "absent" }),
     };
 
-    let attempts = integer(fields.remove("attempts"), "attempts")?.unwrap_or(0);
+    let attempts = integer(attempts, "attempts")?.unwrap_or(0);
 
-    let dead_letter = match fields.remove("dead_letter") {
+    let dead_letter = match dead_letter {
         None | Some(Value::Null) => None,
         Some(Value::Object(block)) => Some(dead_letter_block(block, source)?),
         Some(other) => return Err(wrong_type("dead_letter", "an object", &other)),
@@ -67,27 +89,27 @@ pub(super) fn envelope(value: Value, source: Option<&str>) -> Result<Envelope, E
         meta,
         attempts,
         dead_letter,
-        extra: fields,
+        extra,
         source: None,
     })
 }
 
-fn meta_block(mut fields: Map<String, Value>, source: Option<&str>) -> Result<Meta, EnvelopeError> {
+fn meta_block(meta: MetaMembers, source: Option<&str>) -> Result<Meta, EnvelopeError> {
     let integer = |value: Option<Value>, field: &'static str| integer_field(value, field, source);
-    let schema_version = integer(fields.remove("schema_version"), "meta.schema_version")?
+    let schema_version = integer(meta.schema_version, "meta.schema_version")?
         .ok_or(EnvelopeError::MissingSchemaVersion)?;
     if schema_version != SCHEMA_VERSION {
         return Err(EnvelopeError::UnsupportedSchemaVersion(schema_version));
     }
     // An absent, null or empty id is legal on the wire: the guard fails open on it.
-    let id = optional_string(fields.remove("id"), "meta.id")?;
+    let id = optional_string(meta.id, "meta.id")?;
     Ok(Meta {
         id,
-        queue: optional_string(fields.remove("queue"), "meta.queue")?.unwrap_or_default(),
-        lang: optional_string(fields.remove("lang"), "meta.lang")?.unwrap_or_default(),
+        queue: optional_string(meta.queue, "meta.queue")?.unwrap_or_default(),
+        lang: optional_string(meta.lang, "meta.lang")?.unwrap_or_default(),
         schema_version,
-        created_at: integer(fields.remove("created_at"), "meta.created_at")?.unwrap_or(0),
-        extra: fields,
+        created_at: integer(meta.created_at, "meta.created_at")?.unwrap_or(0),
+        extra: meta.extra,
     })
 }
 

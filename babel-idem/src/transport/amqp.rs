@@ -2,6 +2,7 @@
 //! (feature `amqp-transport`), byte-compatible with the Python SDK's
 //! `babelqueue.pika_transport` (1.24).
 
+mod acks;
 mod properties;
 mod session;
 
@@ -10,10 +11,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lapin::Acker;
-use lapin::options::{BasicAckOptions, QueueDeleteOptions};
+use lapin::options::QueueDeleteOptions;
 use lapin::types::FieldTable;
 use lapin::uri::{AMQPScheme, AMQPUri};
 
+use self::acks::{AckWindow, Acked};
 use self::session::{Connector, Sessions};
 use super::{Reserved, Settlement, Transport, TransportError, TransportFuture, redact};
 
@@ -82,6 +84,7 @@ pub struct AmqpHandle {
     generation: u64,
     queue: Arc<str>,
     acker: Acker,
+    acks: Arc<AckWindow<Acker>>,
     delivery_tag: u64,
     redelivered: bool,
     headers: FieldTable,
@@ -258,7 +261,8 @@ impl AmqpTransport {
         queue: &str,
         max: usize,
     ) -> Result<Vec<Reserved<AmqpHandle>>, TransportError> {
-        let (generation, deliveries) = self.sessions.take(queue, max, self.reserve_wait).await?;
+        let (generation, acks, deliveries) =
+            self.sessions.take(queue, max, self.reserve_wait).await?;
         let queue: Arc<str> = Arc::from(queue);
         Ok(deliveries
             .into_iter()
@@ -268,6 +272,7 @@ impl AmqpTransport {
                     generation,
                     queue: Arc::clone(&queue),
                     acker: delivery.acker,
+                    acks: Arc::clone(&acks),
                     delivery_tag: delivery.delivery_tag,
                     redelivered: delivery.redelivered,
                     headers: properties::out_of_band(&delivery.properties),
@@ -307,12 +312,15 @@ impl AmqpTransport {
                 Ok(()) => {}
             }
         }
-        // Bounded: an ack on a connection whose I/O loop has died may
-        // never be answered.
-        let ack = handle.acker.ack(BasicAckOptions::default());
+        // With the deliveries that settle beside it, in one `multiple` ack
+        // where they can share one. Bounded: an ack on a connection whose
+        // I/O loop has died may never be answered.
+        let ack = handle.acks.ack(handle.delivery_tag, &handle.acker);
         match tokio::time::timeout(self.sessions.timeout(), ack).await {
-            Ok(Ok(true)) => Ok(true),
-            Ok(Ok(false)) => Ok(self.lapsed(handle, &"the delivery's channel is gone")),
+            Ok(Ok(Acked::Sent)) => Ok(true),
+            Ok(Ok(Acked::ChannelGone)) => {
+                Ok(self.lapsed(handle, &"the delivery's channel is gone"))
+            }
             Ok(Err(error)) => {
                 // The channel or connection failed: the broker takes the
                 // delivery back once it sees it closed, so make sure it is.

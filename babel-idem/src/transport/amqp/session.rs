@@ -23,9 +23,10 @@ use lapin::options::{
 };
 use lapin::types::FieldTable;
 use lapin::uri::AMQPUri;
-use lapin::{Channel, Connection, ConnectionProperties};
+use lapin::{Acker, Channel, Connection, ConnectionProperties};
 use tokio::sync::Mutex;
 
+use super::acks::AckWindow;
 use super::properties;
 use crate::transport::TransportError;
 
@@ -54,9 +55,14 @@ struct Session {
 }
 
 /// A queue's consumer; its channel lives as long as it does.
+/// What [`Sessions::take`] returns: the session's generation, the channel's
+/// ack window and the deliveries.
+pub(super) type Taken = (u64, Arc<AckWindow<Acker>>, Vec<Delivery>);
+
 struct Consuming {
     _channel: Channel,
     consumer: lapin::Consumer,
+    acks: Arc<AckWindow<Acker>>,
 }
 
 impl Sessions {
@@ -224,13 +230,14 @@ impl Sessions {
 
     /// Up to `max` deliveries of `queue`: waits up to `wait` for the first,
     /// then takes only what the broker has already pushed. Starts the
-    /// queue's consumer on first use. Returns the session's generation.
+    /// queue's consumer on first use. Returns the session's generation and
+    /// the channel's ack window, which has recorded the deliveries.
     pub(super) async fn take(
         &self,
         queue: &str,
         max: usize,
         wait: Duration,
-    ) -> Result<(u64, Vec<Delivery>), TransportError> {
+    ) -> Result<Taken, TransportError> {
         let session = self.session().await?;
         let generation = session.generation;
         let consuming = match session.consumer(queue, &self.connector).await {
@@ -241,12 +248,13 @@ impl Sessions {
             }
         };
         let mut consuming = consuming.lock().await;
+        let acks = Arc::clone(&consuming.acks);
         let consumer = &mut consuming.consumer;
         let first =
             match tokio::time::timeout(wait, poll_fn(|cx| Pin::new(&mut *consumer).poll_next(cx)))
                 .await
             {
-                Err(_) => return Ok((generation, Vec::new())),
+                Err(_) => return Ok((generation, acks, Vec::new())),
                 Ok(Some(Ok(delivery))) => delivery,
                 Ok(Some(Err(error))) => {
                     self.discard(generation).await;
@@ -275,7 +283,10 @@ impl Sessions {
                 }
             }
         }
-        Ok((generation, deliveries))
+        for delivery in &deliveries {
+            acks.delivered(delivery.delivery_tag);
+        }
+        Ok((generation, acks, deliveries))
     }
 }
 
@@ -373,6 +384,7 @@ impl Session {
         let consuming = Arc::new(Mutex::new(Consuming {
             _channel: channel,
             consumer,
+            acks: Arc::new(AckWindow::new()),
         }));
         consumers.insert(queue.to_owned(), Arc::clone(&consuming));
         Ok(consuming)

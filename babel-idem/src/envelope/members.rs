@@ -1,0 +1,324 @@
+//! The members decoding takes apart, each known one in a slot of its own,
+//! read straight from the JSON text or moved out of an already parsed object.
+//!
+//! Read from text, a known member's name is matched where it lies in the
+//! text and never allocated, and no map is built only to be taken apart
+//! again: this is most of what decoding costs a consumer per delivery. As in
+//! a parsed object, a member named twice keeps its last value.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Value};
+
+/// The envelope's top-level members.
+#[derive(Default)]
+pub(super) struct Members {
+    pub(super) job: Option<Value>,
+    pub(super) urn: Option<Value>,
+    pub(super) trace_id: Option<Value>,
+    pub(super) data: Option<Value>,
+    pub(super) meta: Option<Block<MetaMembers>>,
+    pub(super) attempts: Option<Value>,
+    pub(super) dead_letter: Option<Value>,
+    /// Every other member.
+    pub(super) extra: Map<String, Value>,
+}
+
+/// The members of `meta`.
+#[derive(Default)]
+pub(super) struct MetaMembers {
+    pub(super) id: Option<Value>,
+    pub(super) queue: Option<Value>,
+    pub(super) lang: Option<Value>,
+    pub(super) schema_version: Option<Value>,
+    pub(super) created_at: Option<Value>,
+    /// Every other member.
+    pub(super) extra: Map<String, Value>,
+}
+
+/// A member that must be an object: its members, or the value found instead
+/// (for the error that names its type).
+pub(super) enum Block<T> {
+    Object(T),
+    Other(Value),
+}
+
+/// Slots filled one named member at a time.
+trait Slots: Default {
+    /// The slot for a known `name`, or `None` to keep the member in `extra`.
+    fn slot(&mut self, name: &str) -> Option<&mut Option<Value>>;
+    fn extra(&mut self) -> &mut Map<String, Value>;
+
+    /// Moves the members of a parsed object into their slots.
+    fn from_map(map: Map<String, Value>) -> Self {
+        let mut slots = Self::default();
+        for (name, value) in map {
+            match slots.slot(&name) {
+                Some(slot) => *slot = Some(value),
+                None => {
+                    slots.extra().insert(name, value);
+                }
+            }
+        }
+        slots
+    }
+}
+
+impl Slots for Members {
+    fn slot(&mut self, name: &str) -> Option<&mut Option<Value>> {
+        Some(match name {
+            "job" => &mut self.job,
+            "urn" => &mut self.urn,
+            "trace_id" => &mut self.trace_id,
+            "data" => &mut self.data,
+            "attempts" => &mut self.attempts,
+            "dead_letter" => &mut self.dead_letter,
+            _ => return None,
+        })
+    }
+
+    fn extra(&mut self) -> &mut Map<String, Value> {
+        &mut self.extra
+    }
+}
+
+impl Slots for MetaMembers {
+    fn slot(&mut self, name: &str) -> Option<&mut Option<Value>> {
+        Some(match name {
+            "id" => &mut self.id,
+            "queue" => &mut self.queue,
+            "lang" => &mut self.lang,
+            "schema_version" => &mut self.schema_version,
+            "created_at" => &mut self.created_at,
+            _ => return None,
+        })
+    }
+
+    fn extra(&mut self) -> &mut Map<String, Value> {
+        &mut self.extra
+    }
+}
+
+impl Members {
+    /// The members of a parsed top-level object.
+    pub(super) fn from_object(mut map: Map<String, Value>) -> Self {
+        let meta = map.remove("meta").map(Block::from_value);
+        Members {
+            meta,
+            ..Slots::from_map(map)
+        }
+    }
+}
+
+impl Block<MetaMembers> {
+    fn from_value(value: Value) -> Self {
+        match value {
+            Value::Object(map) => Block::Object(MetaMembers::from_map(map)),
+            other => Block::Other(other),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Members {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct TopLevel;
+
+        impl<'de> Visitor<'de> for TopLevel {
+            type Value = Members;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members, A::Error> {
+                let mut members = Members::default();
+                while let Some(Name(name)) = map.next_key()? {
+                    if name == "meta" {
+                        members.meta = Some(map.next_value()?);
+                    } else {
+                        fill(&mut members, name, &mut map)?;
+                    }
+                }
+                Ok(members)
+            }
+        }
+
+        deserializer.deserialize_map(TopLevel)
+    }
+}
+
+/// Puts the next value in `name`'s slot, or in `extra`.
+fn fill<'de, S: Slots, A: MapAccess<'de>>(
+    slots: &mut S,
+    name: Cow<'de, str>,
+    map: &mut A,
+) -> Result<(), A::Error> {
+    let value: Value = map.next_value()?;
+    match slots.slot(&name) {
+        Some(slot) => *slot = Some(value),
+        None => {
+            slots.extra().insert(name.into_owned(), value);
+        }
+    }
+    Ok(())
+}
+
+impl<'de> Deserialize<'de> for Block<MetaMembers> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct MetaBlock;
+
+        /// Any value other than an object is kept whole, for the error.
+        macro_rules! other {
+            ($($method:ident($type:ty) => $value:expr;)*) => {$(
+                fn $method<E: de::Error>(self, v: $type) -> Result<Self::Value, E> {
+                    Ok(Block::Other($value(v)))
+                }
+            )*};
+        }
+
+        impl<'de> Visitor<'de> for MetaBlock {
+            type Value = Block<MetaMembers>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut meta = MetaMembers::default();
+                while let Some(Name(name)) = map.next_key()? {
+                    fill(&mut meta, name, &mut map)?;
+                }
+                Ok(Block::Object(meta))
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+                Value::deserialize(de::value::SeqAccessDeserializer::new(seq)).map(Block::Other)
+            }
+
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(Block::Other(Value::Null))
+            }
+
+            other! {
+                visit_bool(bool) => Value::Bool;
+                visit_i64(i64) => Value::from;
+                visit_u64(u64) => Value::from;
+                visit_f64(f64) => Value::from;
+                visit_str(&str) => Value::from;
+                visit_string(String) => Value::String;
+            }
+        }
+
+        deserializer.deserialize_any(MetaBlock)
+    }
+}
+
+/// A member's name, borrowed from the text when it holds no escape.
+struct Name<'de>(Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Name<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct NameVisitor;
+
+        impl<'de> Visitor<'de> for NameVisitor {
+            type Value = Name<'de>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a member name")
+            }
+
+            fn visit_borrowed_str<E: de::Error>(self, name: &'de str) -> Result<Name<'de>, E> {
+                Ok(Name(Cow::Borrowed(name)))
+            }
+
+            fn visit_str<E: de::Error>(self, name: &str) -> Result<Name<'de>, E> {
+                Ok(Name(Cow::Owned(name.to_owned())))
+            }
+
+            fn visit_string<E: de::Error>(self, name: String) -> Result<Name<'de>, E> {
+                Ok(Name(Cow::Owned(name)))
+            }
+        }
+
+        deserializer.deserialize_str(NameVisitor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(text: &str) -> Members {
+        serde_json::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn text_and_parsed_object_fill_the_same_slots() {
+        let text = r#"{"job":"j","urn":"u","trace_id":"t","data":{"a":1},"x":[1],"meta":{"id":"i","queue":"q","lang":"go","schema_version":1,"created_at":2,"y":null},"attempts":3,"dead_letter":null}"#;
+        let Value::Object(object) = serde_json::from_str(text).unwrap() else {
+            unreachable!()
+        };
+        for members in [read(text), Members::from_object(object)] {
+            assert_eq!(members.job, Some(Value::from("j")));
+            assert_eq!(members.urn, Some(Value::from("u")));
+            assert_eq!(members.trace_id, Some(Value::from("t")));
+            assert_eq!(members.data, Some(serde_json::json!({"a": 1})));
+            assert_eq!(members.attempts, Some(Value::from(3)));
+            assert_eq!(members.dead_letter, Some(Value::Null));
+            assert_eq!(
+                members.extra,
+                serde_json::json!({"x": [1]}).as_object().unwrap().clone()
+            );
+            let Some(Block::Object(meta)) = members.meta else {
+                panic!("meta is an object")
+            };
+            assert_eq!(meta.id, Some(Value::from("i")));
+            assert_eq!(meta.queue, Some(Value::from("q")));
+            assert_eq!(meta.lang, Some(Value::from("go")));
+            assert_eq!(meta.schema_version, Some(Value::from(1)));
+            assert_eq!(meta.created_at, Some(Value::from(2)));
+            assert_eq!(
+                meta.extra,
+                serde_json::json!({"y": null}).as_object().unwrap().clone()
+            );
+        }
+    }
+
+    #[test]
+    fn a_member_named_twice_keeps_its_last_value_as_a_parsed_object_does() {
+        let members =
+            read(r#"{"job":"first","meta":{"id":"a","id":"b"},"job":"last","x":1,"x":2}"#);
+        assert_eq!(members.job, Some(Value::from("last")));
+        assert_eq!(members.extra["x"], 2);
+        let Some(Block::Object(meta)) = members.meta else {
+            panic!("meta is an object")
+        };
+        assert_eq!(meta.id, Some(Value::from("b")));
+    }
+
+    #[test]
+    fn escaped_names_are_matched_by_their_text() {
+        let members = read(r#"{"j\u006fb":"urn:x","\u00e9":1}"#);
+        assert_eq!(members.job, Some(Value::from("urn:x")));
+        assert_eq!(members.extra["é"], 1);
+    }
+
+    #[test]
+    fn a_meta_that_is_not_an_object_is_kept_whole() {
+        for (text, expected) in [
+            (r#"{"meta":[1,{"a":2}]}"#, serde_json::json!([1, {"a": 2}])),
+            (r#"{"meta":"m"}"#, Value::from("m")),
+            (r#"{"meta":null}"#, Value::Null),
+            (r#"{"meta":-1.5}"#, Value::from(-1.5)),
+            (r#"{"meta":true}"#, Value::Bool(true)),
+            (r#"{"meta":18446744073709551615}"#, Value::from(u64::MAX)),
+        ] {
+            match read(text).meta {
+                Some(Block::Other(value)) => assert_eq!(value, expected, "{text}"),
+                _ => panic!("{text}: meta kept whole"),
+            }
+        }
+    }
+}
