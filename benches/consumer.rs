@@ -46,9 +46,15 @@ use babel_idem::{Consumer, Envelope, RedisStore, Router, Store, guard, urn};
 use load::{bodies, cpu_seconds, env_count, id_of};
 use redis::aio::ConnectionManager;
 
-const CONCURRENCY: usize = 64;
+/// Deliveries in flight, for our workers and the ceiling alike
+/// (`BENCH_CONCURRENCY` to change it).
+const CONCURRENCY: usize = 256;
 /// The raw ceiling's batch per worker task.
 const RAW_BATCH: usize = 16;
+
+fn concurrency() -> usize {
+    env_count("BENCH_CONCURRENCY", CONCURRENCY)
+}
 
 async fn fill(raw: &mut ConnectionManager, queue: &str, bodies: &[Vec<u8>]) {
     for chunk in bodies.chunks(1000) {
@@ -159,7 +165,7 @@ async fn bench_babel_idem(
         .unwrap();
     let transport = RedisTransport::connect(url).await.unwrap();
     let consumer = Consumer::builder(router, transport, &queue)
-        .concurrency(CONCURRENCY)
+        .concurrency(concurrency())
         .build()
         .unwrap();
     let progress = consumer.progress();
@@ -208,19 +214,22 @@ async fn bench_python(
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/consumer_peer.py");
     let (before, cpu_before, started) =
         (server_stats(raw).await, cpu_seconds(true), Instant::now());
-    let output = Command::new(python)
-        .arg(script)
-        .args([
-            "consume",
-            url,
-            &queue,
-            "0.2",
-            "--seen-prefix",
-            &prefix,
-            "--noop",
-            "1",
-        ])
-        .output()
+    let mut command = Command::new(python);
+    command.arg(script).args([
+        "consume",
+        url,
+        &queue,
+        "0.2",
+        "--seen-prefix",
+        &prefix,
+        "--noop",
+        "1",
+    ]);
+    // Off the runtime's thread: the clients' connections (AMQP heartbeats)
+    // keep running while the Python worker does.
+    let output = tokio::task::spawn_blocking(move || command.output())
+        .await
+        .unwrap()
         .expect("run the Python worker");
     // The worker waits 0.2 s on the empty queue before it stops.
     let seconds = started.elapsed().as_secs_f64() - 0.2;
@@ -263,7 +272,7 @@ async fn bench_raw(raw: &mut ConnectionManager, count: usize) -> Figures {
     let mut workers = tokio::task::JoinSet::new();
     // Reservation tokens from a counter: no randomness to pay for.
     let next_token = Arc::new(AtomicU64::new(0));
-    for _ in 0..CONCURRENCY / RAW_BATCH * 4 {
+    for _ in 0..concurrency().div_ceil(RAW_BATCH) {
         let next_token = Arc::clone(&next_token);
         let (mut connection, queue, prefix, scripts) = (
             raw.clone(),
@@ -400,7 +409,7 @@ fn main() {
             Ok(python) if !python.is_empty() => {}
             _ => println!("skipped: the Python worker: BABEL_IDEM_PYTHON not set"),
         }
-        println!("consumer benchmark: {count} messages, 10% duplicate ids, no-op handler, seen-set bq:idemp: in Redis, concurrency {CONCURRENCY}");
+        println!("consumer benchmark: {count} messages, 10% duplicate ids, no-op handler, seen-set bq:idemp: in Redis, {} deliveries in flight", concurrency());
         for figure in &figures {
             figure.print();
         }

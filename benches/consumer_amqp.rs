@@ -258,21 +258,24 @@ async fn bench_python(url: &str, redis_url: &str, python: &PathBuf, count: usize
     let (queue, prefix) = fill(&transport, "py", count).await;
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/amqp_peer.py");
     let (cpu_before, started) = (cpu_seconds(true), Instant::now());
-    let output = Command::new(python)
-        .arg(script)
-        .args([
-            "consume",
-            url,
-            &queue,
-            "0.2",
-            "--redis",
-            redis_url,
-            "--seen-prefix",
-            &prefix,
-            "--noop",
-            "1",
-        ])
-        .output()
+    let mut command = Command::new(python);
+    command.arg(script).args([
+        "consume",
+        url,
+        &queue,
+        "0.2",
+        "--redis",
+        redis_url,
+        "--seen-prefix",
+        &prefix,
+        "--noop",
+        "1",
+    ]);
+    // Off the runtime's thread: the clients' connections (AMQP heartbeats)
+    // keep running while the Python worker does.
+    let output = tokio::task::spawn_blocking(move || command.output())
+        .await
+        .unwrap()
         .expect("run the Python worker");
     // The worker waits 0.2 s on the empty queue before it stops.
     let seconds = started.elapsed().as_secs_f64() - 0.2;

@@ -19,8 +19,8 @@ use std::sync::Mutex;
 use std::task::{Poll, Waker};
 use std::time::Duration;
 
-/// How long a settled delivery waits for the deliveries before it before it
-/// is acked on its own.
+/// How long a settled delivery waits for the ones before it to settle too,
+/// before it is acked on its own.
 pub(super) const STRAGGLER_WAIT: Duration = Duration::from_millis(10);
 
 /// Sends one `basic.ack` for a delivery: `lapin::Acker`, or a recorder in
