@@ -35,6 +35,11 @@ const MAX_QUEUE_LEN: usize = 255;
 ///   on its own channel, with [`prefetch`](AmqpTransportBuilder::prefetch)
 ///   deliveries unacked at most (`basic.qos`). (The Python worker polls with
 ///   `basic.get`, one round trip per message; both share a queue fine.)
+/// - Deliveries that settle together are acked with one `basic.ack`
+///   (`multiple`), once every delivery before them on the channel has
+///   settled; one that settles behind a delivery still running is acked on
+///   its own after at most 10 ms. An ack is only sent after the delivery's
+///   settlement is complete, so a crash never acks unfinished work.
 /// - Retry and release republish the body (the retry's with `attempts + 1`,
 ///   so its `x-attempts` follows) and then ack the original; a dead-letter
 ///   record is published to the dead-letter queue, then the original acked:
