@@ -830,7 +830,9 @@ async fn redis_restarted_mid_run_the_consumer_reconnects_and_finishes_with_each_
         })
         .await;
         server.kill();
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        // Longer than the client's own reconnect attempts (3, backing off
+        // from 50 ms), so the outage reaches the consumer as broker errors.
+        tokio::time::sleep(Duration::from_secs(2)).await;
         server.start();
     };
     let (report, ()) = tokio::join!(run, outage);
