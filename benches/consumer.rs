@@ -34,8 +34,7 @@
 mod load;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
-use std::process::Command;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -43,7 +42,7 @@ use std::time::{Duration, Instant};
 use babel_idem::store::Batched;
 use babel_idem::transport::RedisTransport;
 use babel_idem::{Consumer, Envelope, RedisStore, Router, Store, guard, urn};
-use load::{bodies, cpu_seconds, env_count, id_of};
+use load::{bodies, cpu_seconds, env_count, id_of, remember_unseen, run_python};
 use redis::aio::ConnectionManager;
 
 /// Deliveries in flight, for our workers and the ceiling alike
@@ -204,40 +203,29 @@ async fn bench_babel_idem(
 async fn bench_python(
     url: &str,
     raw: &mut ConnectionManager,
-    python: &PathBuf,
+    python: &Path,
     count: usize,
 ) -> Figures {
     let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
     let queue = format!("bench-consumer-py-{run}");
     let prefix = format!("bench-consumer-py-{run}:bq:idemp:");
     fill(raw, &queue, &bodies(&queue, count, &run)).await;
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/consumer_peer.py");
-    let (before, cpu_before, started) =
-        (server_stats(raw).await, cpu_seconds(true), Instant::now());
-    let mut command = Command::new(python);
-    command.arg(script).args([
-        "consume",
-        url,
-        &queue,
-        "0.2",
-        "--seen-prefix",
-        &prefix,
-        "--noop",
-        "1",
-    ]);
-    // Off the runtime's thread: the clients' connections (AMQP heartbeats)
-    // keep running while the Python worker does.
-    let output = tokio::task::spawn_blocking(move || command.output())
-        .await
-        .unwrap()
-        .expect("run the Python worker");
-    // The worker waits 0.2 s on the empty queue before it stops.
-    let seconds = started.elapsed().as_secs_f64() - 0.2;
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let (before, cpu_before) = (server_stats(raw).await, cpu_seconds(true));
+    let seconds = run_python(
+        python,
+        "tests/python/consumer_peer.py",
+        &[
+            "consume",
+            url,
+            &queue,
+            "0.2",
+            "--seen-prefix",
+            &prefix,
+            "--noop",
+            "1",
+        ],
+    )
+    .await;
     let (after, cpu_after) = (server_stats(raw).await, cpu_seconds(true));
     cleanup(raw, &queue, &prefix).await;
     Figures {
@@ -319,17 +307,7 @@ async fn bench_raw(raw: &mut ConnectionManager, count: usize) -> Figures {
                     .iter()
                     .map(|body| [prefix.as_bytes(), id_of(body)].concat())
                     .collect();
-                let seen: Vec<Option<Vec<u8>>> = redis::cmd("MGET")
-                    .arg(&keys)
-                    .query_async(&mut connection)
-                    .await
-                    .unwrap();
-                let mut remember = redis::pipe();
-                remember.atomic();
-                for (key, _) in keys.iter().zip(&seen).filter(|(_, seen)| seen.is_none()) {
-                    remember.cmd("SET").arg(key).arg(1).arg("NX").ignore();
-                }
-                let () = remember.query_async(&mut connection).await.unwrap();
+                remember_unseen(&mut connection, &keys).await;
                 let mut settle = redis::pipe();
                 for (raw, token) in raws.iter().zip(&tokens) {
                     settle
@@ -404,7 +382,7 @@ fn main() {
         }
         match std::env::var("BABEL_IDEM_PYTHON") {
             Ok(python) if !python.is_empty() && runs("python-sdk") => {
-                figures.push(bench_python(&url, &mut raw, &PathBuf::from(python), python_count).await);
+                figures.push(bench_python(&url, &mut raw, Path::new(&python), python_count).await);
             }
             Ok(python) if !python.is_empty() => {}
             _ => println!("skipped: the Python worker: BABEL_IDEM_PYTHON not set"),

@@ -35,9 +35,8 @@
 #[path = "support/load.rs"]
 mod load;
 
-use std::path::PathBuf;
+use std::path::Path;
 use std::pin::Pin;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use babel_idem::store::Batched;
@@ -46,7 +45,7 @@ use babel_idem::{Consumer, Envelope, RedisStore, Router, guard, urn};
 use futures_core::Stream;
 use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::FieldTable;
-use load::{bodies, cpu_seconds, env_count, id_of};
+use load::{bodies, cpu_seconds, env_count, id_of, remember_unseen, run_python};
 use redis::AsyncCommands;
 use redis::aio::ConnectionManager;
 
@@ -213,17 +212,7 @@ async fn bench_raw(url: &str, redis_url: &str, prefetch: u16, count: usize) -> F
                 .iter()
                 .map(|delivery| [prefix.as_bytes(), id_of(&delivery.data)].concat())
                 .collect();
-            let seen: Vec<Option<Vec<u8>>> = redis::cmd("MGET")
-                .arg(&keys)
-                .query_async(&mut redis)
-                .await
-                .unwrap();
-            let mut remember = redis::pipe();
-            remember.atomic();
-            for (key, _) in keys.iter().zip(&seen).filter(|(_, seen)| seen.is_none()) {
-                remember.cmd("SET").arg(key).arg(1).arg("NX").ignore();
-            }
-            let () = remember.query_async(&mut redis).await.unwrap();
+            remember_unseen(&mut redis, &keys).await;
             my_turn.await.unwrap();
             let last = batch.last().expect("a batch holds one delivery or more");
             last.acker
@@ -253,37 +242,27 @@ async fn bench_raw(url: &str, redis_url: &str, prefetch: u16, count: usize) -> F
     }
 }
 
-async fn bench_python(url: &str, redis_url: &str, python: &PathBuf, count: usize) -> Figures {
+async fn bench_python(url: &str, redis_url: &str, python: &Path, count: usize) -> Figures {
     let transport = AmqpTransport::connect(url).await.unwrap();
     let (queue, prefix) = fill(&transport, "py", count).await;
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/amqp_peer.py");
-    let (cpu_before, started) = (cpu_seconds(true), Instant::now());
-    let mut command = Command::new(python);
-    command.arg(script).args([
-        "consume",
-        url,
-        &queue,
-        "0.2",
-        "--redis",
-        redis_url,
-        "--seen-prefix",
-        &prefix,
-        "--noop",
-        "1",
-    ]);
-    // Off the runtime's thread: the clients' connections (AMQP heartbeats)
-    // keep running while the Python worker does.
-    let output = tokio::task::spawn_blocking(move || command.output())
-        .await
-        .unwrap()
-        .expect("run the Python worker");
-    // The worker waits 0.2 s on the empty queue before it stops.
-    let seconds = started.elapsed().as_secs_f64() - 0.2;
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let cpu_before = cpu_seconds(true);
+    let seconds = run_python(
+        python,
+        "tests/python/amqp_peer.py",
+        &[
+            "consume",
+            url,
+            &queue,
+            "0.2",
+            "--redis",
+            redis_url,
+            "--seen-prefix",
+            &prefix,
+            "--noop",
+            "1",
+        ],
+    )
+    .await;
     let worker_cpu = cpu_seconds(true) - cpu_before;
     cleanup(&transport, redis_url, &queue, &prefix).await;
     transport.close().await;
@@ -311,7 +290,7 @@ fn main() {
     runtime.block_on(async {
         let python = match std::env::var("BABEL_IDEM_PYTHON") {
             Ok(python) if !python.is_empty() => {
-                Some(bench_python(&url, &redis_url, &PathBuf::from(python), python_count).await)
+                Some(bench_python(&url, &redis_url, Path::new(&python), python_count).await)
             }
             _ => {
                 println!("skipped: the Python worker: BABEL_IDEM_PYTHON not set");

@@ -305,15 +305,7 @@ impl Envelope {
     }
 
     fn from_text(text: &str) -> Result<Self, EnvelopeError> {
-        // An object is read member by member; anything else is parsed whole
-        // for the error that names what it is.
-        let mut envelope = if text.trim_start().starts_with('{') {
-            let members = serde_json::from_str(text).map_err(EnvelopeError::NotJson)?;
-            decode::from_members(members, Some(text))?
-        } else {
-            let value: Value = serde_json::from_str(text).map_err(EnvelopeError::NotJson)?;
-            decode::envelope(value, Some(text))?
-        };
+        let mut envelope = decode::text(text)?;
         envelope.source = Some(Source(Arc::from(text)));
         Ok(envelope)
     }

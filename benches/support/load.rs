@@ -2,7 +2,12 @@
 //! the same load (10% duplicate ids) and the same CPU accounting, so their
 //! figures compare.
 
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
 use babel_idem::Envelope;
+use redis::aio::ConnectionManager;
 use serde_json::json;
 
 /// The URN every benchmark message carries.
@@ -71,4 +76,42 @@ pub fn runtime() -> tokio::runtime::Runtime {
     .enable_all()
     .build()
     .unwrap()
+}
+
+/// The seen-set's commands for a batch, as the batched worker sends them:
+/// one `MGET` of `keys`, then `SET NX` of the unseen ones in one
+/// `MULTI`/`EXEC`.
+pub async fn remember_unseen(connection: &mut ConnectionManager, keys: &[Vec<u8>]) {
+    let seen: Vec<Option<Vec<u8>>> = redis::cmd("MGET")
+        .arg(keys)
+        .query_async(connection)
+        .await
+        .unwrap();
+    let mut remember = redis::pipe();
+    remember.atomic();
+    for (key, _) in keys.iter().zip(&seen).filter(|(_, seen)| seen.is_none()) {
+        remember.cmd("SET").arg(key).arg(1).arg("NX").ignore();
+    }
+    let () = remember.query_async(connection).await.unwrap();
+}
+
+/// Runs a Python peer script to the end and returns how long its work took.
+/// It runs off the runtime's thread, so the benchmark's own connections (AMQP
+/// heartbeats) keep running meanwhile.
+pub async fn run_python(python: &Path, script: &str, args: &[&str]) -> f64 {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(script);
+    let mut command = Command::new(python);
+    command.arg(script).args(args);
+    let started = Instant::now();
+    let output = tokio::task::spawn_blocking(move || command.output())
+        .await
+        .unwrap()
+        .expect("run the Python worker");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // The worker waits 0.2 s on the empty queue before it stops.
+    started.elapsed().as_secs_f64() - 0.2
 }

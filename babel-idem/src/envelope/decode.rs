@@ -2,12 +2,25 @@
 
 use serde_json::{Map, Value};
 
-use super::members::{Block, Members, MetaMembers};
+use super::members::{Members, MetaBlock, MetaMembers};
 use super::{
     DeadLetter, DeadLetterReason, Envelope, EnvelopeError, Meta, SCHEMA_VERSION, integer, raw,
 };
 
-/// Takes a parsed `value` apart; see [`members`].
+/// Decodes JSON `text`: an object is read member by member (see
+/// [`members`](super::members)); anything else is parsed whole for the error
+/// that names what it is.
+pub(super) fn text(text: &str) -> Result<Envelope, EnvelopeError> {
+    if text.trim_start().starts_with('{') {
+        let members = serde_json::from_str(text).map_err(EnvelopeError::NotJson)?;
+        from_members(members, Some(text))
+    } else {
+        let value: Value = serde_json::from_str(text).map_err(EnvelopeError::NotJson)?;
+        envelope(value, Some(text))
+    }
+}
+
+/// Takes a parsed `value` apart.
 pub(super) fn envelope(value: Value, source: Option<&str>) -> Result<Envelope, EnvelopeError> {
     match value {
         Value::Object(object) => from_members(Members::from_object(object), source),
@@ -20,10 +33,7 @@ pub(super) fn envelope(value: Value, source: Option<&str>) -> Result<Envelope, E
 /// Checks the members one rule at a time. `source` is the text they were
 /// read from, when there is one: the integer rule reads a rejected number's
 /// spelling from it.
-pub(super) fn from_members(
-    members: Members,
-    source: Option<&str>,
-) -> Result<Envelope, EnvelopeError> {
+fn from_members(members: Members, source: Option<&str>) -> Result<Envelope, EnvelopeError> {
     let integer = |value: Option<Value>, field: &'static str| integer_field(value, field, source);
     let Members {
         job,
@@ -38,8 +48,8 @@ pub(super) fn from_members(
 
     // The version decides how everything else reads, so it is checked first.
     let meta = match meta {
-        Some(Block::Object(meta)) => meta_block(meta, source)?,
-        Some(Block::Other(other)) => return Err(wrong_type("meta", "an object", &other)),
+        Some(MetaBlock::Object(meta)) => meta_block(meta, source)?,
+        Some(MetaBlock::Other(other)) => return Err(wrong_type("meta", "an object", &other)),
         None => return Err(EnvelopeError::MissingField("meta")),
     };
 

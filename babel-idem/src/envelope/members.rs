@@ -19,7 +19,7 @@ pub(super) struct Members {
     pub(super) urn: Option<Value>,
     pub(super) trace_id: Option<Value>,
     pub(super) data: Option<Value>,
-    pub(super) meta: Option<Block<MetaMembers>>,
+    pub(super) meta: Option<MetaBlock>,
     pub(super) attempts: Option<Value>,
     pub(super) dead_letter: Option<Value>,
     /// Every other member.
@@ -38,10 +38,10 @@ pub(super) struct MetaMembers {
     pub(super) extra: Map<String, Value>,
 }
 
-/// A member that must be an object: its members, or the value found instead
+/// `meta`, which must be an object: its members, or the value found instead
 /// (for the error that names its type).
-pub(super) enum Block<T> {
-    Object(T),
+pub(super) enum MetaBlock {
+    Object(MetaMembers),
     Other(Value),
 }
 
@@ -104,7 +104,7 @@ impl Slots for MetaMembers {
 impl Members {
     /// The members of a parsed top-level object.
     pub(super) fn from_object(mut map: Map<String, Value>) -> Self {
-        let meta = map.remove("meta").map(Block::from_value);
+        let meta = map.remove("meta").map(MetaBlock::from_value);
         Members {
             meta,
             ..Slots::from_map(map)
@@ -112,11 +112,11 @@ impl Members {
     }
 }
 
-impl Block<MetaMembers> {
+impl MetaBlock {
     fn from_value(value: Value) -> Self {
         match value {
-            Value::Object(map) => Block::Object(MetaMembers::from_map(map)),
-            other => Block::Other(other),
+            Value::Object(map) => MetaBlock::Object(MetaMembers::from_map(map)),
+            other => MetaBlock::Other(other),
         }
     }
 }
@@ -165,21 +165,21 @@ fn fill<'de, S: Slots, A: MapAccess<'de>>(
     Ok(())
 }
 
-impl<'de> Deserialize<'de> for Block<MetaMembers> {
+impl<'de> Deserialize<'de> for MetaBlock {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct MetaBlock;
+        struct MetaVisitor;
 
         /// Any value other than an object is kept whole, for the error.
         macro_rules! other {
             ($($method:ident($type:ty) => $value:expr;)*) => {$(
                 fn $method<E: de::Error>(self, v: $type) -> Result<Self::Value, E> {
-                    Ok(Block::Other($value(v)))
+                    Ok(MetaBlock::Other($value(v)))
                 }
             )*};
         }
 
-        impl<'de> Visitor<'de> for MetaBlock {
-            type Value = Block<MetaMembers>;
+        impl<'de> Visitor<'de> for MetaVisitor {
+            type Value = MetaBlock;
 
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("any JSON value")
@@ -190,15 +190,15 @@ impl<'de> Deserialize<'de> for Block<MetaMembers> {
                 while let Some(Name(name)) = map.next_key()? {
                     fill(&mut meta, name, &mut map)?;
                 }
-                Ok(Block::Object(meta))
+                Ok(MetaBlock::Object(meta))
             }
 
             fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
-                Value::deserialize(de::value::SeqAccessDeserializer::new(seq)).map(Block::Other)
+                Value::deserialize(de::value::SeqAccessDeserializer::new(seq)).map(MetaBlock::Other)
             }
 
             fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-                Ok(Block::Other(Value::Null))
+                Ok(MetaBlock::Other(Value::Null))
             }
 
             other! {
@@ -211,7 +211,7 @@ impl<'de> Deserialize<'de> for Block<MetaMembers> {
             }
         }
 
-        deserializer.deserialize_any(MetaBlock)
+        deserializer.deserialize_any(MetaVisitor)
     }
 }
 
@@ -271,7 +271,7 @@ mod tests {
                 members.extra,
                 serde_json::json!({"x": [1]}).as_object().unwrap().clone()
             );
-            let Some(Block::Object(meta)) = members.meta else {
+            let Some(MetaBlock::Object(meta)) = members.meta else {
                 panic!("meta is an object")
             };
             assert_eq!(meta.id, Some(Value::from("i")));
@@ -292,7 +292,7 @@ mod tests {
             read(r#"{"job":"first","meta":{"id":"a","id":"b"},"job":"last","x":1,"x":2}"#);
         assert_eq!(members.job, Some(Value::from("last")));
         assert_eq!(members.extra["x"], 2);
-        let Some(Block::Object(meta)) = members.meta else {
+        let Some(MetaBlock::Object(meta)) = members.meta else {
             panic!("meta is an object")
         };
         assert_eq!(meta.id, Some(Value::from("b")));
@@ -316,7 +316,7 @@ mod tests {
             (r#"{"meta":18446744073709551615}"#, Value::from(u64::MAX)),
         ] {
             match read(text).meta {
-                Some(Block::Other(value)) => assert_eq!(value, expected, "{text}"),
+                Some(MetaBlock::Other(value)) => assert_eq!(value, expected, "{text}"),
                 _ => panic!("{text}: meta kept whole"),
             }
         }

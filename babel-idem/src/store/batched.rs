@@ -3,9 +3,8 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
 
-use super::claim::{Claim, ClaimStore, ClaimToken};
+use super::claim::{ClaimStore, forward_claim_store};
 use super::{Store, StoreFuture};
 use crate::coalesce::Coalescer;
 
@@ -149,35 +148,9 @@ impl<S: Store> Store for Batched<S> {
     }
 }
 
-/// Claim mode's operations are not batched: each is one atomic operation
-/// on the server with an owner of its own.
-impl<S: ClaimStore> ClaimStore for Batched<S> {
-    fn claim<'a>(
-        &'a self,
-        id: &'a str,
-        owner: ClaimToken,
-        lease: Duration,
-    ) -> StoreFuture<'a, Claim> {
-        self.inner.store.claim(id, owner, lease)
-    }
-
-    fn commit<'a>(&'a self, id: &'a str, owner: ClaimToken) -> StoreFuture<'a, bool> {
-        self.inner.store.commit(id, owner)
-    }
-
-    fn release<'a>(&'a self, id: &'a str, owner: ClaimToken) -> StoreFuture<'a, bool> {
-        self.inner.store.release(id, owner)
-    }
-
-    fn renew<'a>(
-        &'a self,
-        id: &'a str,
-        owner: ClaimToken,
-        lease: Duration,
-    ) -> StoreFuture<'a, bool> {
-        self.inner.store.renew(id, owner, lease)
-    }
-}
+// Claim mode's operations are not batched: each is one atomic operation on
+// the server with an owner of its own.
+forward_claim_store!([ClaimStore] get_ref: Batched<S>);
 
 impl<S> Clone for Batched<S> {
     fn clone(&self) -> Self {

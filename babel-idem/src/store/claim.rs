@@ -9,6 +9,7 @@
 use std::cell::Cell;
 use std::error::Error as StdError;
 use std::fmt;
+use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -152,30 +153,35 @@ pub trait ClaimStore: Store {
     ) -> StoreFuture<'a, bool>;
 }
 
+/// Implements `ClaimStore` for a wrapper of a store `S` by handing every
+/// operation to the store that `$inner` (a `&self` method) returns.
 macro_rules! forward_claim_store {
-    ($($ty:ty),+ $(,)?) => {$(
-        impl<S: ClaimStore + ?Sized> ClaimStore for $ty {
+    ([$($bounds:tt)+] $inner:ident:) => {};
+    ([$($bounds:tt)+] $inner:ident: $ty:ty $(, $rest:ty)*) => {
+        impl<S: $($bounds)+> $crate::store::ClaimStore for $ty {
             #[inline]
-            fn claim<'a>(&'a self, id: &'a str, owner: ClaimToken, lease: Duration) -> StoreFuture<'a, Claim> {
-                (**self).claim(id, owner, lease)
+            fn claim<'a>(&'a self, id: &'a str, owner: $crate::store::ClaimToken, lease: ::std::time::Duration) -> $crate::store::StoreFuture<'a, $crate::store::Claim> {
+                self.$inner().claim(id, owner, lease)
             }
             #[inline]
-            fn commit<'a>(&'a self, id: &'a str, owner: ClaimToken) -> StoreFuture<'a, bool> {
-                (**self).commit(id, owner)
+            fn commit<'a>(&'a self, id: &'a str, owner: $crate::store::ClaimToken) -> $crate::store::StoreFuture<'a, bool> {
+                self.$inner().commit(id, owner)
             }
             #[inline]
-            fn release<'a>(&'a self, id: &'a str, owner: ClaimToken) -> StoreFuture<'a, bool> {
-                (**self).release(id, owner)
+            fn release<'a>(&'a self, id: &'a str, owner: $crate::store::ClaimToken) -> $crate::store::StoreFuture<'a, bool> {
+                self.$inner().release(id, owner)
             }
             #[inline]
-            fn renew<'a>(&'a self, id: &'a str, owner: ClaimToken, lease: Duration) -> StoreFuture<'a, bool> {
-                (**self).renew(id, owner, lease)
+            fn renew<'a>(&'a self, id: &'a str, owner: $crate::store::ClaimToken, lease: ::std::time::Duration) -> $crate::store::StoreFuture<'a, bool> {
+                self.$inner().renew(id, owner, lease)
             }
         }
-    )+};
+        forward_claim_store!([$($bounds)+] $inner: $($rest),*);
+    };
 }
+pub(crate) use forward_claim_store;
 
-forward_claim_store!(&S, Arc<S>, Box<S>);
+forward_claim_store!([ClaimStore + ?Sized] deref: &S, Arc<S>, Box<S>);
 
 /// The longest lease a claim can ask for: 2^31 - 1 ms (about 24.8 days),
 /// which every backend holds as a 32-bit millisecond count and adds to its

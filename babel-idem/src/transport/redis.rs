@@ -372,49 +372,38 @@ impl RedisTransport {
             .collect())
     }
 
-    /// The settle script's keys and arguments for one reservation: the
-    /// optional third key receives the requeued or dead-lettered value.
-    fn settle_call<'h>(
-        handle: &'h RedisHandle,
-        settlement: &'h Settlement,
-    ) -> ([String; 2], Option<(&'h str, Vec<u8>)>) {
+    /// The settle script as an `EVALSHA` for one reservation: the optional
+    /// third key receives the requeued or dead-lettered value.
+    fn settle_command(&self, handle: &RedisHandle, settlement: &Settlement) -> Cmd {
         let queue = &*handle.queue;
         let target = match settlement {
             Settlement::Ack => None,
             Settlement::Requeue(body) => Some((queue, body)),
             Settlement::DeadLetter { queue, body } => Some((queue.as_str(), body)),
         };
-        // The delivery's headers travel with it, framed as they came; a body
-        // that cannot be framed (not UTF-8) goes bare.
-        let target = target.map(|(target, body)| {
-            let value = frame::frame(body, &handle.headers).unwrap_or_else(|| body.clone());
-            (target, value)
-        });
-        ([processing(queue), deadlines(queue)], target)
-    }
-
-    /// The settle script as an `EVALSHA`, for a pipeline.
-    fn settle_command(&self, handle: &RedisHandle, settlement: &Settlement) -> Cmd {
-        let ([processing, deadlines], target) = Self::settle_call(handle, settlement);
         let mut command = ::redis::cmd("EVALSHA");
         command
             .arg(self.scripts.settle.get_hash())
             .arg(2 + usize::from(target.is_some()))
-            .arg(processing)
-            .arg(deadlines);
-        if let Some((target, _)) = &target {
-            command.arg(*target);
+            .arg(processing(queue))
+            .arg(deadlines(queue));
+        if let Some((target, _)) = target {
+            command.arg(target);
         }
         command.arg(&handle.token).arg(&handle.raw);
-        if let Some((_, value)) = target {
-            command.arg(value);
+        if let Some((_, body)) = target {
+            // The delivery's headers travel with it, framed as they came; a
+            // body that cannot be framed (not UTF-8) goes bare.
+            match frame::frame(body, &handle.headers) {
+                Some(value) => command.arg(value),
+                None => command.arg(body),
+            };
         }
         command
     }
 
-    /// Settles a batch in one pipeline; `None` when it failed as a whole
-    /// (each settle is then tried on its own).
-    async fn settle_batch(&self, commands: Vec<Cmd>) -> Option<Vec<bool>> {
+    /// Runs settle commands in one pipeline: whether each settled.
+    async fn settle_pipeline(&self, commands: Vec<Cmd>) -> Result<Vec<bool>, RedisError> {
         let mut pipeline = ::redis::pipe();
         for command in commands {
             pipeline.add_command(command);
@@ -423,42 +412,17 @@ impl RedisTransport {
         let settled: Vec<i64> = match pipeline.query_async(&mut connection).await {
             Ok(settled) => settled,
             // A restarted server has forgotten the script, so none of the
-            // batch ran: load it and send the batch again.
+            // pipeline ran: load it and send it again.
             Err(error)
                 if error.kind()
                     == ::redis::ErrorKind::Server(::redis::ServerErrorKind::NoScript) =>
             {
-                self.scripts.settle.load_async(&mut connection).await.ok()?;
-                pipeline.query_async(&mut connection).await.ok()?
+                self.scripts.settle.load_async(&mut connection).await?;
+                pipeline.query_async(&mut connection).await?
             }
-            Err(_) => return None,
+            Err(error) => return Err(error),
         };
-        Some(settled.into_iter().map(|settled| settled == 1).collect())
-    }
-
-    /// Settles one reservation on its own (`EVALSHA`, loading the script on
-    /// `NOSCRIPT`): the path of a settle whose batch failed.
-    async fn settle_one(
-        &self,
-        handle: &RedisHandle,
-        settlement: &Settlement,
-    ) -> Result<bool, TransportError> {
-        let ([processing, deadlines], target) = Self::settle_call(handle, settlement);
-        let mut invocation = self.scripts.settle.prepare_invoke();
-        invocation
-            .key(processing)
-            .key(deadlines)
-            .arg(&handle.token)
-            .arg(&handle.raw);
-        if let Some((target, value)) = target {
-            invocation.key(target).arg(value);
-        }
-        let mut connection = self.connection.clone();
-        let settled: i64 = invocation
-            .invoke_async(&mut connection)
-            .await
-            .map_err(broker)?;
-        Ok(settled == 1)
+        Ok(settled.into_iter().map(|settled| settled == 1).collect())
     }
 
     /// Settles one reservation; the settles that meet share one pipeline.
@@ -470,11 +434,18 @@ impl RedisTransport {
         let command = self.settle_command(handle, settlement);
         let batched = self
             .settles
-            .call(command, |commands| self.settle_batch(commands))
+            .call(command, |commands| async {
+                self.settle_pipeline(commands).await.ok()
+            })
             .await;
         let settled = match batched {
             Some(settled) => settled,
-            None => self.settle_one(handle, settlement).await?,
+            // The shared pipeline failed: this settle alone, for its own error.
+            None => {
+                let command = self.settle_command(handle, settlement);
+                let settled = self.settle_pipeline(vec![command]).await.map_err(broker)?;
+                settled.first() == Some(&true)
+            }
         };
         if !settled {
             tracing::warn!(

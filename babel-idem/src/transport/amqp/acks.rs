@@ -144,7 +144,7 @@ impl<A: Ack> AckWindow<A> {
             Settled::Done(acked) => return Ok(acked),
             Settled::Unknown => {
                 let _sending = self.sending.lock().await;
-                return self.send(acker, false, 0, Vec::new()).await;
+                return self.send(acker, None, Vec::new()).await;
             }
             // Let the deliveries that settle in the same turn join the run.
             Settled::AtFront => tokio::task::yield_now().await,
@@ -159,8 +159,8 @@ impl<A: Ack> AckWindow<A> {
             Step::Gone => Ok(Acked::ChannelGone),
             // An earlier run took it along, and its ack has been sent.
             Step::Covered => Ok(self.covered(tag).await),
-            Step::Run(last, through, waiters) => self.send(&last, true, through, waiters).await,
-            Step::Alone => self.send(acker, false, tag, Vec::new()).await,
+            Step::Run(last, through, waiters) => self.send(&last, Some(through), waiters).await,
+            Step::Alone => self.send(acker, None, Vec::new()).await,
         }
     }
 
@@ -212,19 +212,19 @@ impl<A: Ack> AckWindow<A> {
         }
     }
 
-    /// Sends one ack and tells the deliveries it covers.
+    /// Sends one ack, `multiple` when it covers a run `through` a tag, and
+    /// tells the deliveries waiting for it.
     async fn send(
         &self,
         acker: &A,
-        multiple: bool,
-        through: u64,
+        through: Option<u64>,
         mut waiters: Vec<Waker>,
     ) -> Result<Acked, lapin::Error> {
-        let sent = acker.ack(multiple).await;
+        let sent = acker.ack(through.is_some()).await;
         let mut state = self.state();
         let acked = match sent {
             Ok(true) => {
-                if multiple {
+                if let Some(through) = through {
                     state.acked_through = state.acked_through.max(through);
                 }
                 Acked::Sent
