@@ -447,6 +447,7 @@ async fn a_handler_three_times_slower_than_its_lease_keeps_its_claim() {
     let guard = Guard::new(store.clone()).lease(lease).unwrap();
     let runs = Arc::new(AtomicU32::new(0));
     let finished = Arc::new(AtomicBool::new(false));
+    let (started, slow_started) = tokio::sync::oneshot::channel();
 
     let slow = {
         let (guard, env, runs, finished) =
@@ -455,6 +456,7 @@ async fn a_handler_three_times_slower_than_its_lease_keeps_its_claim() {
             let result = guard
                 .run(&env, async {
                     runs.fetch_add(1, Ordering::SeqCst);
+                    started.send(()).unwrap();
                     tokio::time::sleep(lease * 3).await;
                     Ok::<(), StoreError>(())
                 })
@@ -468,6 +470,9 @@ async fn a_handler_three_times_slower_than_its_lease_keeps_its_claim() {
     let competitor = {
         let (env, runs) = (order(&id), runs.clone());
         tokio::spawn(async move {
+            // Only once the slow run holds the claim: a competitor that came
+            // first would win it itself and leave nothing to test.
+            slow_started.await.unwrap();
             let mut parked = 0;
             loop {
                 let done = finished.load(Ordering::SeqCst);
