@@ -7,8 +7,8 @@ mod store_contract;
 
 use std::time::Duration;
 
-use babel_idem::store::StoreOperation;
-use babel_idem::{PostgresStore, Store};
+use babel_idem::store::{Claim, ClaimToken, StoreOperation};
+use babel_idem::{ClaimStore, PostgresStore, Store};
 use sqlx::Row;
 use store_contract::{Backend, PostgresBackend, assert_refused_when_built};
 
@@ -71,6 +71,57 @@ async fn migrate_creates_the_go_sdk_table() {
         indexes.iter().any(|def| def.contains("(expires_at)")),
         "{indexes:?}"
     );
+}
+
+/// Claims are logged by default, like the marks; the claims table can be
+/// made `UNLOGGED` (as its DDL describes) and claim mode works on it alike.
+#[tokio::test]
+async fn claims_are_logged_and_an_unlogged_claims_table_works_alike() {
+    let Some(backend) =
+        PostgresBackend::create("claims_are_logged_and_an_unlogged_claims_table_works_alike")
+    else {
+        return;
+    };
+    let store = backend.open("persistence", None).await;
+    let claims = format!("{}_claims", store.table());
+    let mut raw = backend.raw().await;
+    let persistence = "SELECT relpersistence::text FROM pg_class WHERE oid = to_regclass($1)";
+    for table in [store.table(), claims.as_str()] {
+        let kind: String = sqlx::query_scalar(persistence)
+            .bind(table)
+            .fetch_one(&mut raw)
+            .await
+            .unwrap();
+        assert_eq!(kind, "p", "{table}");
+    }
+
+    sqlx::query(&format!("ALTER TABLE {claims} SET UNLOGGED"))
+        .execute(&mut raw)
+        .await
+        .unwrap();
+    let lease = Duration::from_secs(30);
+    let (first, second) = (ClaimToken::random(), ClaimToken::random());
+    let Claim::Won { fence: taken } = store.claim("order-1", first, lease).await.unwrap() else {
+        panic!("a fresh id is won");
+    };
+    assert!(matches!(
+        store.claim("order-1", second, lease).await.unwrap(),
+        Claim::Held { .. }
+    ));
+    assert!(
+        !store.commit("order-1", second).await.unwrap(),
+        "not its claim"
+    );
+    assert!(store.commit("order-1", first).await.unwrap());
+    assert_eq!(
+        store.claim("order-1", second, lease).await.unwrap(),
+        Claim::Done
+    );
+    assert!(store.seen("order-1").await.unwrap());
+    let Claim::Won { fence: next } = store.claim("order-2", second, lease).await.unwrap() else {
+        panic!("a fresh id is won");
+    };
+    assert!(next > taken, "fences keep growing");
 }
 
 /// The expiry is `now() + ttl` by the database clock, written in the same

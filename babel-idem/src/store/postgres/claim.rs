@@ -200,7 +200,9 @@ pub(super) fn failure(operation: StoreOperation, id: &str, error: sqlx::Error) -
 /// | `renew` | `UPDATE` the owner's live claim row |
 ///
 /// A duplicate of a done id costs one round trip, a first delivery two
-/// (claim, commit). Times come from the database clock. Commit leaves a
+/// (claim, commit), each a WAL flush where seen-set mode makes one; making
+/// the claims table `UNLOGGED` (see the DDL above for what that gives up)
+/// saves the claim's. Times come from the database clock. Commit leaves a
 /// tombstone rather than deleting the row so that a claim whose statement
 /// began before the commit finished, and so cannot see the done row, still
 /// cannot win; [`purge_claims`](PostgresStore::purge_claims) deletes old

@@ -5,6 +5,15 @@
 --
 -- A Go consumer reads only babelqueue_idempotency, so a claim never looks
 -- done to it; commit writes the done row there.
+--
+-- Logged, like the seen-set table: a claim survives a server crash and a
+-- failover, so the id stays held until its lease lapses. The price is a WAL
+-- flush per claim (a first delivery flushes twice: claim, commit). Where
+-- losing every live claim at a crash or failover is acceptable (fenced
+-- writes stay safe; an unfenced effect of a handler still running may then
+-- happen twice), skip that flush with
+--     ALTER TABLE babelqueue_idempotency_claims SET UNLOGGED;
+-- The fence sequence stays logged, so fences keep growing either way.
 CREATE TABLE IF NOT EXISTS babelqueue_idempotency_claims (
     message_id TEXT PRIMARY KEY,
     -- The owner's token, 32 hex digits. NULL once committed: the row is then
