@@ -327,7 +327,9 @@ async fn a_panicking_handler_releases_its_claim_then_panics_on() {
 #[tokio::test]
 async fn a_dropped_delivery_leaves_its_claim_to_lapse_with_the_lease() {
     let id = unique("dropped");
-    let lease = Duration::from_millis(80);
+    // Long enough that the claim is still live when checked just after the
+    // drop, whatever pause a loaded machine puts in between.
+    let lease = Duration::from_secs(1);
     let store = InMemoryStore::new();
     let guard = Guard::new(&store).lease(lease).unwrap();
     let started = tokio::sync::Notify::new();
@@ -406,6 +408,15 @@ async fn sixty_four_concurrent_deliveries_of_one_id_run_one_at_a_time_and_once()
                     if in_flight.fetch_add(1, Ordering::SeqCst) > 0 {
                         overlapped.store(true, Ordering::SeqCst);
                     }
+                    // The run lasts until another delivery met its claim (a
+                    // fixed 20 ms could pass before any other task started on a
+                    // loaded machine); bounded, so that a claim that let every
+                    // delivery run fails the asserts below instead of hanging.
+                    let give_up = std::time::Instant::now() + Duration::from_secs(10);
+                    while parked.load(Ordering::SeqCst) == 0 && std::time::Instant::now() < give_up
+                    {
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
                     tokio::time::sleep(Duration::from_millis(20)).await;
                     effects.fetch_add(1, Ordering::SeqCst);
                     in_flight.fetch_sub(1, Ordering::SeqCst);
@@ -440,9 +451,9 @@ async fn sixty_four_concurrent_deliveries_of_one_id_run_one_at_a_time_and_once()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handler_three_times_slower_than_its_lease_keeps_its_claim() {
     let id = unique("slow");
-    // Long enough that a loaded machine's scheduling gaps stay well inside one
-    // renewal interval (a third of the lease).
-    let lease = Duration::from_millis(600);
+    // Long enough that a loaded machine's scheduling gaps stay well inside the
+    // slack between a renewal (every third of the lease) and the lapse.
+    let lease = Duration::from_secs(1);
     let store = Arc::new(Outage::default());
     let guard = Guard::new(store.clone()).lease(lease).unwrap();
     let runs = Arc::new(AtomicU32::new(0));
@@ -683,7 +694,9 @@ async fn parked_and_lost_claim_are_counted() {
         ..Outage::default()
     };
     let id = unique("observed");
-    won(&store, &id, ClaimToken::random(), Duration::from_millis(40)).await;
+    // Held for the whole test: with a lease as short as the guard's, a pause
+    // before the delivery would let it lapse and the delivery would win.
+    won(&store, &id, ClaimToken::random(), LONG).await;
     let guard = Guard::new(&store).lease(Duration::from_millis(40)).unwrap();
     let parked = guard
         .run(&order(&id), async { Ok::<(), StoreError>(()) })
