@@ -90,7 +90,10 @@ pub async fn batch_and_single_operations_agree<B: Backend>(backend: &B) {
 /// With a TTL, `remember_many` keeps a live id's first expiry, its ids
 /// expire, and an expired id is taken over, as `remember` does.
 pub async fn batch_ttl_keeps_the_first_expiry_and_takes_over_expired_ids<B: Backend>(backend: &B) {
-    let ttl = Duration::from_millis(1000);
+    // `late` must be remembered before `early` expires, and checked between
+    // the two expiries: 2 s leaves margins of 0.8 s and 0.9 s for a loaded
+    // machine's pauses.
+    let ttl = Duration::from_secs(2);
     let store = backend.open("batch_ttl", Some(ttl)).await;
     store.remember_many(&["early"]).await.unwrap();
     tokio::time::sleep(ttl * 6 / 10).await;

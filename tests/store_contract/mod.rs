@@ -227,9 +227,12 @@ pub async fn operations_are_idempotent<B: Backend>(backend: &B) {
 pub async fn ttl_is_optional_keeps_the_first_expiry_and_expired_ids_are_taken_over<B: Backend>(
     backend: &B,
 ) {
-    let ttl = Duration::from_millis(1000);
+    // The second remember must land before the first expiry, and the check
+    // between the two expiries: a few hundred ms of margin each way is not
+    // enough on a loaded machine, so the TTL is 2 s (margins of 0.8 s, 0.9 s).
+    let ttl = Duration::from_secs(2);
     let forever = backend.open("ttl_none", None).await;
-    let expiring = backend.open("ttl_1s", Some(ttl)).await;
+    let expiring = backend.open("ttl_2s", Some(ttl)).await;
 
     forever.remember("id-A").await.unwrap();
     expiring.remember("id-A").await.unwrap();
