@@ -24,7 +24,7 @@ use babel_idem::{
     Consumer, Delivery, Envelope, InMemoryStore, RedisStore, Router, guard, is_replay, urn,
 };
 use consumer_support::{
-    PATIENCE, URN, dead_letter_block, effect_router, envelope_with_id, eventually, python,
+    PATIENCE, QUIET, URN, dead_letter_block, effect_router, envelope_with_id, eventually, python,
     run_until_idle,
 };
 use lapin::options::{BasicGetOptions, QueueDeclareOptions, QueueDeleteOptions};
@@ -221,7 +221,7 @@ async fn python_publishes_and_babel_idem_consumes_ids_urns_data_and_headers() {
     .concurrency(8)
     .build()
     .unwrap();
-    let report = run_until_idle(&consumer, Duration::from_millis(500)).await;
+    let report = run_until_idle(&consumer, QUIET).await;
     transport.close().await;
 
     let seen = log.lock().unwrap().clone();
@@ -389,7 +389,7 @@ async fn retries_republish_with_x_attempts_and_the_dead_letter_keeps_the_headers
     )
     .build()
     .unwrap();
-    let report = run_until_idle(&consumer, Duration::from_millis(500)).await;
+    let report = run_until_idle(&consumer, QUIET).await;
     transport.close().await;
     assert_eq!((report.retried, report.dead_lettered), (4, 2), "{report:?}");
 
@@ -467,7 +467,7 @@ async fn poison_bodies_end_in_the_dlq_byte_for_byte_as_python_writes_them() {
     .max_body_bytes(4096)
     .build()
     .unwrap();
-    let report = run_until_idle(&consumer, Duration::from_millis(500)).await;
+    let report = run_until_idle(&consumer, QUIET).await;
     transport.close().await;
     assert_eq!(
         log.lock().unwrap().len(),
@@ -570,7 +570,7 @@ async fn python_and_babel_idem_workers_share_one_seen_set_and_run_each_message_o
             redis.hlen::<_, usize>(&effects).await.unwrap() > 0
         })
         .await;
-        let report = run_until_idle(&consumer, Duration::from_secs(2)).await;
+        let report = run_until_idle(&consumer, QUIET).await;
         // Anything pushed to us and not reserved goes back for Python.
         transport.close().await;
         report

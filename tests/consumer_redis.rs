@@ -28,7 +28,7 @@ use store_contract::servers::{REDIS_URL, server_url, unique_suffix};
 use store_contract::spawned::OwnRedis;
 
 use consumer_support::{
-    PATIENCE, URN, dead_letter_block, effect_router, envelope_with_id, eventually, python,
+    PATIENCE, QUIET, URN, dead_letter_block, effect_router, envelope_with_id, eventually, python,
     run_until_idle,
 };
 
@@ -216,7 +216,7 @@ async fn python_publishes_and_babel_idem_consumes_ids_urns_data_and_headers() {
     .concurrency(8)
     .build()
     .unwrap();
-    let report = run_until_idle(&consumer, Duration::from_millis(500)).await;
+    let report = run_until_idle(&consumer, QUIET).await;
 
     let seen = log.lock().unwrap().clone();
     let sent = sent.as_array().unwrap();
@@ -327,7 +327,7 @@ async fn a_replay_marker_reaches_the_handler_as_is_replay() {
     let consumer = Consumer::builder(recording_router(Arc::clone(&log)), transport, &queue.name)
         .build()
         .unwrap();
-    run_until_idle(&consumer, Duration::from_millis(300)).await;
+    run_until_idle(&consumer, QUIET).await;
     let seen = log.lock().unwrap().clone();
     let replay_of = |id: &Option<String>| {
         seen.iter()
@@ -372,7 +372,7 @@ async fn a_dead_letter_is_read_back_by_pythons_dead_letter_helpers() {
     let consumer = Consumer::builder(router, transport, &queue.name)
         .build()
         .unwrap();
-    let report = run_until_idle(&consumer, Duration::from_millis(500)).await;
+    let report = run_until_idle(&consumer, QUIET).await;
     assert_eq!((report.retried, report.dead_lettered), (6, 3), "{report:?}");
     let mut attempts = attempts_seen.lock().unwrap().clone();
     attempts.sort_unstable();
@@ -462,7 +462,7 @@ async fn poison_ends_in_the_dlq_byte_for_byte_as_python_writes_it_and_the_worker
         .max_body_bytes(4096)
         .build()
         .unwrap();
-    let report = run_until_idle(&consumer, Duration::from_millis(500)).await;
+    let report = run_until_idle(&consumer, QUIET).await;
     assert_eq!(
         log.lock().unwrap().len(),
         1,
@@ -581,10 +581,17 @@ async fn python_and_babel_idem_workers_share_one_seen_set_and_run_each_message_o
     .concurrency(4)
     .build()
     .unwrap();
-    let (python_out, report) = tokio::join!(
-        python_worker,
-        run_until_idle(&consumer, Duration::from_secs(2))
-    );
+    let rust_worker = async {
+        // Python first: started alone, the Rust worker could take every
+        // message before Python's interpreter is up, and Python would have
+        // taken no part.
+        eventually("the Python worker ran a first message", || async {
+            queue.len(&effects).await > 0
+        })
+        .await;
+        run_until_idle(&consumer, QUIET).await
+    };
+    let (python_out, report) = tokio::join!(python_worker, rust_worker);
 
     let counts = effect_counts(&queue, &effects).await;
     assert_eq!(counts.len(), ids.len(), "every id ran");
@@ -899,7 +906,9 @@ async fn deliveries_still_running_at_the_shutdown_timeout_are_left_for_the_sweep
         return;
     };
     let queue = Queue::new(&url);
-    let transport = lapsing_transport(&url, 1).await;
+    // The consumer's own reserve calls sweep too: the reservations must not
+    // lapse before the stop has run, even with a loaded machine's pauses.
+    let transport = lapsing_transport(&url, 3).await;
     publish_numbered(&transport, &queue.name, "s", 3).await;
     let router = Router::builder()
         .route(urn!("urn:babel:interop:created"), |_: Envelope| async {

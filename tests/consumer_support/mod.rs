@@ -21,6 +21,12 @@ pub const URN: &str = "urn:babel:interop:created";
 /// timing assertion: only a guard against hanging forever).
 pub const PATIENCE: Duration = Duration::from_secs(120);
 
+/// How long a consumer must stay idle (nothing reserved, nothing in flight)
+/// before a test stops it as drained. Longer than any pause a loaded machine
+/// puts between two deliveries: a shorter one could stop a consumer that
+/// still has work, e.g. before its first reserve returned.
+pub const QUIET: Duration = Duration::from_secs(2);
+
 /// The peer's python, or `None` after a `skipped:` line.
 pub fn python(test: &str) -> Option<PathBuf> {
     match std::env::var("BABEL_IDEM_PYTHON") {
