@@ -29,7 +29,11 @@ const WORKERS: usize = 3;
 const TASKS: usize = 16;
 const IDS: usize = 1000;
 const DELIVERIES_PER_ID: usize = 5;
-const LEASE: Duration = Duration::from_millis(1000);
+/// Long enough that a live worker's lease never lapses on a loaded machine
+/// (renewals come every third of it; the slack is 2 s), nor one of the
+/// killed worker's before the test has marked it killed: either would count
+/// as an overlap or a second effect.
+const LEASE: Duration = Duration::from_secs(3);
 /// The whole fleet run must end well before this, or the test fails.
 const DEADLINE: Duration = Duration::from_secs(100);
 const WORKER_ENV: &str = "BABEL_IDEM_FLEET_WORKER";
@@ -233,6 +237,8 @@ trait Fleet {
     async fn seed(&self, deliveries: Vec<String>);
     /// Marks `worker` dead and puts its reserved deliveries back.
     async fn killed(&self, worker: usize);
+    /// Runs `worker` has started and not settled yet.
+    async fn in_flight_on(&self, worker: usize) -> u64;
     async fn effects_so_far(&self) -> u64;
     async fn stop(&self);
     async fn tally(&self) -> Tally;
@@ -269,9 +275,9 @@ async fn run_fleet<F: Fleet>(fleet: F) {
 
     let mut workers: Vec<Child> = (0..WORKERS).map(|w| spawn_worker(&fleet, w)).collect();
 
-    // Kill worker 0 once the fleet is well under way: with 16 tasks busy,
-    // some of its handlers are mid-run.
-    while fleet.effects_so_far().await < (IDS as u64) / 4 {
+    // Kill worker 0 once the fleet is well under way and it has handlers
+    // mid-run (a worker that started late could have none yet).
+    while fleet.effects_so_far().await < (IDS as u64) / 4 || fleet.in_flight_on(0).await == 0 {
         assert!(started.elapsed() < DEADLINE, "the fleet made no progress");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -607,6 +613,18 @@ mod redis_fleet {
             }
         }
 
+        async fn in_flight_on(&self, worker: usize) -> u64 {
+            let holders: Vec<String> = self
+                .board
+                .connection
+                .clone()
+                .hvals(self.board.key("unsettled"))
+                .await
+                .expect("HVALS");
+            let worker = worker.to_string();
+            holders.iter().filter(|holder| **holder == worker).count() as u64
+        }
+
         async fn effects_so_far(&self) -> u64 {
             self.board
                 .connection
@@ -921,6 +939,18 @@ mod postgres_fleet {
                          WHERE holder = {worker} AND in_flight > 0;"
                 ))
                 .await;
+        }
+
+        async fn in_flight_on(&self, worker: usize) -> u64 {
+            let t = &self.board.table;
+            let count: i64 = sqlx::query_scalar(&format!(
+                "SELECT count(*) FROM {t}_runs WHERE unsettled = $1"
+            ))
+            .bind(worker as i32)
+            .fetch_one(&self.board.pool)
+            .await
+            .expect("count unsettled runs");
+            count as u64
         }
 
         async fn effects_so_far(&self) -> u64 {
