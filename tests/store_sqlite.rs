@@ -10,8 +10,8 @@ mod store_contract;
 use std::sync::Arc;
 use std::time::Duration;
 
-use babel_idem::store::StoreOperation;
-use babel_idem::{SqliteStore, Store};
+use babel_idem::store::{Claim, ClaimToken, StoreOperation};
+use babel_idem::{ClaimStore, SqliteStore, Store};
 use store_contract::{Backend, SqliteBackend, assert_refused_when_built};
 
 store_contract_tests!(SqliteBackend::create);
@@ -116,6 +116,54 @@ async fn child_process_writer() {
     for n in 0..IDS_PER_PROCESS {
         store.remember(&format!("child-{n}")).await.unwrap();
     }
+}
+
+/// Marking an id done drops its claim row in the same statement: commit
+/// leaves no row behind, and an id `remember`ed in seen-set mode while
+/// claimed is no longer held (its holder's commit then reports the claim
+/// lost, and the id stays done).
+#[tokio::test]
+async fn marking_an_id_done_drops_its_claim_row() {
+    let backend = SqliteBackend::create("claim_rows").unwrap();
+    let store = backend.open("claim_rows", None).await;
+    let lease = Duration::from_secs(30);
+    let claim_rows = || async {
+        let count: i64 =
+            sqlx::query_scalar(&format!("SELECT count(*) FROM {}_claims", store.table()))
+                .fetch_one(store.pool())
+                .await
+                .unwrap();
+        count
+    };
+
+    let owner = ClaimToken::random();
+    assert!(matches!(
+        store.claim("committed", owner, lease).await.unwrap(),
+        Claim::Won { .. }
+    ));
+    assert_eq!(claim_rows().await, 1);
+    assert!(store.commit("committed", owner).await.unwrap());
+    assert_eq!(claim_rows().await, 0, "commit dropped the claim row");
+    assert_eq!(
+        store
+            .claim("committed", ClaimToken::random(), lease)
+            .await
+            .unwrap(),
+        Claim::Done
+    );
+
+    let holder = ClaimToken::random();
+    assert!(matches!(
+        store.claim("remembered", holder, lease).await.unwrap(),
+        Claim::Won { .. }
+    ));
+    store.remember("remembered").await.unwrap();
+    assert_eq!(claim_rows().await, 0, "remember dropped the claim row");
+    assert!(
+        !store.commit("remembered", holder).await.unwrap(),
+        "the claim is gone"
+    );
+    assert!(store.seen("remembered").await.unwrap());
 }
 
 #[tokio::test]

@@ -76,18 +76,6 @@ impl ClaimStatements {
     }
 }
 
-impl SqliteStore {
-    /// Deletes `owner`'s claim row on `id`, live or lapsed; whether there was one.
-    async fn drop_claim(&self, id: &str, owner: &str) -> Result<bool, sqlx::Error> {
-        let done = sqlx::query(&self.claims.release)
-            .bind(id)
-            .bind(owner)
-            .execute(&self.pool)
-            .await?;
-        Ok(done.rows_affected() == 1)
-    }
-}
-
 /// # Claim mode
 ///
 /// Claims live in `<table>_claims` (`babelqueue_idempotency_claims`), beside
@@ -102,17 +90,16 @@ impl SqliteStore {
 /// | operation | statements |
 /// |---|---|
 /// | `claim` | a read (done? a live lease?); only when the id looks free, one `INSERT ... ON CONFLICT DO UPDATE ... RETURNING fence` decides |
-/// | `commit` | one `INSERT ... SELECT ... WHERE` the owner's lease is live decides and marks the id done; then the owner's claim row is deleted |
+/// | `commit` | one `INSERT ... SELECT ... WHERE` the owner's lease is live decides and marks the id done; the table's triggers drop the claim row in that statement |
 /// | `release` | `DELETE` the owner's claim row |
 /// | `renew` | `UPDATE` the owner's live claim row |
 ///
 /// Each statement runs alone under the database's single write lock, which
 /// it holds only while it runs (a transaction over several statements would
 /// hold it across their round trips to sqlx's worker thread, and every other
-/// writer would wait). Commit decides in its first statement; deleting the
-/// claim row after it only tidies up, since a done id is never claimed
-/// again: if the process stops in between, the row lapses with its lease.
-/// A duplicate of a done id costs one read.
+/// writer would wait). Marking an id done, by commit or by `remember`,
+/// drops its claim row (the triggers above), so a first delivery writes
+/// twice (claim, commit) and a duplicate of a done id costs one read.
 impl ClaimStore for SqliteStore {
     fn claim<'a>(
         &'a self,
@@ -156,34 +143,27 @@ impl ClaimStore for SqliteStore {
     fn commit<'a>(&'a self, id: &'a str, owner: ClaimToken) -> StoreFuture<'a, bool> {
         StoreFuture::new(async move {
             let operation = StoreOperation::Commit;
-            let owner = owner.to_hex();
             let marked = sqlx::query(&self.claims.mark)
                 .bind(id)
-                .bind(&owner)
+                .bind(owner.to_hex())
                 .bind(self.settings.ttl_ms)
                 .fetch_optional(&self.pool)
                 .await
                 .map_err(failed(BACKEND, operation))?;
-            if marked.is_none() {
-                return Ok(false);
-            }
-            if let Err(error) = self.drop_claim(id, &owner).await {
-                tracing::debug!(
-                    target: "babel_idem",
-                    message_id = id,
-                    %error,
-                    "committed; the claim row could not be deleted and lapses with its lease",
-                );
-            }
-            Ok(true)
+            // The row's triggers dropped the claim in the same statement.
+            Ok(marked.is_some())
         })
     }
 
     fn release<'a>(&'a self, id: &'a str, owner: ClaimToken) -> StoreFuture<'a, bool> {
         StoreFuture::new(async move {
-            self.drop_claim(id, &owner.to_hex())
+            let dropped = sqlx::query(&self.claims.release)
+                .bind(id)
+                .bind(owner.to_hex())
+                .execute(&self.pool)
                 .await
-                .map_err(failed(BACKEND, StoreOperation::Release))
+                .map_err(failed(BACKEND, StoreOperation::Release))?;
+            Ok(dropped.rows_affected() == 1)
         })
     }
 

@@ -28,3 +28,17 @@ CREATE TRIGGER IF NOT EXISTS babelqueue_idempotency_claims_fence_on_update
 BEGIN
     UPDATE babelqueue_idempotency_claims_fence SET last = NEW.fence WHERE counter = 1;
 END;
+
+-- Marking an id done (commit, or remember in seen-set mode) drops its claim
+-- row in the same statement: a done id is never claimed again, and commit
+-- is then one write, not a write and a clean-up.
+CREATE TRIGGER IF NOT EXISTS babelqueue_idempotency_claims_done_on_insert
+    AFTER INSERT ON babelqueue_idempotency
+BEGIN
+    DELETE FROM babelqueue_idempotency_claims WHERE message_id = NEW.message_id;
+END;
+CREATE TRIGGER IF NOT EXISTS babelqueue_idempotency_claims_done_on_update
+    AFTER UPDATE ON babelqueue_idempotency
+BEGIN
+    DELETE FROM babelqueue_idempotency_claims WHERE message_id = NEW.message_id;
+END;
