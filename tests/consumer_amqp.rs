@@ -516,19 +516,41 @@ async fn python_and_babel_idem_workers_share_one_seen_set_and_run_each_message_o
     };
     let queue = Queue::new(&url);
     let transport = queue.transport(8).await;
-    // 900 messages, then 100 redeliveries of the first 100 ids, far enough
-    // behind their originals that the first run is over when they arrive
-    // (the seen-set is post-success dedupe, not a lock).
+    // 900 messages, then 100 redeliveries of the first 100 ids, published
+    // once those ids have their effect (the seen-set is post-success
+    // dedupe, not a lock: a redelivery taken while its original still runs
+    // in the other worker would run too).
     let ids: Vec<String> = (0..900).map(|n| format!("mixed-{n}")).collect();
     let bodies: Vec<Vec<u8>> = ids
         .iter()
-        .chain(ids.iter().take(100))
         .enumerate()
         .map(|(n, id)| envelope_with_id(id, &queue.name, n as u64).to_vec())
         .collect();
     transport.publish_many(&queue.name, &bodies).await.unwrap();
     let seen_prefix = format!("{}:bq:idemp:", queue.name);
     let effects = format!("{}:effects", queue.name);
+    let redeliveries = async {
+        let redis = redis::Client::open(redis_url.as_str())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let (ids, effects) = (&ids, &effects);
+        eventually("the first 100 ids ran", || {
+            let mut redis = redis.clone();
+            async move {
+                let counts: HashMap<String, i64> = redis.hgetall(effects).await.unwrap();
+                ids[..100].iter().all(|id| counts.contains_key(id))
+            }
+        })
+        .await;
+        let again: Vec<Vec<u8>> = ids[..100]
+            .iter()
+            .enumerate()
+            .map(|(n, id)| envelope_with_id(id, &queue.name, (900 + n) as u64).to_vec())
+            .collect();
+        transport.publish_many(&queue.name, &again).await.unwrap();
+    };
 
     let python_worker = peer(
         &python,
@@ -575,7 +597,7 @@ async fn python_and_babel_idem_workers_share_one_seen_set_and_run_each_message_o
         transport.close().await;
         report
     };
-    let (python_out, report) = tokio::join!(python_worker, rust_worker);
+    let (python_out, report, ()) = tokio::join!(python_worker, rust_worker, redeliveries);
 
     let mut redis = redis::Client::open(redis_url.as_str())
         .unwrap()

@@ -539,11 +539,12 @@ async fn python_and_babel_idem_workers_share_one_seen_set_and_run_each_message_o
     };
     let queue = Queue::new(&url);
     let transport = queue.transport().await;
-    // 900 messages, then 100 redeliveries of the first 100 ids, far enough
-    // behind their originals that the first run is over when they arrive
-    // (the seen-set is post-success dedupe, not a lock).
+    // 900 messages, then 100 redeliveries of the first 100 ids, published
+    // once those ids have their effect (the seen-set is post-success
+    // dedupe, not a lock: a redelivery taken while its original still runs
+    // in the other worker would run too).
     let ids: Vec<String> = (0..900).map(|n| format!("mixed-{n}")).collect();
-    for (n, id) in ids.iter().chain(ids.iter().take(100)).enumerate() {
+    for (n, id) in ids.iter().enumerate() {
         transport
             .publish(
                 &queue.name,
@@ -554,6 +555,22 @@ async fn python_and_babel_idem_workers_share_one_seen_set_and_run_each_message_o
     }
     let seen_prefix = format!("{}:bq:idemp:", queue.name);
     let effects = queue.key("effects");
+    let redeliveries = async {
+        eventually("the first 100 ids ran", || async {
+            let counts = effect_counts(&queue, &effects).await;
+            ids[..100].iter().all(|id| counts.contains_key(id))
+        })
+        .await;
+        for (n, id) in ids[..100].iter().enumerate() {
+            transport
+                .publish(
+                    &queue.name,
+                    &envelope_with_id(id, &queue.name, (900 + n) as u64).to_vec(),
+                )
+                .await
+                .unwrap();
+        }
+    };
 
     let python_worker = peer(
         &python,
@@ -575,7 +592,7 @@ async fn python_and_babel_idem_workers_share_one_seen_set_and_run_each_message_o
         .unwrap();
     let consumer = Consumer::builder(
         effect_router(store, &url, effects.clone()),
-        transport,
+        transport.clone(),
         &queue.name,
     )
     .concurrency(4)
@@ -591,7 +608,7 @@ async fn python_and_babel_idem_workers_share_one_seen_set_and_run_each_message_o
         .await;
         run_until_idle(&consumer, QUIET).await
     };
-    let (python_out, report) = tokio::join!(python_worker, rust_worker);
+    let (python_out, report, ()) = tokio::join!(python_worker, rust_worker, redeliveries);
 
     let counts = effect_counts(&queue, &effects).await;
     assert_eq!(counts.len(), ids.len(), "every id ran");
