@@ -38,11 +38,10 @@ pub(super) fn answers(ids: &[&str], found: &[String]) -> Vec<bool> {
     ids.iter().map(|id| found.contains(id)).collect()
 }
 
-#[cfg(test)]
+#[cfg(all(test, any(feature = "sqlite", feature = "postgres")))]
 mod tests {
     use super::*;
 
-    #[cfg(any(feature = "sqlite", feature = "postgres"))]
     #[test]
     fn answers_follow_the_batch_order_and_repeat_for_repeated_ids() {
         let found = ["b".to_owned(), "a".to_owned()];
