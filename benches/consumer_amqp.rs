@@ -84,6 +84,17 @@ struct Figures {
 }
 
 impl Figures {
+    /// A worker's figures for `messages`, measured from `started` and from
+    /// its CPU time `cpu_before`.
+    fn since(name: String, messages: usize, started: Instant, cpu_before: f64) -> Self {
+        Figures {
+            name,
+            messages,
+            seconds: started.elapsed().as_secs_f64(),
+            worker_cpu: cpu_seconds(false) - cpu_before,
+        }
+    }
+
     fn rate(&self) -> f64 {
         self.messages as f64 / self.seconds
     }
@@ -146,17 +157,16 @@ async fn bench_babel_idem(url: &str, redis_url: &str, prefetch: u16, count: usiz
             }
         })
         .await;
-    let seconds = started.elapsed().as_secs_f64();
-    let worker_cpu = cpu_seconds(false) - cpu_before;
+    let figures = Figures::since(
+        format!("babel-idem prefetch {prefetch}"),
+        count,
+        started,
+        cpu_before,
+    );
     assert_eq!(report.acked as usize, count, "{report:?}");
     cleanup(&transport, redis_url, &queue, &prefix).await;
     transport.close().await;
-    Figures {
-        name: format!("babel-idem prefetch {prefetch}"),
-        messages: count,
-        seconds,
-        worker_cpu,
-    }
+    figures
 }
 
 /// The raw ceiling: what the babel-idem worker asks of the broker and of
@@ -228,18 +238,17 @@ async fn bench_raw(url: &str, redis_url: &str, prefetch: u16, count: usize) -> F
     while let Some(done) = batches.join_next().await {
         done.unwrap();
     }
-    let seconds = started.elapsed().as_secs_f64();
-    let worker_cpu = cpu_seconds(false) - cpu_before;
+    let figures = Figures::since(
+        format!("raw ceiling prefetch {prefetch}"),
+        count,
+        started,
+        cpu_before,
+    );
     drop(consumer);
     let _ = connection.close(200, "done".into()).await;
     cleanup(&transport, redis_url, &queue, &prefix).await;
     transport.close().await;
-    Figures {
-        name: format!("raw ceiling prefetch {prefetch}"),
-        messages: count,
-        seconds,
-        worker_cpu,
-    }
+    figures
 }
 
 async fn bench_python(url: &str, redis_url: &str, python: &Path, count: usize) -> Figures {

@@ -51,16 +51,21 @@ trait Slots: Default {
     fn slot(&mut self, name: &str) -> Option<&mut Option<Value>>;
     fn extra(&mut self) -> &mut Map<String, Value>;
 
+    /// Puts `value` in `name`'s slot, or in `extra`.
+    fn put(&mut self, name: Cow<'_, str>, value: Value) {
+        match self.slot(&name) {
+            Some(slot) => *slot = Some(value),
+            None => {
+                self.extra().insert(name.into_owned(), value);
+            }
+        }
+    }
+
     /// Moves the members of a parsed object into their slots.
     fn from_map(map: Map<String, Value>) -> Self {
         let mut slots = Self::default();
         for (name, value) in map {
-            match slots.slot(&name) {
-                Some(slot) => *slot = Some(value),
-                None => {
-                    slots.extra().insert(name, value);
-                }
-            }
+            slots.put(Cow::Owned(name), value);
         }
         slots
     }
@@ -138,7 +143,7 @@ impl<'de> Deserialize<'de> for Members {
                     if name == "meta" {
                         members.meta = Some(map.next_value()?);
                     } else {
-                        fill(&mut members, name, &mut map)?;
+                        members.put(name, map.next_value()?);
                     }
                 }
                 Ok(members)
@@ -147,22 +152,6 @@ impl<'de> Deserialize<'de> for Members {
 
         deserializer.deserialize_map(TopLevel)
     }
-}
-
-/// Puts the next value in `name`'s slot, or in `extra`.
-fn fill<'de, S: Slots, A: MapAccess<'de>>(
-    slots: &mut S,
-    name: Cow<'de, str>,
-    map: &mut A,
-) -> Result<(), A::Error> {
-    let value: Value = map.next_value()?;
-    match slots.slot(&name) {
-        Some(slot) => *slot = Some(value),
-        None => {
-            slots.extra().insert(name.into_owned(), value);
-        }
-    }
-    Ok(())
 }
 
 impl<'de> Deserialize<'de> for MetaBlock {
@@ -188,7 +177,7 @@ impl<'de> Deserialize<'de> for MetaBlock {
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
                 let mut meta = MetaMembers::default();
                 while let Some(Name(name)) = map.next_key()? {
-                    fill(&mut meta, name, &mut map)?;
+                    meta.put(name, map.next_value()?);
                 }
                 Ok(MetaBlock::Object(meta))
             }

@@ -54,11 +54,11 @@ struct Session {
     consumers: Mutex<HashMap<String, Arc<Mutex<Consuming>>>>,
 }
 
-/// A queue's consumer; its channel lives as long as it does.
 /// What [`Sessions::take`] returns: the session's generation, the channel's
 /// ack window and the deliveries.
 pub(super) type Taken = (u64, Arc<AckWindow<Acker>>, Vec<Delivery>);
 
+/// A queue's consumer; its channel lives as long as it does.
 struct Consuming {
     _channel: Channel,
     consumer: lapin::Consumer,
