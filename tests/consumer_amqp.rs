@@ -427,6 +427,35 @@ async fn retries_republish_with_x_attempts_and_the_dead_letter_keeps_the_headers
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_claim_goes_back_unchanged_and_runs_once_its_holder_gives_up() {
+    const TEST: &str = "amqp_a_parked_claim_goes_back_unchanged";
+    let Some(url) = server_url(AMQP_URL, TEST) else {
+        return;
+    };
+    let queue = Queue::new(&url);
+    let transport = queue.transport(16).await;
+    let id = format!("parked-{}", unique_suffix());
+    let body = envelope_with_id(&id, &queue.name, 0).to_vec();
+    transport
+        .publish_with_headers(
+            &queue.name,
+            &body,
+            &[("traceparent".into(), "00-parked".into())],
+        )
+        .await
+        .unwrap();
+    consumer_support::a_parked_delivery_goes_back_unchanged_and_runs_once_freed(
+        transport.clone(),
+        &queue.name,
+        &id,
+    )
+    .await;
+    transport.close().await;
+    assert_eq!(queue.ready(&queue.name).await, 0);
+    assert_eq!(queue.ready(&queue.dlq()).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn poison_bodies_end_in_the_dlq_byte_for_byte_as_python_writes_them() {
     const TEST: &str = "amqp_poison_bodies_end_in_the_dlq";
     let (Some(url), Some(python)) = (server_url(AMQP_URL, TEST), python(TEST)) else {

@@ -433,6 +433,34 @@ fn poison_bodies(queue: &str) -> Vec<Vec<u8>> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_claim_goes_back_unchanged_and_runs_once_its_holder_gives_up() {
+    const TEST: &str = "redis_a_parked_claim_goes_back_unchanged";
+    let Some(url) = server_url(REDIS_URL, TEST) else {
+        return;
+    };
+    let queue = Queue::new(&url);
+    let transport = queue.transport().await;
+    let id = format!("parked-{}", unique_suffix());
+    let body = String::from_utf8(envelope_with_id(&id, &queue.name, 0).to_vec()).unwrap();
+    transport
+        .publish_with_headers(
+            &queue.name,
+            &body,
+            &[("traceparent".into(), "00-parked".into())],
+        )
+        .await
+        .unwrap();
+    consumer_support::a_parked_delivery_goes_back_unchanged_and_runs_once_freed(
+        transport,
+        &queue.name,
+        &id,
+    )
+    .await;
+    assert!(queue.drained().await);
+    assert_eq!(queue.len(&queue.dlq()).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn poison_ends_in_the_dlq_byte_for_byte_as_python_writes_it_and_the_worker_goes_on() {
     const TEST: &str = "poison_ends_in_the_dlq_byte_for_byte";
     let (Some(url), Some(python)) = (server_url(REDIS_URL, TEST), python(TEST)) else {

@@ -5,11 +5,16 @@
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use babel_idem::consumer::ConsumerReport;
+use babel_idem::store::{Claim, ClaimToken};
 use babel_idem::transport::Transport;
-use babel_idem::{Consumer, Envelope, Router, Store, guard, urn};
+use babel_idem::{
+    ClaimStore, Consumer, Delivery, Envelope, Guard, InMemoryStore, Router, Store, StoreError,
+    fence, guard, urn,
+};
 use redis::AsyncCommands;
 use serde_json::{Value, json};
 
@@ -134,4 +139,106 @@ pub fn dead_letter_block(record: &[u8]) -> String {
     let marker = "\"dead_letter\":";
     let start = text.rfind(marker).expect("a dead_letter member") + marker.len();
     text[start..text.len() - 1].to_owned()
+}
+
+/// One delivery of the parked-claim scenario, as the route saw it once the
+/// guard had decided.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimedDelivery {
+    pub attempts: u64,
+    pub traceparent: Option<String>,
+    /// The guard's answer: `Err` for a parked delivery.
+    pub ran: bool,
+}
+
+/// Claim mode on a real broker. `queue` holds one message, `id`, published
+/// with the header `traceparent: 00-parked`, and another worker holds the
+/// id's claim when the consumer meets it: the delivery is parked, and the
+/// consumer puts it back unchanged (no attempt spent, its headers kept)
+/// after the other lease's time left. The other worker then gives its claim
+/// up (its handler failed), so the copy wins the claim, with a larger fence,
+/// and runs once.
+pub async fn a_parked_delivery_goes_back_unchanged_and_runs_once_freed<T: Transport>(
+    transport: T,
+    queue: &str,
+    id: &str,
+) {
+    // The other worker's lease is short, so the parked delivery waits at most
+    // that long; it keeps it alive until the consumer has parked the delivery
+    // (a loaded machine may take longer than one lease to get there).
+    const OTHER_LEASE: Duration = Duration::from_secs(2);
+    let store = Arc::new(InMemoryStore::new());
+    let other = ClaimToken::random();
+    let other_fence = match store.claim(id, other, OTHER_LEASE).await.unwrap() {
+        Claim::Won { fence } => fence,
+        claim => panic!("the other worker claims {id} first: {claim:?}"),
+    };
+
+    let log: Arc<Mutex<Vec<ClaimedDelivery>>> = Arc::default();
+    let fences: Arc<Mutex<Vec<Option<u64>>>> = Arc::default();
+    let guard = Guard::new(Arc::clone(&store))
+        .lease(Duration::from_secs(30))
+        .unwrap();
+    let router = Router::builder()
+        .route(urn!("urn:babel:interop:created"), {
+            let (log, fences) = (Arc::clone(&log), Arc::clone(&fences));
+            move |env: Envelope, delivery: Delivery| {
+                let (guard, log, fences) = (guard.clone(), Arc::clone(&log), Arc::clone(&fences));
+                async move {
+                    let answer = guard
+                        .run(&env, async {
+                            fences.lock().unwrap().push(fence());
+                            Ok::<(), StoreError>(())
+                        })
+                        .await;
+                    log.lock().unwrap().push(ClaimedDelivery {
+                        attempts: delivery.attempts(),
+                        traceparent: delivery.header("traceparent").map(str::to_owned),
+                        ran: answer.is_ok(),
+                    });
+                    answer
+                }
+            }
+        })
+        .max_attempts(3)
+        .build()
+        .unwrap();
+    let consumer = Consumer::builder(router, transport, queue).build().unwrap();
+
+    let other_worker = async {
+        // Holds the claim until the delivery has been parked, then gives up.
+        while log.lock().unwrap().is_empty() {
+            assert!(
+                store.renew(id, other, OTHER_LEASE).await.unwrap(),
+                "the other worker's claim lapsed"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(store.release(id, other).await.unwrap());
+    };
+    let (report, ()) = tokio::join!(run_until_idle(&consumer, QUIET), other_worker);
+
+    let parked_then_ran = [false, true].map(|ran| ClaimedDelivery {
+        attempts: 0,
+        traceparent: Some("00-parked".to_owned()),
+        ran,
+    });
+    assert_eq!(*log.lock().unwrap(), parked_then_ran, "{report:?}");
+    let fences = fences.lock().unwrap().clone();
+    assert!(
+        matches!(fences.as_slice(), [Some(fence)] if *fence > other_fence),
+        "one run, fenced above the other worker's {other_fence}: {fences:?}"
+    );
+    assert_eq!(
+        (
+            report.delivered,
+            report.released,
+            report.acked,
+            report.retried,
+            report.dead_lettered
+        ),
+        (2, 1, 1, 0, 0),
+        "{report:?}"
+    );
+    assert!(store.seen(id).await.unwrap(), "the run is committed");
 }
