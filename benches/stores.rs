@@ -24,6 +24,10 @@
 //! stats, claim side / seen-set side (`evalsha` + `eval` / `exists` + `set`):
 //! the server-side cost without the client or the wire. Like the counts, it
 //! is server-wide: run the bench alone on its Redis for it to be exact.
+//! On Redis the comparison runs twice: as is, and with both modes'
+//! concurrent calls coalesced by `store::Batched` (rows `redis+b`: claims
+//! in one `claim_many` / `commit_many` script per batch, the seen-set in
+//! one `MGET` / `MULTI`-`EXEC`).
 //!
 //! Last, batches: `Guard::run_batch` over batches of 64 against one `guard`
 //! call per message, at concurrency 1, with the ratio and the round trips
@@ -177,6 +181,21 @@ impl<S: ClaimStore> ClaimStore for Counted<S> {
     ) -> StoreFuture<'a, bool> {
         self.calls.fetch_add(1, Ordering::Relaxed);
         self.inner.renew(id, owner, lease)
+    }
+    fn claim_many<'a>(
+        &'a self,
+        claims: &'a [(&'a str, ClaimToken)],
+        lease: Duration,
+    ) -> StoreFuture<'a, Vec<Claim>> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.inner.claim_many(claims, lease)
+    }
+    fn commit_many<'a>(
+        &'a self,
+        commits: &'a [(&'a str, ClaimToken)],
+    ) -> StoreFuture<'a, Vec<bool>> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.inner.commit_many(commits)
     }
 }
 
@@ -356,19 +375,22 @@ async fn bench_backend<S, R, C>(
 /// A lease no bench delivery outlives: renewal never fires.
 const BENCH_LEASE: Duration = Duration::from_secs(30);
 
-/// Claim mode against seen-set mode, both through `Guard` on one store:
-/// every path and concurrency, rounds alternating as in [`bench_backend`].
-/// `server` counts the claim side's commands; where the server also says
-/// how long it spent in them, the last column compares that per delivery
-/// with what `seen_set_server` counts for the seen-set side.
-async fn bench_claim_mode<S, C, D>(
+/// Claim mode against seen-set mode, both through `Guard` on `guarded` (the
+/// counted `store`, or a wrapper of it such as `Batched`): every path and
+/// concurrency, rounds alternating as in [`bench_backend`]. `server` counts
+/// the claim side's commands; where the server also says how long it spent
+/// in them, the last column compares that per delivery with what
+/// `seen_set_server` counts for the seen-set side.
+async fn bench_claim_mode<S, G, C, D>(
     backend: &str,
     store: Arc<Counted<S>>,
+    guarded: G,
     server: &C,
     seen_set_server: &D,
     point: Duration,
 ) where
     S: ClaimStore + 'static,
+    G: ClaimStore + Clone + Send + Sync + 'static,
     C: ServerCounter,
     D: ServerCounter,
 {
@@ -394,8 +416,7 @@ async fn bench_claim_mode<S, C, D>(
                 let before = server.read().await;
                 let usec_before = server.read_usec().await;
                 let (claimed, done) = measure(concurrency, slice, {
-                    let guard =
-                        Arc::new(Guard::new(Arc::clone(&store)).lease(BENCH_LEASE).unwrap());
+                    let guard = Arc::new(Guard::new(guarded.clone()).lease(BENCH_LEASE).unwrap());
                     let ids = ids("c");
                     move |worker, n| {
                         let guard = Arc::clone(&guard);
@@ -417,7 +438,7 @@ async fn bench_claim_mode<S, C, D>(
 
                 let usec_before = seen_set_server.read_usec().await;
                 let (seen_set, seen_set_done) = measure(concurrency, slice, {
-                    let guard = Arc::new(Guard::new(Arc::clone(&store)));
+                    let guard = Arc::new(Guard::new(guarded.clone()));
                     let ids = ids("s");
                     move |worker, n| {
                         let guard = Arc::clone(&guard);
@@ -458,6 +479,23 @@ async fn bench_claim_mode<S, C, D>(
             );
         }
     }
+}
+
+/// [`bench_claim_mode`] on the counted store itself, on a server that
+/// counts nothing.
+async fn bench_claim_mode_uncounted<S>(backend: &str, store: Arc<Counted<S>>, point: Duration)
+where
+    S: ClaimStore + 'static,
+{
+    bench_claim_mode(
+        backend,
+        Arc::clone(&store),
+        store,
+        &NoServer,
+        &NoServer,
+        point,
+    )
+    .await;
 }
 
 /// Messages per batch in the batch comparison.
@@ -671,7 +709,7 @@ mod sqlite {
         )
         .await;
         print_claim_header("sqlite");
-        bench_claim_mode("sqlite", Arc::clone(&store), &NoServer, &NoServer, point).await;
+        bench_claim_mode_uncounted("sqlite", Arc::clone(&store), point).await;
         bench_batches("sqlite", store, &NoServer, point).await;
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -731,6 +769,7 @@ fn profiled_deliveries<S: ClaimStore>(
 mod redis_backend {
     use super::*;
     use babel_idem::RedisStore;
+    use babel_idem::store::Batched;
     use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
     /// `EXISTS` and `SET NX` on the connection manager the store uses.
@@ -829,7 +868,29 @@ mod redis_backend {
         bench_backend("redis", Arc::clone(&store), Arc::new(raw), &seen_set, point).await;
         print_claim_header("redis");
         let scripts = CommandStats(connection.clone(), &["evalsha", "eval"]);
-        bench_claim_mode("redis", Arc::clone(&store), &scripts, &seen_set, point).await;
+        bench_claim_mode(
+            "redis",
+            Arc::clone(&store),
+            Arc::clone(&store),
+            &scripts,
+            &seen_set,
+            point,
+        )
+        .await;
+        // Both modes again with the concurrent calls coalesced: claims in
+        // `claim_many`/`commit_many` scripts, the seen-set in `MGET` and
+        // `MULTI`/`SET NX`/`EXEC`.
+        print_claim_header("redis+b (both modes in store::Batched)");
+        let batched_seen_set = CommandStats(connection.clone(), &["exists", "set", "mget"]);
+        bench_claim_mode(
+            "redis+b",
+            Arc::clone(&store),
+            Batched::new(Arc::clone(&store)),
+            &scripts,
+            &batched_seen_set,
+            point,
+        )
+        .await;
         // A batch's round trips: its `MGET` and its `MULTI`/`EXEC` pipeline.
         let batches = CommandStats(connection.clone(), &["mget", "exec"]);
         bench_batches("redis", store, &batches, point).await;
@@ -1217,7 +1278,7 @@ mod postgres_backend {
         )
         .await;
         print_claim_header("postgres");
-        bench_claim_mode("postgres", Arc::clone(&store), &NoServer, &NoServer, point).await;
+        bench_claim_mode_uncounted("postgres", Arc::clone(&store), point).await;
         bench_batches("postgres", store, &NoServer, point).await;
         let options: PgConnectOptions = url.parse().expect("a PostgreSQL URL");
         for path in [Path::First, Path::Duplicate] {

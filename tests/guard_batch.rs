@@ -12,11 +12,12 @@ mod store_contract;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use babel_idem::store::{Batched, StoreFuture, StoreOperation};
+use babel_idem::store::{Batched, Claim, ClaimToken, StoreFuture, StoreOperation};
 use babel_idem::{
-    BatchOutcome, Decision, Envelope, Guard, InMemoryStore, MessageId, OnRememberFailure, Store,
-    StoreError,
+    BatchOutcome, ClaimStore, Decision, Envelope, Guard, InMemoryStore, MessageId,
+    OnRememberFailure, Store, StoreError,
 };
 #[cfg(feature = "redis")]
 use store_contract::Backend;
@@ -84,6 +85,66 @@ impl Store for Flaky {
                 "down",
             ))),
             false => self.inner.remember_many(ids),
+        }
+    }
+}
+
+/// Claim mode: `claim` of a poison id fails, and so does a `claim_many`
+/// that holds one; `claim_many` / `commit_many` fail while `fail_batches`
+/// is set.
+impl ClaimStore for Flaky {
+    fn claim<'a>(
+        &'a self,
+        id: &'a str,
+        owner: ClaimToken,
+        lease: Duration,
+    ) -> StoreFuture<'a, Claim> {
+        self.call("claim");
+        self.refuse(StoreOperation::Claim, id)
+            .unwrap_or_else(|| self.inner.claim(id, owner, lease))
+    }
+    fn commit<'a>(&'a self, id: &'a str, owner: ClaimToken) -> StoreFuture<'a, bool> {
+        self.call("commit");
+        self.inner.commit(id, owner)
+    }
+    fn release<'a>(&'a self, id: &'a str, owner: ClaimToken) -> StoreFuture<'a, bool> {
+        self.inner.release(id, owner)
+    }
+    fn renew<'a>(
+        &'a self,
+        id: &'a str,
+        owner: ClaimToken,
+        lease: Duration,
+    ) -> StoreFuture<'a, bool> {
+        self.inner.renew(id, owner, lease)
+    }
+    fn claim_many<'a>(
+        &'a self,
+        claims: &'a [(&'a str, ClaimToken)],
+        lease: Duration,
+    ) -> StoreFuture<'a, Vec<Claim>> {
+        self.call("claim_many");
+        // A batch holding a poison id fails as a whole, as on a server.
+        let poisoned = claims.iter().any(|(id, _)| self.poison.contains(id));
+        match self.fail_batches || poisoned {
+            true => {
+                StoreFuture::ready(Err(StoreError::new(StoreOperation::Claim, "flaky", "down")))
+            }
+            false => self.inner.claim_many(claims, lease),
+        }
+    }
+    fn commit_many<'a>(
+        &'a self,
+        commits: &'a [(&'a str, ClaimToken)],
+    ) -> StoreFuture<'a, Vec<bool>> {
+        self.call("commit_many");
+        match self.fail_batches {
+            true => StoreFuture::ready(Err(StoreError::new(
+                StoreOperation::Commit,
+                "flaky",
+                "down",
+            ))),
+            false => self.inner.commit_many(commits),
         }
     }
 }
@@ -518,6 +579,70 @@ async fn a_failed_batch_on_a_batched_store_fails_only_the_poison_id() {
     assert_eq!(ran, expected, "neither the poison id nor the seen one ran");
     assert!(flaky.calls("seen_many") >= 1, "the batch was tried");
     assert!(flaky.inner.seen("order-3").await.unwrap());
+}
+
+/// Claim mode through `Batched`: concurrent claims and commits meet in
+/// `claim_many` / `commit_many`; when those fail as a whole, each call is
+/// asked again alone, so the poison id fails alone (its handler not run),
+/// the done id is skipped, and every other id runs once and is committed.
+#[tokio::test]
+async fn a_failed_claim_batch_fails_only_the_poison_id() {
+    for fail_batches in [false, true] {
+        let flaky = Arc::new(Flaky {
+            fail_batches,
+            poison: vec!["poison"],
+            ..Flaky::default()
+        });
+        flaky.inner.remember("done-before").await.unwrap();
+        let guard = Guard::new(Batched::new(Arc::clone(&flaky)))
+            .lease(Duration::from_secs(30))
+            .unwrap();
+        let runs = Arc::new(Mutex::new(Vec::new()));
+        let mut all = ids("claimed", 32);
+        all.extend(["poison".to_owned(), "done-before".to_owned()]);
+        let mut deliveries = tokio::task::JoinSet::new();
+        for id in all.clone() {
+            let (guard, runs) = (guard.clone(), Arc::clone(&runs));
+            deliveries.spawn(async move {
+                let result = guard
+                    .run(&envelope(&id), async {
+                        runs.lock().unwrap().push(id.clone());
+                        Ok::<(), DeliveryError>(())
+                    })
+                    .await;
+                (id, result)
+            });
+        }
+        for (id, result) in deliveries.join_all().await {
+            match id.as_str() {
+                "poison" => assert!(
+                    matches!(&result, Err(DeliveryError::Store(e)) if e.operation() == StoreOperation::Claim),
+                    "{result:?}"
+                ),
+                _ => assert!(result.is_ok(), "{id}: {result:?}"),
+            }
+        }
+        let mut ran = runs.lock().unwrap().clone();
+        ran.sort();
+        let mut expected = ids("claimed", 32);
+        expected.sort();
+        assert_eq!(ran, expected, "neither the poison id nor the done one ran");
+        let claimed: Vec<&str> = expected.iter().map(String::as_str).collect();
+        assert!(
+            flaky
+                .inner
+                .seen_many(&claimed)
+                .await
+                .unwrap()
+                .into_iter()
+                .all(|done| done)
+        );
+        assert!(!flaky.inner.seen("poison").await.unwrap());
+        assert!(
+            flaky.calls("claim_many") >= 1,
+            "32 concurrent claims met at least once (fail_batches: {fail_batches})"
+        );
+    }
 }
 
 /// Thousands of deliveries on four threads: every call is answered (none is

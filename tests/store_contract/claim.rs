@@ -10,7 +10,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use babel_idem::store::{Claim, ClaimToken};
+use babel_idem::store::{Batched, Claim, ClaimToken};
 use babel_idem::{ClaimStore, Store};
 
 use super::Backend;
@@ -28,6 +28,7 @@ macro_rules! claim_contract_tests {
             renewal_keeps_a_claim_past_its_first_lease,
             a_claim_never_looks_done_to_a_seen_set_reader,
             bad_leases_and_unstorable_ids_fail_with_a_clear_error,
+            batches_of_claims_and_commits_answer_as_single_calls,
         );
 
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -35,6 +36,16 @@ macro_rules! claim_contract_tests {
             if let Some(backend) = $create("exactly_one_of_64_concurrent_claims_wins") {
                 crate::store_contract::claim::exactly_one_of_64_concurrent_claims_wins(&backend)
                     .await;
+            }
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn exactly_one_of_64_concurrent_batched_claims_wins() {
+            if let Some(backend) = $create("exactly_one_of_64_concurrent_batched_claims_wins") {
+                crate::store_contract::claim::exactly_one_of_64_concurrent_batched_claims_wins(
+                    &backend,
+                )
+                .await;
             }
         }
     };
@@ -86,11 +97,61 @@ where
     B::Store: ClaimStore,
 {
     let store = Arc::new(backend.open("claim_race", None).await);
-    let tasks: Vec<_> = (0..64)
+    let winner = the_one_winner_of_64_claims(&store, false).await;
+    assert!(store.commit("id-A", winner).await.unwrap());
+    for _ in 0..3 {
+        let late = store.claim("id-A", ClaimToken::random(), LONG).await;
+        assert_eq!(late.unwrap(), Claim::Done);
+    }
+}
+
+/// The same race through [`Batched`]: the 64 claims meet in batches (one
+/// `claim_many` each), among claims of other ids, and still exactly one
+/// wins; of 8 concurrent commits by the winner, one commits.
+pub async fn exactly_one_of_64_concurrent_batched_claims_wins<B>(backend: &B)
+where
+    B: Backend,
+    B::Store: ClaimStore,
+{
+    let store = Arc::new(Batched::new(backend.open("claim_race_batched", None).await));
+    let winner = the_one_winner_of_64_claims(&store, true).await;
+    let commits: Vec<_> = (0..8)
         .map(|_| {
             let store = Arc::clone(&store);
+            tokio::spawn(async move { store.commit("id-A", winner).await.unwrap() })
+        })
+        .collect();
+    let mut committed = 0;
+    for commit in commits {
+        committed += usize::from(commit.await.expect("the task ran"));
+    }
+    assert_eq!(
+        committed, 1,
+        "the first commit drops the claim; the others find it gone"
+    );
+    assert_eq!(
+        store
+            .claim("id-A", ClaimToken::random(), LONG)
+            .await
+            .unwrap(),
+        Claim::Done
+    );
+}
+
+/// 64 tasks claim `id-A` at once (with `other_ids`, half of them first claim
+/// an id of their own, which each wins); exactly one wins `id-A`: its owner.
+async fn the_one_winner_of_64_claims<S>(store: &Arc<S>, other_ids: bool) -> ClaimToken
+where
+    S: ClaimStore + Send + Sync + 'static,
+{
+    let tasks: Vec<_> = (0..64)
+        .map(|n| {
+            let store = Arc::clone(store);
             tokio::spawn(async move {
                 let owner = ClaimToken::random();
+                if other_ids && n % 2 == 0 {
+                    won(store.claim(&format!("own-{n}"), owner, LONG).await.unwrap());
+                }
                 (owner, store.claim("id-A", owner, LONG).await)
             })
         })
@@ -106,11 +167,106 @@ where
         }
     }
     assert_eq!(winners.len(), 1, "exactly one of 64 claims wins");
-    assert!(store.commit("id-A", winners[0]).await.unwrap());
-    for _ in 0..3 {
-        let late = store.claim("id-A", ClaimToken::random(), LONG).await;
-        assert_eq!(late.unwrap(), Claim::Done);
+    winners[0]
+}
+
+/// `claim_many` and `commit_many` give, entry by entry, what single calls
+/// made in that order give: done ids, live claims, an id twice in one
+/// batch, stale owners, an empty batch, and a batch longer than a Redis
+/// batch script takes.
+pub async fn batches_of_claims_and_commits_answer_as_single_calls<B>(backend: &B)
+where
+    B: Backend,
+    B::Store: ClaimStore,
+{
+    let store = backend.open("claim_batches", None).await;
+    let [
+        done_owner,
+        other,
+        fresh,
+        held_asker,
+        twice_first,
+        twice_second,
+    ] = std::array::from_fn(|_| ClaimToken::random());
+    won(store.claim("done", done_owner, LONG).await.unwrap());
+    assert!(store.commit("done", done_owner).await.unwrap());
+    won(store.claim("held", other, LONG).await.unwrap());
+
+    let claimed = store
+        .claim_many(
+            &[
+                ("fresh", fresh),
+                ("done", ClaimToken::random()),
+                ("held", held_asker),
+                ("twice", twice_first),
+                ("twice", twice_second),
+            ],
+            LONG,
+        )
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 5, "{claimed:?}");
+    won(claimed[0]);
+    assert_eq!(claimed[1], Claim::Done);
+    assert_held(claimed[2]);
+    won(claimed[3]);
+    assert_held(claimed[4]);
+
+    let committed = store
+        .commit_many(&[
+            ("fresh", fresh),
+            ("held", held_asker),
+            ("twice", twice_second),
+            ("twice", twice_first),
+            ("twice", twice_first),
+            ("done", done_owner),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(
+        committed,
+        [true, false, false, true, false, false],
+        "only a current owner commits, once"
+    );
+    assert_eq!(
+        store.seen_many(&["fresh", "held", "twice"]).await.unwrap(),
+        [true, false, true]
+    );
+    assert!(
+        store.commit("held", other).await.unwrap(),
+        "the holder is untouched"
+    );
+
+    assert!(store.claim_many(&[], LONG).await.unwrap().is_empty());
+    assert!(store.commit_many(&[]).await.unwrap().is_empty());
+
+    let ids: Vec<String> = (0..600).map(|n| format!("many-{n}")).collect();
+    let owners: Vec<(&str, ClaimToken)> = ids
+        .iter()
+        .map(|id| (id.as_str(), ClaimToken::random()))
+        .collect();
+    let claimed = store.claim_many(&owners, LONG).await.unwrap();
+    assert_eq!(claimed.len(), 600);
+    for claim in claimed {
+        won(claim);
     }
+    assert!(
+        store
+            .commit_many(&owners)
+            .await
+            .unwrap()
+            .into_iter()
+            .all(|done| done)
+    );
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    assert!(
+        store
+            .seen_many(&ids)
+            .await
+            .unwrap()
+            .into_iter()
+            .all(|seen| seen)
+    );
 }
 
 pub async fn stale_release_commit_and_renew_change_nothing<B>(backend: &B)

@@ -3,9 +3,10 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
-use super::claim::{ClaimStore, forward_claim_store};
-use super::{Store, StoreFuture};
+use super::claim::{Claim, ClaimStore, ClaimToken};
+use super::{Store, StoreError, StoreFuture, StoreOperation};
 use crate::coalesce::Coalescer;
 
 /// Wraps a store so that the `seen` calls made while another is on its way
@@ -24,12 +25,20 @@ use crate::coalesce::Coalescer;
 /// decision is unchanged. When a batch fails as a whole, each of its calls
 /// is asked again on its own, so an error reaches only the calls the store
 /// cannot answer (a poison id fails alone, as with
-/// [`Guard::run_batch`](crate::Guard::run_batch)). `forget` and claim mode's
-/// operations go straight to the inner store.
+/// [`Guard::run_batch`](crate::Guard::run_batch)). `forget` goes straight
+/// to the inner store.
+///
+/// Claim mode ([`Guard::lease`](crate::Guard::lease)) is batched the same
+/// way: concurrent `claim` calls meet in one
+/// [`claim_many`](ClaimStore::claim_many), concurrent `commit` calls in one
+/// [`commit_many`](ClaimStore::commit_many), each entry with its own owner
+/// and fence; `release` and `renew` go straight to the inner store.
 ///
 /// Batching pays where a call is a round trip: wrap [`RedisStore`],
 /// `PostgresStore` or `SqliteStore`, not the [`InMemoryStore`], which
-/// answers without waiting. Clones share their batches.
+/// answers without waiting. In claim mode it pays on Redis, whose
+/// `claim_many` / `commit_many` are one script per batch (the SQL stores
+/// answer those one statement per entry). Clones share their batches.
 ///
 /// [`RedisStore`]: crate::RedisStore
 /// [`InMemoryStore`]: crate::InMemoryStore
@@ -68,6 +77,8 @@ struct Inner<S> {
     store: S,
     seen: Coalescer<Box<str>, bool>,
     remember: Coalescer<Box<str>, ()>,
+    claim: Coalescer<(Box<str>, ClaimToken, Duration), Claim>,
+    commit: Coalescer<(Box<str>, ClaimToken), bool>,
 }
 
 impl<S: Store> Batched<S> {
@@ -78,6 +89,8 @@ impl<S: Store> Batched<S> {
                 store,
                 seen: Coalescer::new(),
                 remember: Coalescer::new(),
+                claim: Coalescer::new(),
+                commit: Coalescer::new(),
             }),
         }
     }
@@ -148,9 +161,120 @@ impl<S: Store> Store for Batched<S> {
     }
 }
 
-// Claim mode's operations are not batched: each is one atomic operation on
-// the server with an owner of its own.
-forward_claim_store!([ClaimStore] get_ref: Batched<S>);
+/// Claim mode: concurrent `claim` calls go out together in one
+/// [`claim_many`](ClaimStore::claim_many) (one per lease, when the waiting
+/// calls asked for different ones), concurrent `commit` calls in one
+/// [`commit_many`](ClaimStore::commit_many); each entry keeps its own owner,
+/// and its answer is the one a single call would give. `release` and
+/// `renew`, rarer and never on a delivery's common path, go straight to the
+/// inner store.
+impl<S: ClaimStore> ClaimStore for Batched<S> {
+    fn claim<'a>(
+        &'a self,
+        id: &'a str,
+        owner: ClaimToken,
+        lease: Duration,
+    ) -> StoreFuture<'a, Claim> {
+        let Inner { store, claim, .. } = &*self.inner;
+        StoreFuture::new(async move {
+            let batched = claim.call((id.into(), owner, lease), |requests| async move {
+                match requests.as_slice() {
+                    [(id, owner, lease)] => {
+                        store.claim(id, *owner, *lease).await.ok().map(|c| vec![c])
+                    }
+                    _ => claim_by_lease(store, &requests).await.ok(),
+                }
+            });
+            match batched.await {
+                Some(answer) => Ok(answer),
+                None => store.claim(id, owner, lease).await,
+            }
+        })
+    }
+
+    fn commit<'a>(&'a self, id: &'a str, owner: ClaimToken) -> StoreFuture<'a, bool> {
+        let Inner { store, commit, .. } = &*self.inner;
+        StoreFuture::new(async move {
+            let batched = commit.call((id.into(), owner), |requests| async move {
+                let commits: Vec<(&str, ClaimToken)> =
+                    requests.iter().map(|(id, owner)| (&**id, *owner)).collect();
+                match commits.as_slice() {
+                    [(id, owner)] => store.commit(id, *owner).await.ok().map(|done| vec![done]),
+                    _ => store.commit_many(&commits).await.ok(),
+                }
+            });
+            match batched.await {
+                Some(answer) => Ok(answer),
+                None => store.commit(id, owner).await,
+            }
+        })
+    }
+
+    fn release<'a>(&'a self, id: &'a str, owner: ClaimToken) -> StoreFuture<'a, bool> {
+        self.inner.store.release(id, owner)
+    }
+
+    fn renew<'a>(
+        &'a self,
+        id: &'a str,
+        owner: ClaimToken,
+        lease: Duration,
+    ) -> StoreFuture<'a, bool> {
+        self.inner.store.renew(id, owner, lease)
+    }
+
+    fn claim_many<'a>(
+        &'a self,
+        claims: &'a [(&'a str, ClaimToken)],
+        lease: Duration,
+    ) -> StoreFuture<'a, Vec<Claim>> {
+        self.inner.store.claim_many(claims, lease)
+    }
+
+    fn commit_many<'a>(
+        &'a self,
+        commits: &'a [(&'a str, ClaimToken)],
+    ) -> StoreFuture<'a, Vec<bool>> {
+        self.inner.store.commit_many(commits)
+    }
+}
+
+/// The answers to a batch of claims that may ask for different leases: one
+/// `claim_many` per lease, in the order the leases first appear, each
+/// answer put back at its request's place. Entries of one id keep their
+/// order within a lease; a guard uses one lease, so a batch is one call.
+async fn claim_by_lease<S: ClaimStore>(
+    store: &S,
+    requests: &[(Box<str>, ClaimToken, Duration)],
+) -> Result<Vec<Claim>, StoreError> {
+    let mut answers = vec![Claim::Done; requests.len()];
+    let mut leases: Vec<Duration> = Vec::new();
+    for (_, _, lease) in requests {
+        if !leases.contains(lease) {
+            leases.push(*lease);
+        }
+    }
+    for lease in leases {
+        let (places, claims): (Vec<usize>, Vec<(&str, ClaimToken)>) = requests
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, _, asked))| *asked == lease)
+            .map(|(place, (id, owner, _))| (place, (&**id, *owner)))
+            .unzip();
+        let claimed = store.claim_many(&claims, lease).await?;
+        if claimed.len() != places.len() {
+            return Err(StoreError::new(
+                StoreOperation::Claim,
+                "batched",
+                "the store answered a batch of claims with a different count",
+            ));
+        }
+        for (place, claim) in places.into_iter().zip(claimed) {
+            answers[place] = claim;
+        }
+    }
+    Ok(answers)
+}
 
 impl<S> Clone for Batched<S> {
     fn clone(&self) -> Self {

@@ -151,6 +151,97 @@ pub trait ClaimStore: Store {
         owner: ClaimToken,
         lease: Duration,
     ) -> StoreFuture<'a, bool>;
+
+    /// [`claim`](ClaimStore::claim) for every `(id, owner)` of a batch, all
+    /// for `lease`, in order: one answer per entry, each the one a single
+    /// call made at that point would give (an id that appears twice is held
+    /// by its first owner when its second entry is claimed).
+    ///
+    /// The default calls [`claim`](ClaimStore::claim) once per entry;
+    /// [`RedisStore`](crate::RedisStore) answers a whole batch with one
+    /// script. [`Batched`](crate::store::Batched) sends concurrent claims
+    /// through it. On an `Err` some entries may have been claimed and
+    /// others not.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use babel_idem::store::{Claim, ClaimToken};
+    /// use babel_idem::{ClaimStore, InMemoryStore};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let store = InMemoryStore::new();
+    /// let (first, second) = (ClaimToken::random(), ClaimToken::random());
+    /// let answers = store
+    ///     .claim_many(&[("id-A", first), ("id-A", second)], Duration::from_secs(30))
+    ///     .await?;
+    /// assert!(matches!(answers[0], Claim::Won { .. }));
+    /// assert!(matches!(answers[1], Claim::Held { .. }));
+    /// # Ok::<(), babel_idem::StoreError>(())
+    /// # }).unwrap();
+    /// ```
+    fn claim_many<'a>(
+        &'a self,
+        claims: &'a [(&'a str, ClaimToken)],
+        lease: Duration,
+    ) -> StoreFuture<'a, Vec<Claim>> {
+        StoreFuture::new(claim_each(self, claims, lease))
+    }
+
+    /// [`commit`](ClaimStore::commit) for every `(id, owner)` of a batch, in
+    /// order: `true` where that owner still held its claim and the id is now
+    /// done.
+    ///
+    /// The default calls [`commit`](ClaimStore::commit) once per entry;
+    /// [`RedisStore`](crate::RedisStore) answers a whole batch with one
+    /// script. On an `Err` some entries may have been committed and others
+    /// not.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use babel_idem::store::{Claim, ClaimToken};
+    /// use babel_idem::{ClaimStore, InMemoryStore, Store};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let store = InMemoryStore::new();
+    /// let (owner, stranger) = (ClaimToken::random(), ClaimToken::random());
+    /// store.claim("id-A", owner, Duration::from_secs(30)).await?;
+    /// let answers = store.commit_many(&[("id-A", stranger), ("id-A", owner)]).await?;
+    /// assert_eq!(answers, [false, true]);
+    /// assert!(store.seen("id-A").await?);
+    /// # Ok::<(), babel_idem::StoreError>(())
+    /// # }).unwrap();
+    /// ```
+    fn commit_many<'a>(
+        &'a self,
+        commits: &'a [(&'a str, ClaimToken)],
+    ) -> StoreFuture<'a, Vec<bool>> {
+        StoreFuture::new(commit_each(self, commits))
+    }
+}
+
+/// The default [`ClaimStore::claim_many`]: one claim per entry, in order.
+pub(crate) async fn claim_each<S: ClaimStore + ?Sized>(
+    store: &S,
+    claims: &[(&str, ClaimToken)],
+    lease: Duration,
+) -> Result<Vec<Claim>, StoreError> {
+    let mut answers = Vec::with_capacity(claims.len());
+    for &(id, owner) in claims {
+        answers.push(store.claim(id, owner, lease).await?);
+    }
+    Ok(answers)
+}
+
+/// The default [`ClaimStore::commit_many`]: one commit per entry, in order.
+pub(crate) async fn commit_each<S: ClaimStore + ?Sized>(
+    store: &S,
+    commits: &[(&str, ClaimToken)],
+) -> Result<Vec<bool>, StoreError> {
+    let mut answers = Vec::with_capacity(commits.len());
+    for &(id, owner) in commits {
+        answers.push(store.commit(id, owner).await?);
+    }
+    Ok(answers)
 }
 
 /// Implements `ClaimStore` for a wrapper of a store `S` by handing every
@@ -175,11 +266,18 @@ macro_rules! forward_claim_store {
             fn renew<'a>(&'a self, id: &'a str, owner: $crate::store::ClaimToken, lease: ::std::time::Duration) -> $crate::store::StoreFuture<'a, bool> {
                 self.$inner().renew(id, owner, lease)
             }
+            #[inline]
+            fn claim_many<'a>(&'a self, claims: &'a [(&'a str, $crate::store::ClaimToken)], lease: ::std::time::Duration) -> $crate::store::StoreFuture<'a, ::std::vec::Vec<$crate::store::Claim>> {
+                self.$inner().claim_many(claims, lease)
+            }
+            #[inline]
+            fn commit_many<'a>(&'a self, commits: &'a [(&'a str, $crate::store::ClaimToken)]) -> $crate::store::StoreFuture<'a, ::std::vec::Vec<bool>> {
+                self.$inner().commit_many(commits)
+            }
         }
         forward_claim_store!([$($bounds)+] $inner: $($rest),*);
     };
 }
-pub(crate) use forward_claim_store;
 
 forward_claim_store!([ClaimStore + ?Sized] deref: &S, Arc<S>, Box<S>);
 
