@@ -23,7 +23,10 @@ use babel_idem::{
 use store_contract::Backend;
 use store_contract::{DeliveryError, envelope};
 
-/// An in-memory store that counts its calls and fails the ones a test asks for.
+/// An in-memory store that counts its calls and fails the ones a test asks
+/// for. Each call takes one turn of the scheduler before it answers, as a
+/// round trip to a server would: `Batched` groups the calls that arrive
+/// while one is out.
 #[derive(Default)]
 struct Flaky {
     inner: InMemoryStore,
@@ -55,37 +58,55 @@ impl Flaky {
     }
 }
 
+/// `future`, answered after one turn of the scheduler.
+fn round_trip<'a, T: Send + 'a>(future: StoreFuture<'a, T>) -> StoreFuture<'a, T> {
+    StoreFuture::new(async move {
+        tokio::task::yield_now().await;
+        future.await
+    })
+}
+
 impl Store for Flaky {
     fn seen<'a>(&'a self, id: &'a str) -> StoreFuture<'a, bool> {
-        self.call("seen");
-        self.refuse(StoreOperation::Seen, id)
-            .unwrap_or_else(|| self.inner.seen(id))
+        round_trip({
+            self.call("seen");
+            self.refuse(StoreOperation::Seen, id)
+                .unwrap_or_else(|| self.inner.seen(id))
+        })
     }
     fn remember<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
-        self.call("remember");
-        self.refuse(StoreOperation::Remember, id)
-            .unwrap_or_else(|| self.inner.remember(id))
+        round_trip({
+            self.call("remember");
+            self.refuse(StoreOperation::Remember, id)
+                .unwrap_or_else(|| self.inner.remember(id))
+        })
     }
     fn forget<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
         self.inner.forget(id)
     }
     fn seen_many<'a>(&'a self, ids: &'a [&'a str]) -> StoreFuture<'a, Vec<bool>> {
-        self.call("seen_many");
-        match self.fail_batches {
-            true => StoreFuture::ready(Err(StoreError::new(StoreOperation::Seen, "flaky", "down"))),
-            false => self.inner.seen_many(ids),
-        }
+        round_trip({
+            self.call("seen_many");
+            match self.fail_batches {
+                true => {
+                    StoreFuture::ready(Err(StoreError::new(StoreOperation::Seen, "flaky", "down")))
+                }
+                false => self.inner.seen_many(ids),
+            }
+        })
     }
     fn remember_many<'a>(&'a self, ids: &'a [&'a str]) -> StoreFuture<'a, ()> {
-        self.call("remember_many");
-        match self.fail_batches {
-            true => StoreFuture::ready(Err(StoreError::new(
-                StoreOperation::Remember,
-                "flaky",
-                "down",
-            ))),
-            false => self.inner.remember_many(ids),
-        }
+        round_trip({
+            self.call("remember_many");
+            match self.fail_batches {
+                true => StoreFuture::ready(Err(StoreError::new(
+                    StoreOperation::Remember,
+                    "flaky",
+                    "down",
+                ))),
+                false => self.inner.remember_many(ids),
+            }
+        })
     }
 }
 
@@ -99,13 +120,17 @@ impl ClaimStore for Flaky {
         owner: ClaimToken,
         lease: Duration,
     ) -> StoreFuture<'a, Claim> {
-        self.call("claim");
-        self.refuse(StoreOperation::Claim, id)
-            .unwrap_or_else(|| self.inner.claim(id, owner, lease))
+        round_trip({
+            self.call("claim");
+            self.refuse(StoreOperation::Claim, id)
+                .unwrap_or_else(|| self.inner.claim(id, owner, lease))
+        })
     }
     fn commit<'a>(&'a self, id: &'a str, owner: ClaimToken) -> StoreFuture<'a, bool> {
-        self.call("commit");
-        self.inner.commit(id, owner)
+        round_trip({
+            self.call("commit");
+            self.inner.commit(id, owner)
+        })
     }
     fn release<'a>(&'a self, id: &'a str, owner: ClaimToken) -> StoreFuture<'a, bool> {
         self.inner.release(id, owner)
@@ -123,29 +148,33 @@ impl ClaimStore for Flaky {
         claims: &'a [(&'a str, ClaimToken)],
         lease: Duration,
     ) -> StoreFuture<'a, Vec<Claim>> {
-        self.call("claim_many");
-        // A batch holding a poison id fails as a whole, as on a server.
-        let poisoned = claims.iter().any(|(id, _)| self.poison.contains(id));
-        match self.fail_batches || poisoned {
-            true => {
-                StoreFuture::ready(Err(StoreError::new(StoreOperation::Claim, "flaky", "down")))
+        round_trip({
+            self.call("claim_many");
+            // A batch holding a poison id fails as a whole, as on a server.
+            let poisoned = claims.iter().any(|(id, _)| self.poison.contains(id));
+            match self.fail_batches || poisoned {
+                true => {
+                    StoreFuture::ready(Err(StoreError::new(StoreOperation::Claim, "flaky", "down")))
+                }
+                false => self.inner.claim_many(claims, lease),
             }
-            false => self.inner.claim_many(claims, lease),
-        }
+        })
     }
     fn commit_many<'a>(
         &'a self,
         commits: &'a [(&'a str, ClaimToken)],
     ) -> StoreFuture<'a, Vec<bool>> {
-        self.call("commit_many");
-        match self.fail_batches {
-            true => StoreFuture::ready(Err(StoreError::new(
-                StoreOperation::Commit,
-                "flaky",
-                "down",
-            ))),
-            false => self.inner.commit_many(commits),
-        }
+        round_trip({
+            self.call("commit_many");
+            match self.fail_batches {
+                true => StoreFuture::ready(Err(StoreError::new(
+                    StoreOperation::Commit,
+                    "flaky",
+                    "down",
+                ))),
+                false => self.inner.commit_many(commits),
+            }
+        })
     }
 }
 

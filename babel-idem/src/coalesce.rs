@@ -6,6 +6,14 @@
 //! lead to a caller that arrived meanwhile. No caller leads twice, so none is
 //! held back serving the others for longer than one flush.
 //!
+//! While calls are meeting (the last flush carried several, or the lead was
+//! handed on by a flush), a leader first yields one turn, so the callers
+//! that are ready to run join its flush. A lone caller (the last flush was
+//! its own alone) flushes at once: at concurrency 1 that turn would only
+//! cost a pass through the scheduler. The first call of a burst after a
+//! quiet spell therefore goes out alone, and the rest, queued meanwhile,
+//! together.
+//!
 //! Cancellation never strands a caller: a leader dropped mid-flush tells the
 //! callers of its batch to ask on their own and passes the lead on; a waiter
 //! dropped just as the lead reached it passes it on in turn.
@@ -26,6 +34,8 @@ struct State<R, A> {
     /// A caller is flushing, or has the lead and is about to.
     leading: bool,
     waiting: VecDeque<Waiter<R, A>>,
+    /// The last flush carried more than one request: calls are meeting.
+    meeting: bool,
 }
 
 struct Waiter<R, A> {
@@ -61,6 +71,7 @@ impl<R, A> Coalescer<R, A> {
             state: Mutex::new(State {
                 leading: false,
                 waiting: VecDeque::new(),
+                meeting: false,
             }),
         }
     }
@@ -90,11 +101,11 @@ impl<R, A> Coalescer<R, A> {
                 Err(slot)
             } else {
                 state.leading = true;
-                Ok(request)
+                Ok((request, state.meeting))
             }
         };
-        let request = match queued {
-            Ok(request) => request,
+        let (request, meeting) = match queued {
+            Ok(led) => led,
             Err(slot) => match (Waiting {
                 coalescer: self,
                 slot,
@@ -103,19 +114,26 @@ impl<R, A> Coalescer<R, A> {
             {
                 Reply::Answer(answer) => return Some(answer),
                 Reply::Alone => return None,
-                Reply::Lead(request) => request,
+                // Handed on by a flush: calls are meeting.
+                Reply::Lead(request) => (request, true),
             },
         };
 
         // Leading from here on; the lead is passed on however this ends.
         let _lead = Lead(self);
-        // Let the callers that are ready to run reach the queue first, so a
-        // burst (a consumer's reserved batch) goes out in one flush.
-        YieldOnce(false).await;
+        if meeting {
+            // Let the callers that are ready to run reach the queue first,
+            // so a burst (a consumer's reserved batch) goes out in one flush.
+            YieldOnce(false).await;
+        }
         let (mut requests, mut slots) = (vec![request], Vec::new());
-        for waiter in self.lock().waiting.drain(..) {
-            requests.push(waiter.request);
-            slots.push(Responder(Some(waiter.slot)));
+        {
+            let mut state = self.lock();
+            state.meeting = !state.waiting.is_empty();
+            for waiter in state.waiting.drain(..) {
+                requests.push(waiter.request);
+                slots.push(Responder(Some(waiter.slot)));
+            }
         }
         let mut answers = flush(requests).await?.into_iter();
         let own = answers.next();
@@ -302,9 +320,52 @@ mod tests {
         call.as_mut().poll(&mut Context::from_waker(Waker::noop()))
     }
 
+    /// A coalescer whose calls are meeting: its last flush carried two
+    /// requests (100 went alone, then 101 and 102 together). Forgets those
+    /// flushes.
+    fn meeting(coalescer: &Coalescer<u32, u32>, flushes: &Flushes) {
+        flushes.batches.lock().unwrap().clear();
+        flushes.closed.store(true, Ordering::SeqCst);
+        let mut alone = call(coalescer, flushes, 100);
+        assert!(poll(&mut alone).is_pending()); // flushing [100]
+        let (mut b, mut c) = (call(coalescer, flushes, 101), call(coalescer, flushes, 102));
+        assert!(poll(&mut b).is_pending());
+        assert!(poll(&mut c).is_pending());
+        flushes.closed.store(false, Ordering::SeqCst);
+        assert_eq!(poll(&mut alone), Poll::Ready(Some(1000)));
+        assert!(poll(&mut b).is_pending()); // handed the lead: yields
+        assert_eq!(poll(&mut b), Poll::Ready(Some(1010)));
+        assert_eq!(poll(&mut c), Poll::Ready(Some(1020)));
+        assert_eq!(flushes.batches(), [vec![100], vec![101, 102]]);
+        flushes.batches.lock().unwrap().clear();
+    }
+
+    #[test]
+    fn a_lone_caller_flushes_at_once() {
+        let (coalescer, flushes) = (Coalescer::new(), Flushes::default());
+        for r in 1..=3 {
+            let mut lone = call(&coalescer, &flushes, r);
+            assert_eq!(
+                poll(&mut lone),
+                Poll::Ready(Some(r * 10)),
+                "no turn yielded"
+            );
+        }
+        assert_eq!(flushes.batches(), [vec![1], vec![2], vec![3]]);
+        // Once calls have met, a leader yields a turn again, then goes
+        // back to flushing at once after a flush of its own alone.
+        meeting(&coalescer, &flushes);
+        let mut next = call(&coalescer, &flushes, 4);
+        assert!(poll(&mut next).is_pending());
+        assert_eq!(poll(&mut next), Poll::Ready(Some(40)));
+        let mut lone = call(&coalescer, &flushes, 5);
+        assert_eq!(poll(&mut lone), Poll::Ready(Some(50)));
+    }
+
     #[test]
     fn callers_that_arrive_while_the_leader_yields_share_its_flush() {
         let (coalescer, flushes) = (Coalescer::new(), Flushes::default());
+        meeting(&coalescer, &flushes);
         let mut calls: Vec<_> = (0..5).map(|r| call(&coalescer, &flushes, r)).collect();
         for call in &mut calls {
             assert!(poll(call).is_pending());
@@ -322,8 +383,7 @@ mod tests {
         let (coalescer, flushes) = (Coalescer::new(), Flushes::default());
         flushes.closed.store(true, Ordering::SeqCst);
         let mut first = call(&coalescer, &flushes, 1);
-        assert!(poll(&mut first).is_pending()); // leads, yields
-        assert!(poll(&mut first).is_pending()); // flushing [1], gate closed
+        assert!(poll(&mut first).is_pending()); // leads alone: flushing [1], gate closed
         let (mut second, mut third) =
             (call(&coalescer, &flushes, 2), call(&coalescer, &flushes, 3));
         assert!(poll(&mut second).is_pending());
@@ -331,12 +391,14 @@ mod tests {
 
         flushes.closed.store(false, Ordering::SeqCst);
         assert_eq!(poll(&mut first), Poll::Ready(Some(10)));
-        // The lead passed to `second`, which flushes both waiters.
-        assert!(poll(&mut second).is_pending()); // yields
+        // The lead passed to `second`, which yields a turn, then flushes
+        // both waiters.
+        assert!(poll(&mut second).is_pending());
         assert_eq!(poll(&mut second), Poll::Ready(Some(20)));
         assert_eq!(poll(&mut third), Poll::Ready(Some(30)));
         assert_eq!(flushes.batches(), [vec![1], vec![2, 3]]);
-        // Nobody leads now: the next caller leads at once.
+        // Nobody leads now: the next caller leads at once, and since the
+        // last flush was shared, yields a turn first.
         let mut fourth = call(&coalescer, &flushes, 4);
         assert!(poll(&mut fourth).is_pending());
         assert_eq!(poll(&mut fourth), Poll::Ready(Some(40)));
@@ -345,6 +407,7 @@ mod tests {
     #[test]
     fn a_failed_batch_tells_every_caller_to_ask_alone() {
         let (coalescer, flushes) = (Coalescer::new(), Flushes::default());
+        meeting(&coalescer, &flushes);
         let mut calls: Vec<_> = [12, 13, 14].map(|r| call(&coalescer, &flushes, r)).into();
         for call in &mut calls {
             assert!(poll(call).is_pending());
@@ -358,6 +421,7 @@ mod tests {
     #[test]
     fn a_leader_dropped_mid_flush_frees_its_batch_and_the_lead() {
         let (coalescer, flushes) = (Coalescer::new(), Flushes::default());
+        meeting(&coalescer, &flushes);
         flushes.closed.store(true, Ordering::SeqCst);
         let mut leader = call(&coalescer, &flushes, 1);
         let mut waiter = call(&coalescer, &flushes, 2);
@@ -381,8 +445,7 @@ mod tests {
         let (coalescer, flushes) = (Coalescer::new(), Flushes::default());
         flushes.closed.store(true, Ordering::SeqCst);
         let mut first = call(&coalescer, &flushes, 1);
-        assert!(poll(&mut first).is_pending());
-        assert!(poll(&mut first).is_pending()); // flushing [1]
+        assert!(poll(&mut first).is_pending()); // leads alone: flushing [1]
         let (mut second, mut third) =
             (call(&coalescer, &flushes, 2), call(&coalescer, &flushes, 3));
         assert!(poll(&mut second).is_pending());
