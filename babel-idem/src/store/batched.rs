@@ -182,7 +182,20 @@ impl<S: ClaimStore> ClaimStore for Batched<S> {
                     [(id, owner, lease)] => {
                         store.claim(id, *owner, *lease).await.ok().map(|c| vec![c])
                     }
-                    _ => claim_by_lease(store, &requests).await.ok(),
+                    _ => match claim_by_lease(store, &requests).await {
+                        Ok(answers) => Some(answers),
+                        Err(_) => {
+                            // The batch may have claimed some entries before it
+                            // failed: give those back (owner-checked, so no
+                            // other owner's claim is touched), so that each
+                            // caller, asking alone, can win instead of finding
+                            // its own claim held.
+                            for (id, owner, _) in &requests {
+                                let _ = store.release(id, *owner).await;
+                            }
+                            None
+                        }
+                    },
                 }
             });
             match batched.await {
