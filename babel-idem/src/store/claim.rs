@@ -161,7 +161,8 @@ pub trait ClaimStore: Store {
     /// [`RedisStore`](crate::RedisStore) answers a whole batch with one
     /// script. [`Batched`](crate::store::Batched) sends concurrent claims
     /// through it. On an `Err` some entries may have been claimed and
-    /// others not.
+    /// others not: each owner's [`release`](ClaimStore::release) gives its
+    /// claim back (`Batched` does so before its callers ask alone).
     ///
     /// ```
     /// use std::time::Duration;
