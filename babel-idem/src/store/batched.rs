@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::claim::{Claim, ClaimStore, ClaimToken};
-use super::{Store, StoreError, StoreFuture, StoreOperation};
+use super::{Store, StoreFuture};
 use crate::coalesce::Coalescer;
 
 /// Wraps a store so that the `seen` calls made while another is on its way
@@ -162,8 +162,9 @@ impl<S: Store> Store for Batched<S> {
 }
 
 /// Claim mode: concurrent `claim` calls go out together in one
-/// [`claim_many`](ClaimStore::claim_many) (one per lease, when the waiting
-/// calls asked for different ones), concurrent `commit` calls in one
+/// [`claim_many`](ClaimStore::claim_many) (calls that asked for different
+/// leases, from guards sharing the store, each go alone), concurrent
+/// `commit` calls in one
 /// [`commit_many`](ClaimStore::commit_many); each entry keeps its own owner,
 /// and its answer is the one a single call would give. `release` and
 /// `renew`, rarer and never on a delivery's common path, go straight to the
@@ -178,11 +179,18 @@ impl<S: ClaimStore> ClaimStore for Batched<S> {
         let Inner { store, claim, .. } = &*self.inner;
         StoreFuture::new(async move {
             let batched = claim.call((id.into(), owner, lease), |requests| async move {
-                match requests.as_slice() {
-                    [(id, owner, lease)] => {
-                        store.claim(id, *owner, *lease).await.ok().map(|c| vec![c])
-                    }
-                    _ => match claim_by_lease(store, &requests).await {
+                if requests.iter().any(|(_, _, asked)| *asked != lease) {
+                    // Guards with different leases share this store: a batch
+                    // has one lease, so each of these calls asks alone.
+                    return None;
+                }
+                let claims: Vec<(&str, ClaimToken)> = requests
+                    .iter()
+                    .map(|(id, owner, _)| (&**id, *owner))
+                    .collect();
+                match claims.as_slice() {
+                    [(id, owner)] => store.claim(id, *owner, lease).await.ok().map(|c| vec![c]),
+                    _ => match store.claim_many(&claims, lease).await {
                         Ok(answers) => Some(answers),
                         Err(_) => {
                             // The batch may have claimed some entries before it
@@ -190,8 +198,8 @@ impl<S: ClaimStore> ClaimStore for Batched<S> {
                             // other owner's claim is touched), so that each
                             // caller, asking alone, can win instead of finding
                             // its own claim held.
-                            for (id, owner, _) in &requests {
-                                let _ = store.release(id, *owner).await;
+                            for &(id, owner) in &claims {
+                                let _ = store.release(id, owner).await;
                             }
                             None
                         }
@@ -250,43 +258,6 @@ impl<S: ClaimStore> ClaimStore for Batched<S> {
     ) -> StoreFuture<'a, Vec<bool>> {
         self.inner.store.commit_many(commits)
     }
-}
-
-/// The answers to a batch of claims that may ask for different leases: one
-/// `claim_many` per lease, in the order the leases first appear, each
-/// answer put back at its request's place. Entries of one id keep their
-/// order within a lease; a guard uses one lease, so a batch is one call.
-async fn claim_by_lease<S: ClaimStore>(
-    store: &S,
-    requests: &[(Box<str>, ClaimToken, Duration)],
-) -> Result<Vec<Claim>, StoreError> {
-    let mut answers = vec![Claim::Done; requests.len()];
-    let mut leases: Vec<Duration> = Vec::new();
-    for (_, _, lease) in requests {
-        if !leases.contains(lease) {
-            leases.push(*lease);
-        }
-    }
-    for lease in leases {
-        let (places, claims): (Vec<usize>, Vec<(&str, ClaimToken)>) = requests
-            .iter()
-            .enumerate()
-            .filter(|(_, (_, _, asked))| *asked == lease)
-            .map(|(place, (id, owner, _))| (place, (&**id, *owner)))
-            .unzip();
-        let claimed = store.claim_many(&claims, lease).await?;
-        if claimed.len() != places.len() {
-            return Err(StoreError::new(
-                StoreOperation::Claim,
-                "batched",
-                "the store answered a batch of claims with a different count",
-            ));
-        }
-        for (place, claim) in places.into_iter().zip(claimed) {
-            answers[place] = claim;
-        }
-    }
-    Ok(answers)
 }
 
 impl<S> Clone for Batched<S> {

@@ -13,7 +13,7 @@ use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Store, StoreError, StoreFuture, StoreOperation};
+use super::{Store, StoreError, StoreFuture, StoreOperation, batch};
 
 /// The owner of one claim: random, fresh for every claim a guard makes.
 ///
@@ -185,7 +185,7 @@ pub trait ClaimStore: Store {
         claims: &'a [(&'a str, ClaimToken)],
         lease: Duration,
     ) -> StoreFuture<'a, Vec<Claim>> {
-        StoreFuture::new(claim_each(self, claims, lease))
+        StoreFuture::new(batch::claim_each(self, claims, lease))
     }
 
     /// [`commit`](ClaimStore::commit) for every `(id, owner)` of a batch, in
@@ -216,33 +216,8 @@ pub trait ClaimStore: Store {
         &'a self,
         commits: &'a [(&'a str, ClaimToken)],
     ) -> StoreFuture<'a, Vec<bool>> {
-        StoreFuture::new(commit_each(self, commits))
+        StoreFuture::new(batch::commit_each(self, commits))
     }
-}
-
-/// The default [`ClaimStore::claim_many`]: one claim per entry, in order.
-pub(crate) async fn claim_each<S: ClaimStore + ?Sized>(
-    store: &S,
-    claims: &[(&str, ClaimToken)],
-    lease: Duration,
-) -> Result<Vec<Claim>, StoreError> {
-    let mut answers = Vec::with_capacity(claims.len());
-    for &(id, owner) in claims {
-        answers.push(store.claim(id, owner, lease).await?);
-    }
-    Ok(answers)
-}
-
-/// The default [`ClaimStore::commit_many`]: one commit per entry, in order.
-pub(crate) async fn commit_each<S: ClaimStore + ?Sized>(
-    store: &S,
-    commits: &[(&str, ClaimToken)],
-) -> Result<Vec<bool>, StoreError> {
-    let mut answers = Vec::with_capacity(commits.len());
-    for &(id, owner) in commits {
-        answers.push(store.commit(id, owner).await?);
-    }
-    Ok(answers)
 }
 
 /// Implements `ClaimStore` for a wrapper of a store `S` by handing every

@@ -20,9 +20,8 @@ use std::time::Duration;
 use ::redis::{Cmd, ErrorKind, FromRedisValue, RedisWrite, Script, ServerErrorKind, ToRedisArgs};
 
 use super::{BACKEND, RedisCommandError, RedisStore, RedisStoreBuilder};
-use crate::store::claim::{
-    Claim, ClaimStore, ClaimToken, claim_each, commit_each, server_lease_ms,
-};
+use crate::store::batch::{claim_each, commit_each};
+use crate::store::claim::{Claim, ClaimStore, ClaimToken, server_lease_ms};
 use crate::store::{StoreError, StoreFuture, StoreOperation};
 
 /// The PHP SDK's default key prefix (`bq:idem:`, not the Go SDK's `bq:idemp:`).
@@ -425,22 +424,15 @@ impl ClaimStore for RedisStore {
                 ClaimKeys::Php => return claim_each(self, claims, lease).await,
                 ClaimKeys::NoRoom => return Err(no_room(operation)),
             };
-            let script = &SCRIPTS.claim_many;
-            let mut answers = Vec::with_capacity(claims.len());
-            for chunk in claims.chunks(MAX_SCRIPT_BATCH) {
-                let mut call = batch_call(script, 2 * chunk.len() + 1, chunk);
-                call.arg(fence);
-                for &(id, _) in chunk {
-                    call.arg(self.id_key(id)).arg(Joined(claim_prefix, id));
-                }
-                call.arg(lease_ms);
-                for &(_, owner) in chunk {
-                    call.arg(Owner(owner));
-                }
-                let replies: Vec<i64> = self.eval(operation, script, &call).await?;
-                answers.extend(replies.into_iter().map(claim_from_reply));
-            }
-            answered(operation, answers, claims.len())
+            let batch = Batch {
+                operation,
+                script: &SCRIPTS.claim_many,
+                first_key: Some(fence),
+                claim_prefix,
+                argument: lease_ms,
+            };
+            let replies = self.run_batch(&batch, claims).await?;
+            Ok(replies.into_iter().map(claim_from_reply).collect())
         })
     }
 
@@ -458,21 +450,15 @@ impl ClaimStore for RedisStore {
                 ClaimKeys::Php => return commit_each(self, commits).await,
                 ClaimKeys::NoRoom => return Err(no_room(operation)),
             };
-            let script = &SCRIPTS.commit_many;
-            let mut answers = Vec::with_capacity(commits.len());
-            for chunk in commits.chunks(MAX_SCRIPT_BATCH) {
-                let mut call = batch_call(script, 2 * chunk.len(), chunk);
-                for &(id, _) in chunk {
-                    call.arg(self.id_key(id)).arg(Joined(claim_prefix, id));
-                }
-                call.arg(self.ttl_ms.unwrap_or(0));
-                for &(_, owner) in chunk {
-                    call.arg(Owner(owner));
-                }
-                let replies: Vec<i64> = self.eval(operation, script, &call).await?;
-                answers.extend(replies.into_iter().map(|reply| reply == 1));
-            }
-            answered(operation, answers, commits.len())
+            let batch = Batch {
+                operation,
+                script: &SCRIPTS.commit_many,
+                first_key: None,
+                claim_prefix,
+                argument: self.ttl_ms.unwrap_or(0),
+            };
+            let replies = self.run_batch(&batch, commits).await?;
+            Ok(replies.into_iter().map(|reply| reply == 1).collect())
         })
     }
 }
@@ -481,36 +467,52 @@ impl ClaimStore for RedisStore {
 /// its end before anything else, so a huge batch goes in several.
 const MAX_SCRIPT_BATCH: usize = 512;
 
-/// `EVALSHA <script's hash> <keys>` for a batch script over `chunk`, with
-/// room for two keys, one argument and the owner per entry.
-fn batch_call(script: &Script, keys: usize, chunk: &[(&str, ClaimToken)]) -> Cmd {
-    let id_bytes: usize = chunk.iter().map(|(id, _)| id.len()).sum();
-    let mut call = Cmd::with_capacity(
-        keys + 5 + chunk.len(),
-        128 + 2 * id_bytes + chunk.len() * 96,
-    );
-    call.arg("EVALSHA").arg(script.get_hash()).arg(keys);
-    call
+/// A batch script and what its calls share: `EVALSHA <hash> <n>
+/// [first_key] (<done key> <claim key>)* <argument> <owner>*`, one integer
+/// answered per entry.
+struct Batch<'a> {
+    operation: StoreOperation,
+    script: &'a Script,
+    /// A key before the entries' (the fence counter).
+    first_key: Option<&'a [u8]>,
+    claim_prefix: &'a [u8],
+    /// The one argument before the owners (a lease or a TTL, in ms).
+    argument: i64,
 }
 
-/// The batch's answers, unless the script gave a different count (a
-/// server that is not what it claims to be).
-fn answered<T>(
-    operation: StoreOperation,
-    answers: Vec<T>,
-    expected: usize,
-) -> Result<Vec<T>, StoreError> {
-    if answers.len() == expected {
-        Ok(answers)
-    } else {
-        Err(StoreError::new(
-            operation,
-            BACKEND,
-            format!(
-                "the batch script answered {} entries of {expected}",
-                answers.len()
-            ),
-        ))
+impl RedisStore {
+    /// Runs `batch` over `entries`, [`MAX_SCRIPT_BATCH`] per call; the
+    /// replies in the entries' order.
+    async fn run_batch(
+        &self,
+        batch: &Batch<'_>,
+        entries: &[(&str, ClaimToken)],
+    ) -> Result<Vec<i64>, StoreError> {
+        let mut replies = Vec::with_capacity(entries.len());
+        for chunk in entries.chunks(MAX_SCRIPT_BATCH) {
+            let keys = 2 * chunk.len() + usize::from(batch.first_key.is_some());
+            let id_bytes: usize = chunk.iter().map(|(id, _)| id.len()).sum();
+            // Per entry two prefixed keys, and an owner's 32 digits.
+            let mut call = Cmd::with_capacity(
+                keys + chunk.len() + 5,
+                128 + 2 * id_bytes + chunk.len() * 96,
+            );
+            call.arg("EVALSHA").arg(batch.script.get_hash()).arg(keys);
+            if let Some(key) = batch.first_key {
+                call.arg(key);
+            }
+            for &(id, _) in chunk {
+                call.arg(self.id_key(id))
+                    .arg(Joined(batch.claim_prefix, id));
+            }
+            call.arg(batch.argument);
+            for &(_, owner) in chunk {
+                call.arg(Owner(owner));
+            }
+            let chunk_replies: Vec<i64> = self.eval(batch.operation, batch.script, &call).await?;
+            replies.extend(chunk_replies);
+        }
+        Ok(replies)
     }
 }
 
