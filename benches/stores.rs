@@ -24,10 +24,12 @@
 //! stats, claim side / seen-set side (`evalsha` + `eval` / `exists` + `set`):
 //! the server-side cost without the client or the wire. Like the counts, it
 //! is server-wide: run the bench alone on its Redis for it to be exact.
-//! On Redis the comparison runs twice: as is, and with both modes'
-//! concurrent calls coalesced by `store::Batched` (rows `redis+b`: claims
-//! in one `claim_many` / `commit_many` script per batch, the seen-set in
-//! one `MGET` / `MULTI`-`EXEC`).
+//! On each server-backed store the comparison runs twice: as is, and with
+//! both modes' concurrent calls coalesced by `store::Batched` (rows
+//! `redis+b`, `postgres+b`, `sqlite+b`: claims through `claim_many` /
+//! `commit_many`, one script per batch on Redis, one statement on
+//! PostgreSQL, one read and one write transaction on SQLite; the seen-set
+//! through `seen_many` / `remember_many`).
 //!
 //! Last, batches: `Guard::run_batch` over batches of 64 against one `guard`
 //! call per message, at concurrency 1, with the ratio and the round trips
@@ -710,6 +712,16 @@ mod sqlite {
         .await;
         print_claim_header("sqlite");
         bench_claim_mode_uncounted("sqlite", Arc::clone(&store), point).await;
+        print_claim_header("sqlite+b (both modes in store::Batched)");
+        bench_claim_mode(
+            "sqlite+b",
+            Arc::clone(&store),
+            babel_idem::store::Batched::new(Arc::clone(&store)),
+            &NoServer,
+            &NoServer,
+            point,
+        )
+        .await;
         bench_batches("sqlite", store, &NoServer, point).await;
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -988,6 +1000,7 @@ async fn postgres_bench(point: Duration) {
 mod postgres_backend {
     use super::*;
     use babel_idem::PostgresStore;
+    use babel_idem::store::Batched;
     use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgSslMode};
 
     /// The store's own statements, on the pool the store uses.
@@ -1279,6 +1292,19 @@ mod postgres_backend {
         .await;
         print_claim_header("postgres");
         bench_claim_mode_uncounted("postgres", Arc::clone(&store), point).await;
+        // Both modes again with the concurrent calls coalesced: claims in one
+        // `claim_many` / `commit_many` statement per batch, the seen-set in
+        // one `seen_many` / `remember_many` statement.
+        print_claim_header("postgres+b (both modes in store::Batched)");
+        bench_claim_mode(
+            "postgres+b",
+            Arc::clone(&store),
+            Batched::new(Arc::clone(&store)),
+            &NoServer,
+            &NoServer,
+            point,
+        )
+        .await;
         bench_batches("postgres", store, &NoServer, point).await;
         let options: PgConnectOptions = url.parse().expect("a PostgreSQL URL");
         for path in [Path::First, Path::Duplicate] {

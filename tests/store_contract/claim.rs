@@ -29,6 +29,7 @@ macro_rules! claim_contract_tests {
             a_claim_never_looks_done_to_a_seen_set_reader,
             bad_leases_and_unstorable_ids_fail_with_a_clear_error,
             batches_of_claims_and_commits_answer_as_single_calls,
+            a_batch_takes_a_lapsed_claim_over_once,
         );
 
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -247,9 +248,20 @@ where
         .collect();
     let claimed = store.claim_many(&owners, LONG).await.unwrap();
     assert_eq!(claimed.len(), 600);
-    for claim in claimed {
-        won(claim);
-    }
+    let fences: HashSet<u64> = claimed.into_iter().map(won).collect();
+    assert_eq!(
+        fences.len(),
+        600,
+        "every claim of a batch has a fence of its own"
+    );
+    let after = won(store
+        .claim("after-many", ClaimToken::random(), LONG)
+        .await
+        .unwrap());
+    assert!(
+        fences.iter().all(|&fence| fence < after),
+        "a claim after a batch is fenced above all of the batch's"
+    );
     assert!(
         store
             .commit_many(&owners)
@@ -266,6 +278,57 @@ where
             .unwrap()
             .into_iter()
             .all(|seen| seen)
+    );
+}
+
+/// A batch that finds an id's claim lapsed takes it over with its first
+/// entry of the id, at a larger fence; the id's later entries find the new
+/// claim live (their wait is the new lease, not the lapsed one's), and the
+/// lapsed owner can no longer commit.
+pub async fn a_batch_takes_a_lapsed_claim_over_once<B>(backend: &B)
+where
+    B: Backend,
+    B::Store: ClaimStore,
+{
+    let store = backend.open("claim_batch_takeover", None).await;
+    let lapsed = ClaimToken::random();
+    let old_fence = won(store.claim("id-A", lapsed, SHORT).await.unwrap());
+    won(store
+        .claim("id-B", ClaimToken::random(), LONG)
+        .await
+        .unwrap());
+    lapse().await;
+
+    let (first, second, third) = (
+        ClaimToken::random(),
+        ClaimToken::random(),
+        ClaimToken::random(),
+    );
+    let claimed = store
+        .claim_many(&[("id-A", first), ("id-B", second), ("id-A", third)], LONG)
+        .await
+        .unwrap();
+    assert!(won(claimed[0]) > old_fence, "{claimed:?}");
+    assert_held(claimed[1]);
+    match claimed[2] {
+        Claim::Held {
+            retry_after: Some(wait),
+        } => assert!(
+            wait > SHORT && wait <= LONG,
+            "the wait is the new claim's lease, got {wait:?}"
+        ),
+        other => panic!("expected held behind the new claim, got {other:?}"),
+    }
+    assert_eq!(
+        store
+            .commit_many(&[("id-A", lapsed), ("id-A", third), ("id-A", first)])
+            .await
+            .unwrap(),
+        [false, false, true]
+    );
+    assert_eq!(
+        store.seen_many(&["id-A", "id-B"]).await.unwrap(),
+        [true, false]
     );
 }
 
@@ -507,6 +570,21 @@ where
             .await
             .expect_err("an id with NUL cannot be held");
         assert!(error.to_string().contains("NUL"), "{error}");
+        // In a batch, the NUL id fails the whole batch before anything is
+        // claimed or committed, so every entry can ask again on its own.
+        let owner = ClaimToken::random();
+        let error = store
+            .claim_many(&[("before-nul", owner), ("nul\0b", owner)], LONG)
+            .await
+            .expect_err("a batch holding an id with NUL cannot be claimed");
+        assert!(error.to_string().contains("NUL"), "{error}");
+        won(store.claim("before-nul", owner, LONG).await.unwrap());
+        let error = store
+            .commit_many(&[("before-nul", owner), ("nul\0b", owner)])
+            .await
+            .expect_err("a batch holding an id with NUL cannot be committed");
+        assert!(error.to_string().contains("NUL"), "{error}");
+        assert!(!store.seen("before-nul").await.unwrap());
     }
 }
 

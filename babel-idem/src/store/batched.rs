@@ -36,9 +36,12 @@ use crate::coalesce::Coalescer;
 ///
 /// Batching pays where a call is a round trip: wrap [`RedisStore`],
 /// `PostgresStore` or `SqliteStore`, not the [`InMemoryStore`], which
-/// answers without waiting. In claim mode it pays on Redis, whose
-/// `claim_many` / `commit_many` are one script per batch (the SQL stores
-/// answer those one statement per entry). Clones share their batches.
+/// answers without waiting. In claim mode every store answers a batch
+/// together: one script on Redis, one statement on PostgreSQL, one read and
+/// one write transaction on SQLite. A store that keeps the default
+/// `claim_many` (one call per entry, in turn) would make concurrent claims
+/// wait for each other: do not wrap such a store in claim mode. Clones
+/// share their batches.
 ///
 /// [`RedisStore`]: crate::RedisStore
 /// [`InMemoryStore`]: crate::InMemoryStore

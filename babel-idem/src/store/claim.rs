@@ -157,12 +157,18 @@ pub trait ClaimStore: Store {
     /// call made at that point would give (an id that appears twice is held
     /// by its first owner when its second entry is claimed).
     ///
-    /// The default calls [`claim`](ClaimStore::claim) once per entry;
-    /// [`RedisStore`](crate::RedisStore) answers a whole batch with one
-    /// script. [`Batched`](crate::store::Batched) sends concurrent claims
-    /// through it. On an `Err` some entries may have been claimed and
-    /// others not: each owner's [`release`](ClaimStore::release) gives its
-    /// claim back (`Batched` does so before its callers ask alone).
+    /// The default calls [`claim`](ClaimStore::claim) once per entry, in
+    /// turn (what the [`InMemoryStore`](crate::InMemoryStore) keeps: it
+    /// answers at once); the server-backed stores answer a whole batch
+    /// together ([`RedisStore`](crate::RedisStore): one script per 512
+    /// entries; [`PostgresStore`](crate::PostgresStore): one statement;
+    /// [`SqliteStore`](crate::SqliteStore): one read, then one write
+    /// transaction for the entries that look free).
+    /// [`Batched`](crate::store::Batched) sends concurrent claims through
+    /// it. On an `Err` some entries may have been claimed and others not
+    /// (the SQL stores claim none): each owner's
+    /// [`release`](ClaimStore::release) gives its claim back (`Batched`
+    /// does so before its callers ask alone).
     ///
     /// ```
     /// use std::time::Duration;
@@ -192,10 +198,12 @@ pub trait ClaimStore: Store {
     /// order: `true` where that owner still held its claim and the id is now
     /// done.
     ///
-    /// The default calls [`commit`](ClaimStore::commit) once per entry;
-    /// [`RedisStore`](crate::RedisStore) answers a whole batch with one
-    /// script. On an `Err` some entries may have been committed and others
-    /// not.
+    /// The default calls [`commit`](ClaimStore::commit) once per entry, in
+    /// turn; [`RedisStore`](crate::RedisStore) answers a whole batch with
+    /// one script, [`PostgresStore`](crate::PostgresStore) with one
+    /// statement, [`SqliteStore`](crate::SqliteStore) in one transaction. On
+    /// an `Err` some entries may have been committed and others not (the SQL
+    /// stores commit none).
     ///
     /// ```
     /// use std::time::Duration;

@@ -35,6 +35,8 @@ pub(super) struct Statements {
     create: String,
     claim: String,
     commit: String,
+    claim_many: String,
+    commit_many: String,
     release: String,
     renew: String,
     purge: String,
@@ -48,6 +50,26 @@ impl ClaimStatements {
                 table: table.to_owned(),
             };
         }
+        // A claim row is taken over only when its lease has lapsed, or a
+        // commit's tombstone is older than the grace; never a live lease.
+        let take_over = format!(
+            "ON CONFLICT (message_id) DO UPDATE
+                 SET owner = EXCLUDED.owner, fence = EXCLUDED.fence,
+                     lease_until = EXCLUDED.lease_until
+                 WHERE held.lease_until <= now() - CASE WHEN held.owner IS NULL
+                     THEN interval '{TOMBSTONE_GRACE}' ELSE interval '0 seconds' END"
+        );
+        // The seen-set rows of the ids in `mine` (set-if-absent, as
+        // `remember`; `$3` the TTL in ms or NULL).
+        let mark_done = format!(
+            "marked AS (
+                 INSERT INTO {table} (message_id, expires_at)
+                 SELECT message_id, now() + $3::bigint * interval '1 millisecond' FROM mine
+                 ON CONFLICT (message_id) DO UPDATE
+                     SET created_at = now(), expires_at = EXCLUDED.expires_at
+                     WHERE {table}.expires_at IS NOT NULL AND {table}.expires_at <= now()
+             )"
+        );
         ClaimStatements::Ready(Box::new(Statements {
             // The DDL names the default seen-set table only inside the
             // claims table's and the sequence's names.
@@ -68,11 +90,7 @@ impl ClaimStatements {
                      SELECT $1, $2, nextval('{claims}_fence'),
                             now() + $3::bigint * interval '1 millisecond'
                      WHERE NOT EXISTS (SELECT 1 FROM done)
-                     ON CONFLICT (message_id) DO UPDATE
-                         SET owner = EXCLUDED.owner, fence = EXCLUDED.fence,
-                             lease_until = EXCLUDED.lease_until
-                         WHERE held.lease_until <= now() - CASE WHEN held.owner IS NULL
-                             THEN interval '{TOMBSTONE_GRACE}' ELSE interval '0 seconds' END
+                     {take_over}
                      RETURNING held.fence
                  )
                  SELECT EXISTS (SELECT 1 FROM done),
@@ -89,14 +107,64 @@ impl ClaimStatements {
                      UPDATE {claims} SET owner = NULL, lease_until = clock_timestamp()
                      WHERE message_id = $1 AND owner = $2 AND lease_until > now()
                      RETURNING message_id
-                 ), marked AS (
-                     INSERT INTO {table} (message_id, expires_at)
-                     SELECT message_id, now() + $3::bigint * interval '1 millisecond' FROM mine
-                     ON CONFLICT (message_id) DO UPDATE
-                         SET created_at = now(), expires_at = EXCLUDED.expires_at
-                         WHERE {table}.expires_at IS NOT NULL AND {table}.expires_at <= now()
-                 )
+                 ), {mark_done}
                  SELECT EXISTS (SELECT 1 FROM mine)"
+            ),
+            // `claim` for a batch (`$1` ids, `$2` owners, in batch order) in
+            // one statement: one round trip and one commit for the batch.
+            // Only an id's first entry may win (an insert cannot touch one
+            // row twice); its later entries find the id held, as they would
+            // one call after another. One row per entry, in batch order.
+            claim_many: format!(
+                "WITH batch AS (
+                     SELECT id, owner, n FROM unnest($1::text[], $2::text[])
+                         WITH ORDINALITY AS entry(id, owner, n)
+                 ), firsts AS (
+                     SELECT DISTINCT ON (id) id, owner, n FROM batch ORDER BY id, n
+                 ), done AS (
+                     SELECT firsts.id FROM firsts JOIN {table} ON {table}.message_id = firsts.id
+                     WHERE {table}.expires_at IS NULL OR {table}.expires_at > now()
+                 ), won AS (
+                     INSERT INTO {claims} AS held (message_id, owner, fence, lease_until)
+                     SELECT id, owner, nextval('{claims}_fence'),
+                            now() + $3::bigint * interval '1 millisecond'
+                     FROM firsts WHERE NOT EXISTS (SELECT 1 FROM done WHERE done.id = firsts.id)
+                     ORDER BY n
+                     {take_over}
+                     RETURNING held.message_id, held.fence
+                 )
+                 SELECT done.id IS NOT NULL,
+                        CASE WHEN batch.n = firsts.n THEN won.fence END,
+                        CASE WHEN done.id IS NOT NULL OR batch.n = firsts.n AND won.fence IS NOT NULL
+                             THEN NULL
+                             WHEN won.fence IS NOT NULL THEN $3::bigint
+                             ELSE (SELECT (extract(epoch FROM lease_until - now()) * 1000)::bigint
+                                   FROM {claims} WHERE message_id = batch.id AND owner IS NOT NULL)
+                        END
+                 FROM batch
+                 JOIN firsts ON firsts.id = batch.id
+                 LEFT JOIN done ON done.id = batch.id
+                 LEFT JOIN won ON won.message_id = batch.id
+                 ORDER BY batch.n"
+            ),
+            // `commit` for a batch in one statement. Of the entries naming
+            // the live owner of an id, the first commits; every other entry
+            // finds the claim gone, as it would one call after another.
+            commit_many: format!(
+                "WITH batch AS (
+                     SELECT id, owner, n FROM unnest($1::text[], $2::text[])
+                         WITH ORDINALITY AS entry(id, owner, n)
+                 ), firsts AS (
+                     SELECT DISTINCT ON (id, owner) id, owner, n FROM batch ORDER BY id, owner, n
+                 ), mine AS (
+                     UPDATE {claims} SET owner = NULL, lease_until = clock_timestamp()
+                     FROM firsts
+                     WHERE {claims}.message_id = firsts.id AND {claims}.owner = firsts.owner
+                         AND {claims}.lease_until > now()
+                     RETURNING {claims}.message_id, firsts.n
+                 ), {mark_done}
+                 SELECT EXISTS (SELECT 1 FROM mine WHERE mine.n = batch.n)
+                 FROM batch ORDER BY batch.n"
             ),
             release: format!("DELETE FROM {claims} WHERE message_id = $1 AND owner = $2"),
             renew: format!(
@@ -159,6 +227,26 @@ impl PostgresStore {
         Ok(&self.claims.ready(StoreOperation::Commit)?.commit)
     }
 
+    /// A batch's ids and owners as the two arrays its statement binds, with
+    /// its longest id (named when the batch is over the index limit), once
+    /// every id is one PostgreSQL can hold.
+    fn batch_entries<'e>(
+        &self,
+        operation: StoreOperation,
+        entries: &[(&'e str, ClaimToken)],
+    ) -> Result<(Vec<&'e str>, Vec<String>, &'e str), StoreError> {
+        let mut longest = "";
+        for &(id, _) in entries {
+            UnstorableId::check(id).map_err(|e| StoreError::new(operation, BACKEND, e))?;
+            if id.len() > longest.len() {
+                longest = id;
+            }
+        }
+        let ids = entries.iter().map(|&(id, _)| id).collect();
+        let owners = entries.iter().map(|(_, owner)| owner.to_hex()).collect();
+        Ok((ids, owners, longest))
+    }
+
     /// The claim statements, once `id` is one PostgreSQL can hold.
     fn claim_statements(
         &self,
@@ -167,6 +255,24 @@ impl PostgresStore {
     ) -> Result<&Statements, StoreError> {
         UnstorableId::check(id).map_err(|e| StoreError::new(operation, BACKEND, e))?;
         self.claims.ready(operation)
+    }
+}
+
+/// What the claim statements answer: whether the id is done, the fence
+/// when the claim was won, and the ms left on the live claim that holds it.
+type ClaimRow = (bool, Option<i64>, Option<i64>);
+
+fn claim_answer((done, fence, left_ms): ClaimRow) -> Claim {
+    match (done, fence) {
+        (true, _) => Claim::Done,
+        (false, Some(fence)) => Claim::Won {
+            fence: fence.unsigned_abs(),
+        },
+        (false, None) => Claim::Held {
+            retry_after: left_ms
+                .and_then(|ms| u64::try_from(ms).ok())
+                .map(Duration::from_millis),
+        },
     }
 }
 
@@ -198,6 +304,7 @@ pub(super) fn failure(operation: StoreOperation, id: &str, error: sqlx::Error) -
 /// | `commit` | while the owner's lease is live: the claim row becomes a tombstone and the done row is inserted |
 /// | `release` | `DELETE` the owner's claim row |
 /// | `renew` | `UPDATE` the owner's live claim row |
+/// | `claim_many`, `commit_many` | the same for a whole batch, the ids and owners bound as two arrays: one round trip and one commit per batch |
 ///
 /// A duplicate of a done id costs one round trip, a first delivery two
 /// (claim, commit), each a WAL flush where seen-set mode makes one; making
@@ -222,25 +329,14 @@ impl ClaimStore for PostgresStore {
             let operation = StoreOperation::Claim;
             let lease_ms = server_lease_ms(BACKEND, operation, lease)?;
             let statement = &self.claim_statements(operation, id)?.claim;
-            let (done, fence, left_ms) =
-                sqlx::query_as::<_, (bool, Option<i64>, Option<i64>)>(statement)
-                    .bind(id)
-                    .bind(owner.to_hex())
-                    .bind(lease_ms)
-                    .fetch_one(&self.pool)
-                    .await
-                    .map_err(|e| failure(operation, id, e))?;
-            Ok(match (done, fence) {
-                (true, _) => Claim::Done,
-                (false, Some(fence)) => Claim::Won {
-                    fence: fence.unsigned_abs(),
-                },
-                (false, None) => Claim::Held {
-                    retry_after: left_ms
-                        .and_then(|ms| u64::try_from(ms).ok())
-                        .map(Duration::from_millis),
-                },
-            })
+            let answer = sqlx::query_as::<_, ClaimRow>(statement)
+                .bind(id)
+                .bind(owner.to_hex())
+                .bind(lease_ms)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(|e| failure(operation, id, e))?;
+            Ok(claim_answer(answer))
         })
     }
 
@@ -255,6 +351,49 @@ impl ClaimStore for PostgresStore {
                 .fetch_one(&self.pool)
                 .await
                 .map_err(|e| failure(operation, id, e))
+        })
+    }
+
+    fn claim_many<'a>(
+        &'a self,
+        claims: &'a [(&'a str, ClaimToken)],
+        lease: Duration,
+    ) -> StoreFuture<'a, Vec<Claim>> {
+        StoreFuture::new(async move {
+            let operation = StoreOperation::Claim;
+            if claims.is_empty() {
+                return Ok(Vec::new());
+            }
+            let lease_ms = server_lease_ms(BACKEND, operation, lease)?;
+            let (ids, owners, longest) = self.batch_entries(operation, claims)?;
+            let answers = sqlx::query_as::<_, ClaimRow>(&self.claims.ready(operation)?.claim_many)
+                .bind(ids)
+                .bind(owners)
+                .bind(lease_ms)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(|e| failure(operation, longest, e))?;
+            Ok(answers.into_iter().map(claim_answer).collect())
+        })
+    }
+
+    fn commit_many<'a>(
+        &'a self,
+        commits: &'a [(&'a str, ClaimToken)],
+    ) -> StoreFuture<'a, Vec<bool>> {
+        StoreFuture::new(async move {
+            let operation = StoreOperation::Commit;
+            if commits.is_empty() {
+                return Ok(Vec::new());
+            }
+            let (ids, owners, longest) = self.batch_entries(operation, commits)?;
+            sqlx::query_scalar::<_, bool>(&self.claims.ready(operation)?.commit_many)
+                .bind(ids)
+                .bind(owners)
+                .bind(self.settings.ttl_ms)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(|e| failure(operation, longest, e))
         })
     }
 

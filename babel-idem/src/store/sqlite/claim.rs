@@ -1,12 +1,16 @@
 //! [`ClaimStore`] for [`SqliteStore`]: claims in a table beside the
 //! seen-set table (`claims.sql`).
 
+use std::collections::{HashMap, HashSet};
+use std::fmt::Write as _;
 use std::time::Duration;
 
-use super::{BACKEND, NOW_MS, SqliteStore};
+use sqlx::SqliteConnection;
+
+use super::{BACKEND, CACHED_BATCH, MAX_VARIABLES, NOW_MS, SqliteStore, variables};
 use crate::store::claim::{Claim, ClaimStore, ClaimToken, server_lease_ms};
 use crate::store::settings::DEFAULT_TABLE;
-use crate::store::{StoreFuture, StoreOperation, failed};
+use crate::store::{StoreError, StoreFuture, StoreOperation, failed};
 
 /// The claims DDL, for the default table names.
 const DDL: &str = include_str!("claims.sql");
@@ -20,6 +24,8 @@ pub(super) struct ClaimStatements {
     mark: String,
     release: String,
     renew: String,
+    /// The fence counter's last value.
+    last_fence: String,
 }
 
 impl ClaimStatements {
@@ -68,12 +74,28 @@ impl ClaimStatements {
                  RETURNING 1"
             ),
             release: format!("DELETE FROM {claims} WHERE message_id = ?1 AND owner = ?2"),
+            last_fence: format!("SELECT last FROM {claims}_fence WHERE counter = 1"),
             renew: format!(
                 "UPDATE {claims} SET lease_until = {NOW_MS} + ?3
                  WHERE message_id = ?1 AND owner = ?2 AND lease_until > {NOW_MS}"
             ),
         }
     }
+}
+
+/// `look` over `count` ids (`?1..`, each used twice): the done ids with `1`
+/// and no lease, then every claim row's id with `0` and its ms left.
+fn look_many_sql(table: &str, count: usize) -> String {
+    let ids = variables(1, count, |list, n| {
+        let _ = write!(list, "?{n}");
+    });
+    format!(
+        "SELECT message_id, 1, NULL FROM {table} WHERE message_id IN ({ids})
+             AND (expires_at IS NULL OR expires_at > {NOW_MS})
+         UNION ALL
+         SELECT message_id, 0, lease_until - {NOW_MS} FROM {table}_claims
+             WHERE message_id IN ({ids})"
+    )
 }
 
 /// # Claim mode
@@ -100,6 +122,16 @@ impl ClaimStatements {
 /// writer would wait). Marking an id done, by commit or by `remember`,
 /// drops its claim row (the triggers above), so a first delivery writes
 /// twice (claim, commit) and a duplicate of a done id costs one read.
+///
+/// A batch trades that for one commit per batch, its decisions made in a
+/// `BEGIN IMMEDIATE` transaction, which holds the write lock for a few
+/// statements: [`claim_many`](ClaimStore::claim_many) reads the whole batch
+/// in one statement (a batch of duplicates ends there), then, under the
+/// lock, reads the ids that looked free again and takes those still free in
+/// one statement, numbering their fences after the counter;
+/// [`commit_many`](ClaimStore::commit_many) reads who holds each id and
+/// marks the ids whose holder committed in one statement. A batch that
+/// fails changes nothing.
 impl ClaimStore for SqliteStore {
     fn claim<'a>(
         &'a self,
@@ -115,11 +147,6 @@ impl ClaimStore for SqliteStore {
                 .fetch_one(&self.pool)
                 .await
                 .map_err(failed(BACKEND, operation))?;
-            let held = |left_ms: Option<i64>| Claim::Held {
-                retry_after: left_ms
-                    .and_then(|ms| u64::try_from(ms).ok())
-                    .map(Duration::from_millis),
-            };
             match (done, left_ms) {
                 (true, _) => return Ok(Claim::Done),
                 (false, Some(ms)) if ms > 0 => return Ok(held(Some(ms))),
@@ -132,11 +159,7 @@ impl ClaimStore for SqliteStore {
                 .fetch_optional(&self.pool)
                 .await
                 .map_err(failed(BACKEND, operation))?;
-            // Lost a race since the read: another worker claimed (or
-            // finished) the id; its next delivery sees which.
-            Ok(fence.map_or(held(None), |fence| Claim::Won {
-                fence: fence.unsigned_abs(),
-            }))
+            Ok(won_or_held(fence))
         })
     }
 
@@ -152,6 +175,143 @@ impl ClaimStore for SqliteStore {
                 .map_err(failed(BACKEND, operation))?;
             // The row's triggers dropped the claim in the same statement.
             Ok(marked.is_some())
+        })
+    }
+
+    fn claim_many<'a>(
+        &'a self,
+        claims: &'a [(&'a str, ClaimToken)],
+        lease: Duration,
+    ) -> StoreFuture<'a, Vec<Claim>> {
+        StoreFuture::new(async move {
+            let operation = StoreOperation::Claim;
+            let lease_ms = server_lease_ms(BACKEND, operation, lease)?;
+            // A read first, without the write lock: a batch of duplicates
+            // ends here, as a duplicate's `claim` does.
+            let ids: Vec<&str> = claims.iter().map(|&(id, _)| id).collect();
+            let mut connection = self
+                .pool
+                .acquire()
+                .await
+                .map_err(failed(BACKEND, operation))?;
+            let looks = self.look_many(&mut connection, &ids).await?;
+            drop(connection);
+            let mut answers: Vec<Option<Claim>> = ids.iter().map(|id| looks.answer(id)).collect();
+            let free = first_entries(&ids, &answers);
+            if free.is_empty() {
+                return Ok(finish(answers, &ids, lease));
+            }
+
+            // The ids that looked free, decided under the write lock: read
+            // again, then take the ones still free in one statement, with
+            // the fences that follow the counter.
+            let mut tx = self
+                .pool
+                .begin_with("BEGIN IMMEDIATE")
+                .await
+                .map_err(failed(BACKEND, operation))?;
+            let free_ids: Vec<&str> = free.iter().map(|&n| ids[n]).collect();
+            let looks = self.look_many(&mut tx, &free_ids).await?;
+            let last: i64 = sqlx::query_scalar(&self.claims.last_fence)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(failed(BACKEND, operation))?;
+            let mut takes = Vec::with_capacity(free.len());
+            for n in free {
+                answers[n] = looks.answer(ids[n]);
+                if answers[n].is_none() {
+                    let fence = last + 1 + takes.len() as i64;
+                    takes.push((n, fence));
+                }
+            }
+            let mut taken = HashSet::new();
+            for chunk in takes.chunks((MAX_VARIABLES - 1) / 3) {
+                let sql = take_many_sql(&self.settings.table, chunk.len());
+                let query = chunk.iter().fold(
+                    sqlx::query_scalar::<_, String>(&sql).bind(lease_ms),
+                    |query, &(n, fence)| query.bind(ids[n]).bind(claims[n].1.to_hex()).bind(fence),
+                );
+                let rows = query
+                    .persistent(chunk.len() <= CACHED_BATCH)
+                    .fetch_all(&mut *tx)
+                    .await
+                    .map_err(failed(BACKEND, operation))?;
+                taken.extend(rows);
+            }
+            tx.commit().await.map_err(failed(BACKEND, operation))?;
+            for (n, fence) in takes {
+                // Under the write lock every take lands; `held` only if a
+                // row was somehow live after all.
+                answers[n] = Some(if taken.contains(ids[n]) {
+                    Claim::Won {
+                        fence: fence.unsigned_abs(),
+                    }
+                } else {
+                    held(None)
+                });
+            }
+            Ok(finish(answers, &ids, lease))
+        })
+    }
+
+    fn commit_many<'a>(
+        &'a self,
+        commits: &'a [(&'a str, ClaimToken)],
+    ) -> StoreFuture<'a, Vec<bool>> {
+        StoreFuture::new(async move {
+            let operation = StoreOperation::Commit;
+            if commits.is_empty() {
+                return Ok(Vec::new());
+            }
+            // Under the write lock: who holds each id now decides every
+            // entry, and the ids whose owner committed are marked in one
+            // statement (its triggers drop their claim rows).
+            let mut tx = self
+                .pool
+                .begin_with("BEGIN IMMEDIATE")
+                .await
+                .map_err(failed(BACKEND, operation))?;
+            let ids: Vec<&str> = commits.iter().map(|&(id, _)| id).collect();
+            let mut holders: HashMap<String, String> = HashMap::new();
+            for chunk in ids.chunks(MAX_VARIABLES) {
+                let sql = live_owners_sql(&self.settings.table, chunk.len());
+                let query = chunk
+                    .iter()
+                    .fold(sqlx::query_as::<_, (String, String)>(&sql), |query, id| {
+                        query.bind(*id)
+                    });
+                let rows = query
+                    .persistent(chunk.len() <= CACHED_BATCH)
+                    .fetch_all(&mut *tx)
+                    .await
+                    .map_err(failed(BACKEND, operation))?;
+                holders.extend(rows);
+            }
+            // Once an id is marked its claim is gone: its later entries
+            // commit nothing, as later calls would not.
+            let mut marking = HashSet::new();
+            let answers = commits
+                .iter()
+                .map(|&(id, owner)| {
+                    holders.get(id).is_some_and(|held| *held == owner.to_hex())
+                        && marking.insert(id)
+                })
+                .collect();
+            let marking: Vec<&str> = marking.into_iter().collect();
+            for chunk in marking.chunks(MAX_VARIABLES - 1) {
+                let sql = mark_many_sql(&self.settings.table, chunk.len());
+                chunk
+                    .iter()
+                    .fold(sqlx::query(&sql).bind(self.settings.ttl_ms), |query, id| {
+                        query.bind(*id)
+                    })
+                    .persistent(chunk.len() <= CACHED_BATCH)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(failed(BACKEND, operation))?;
+            }
+            tx.commit().await.map_err(failed(BACKEND, operation))?;
+            Ok(answers)
         })
     }
 
@@ -186,4 +346,152 @@ impl ClaimStore for SqliteStore {
             Ok(done.rows_affected() == 1)
         })
     }
+}
+
+/// What a batch's read found: the done ids, and the ms left on each id's
+/// claim row (lapsed when not above zero).
+#[derive(Debug, Default)]
+struct Looks {
+    done: HashSet<String>,
+    left_ms: HashMap<String, i64>,
+}
+
+impl Looks {
+    /// The answer the read alone gives `id`; `None` when it looks free.
+    fn answer(&self, id: &str) -> Option<Claim> {
+        if self.done.contains(id) {
+            return Some(Claim::Done);
+        }
+        match self.left_ms.get(id) {
+            Some(&ms) if ms > 0 => Some(held(Some(ms))),
+            _ => None,
+        }
+    }
+}
+
+impl SqliteStore {
+    /// `look` for every id of a batch, in one statement per
+    /// [`MAX_VARIABLES`] ids.
+    async fn look_many(
+        &self,
+        connection: &mut SqliteConnection,
+        ids: &[&str],
+    ) -> Result<Looks, StoreError> {
+        let mut looks = Looks::default();
+        for chunk in ids.chunks(MAX_VARIABLES) {
+            let sql = look_many_sql(&self.settings.table, chunk.len());
+            let query = chunk.iter().fold(
+                sqlx::query_as::<_, (String, bool, Option<i64>)>(&sql),
+                |query, id| query.bind(*id),
+            );
+            let rows = query
+                .persistent(chunk.len() <= CACHED_BATCH)
+                .fetch_all(&mut *connection)
+                .await
+                .map_err(failed(BACKEND, StoreOperation::Claim))?;
+            for (id, done, left_ms) in rows {
+                if done {
+                    looks.done.insert(id);
+                } else if let Some(ms) = left_ms {
+                    looks.left_ms.insert(id, ms);
+                }
+            }
+        }
+        Ok(looks)
+    }
+}
+
+/// The entries whose id looked free, the first entry of each such id only:
+/// a batch claims an id once.
+fn first_entries(ids: &[&str], answers: &[Option<Claim>]) -> Vec<usize> {
+    let mut seen = HashSet::new();
+    (0..ids.len())
+        .filter(|&n| seen.insert(ids[n]) && answers[n].is_none())
+        .collect()
+}
+
+/// Every entry's answer: a later entry of an id answers as its first one
+/// did, or, when that one won, finds the id held for the new lease.
+fn finish(answers: Vec<Option<Claim>>, ids: &[&str], lease: Duration) -> Vec<Claim> {
+    let mut firsts: HashMap<&str, Claim> = HashMap::new();
+    ids.iter()
+        .zip(answers)
+        .map(|(&id, answer)| match firsts.get(id) {
+            Some(Claim::Won { .. }) => Claim::Held {
+                retry_after: Some(lease),
+            },
+            Some(&first) => first,
+            None => {
+                let answer = answer.unwrap_or(held(None));
+                firsts.insert(id, answer);
+                answer
+            }
+        })
+        .collect()
+}
+
+/// The take for `count` entries (`?2..`: id, owner and fence of each; the
+/// lease is `?1`), run only under the write lock on ids just read free. The
+/// lapsed-lease condition stays as a safeguard. Answers the ids taken.
+fn take_many_sql(table: &str, count: usize) -> String {
+    let rows = variables(0, count, |list, n| {
+        let first = 2 + 3 * n;
+        let _ = write!(list, "(?{first},?{},?{})", first + 1, first + 2);
+    });
+    format!(
+        "INSERT INTO {table}_claims (message_id, owner, fence, lease_until)
+             SELECT column1, column2, column3, {NOW_MS} + ?1 FROM (VALUES {rows}) WHERE true
+         ON CONFLICT (message_id) DO UPDATE
+             SET owner = excluded.owner, fence = excluded.fence,
+                 lease_until = excluded.lease_until
+             WHERE {table}_claims.lease_until <= {NOW_MS}
+         RETURNING message_id"
+    )
+}
+
+/// The live claims among `count` ids (`?1..`): each id with its owner.
+fn live_owners_sql(table: &str, count: usize) -> String {
+    let ids = variables(1, count, |list, n| {
+        let _ = write!(list, "?{n}");
+    });
+    format!(
+        "SELECT message_id, owner FROM {table}_claims
+             WHERE message_id IN ({ids}) AND lease_until > {NOW_MS}"
+    )
+}
+
+/// Commit's mark for `count` ids (`?2..`, the TTL is `?1`) whose owners were
+/// just found live under the write lock: as `mark`, an existing row is
+/// written back (unchanged unless expired) so that its trigger drops the
+/// claim row.
+fn mark_many_sql(table: &str, count: usize) -> String {
+    let rows = variables(2, count, |list, n| {
+        let _ = write!(list, "(?{n})");
+    });
+    let expired =
+        format!("{table}.expires_at IS NOT NULL AND {table}.expires_at <= excluded.created_at");
+    format!(
+        "INSERT INTO {table} (message_id, created_at, expires_at)
+             SELECT ids.column1, clock.now, clock.now + ?1
+             FROM (VALUES {rows}) AS ids, (SELECT {NOW_MS} AS now) AS clock WHERE true
+         ON CONFLICT (message_id) DO UPDATE
+             SET created_at = iif({expired}, excluded.created_at, {table}.created_at),
+                 expires_at = iif({expired}, excluded.expires_at, {table}.expires_at)"
+    )
+}
+
+fn held(left_ms: Option<i64>) -> Claim {
+    Claim::Held {
+        retry_after: left_ms
+            .and_then(|ms| u64::try_from(ms).ok())
+            .map(Duration::from_millis),
+    }
+}
+
+/// The take's answer: its fence, or held when it lost a race since the read
+/// (another worker claimed or finished the id; its next delivery sees which).
+fn won_or_held(fence: Option<i64>) -> Claim {
+    fence.map_or(held(None), |fence| Claim::Won {
+        fence: fence.unsigned_abs(),
+    })
 }
