@@ -166,6 +166,67 @@ async fn marking_an_id_done_drops_its_claim_row() {
     assert!(store.seen("remembered").await.unwrap());
 }
 
+/// A claim or commit batch whose write fails part way (here a trigger
+/// refuses one id) leaves every id of the batch as it was: the batch's
+/// writes are one transaction.
+#[tokio::test]
+async fn a_batch_whose_write_fails_changes_nothing() {
+    let backend = SqliteBackend::create("batch_rollback").unwrap();
+    let store = backend.open("batch_rollback", None).await;
+    let lease = Duration::from_secs(30);
+    let table = store.table().to_owned();
+    for (name, on) in [("claim", format!("{table}_claims")), ("mark", table)] {
+        sqlx::raw_sql(&format!(
+            "CREATE TRIGGER refuse_poison_{name} BEFORE INSERT ON {on}
+             WHEN NEW.message_id = 'poison'
+             BEGIN SELECT RAISE(ABORT, 'poison refused'); END"
+        ))
+        .execute(store.pool())
+        .await
+        .unwrap();
+    }
+    let (first, poison) = (ClaimToken::random(), ClaimToken::random());
+
+    let error = store
+        .claim_many(&[("fine", first), ("poison", poison)], lease)
+        .await
+        .expect_err("the take of `poison` fails");
+    assert!(error.to_string().contains("poison refused"), "{error}");
+    assert!(
+        matches!(
+            store.claim("fine", first, lease).await.unwrap(),
+            Claim::Won { .. }
+        ),
+        "the failed batch took nothing"
+    );
+
+    // The commit batch: `poison` gets a live claim row past the claims
+    // trigger, and its mark then fails on the seen-set table's.
+    sqlx::raw_sql(&format!(
+        "DROP TRIGGER refuse_poison_claim;
+         INSERT INTO {}_claims (message_id, owner, fence, lease_until)
+         VALUES ('poison', '{}', 1, 9999999999999)",
+        store.table(),
+        poison.to_hex()
+    ))
+    .execute(store.pool())
+    .await
+    .unwrap();
+    let error = store
+        .commit_many(&[("fine", first), ("poison", poison)])
+        .await
+        .expect_err("the mark of `poison` fails");
+    assert!(error.to_string().contains("poison refused"), "{error}");
+    assert!(
+        !store.seen("fine").await.unwrap(),
+        "the failed batch marked nothing"
+    );
+    assert!(
+        store.commit("fine", first).await.unwrap(),
+        "and left the claim to its owner"
+    );
+}
+
 #[tokio::test]
 async fn purge_deletes_only_expired_ids() {
     let backend = SqliteBackend::create("purge").unwrap();
