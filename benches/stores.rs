@@ -61,7 +61,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use babel_idem::store::{Claim, ClaimToken, StoreFuture};
+use babel_idem::store::{Batched, Claim, ClaimToken, StoreFuture};
 use babel_idem::{ClaimStore, Guard, MessageId, SqliteStore, Store, StoreError, guard};
 
 const CONCURRENCY: [usize; 3] = [1, 16, 64];
@@ -483,16 +483,29 @@ async fn bench_claim_mode<S, G, C, D>(
     }
 }
 
-/// [`bench_claim_mode`] on the counted store itself, on a server that
-/// counts nothing.
+/// [`bench_claim_mode`] on a server that counts nothing: on the counted
+/// store itself, then with both modes' concurrent calls coalesced by
+/// `store::Batched` (rows `<backend>+b`).
 async fn bench_claim_mode_uncounted<S>(backend: &str, store: Arc<Counted<S>>, point: Duration)
 where
     S: ClaimStore + 'static,
 {
+    print_claim_header(backend);
     bench_claim_mode(
         backend,
         Arc::clone(&store),
-        store,
+        Arc::clone(&store),
+        &NoServer,
+        &NoServer,
+        point,
+    )
+    .await;
+    let batched = format!("{backend}+b");
+    print_claim_header(&format!("{batched} (both modes in store::Batched)"));
+    bench_claim_mode(
+        &batched,
+        Arc::clone(&store),
+        Batched::new(store),
         &NoServer,
         &NoServer,
         point,
@@ -710,18 +723,7 @@ mod sqlite {
             point,
         )
         .await;
-        print_claim_header("sqlite");
         bench_claim_mode_uncounted("sqlite", Arc::clone(&store), point).await;
-        print_claim_header("sqlite+b (both modes in store::Batched)");
-        bench_claim_mode(
-            "sqlite+b",
-            Arc::clone(&store),
-            babel_idem::store::Batched::new(Arc::clone(&store)),
-            &NoServer,
-            &NoServer,
-            point,
-        )
-        .await;
         bench_batches("sqlite", store, &NoServer, point).await;
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -781,7 +783,6 @@ fn profiled_deliveries<S: ClaimStore>(
 mod redis_backend {
     use super::*;
     use babel_idem::RedisStore;
-    use babel_idem::store::Batched;
     use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
     /// `EXISTS` and `SET NX` on the connection manager the store uses.
@@ -1000,7 +1001,6 @@ async fn postgres_bench(point: Duration) {
 mod postgres_backend {
     use super::*;
     use babel_idem::PostgresStore;
-    use babel_idem::store::Batched;
     use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgSslMode};
 
     /// The store's own statements, on the pool the store uses.
@@ -1290,21 +1290,7 @@ mod postgres_backend {
             point,
         )
         .await;
-        print_claim_header("postgres");
         bench_claim_mode_uncounted("postgres", Arc::clone(&store), point).await;
-        // Both modes again with the concurrent calls coalesced: claims in one
-        // `claim_many` / `commit_many` statement per batch, the seen-set in
-        // one `seen_many` / `remember_many` statement.
-        print_claim_header("postgres+b (both modes in store::Batched)");
-        bench_claim_mode(
-            "postgres+b",
-            Arc::clone(&store),
-            Batched::new(Arc::clone(&store)),
-            &NoServer,
-            &NoServer,
-            point,
-        )
-        .await;
         bench_batches("postgres", store, &NoServer, point).await;
         let options: PgConnectOptions = url.parse().expect("a PostgreSQL URL");
         for path in [Path::First, Path::Duplicate] {

@@ -109,6 +109,23 @@ pub enum Claim {
     },
 }
 
+/// A SQL claim's answer for an id that is not done: won with the `fence`
+/// the statement drew, else held, with the ms it read as left on the live
+/// lease (no wait to suggest when it read none, or a lease just lapsed).
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) fn won_or_held(fence: Option<i64>, left_ms: Option<i64>) -> Claim {
+    match fence {
+        Some(fence) => Claim::Won {
+            fence: fence.unsigned_abs(),
+        },
+        None => Claim::Held {
+            retry_after: left_ms
+                .and_then(|ms| u64::try_from(ms).ok())
+                .map(Duration::from_millis),
+        },
+    }
+}
+
 /// A [`Store`] that can also lease an id to one owner at a time.
 ///
 /// Each operation is atomic on the server (one script or one statement) and

@@ -395,11 +395,16 @@ fn variables(first: usize, count: usize, row: fn(&mut String, usize)) -> String 
     list
 }
 
+/// `?first,?first+1,...`: `count` numbered variables, for an `IN (...)` list.
+fn numbered(first: usize, count: usize) -> String {
+    variables(first, count, |list, n| {
+        let _ = write!(list, "?{n}");
+    })
+}
+
 /// `seen` over `count` ids (`?1..`): the ids that are remembered and live.
 fn seen_many_sql(table: &str, count: usize) -> String {
-    let ids = variables(1, count, |list, n| {
-        let _ = write!(list, "?{n}");
-    });
+    let ids = numbered(1, count);
     format!(
         "SELECT message_id FROM {table} WHERE message_id IN ({ids})
              AND (expires_at IS NULL OR expires_at > {NOW_MS})"
@@ -412,6 +417,20 @@ fn seen_many_sql(table: &str, count: usize) -> String {
 /// is left alone. (`WHERE true` tells the parser the `ON CONFLICT` is the
 /// upsert's, not a join's.)
 fn remember_many_sql(table: &str, count: usize) -> String {
+    mark_many_sql(
+        table,
+        count,
+        &format!(
+            "DO UPDATE SET created_at = excluded.created_at, expires_at = excluded.expires_at
+                 WHERE {table}.expires_at IS NOT NULL AND {table}.expires_at <= excluded.created_at"
+        ),
+    )
+}
+
+/// The seen-set rows of `count` ids (`?2..`, the TTL is `?1`), an existing
+/// row of one handled by `on_conflict` (`DO ...`): `remember_many`'s
+/// statement, and claim mode's commit of a batch.
+fn mark_many_sql(table: &str, count: usize, on_conflict: &str) -> String {
     let rows = variables(2, count, |list, n| {
         let _ = write!(list, "(?{n})");
     });
@@ -419,9 +438,7 @@ fn remember_many_sql(table: &str, count: usize) -> String {
         "INSERT INTO {table} (message_id, created_at, expires_at)
              SELECT ids.column1, clock.now, clock.now + ?1
              FROM (VALUES {rows}) AS ids, (SELECT {NOW_MS} AS now) AS clock WHERE true
-         ON CONFLICT (message_id) DO UPDATE
-             SET created_at = excluded.created_at, expires_at = excluded.expires_at
-             WHERE {table}.expires_at IS NOT NULL AND {table}.expires_at <= excluded.created_at"
+         ON CONFLICT (message_id) {on_conflict}"
     )
 }
 

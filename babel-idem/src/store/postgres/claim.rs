@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::{BACKEND, PostgresStore, UnstorableId, is_index_limit};
-use crate::store::claim::{Claim, ClaimStore, ClaimToken, server_lease_ms};
+use crate::store::claim::{Claim, ClaimStore, ClaimToken, server_lease_ms, won_or_held};
 use crate::store::settings::DEFAULT_TABLE;
 use crate::store::{StoreError, StoreFuture, StoreOperation};
 
@@ -263,16 +263,10 @@ impl PostgresStore {
 type ClaimRow = (bool, Option<i64>, Option<i64>);
 
 fn claim_answer((done, fence, left_ms): ClaimRow) -> Claim {
-    match (done, fence) {
-        (true, _) => Claim::Done,
-        (false, Some(fence)) => Claim::Won {
-            fence: fence.unsigned_abs(),
-        },
-        (false, None) => Claim::Held {
-            retry_after: left_ms
-                .and_then(|ms| u64::try_from(ms).ok())
-                .map(Duration::from_millis),
-        },
+    if done {
+        Claim::Done
+    } else {
+        won_or_held(fence, left_ms)
     }
 }
 

@@ -7,8 +7,10 @@ use std::time::Duration;
 
 use sqlx::SqliteConnection;
 
-use super::{BACKEND, CACHED_BATCH, MAX_VARIABLES, NOW_MS, SqliteStore, variables};
-use crate::store::claim::{Claim, ClaimStore, ClaimToken, server_lease_ms};
+use super::{
+    BACKEND, CACHED_BATCH, MAX_VARIABLES, NOW_MS, SqliteStore, mark_many_sql, numbered, variables,
+};
+use crate::store::claim::{Claim, ClaimStore, ClaimToken, server_lease_ms, won_or_held};
 use crate::store::settings::DEFAULT_TABLE;
 use crate::store::{StoreError, StoreFuture, StoreOperation, failed};
 
@@ -31,8 +33,8 @@ pub(super) struct ClaimStatements {
 impl ClaimStatements {
     pub(super) fn for_table(table: &str) -> Self {
         let claims = format!("{table}_claims");
-        let expired =
-            format!("{table}.expires_at IS NOT NULL AND {table}.expires_at <= excluded.created_at");
+        let take_over = take_over(table);
+        let keep_marked = keep_marked(table);
         ClaimStatements {
             // The DDL names the default seen-set table only inside the
             // names of the claims table, its counter and triggers.
@@ -53,10 +55,7 @@ impl ClaimStatements {
                  WHERE counter = 1 AND NOT EXISTS (
                      SELECT 1 FROM {table} WHERE message_id = ?1
                          AND (expires_at IS NULL OR expires_at > {NOW_MS}))
-                 ON CONFLICT (message_id) DO UPDATE
-                     SET owner = excluded.owner, fence = excluded.fence,
-                         lease_until = excluded.lease_until
-                     WHERE {claims}.lease_until <= {NOW_MS}
+                 ON CONFLICT (message_id) {take_over}
                  RETURNING fence"
             ),
             // Commit's decision, one statement under the write lock: while
@@ -68,9 +67,7 @@ impl ClaimStatements {
                  SELECT ?1, {NOW_MS}, {NOW_MS} + ?3
                  WHERE EXISTS (SELECT 1 FROM {claims} WHERE message_id = ?1 AND owner = ?2
                                    AND lease_until > {NOW_MS})
-                 ON CONFLICT (message_id) DO UPDATE
-                     SET created_at = iif({expired}, excluded.created_at, {table}.created_at),
-                         expires_at = iif({expired}, excluded.expires_at, {table}.expires_at)
+                 ON CONFLICT (message_id) {keep_marked}
                  RETURNING 1"
             ),
             release: format!("DELETE FROM {claims} WHERE message_id = ?1 AND owner = ?2"),
@@ -83,12 +80,32 @@ impl ClaimStatements {
     }
 }
 
+/// How a claim row meets a new claim: taken over only once its lease has
+/// lapsed, never while it is live.
+fn take_over(table: &str) -> String {
+    format!(
+        "DO UPDATE SET owner = excluded.owner, fence = excluded.fence,
+                       lease_until = excluded.lease_until
+             WHERE {table}_claims.lease_until <= {NOW_MS}"
+    )
+}
+
+/// How commit's mark meets an existing seen-set row: as `remember`, an
+/// expired row is taken over and a live one keeps its expiry, but the row is
+/// always written back, so that its trigger drops the claim row.
+fn keep_marked(table: &str) -> String {
+    let expired =
+        format!("{table}.expires_at IS NOT NULL AND {table}.expires_at <= excluded.created_at");
+    format!(
+        "DO UPDATE SET created_at = iif({expired}, excluded.created_at, {table}.created_at),
+                       expires_at = iif({expired}, excluded.expires_at, {table}.expires_at)"
+    )
+}
+
 /// `look` over `count` ids (`?1..`, each used twice): the done ids with `1`
 /// and no lease, then every claim row's id with `0` and its ms left.
 fn look_many_sql(table: &str, count: usize) -> String {
-    let ids = variables(1, count, |list, n| {
-        let _ = write!(list, "?{n}");
-    });
+    let ids = numbered(1, count);
     format!(
         "SELECT message_id, 1, NULL FROM {table} WHERE message_id IN ({ids})
              AND (expires_at IS NULL OR expires_at > {NOW_MS})
@@ -149,7 +166,7 @@ impl ClaimStore for SqliteStore {
                 .map_err(failed(BACKEND, operation))?;
             match (done, left_ms) {
                 (true, _) => return Ok(Claim::Done),
-                (false, Some(ms)) if ms > 0 => return Ok(held(Some(ms))),
+                (false, Some(ms)) if ms > 0 => return Ok(won_or_held(None, Some(ms))),
                 _ => {}
             }
             let fence: Option<i64> = sqlx::query_scalar(&self.claims.take)
@@ -159,7 +176,9 @@ impl ClaimStore for SqliteStore {
                 .fetch_optional(&self.pool)
                 .await
                 .map_err(failed(BACKEND, operation))?;
-            Ok(won_or_held(fence))
+            // No fence: lost a race since the read, to another worker that
+            // claimed (or finished) the id; its next delivery sees which.
+            Ok(won_or_held(fence, None))
         })
     }
 
@@ -247,7 +266,7 @@ impl ClaimStore for SqliteStore {
                         fence: fence.unsigned_abs(),
                     }
                 } else {
-                    held(None)
+                    won_or_held(None, None)
                 });
             }
             Ok(finish(answers, &ids, lease))
@@ -299,7 +318,8 @@ impl ClaimStore for SqliteStore {
                 .collect();
             let marking: Vec<&str> = marking.into_iter().collect();
             for chunk in marking.chunks(MAX_VARIABLES - 1) {
-                let sql = mark_many_sql(&self.settings.table, chunk.len());
+                let table = &self.settings.table;
+                let sql = mark_many_sql(table, chunk.len(), &keep_marked(table));
                 chunk
                     .iter()
                     .fold(sqlx::query(&sql).bind(self.settings.ttl_ms), |query, id| {
@@ -363,7 +383,7 @@ impl Looks {
             return Some(Claim::Done);
         }
         match self.left_ms.get(id) {
-            Some(&ms) if ms > 0 => Some(held(Some(ms))),
+            Some(&ms) if ms > 0 => Some(won_or_held(None, Some(ms))),
             _ => None,
         }
     }
@@ -422,7 +442,7 @@ fn finish(answers: Vec<Option<Claim>>, ids: &[&str], lease: Duration) -> Vec<Cla
             },
             Some(&first) => first,
             None => {
-                let answer = answer.unwrap_or(held(None));
+                let answer = answer.unwrap_or(won_or_held(None, None));
                 firsts.insert(id, answer);
                 answer
             }
@@ -438,60 +458,20 @@ fn take_many_sql(table: &str, count: usize) -> String {
         let first = 2 + 3 * n;
         let _ = write!(list, "(?{first},?{},?{})", first + 1, first + 2);
     });
+    let take_over = take_over(table);
     format!(
         "INSERT INTO {table}_claims (message_id, owner, fence, lease_until)
              SELECT column1, column2, column3, {NOW_MS} + ?1 FROM (VALUES {rows}) WHERE true
-         ON CONFLICT (message_id) DO UPDATE
-             SET owner = excluded.owner, fence = excluded.fence,
-                 lease_until = excluded.lease_until
-             WHERE {table}_claims.lease_until <= {NOW_MS}
+         ON CONFLICT (message_id) {take_over}
          RETURNING message_id"
     )
 }
 
 /// The live claims among `count` ids (`?1..`): each id with its owner.
 fn live_owners_sql(table: &str, count: usize) -> String {
-    let ids = variables(1, count, |list, n| {
-        let _ = write!(list, "?{n}");
-    });
+    let ids = numbered(1, count);
     format!(
         "SELECT message_id, owner FROM {table}_claims
              WHERE message_id IN ({ids}) AND lease_until > {NOW_MS}"
     )
-}
-
-/// Commit's mark for `count` ids (`?2..`, the TTL is `?1`) whose owners were
-/// just found live under the write lock: as `mark`, an existing row is
-/// written back (unchanged unless expired) so that its trigger drops the
-/// claim row.
-fn mark_many_sql(table: &str, count: usize) -> String {
-    let rows = variables(2, count, |list, n| {
-        let _ = write!(list, "(?{n})");
-    });
-    let expired =
-        format!("{table}.expires_at IS NOT NULL AND {table}.expires_at <= excluded.created_at");
-    format!(
-        "INSERT INTO {table} (message_id, created_at, expires_at)
-             SELECT ids.column1, clock.now, clock.now + ?1
-             FROM (VALUES {rows}) AS ids, (SELECT {NOW_MS} AS now) AS clock WHERE true
-         ON CONFLICT (message_id) DO UPDATE
-             SET created_at = iif({expired}, excluded.created_at, {table}.created_at),
-                 expires_at = iif({expired}, excluded.expires_at, {table}.expires_at)"
-    )
-}
-
-fn held(left_ms: Option<i64>) -> Claim {
-    Claim::Held {
-        retry_after: left_ms
-            .and_then(|ms| u64::try_from(ms).ok())
-            .map(Duration::from_millis),
-    }
-}
-
-/// The take's answer: its fence, or held when it lost a race since the read
-/// (another worker claimed or finished the id; its next delivery sees which).
-fn won_or_held(fence: Option<i64>) -> Claim {
-    fence.map_or(held(None), |fence| Claim::Won {
-        fence: fence.unsigned_abs(),
-    })
 }
