@@ -2,9 +2,11 @@
 //! facade (feature `metrics`), so whatever recorder the application installs
 //! (a Prometheus exporter, StatsD, ...) picks them up.
 
+use std::borrow::Cow;
 use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::LazyLock;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
@@ -111,8 +113,11 @@ macro_rules! store_labels {
     ),+]};
 }
 
+/// [`StoreOperation`]'s variants.
+const OPERATIONS: usize = 11;
+
 /// By `StoreOperation as usize`, then [`BACKENDS`].
-static STORE_LABELS: [[[Label; 2]; BACKENDS.len()]; 11] = store_labels!(
+static STORE_LABELS: [[[Label; 2]; BACKENDS.len()]; OPERATIONS] = store_labels!(
     [
         "seen",
         "remember",
@@ -129,25 +134,58 @@ static STORE_LABELS: [[[Label; 2]; BACKENDS.len()]; 11] = store_labels!(
     ["memory", "sqlite", "redis", "postgres", "dyn"]
 );
 
-pub(super) fn decision(decision: Decision) {
-    let claim = CLAIM_MODE.try_with(Cell::get).unwrap_or(false);
-    let labels = &DECISION_LABELS[decision as usize][usize::from(claim)];
-    let key = Key::from_static_parts(DECISIONS_TOTAL, labels);
-    ::metrics::with_recorder(|recorder| recorder.register_counter(&key, &METADATA).increment(1));
+// Building a `Key` hashes its name and labels, which cost a duplicate
+// delivery more than its store lookup: the tables' keys are built once, on
+// first use.
+
+/// [`DECISION_LABELS`]' keys.
+static DECISION_KEYS: LazyLock<[[Key; 2]; Decision::ALL.len()]> = LazyLock::new(|| {
+    DECISION_LABELS.each_ref().map(|modes| {
+        modes
+            .each_ref()
+            .map(|labels| Key::from_static_parts(DECISIONS_TOTAL, labels))
+    })
+});
+
+type StoreKeys = [[Key; BACKENDS.len()]; OPERATIONS];
+
+fn store_keys(name: &'static str) -> StoreKeys {
+    STORE_LABELS.each_ref().map(|backends| {
+        backends
+            .each_ref()
+            .map(|labels| Key::from_static_parts(name, labels))
+    })
 }
 
-/// The key of a store metric; static for the crate's own backends, built
+/// [`STORE_LABELS`]' keys of [`STORE_DURATION_SECONDS`].
+static DURATION_KEYS: LazyLock<StoreKeys> = LazyLock::new(|| store_keys(STORE_DURATION_SECONDS));
+
+/// [`STORE_LABELS`]' keys of [`STORE_ERRORS_TOTAL`].
+static ERROR_KEYS: LazyLock<StoreKeys> = LazyLock::new(|| store_keys(STORE_ERRORS_TOTAL));
+
+pub(super) fn decision(decision: Decision) {
+    let claim = CLAIM_MODE.try_with(Cell::get).unwrap_or(false);
+    let key = &DECISION_KEYS[decision as usize][usize::from(claim)];
+    ::metrics::with_recorder(|recorder| recorder.register_counter(key, &METADATA).increment(1));
+}
+
+/// The key of a store metric: from `keys` for the crate's own backends, built
 /// (one allocation) for a store type of the user's own.
-fn store_key(name: &'static str, operation: StoreOperation, backend: &'static str) -> Key {
-    match BACKENDS.iter().position(|known| *known == backend) {
-        Some(column) => Key::from_static_parts(name, &STORE_LABELS[operation as usize][column]),
-        None => Key::from_parts(
+fn store_key(
+    name: &'static str,
+    keys: &'static StoreKeys,
+    operation: StoreOperation,
+    backend: Backend,
+) -> Cow<'static, Key> {
+    match backend {
+        Backend::Column(column) => Cow::Borrowed(&keys[operation as usize][column]),
+        Backend::Named(backend) => Cow::Owned(Key::from_parts(
             name,
             vec![
                 Label::from_static_parts("operation", operation.as_str()),
                 Label::from_static_parts("backend", backend),
             ],
-        ),
+        )),
     }
 }
 
@@ -169,7 +207,7 @@ pub(crate) fn timed<S: ?Sized, F>(operation: StoreOperation, call: impl FnOnce()
 pub(crate) struct Timed<F> {
     future: F,
     operation: StoreOperation,
-    backend: fn() -> &'static str,
+    backend: fn() -> Backend,
     start: Instant,
 }
 
@@ -187,12 +225,12 @@ where
         let (operation, backend) = (self.operation, (self.backend)());
         let elapsed = self.start.elapsed().as_secs_f64();
         ::metrics::with_recorder(|recorder| {
-            let duration = store_key(STORE_DURATION_SECONDS, operation, backend);
+            let duration = store_key(STORE_DURATION_SECONDS, &DURATION_KEYS, operation, backend);
             recorder
                 .register_histogram(&duration, &METADATA)
                 .record(elapsed);
             if result.is_err() {
-                let errors = store_key(STORE_ERRORS_TOTAL, operation, backend);
+                let errors = store_key(STORE_ERRORS_TOTAL, &ERROR_KEYS, operation, backend);
                 recorder.register_counter(&errors, &METADATA).increment(1);
             }
         });
@@ -200,21 +238,39 @@ where
     }
 }
 
+/// The `backend` label of a store type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backend {
+    /// One of [`BACKENDS`], by its column in [`STORE_LABELS`].
+    Column(usize),
+    /// A store type of the user's own, by its name.
+    Named(&'static str),
+}
+
 /// The `backend` label of a store type: the crate's stores by their
 /// [`StoreError::backend`] word, `dyn` for a trait object (its concrete type
 /// is not known here), else the innermost type's own name.
-fn backend_label<S: ?Sized>() -> &'static str {
-    let name = std::any::type_name::<S>();
-    let innermost = name.trim_end_matches('>');
-    let last = innermost.rsplit("::").next().unwrap_or(innermost);
-    match last {
-        "InMemoryStore" => "memory",
-        "SqliteStore" => "sqlite",
-        "RedisStore" => "redis",
-        "PostgresStore" => "postgres",
-        _ if innermost.contains("dyn ") => "dyn",
-        other => other,
+///
+/// It runs on every store call, so the crate's stores are told by the end of
+/// their type's name alone: a search of the name (`rsplit("::")`, even
+/// `rfind(':')`) cost a duplicate delivery more than its store lookup.
+fn backend_label<S: ?Sized>() -> Backend {
+    // By column of [`STORE_LABELS`].
+    const OWN: [&str; 4] = [
+        "::InMemoryStore",
+        "::SqliteStore",
+        "::RedisStore",
+        "::PostgresStore",
+    ];
+    // `&S`, `Arc<S>`, `Box<S>` name the store innermost.
+    let innermost = std::any::type_name::<S>().trim_end_matches('>');
+    if let Some(column) = OWN.iter().position(|own| innermost.ends_with(own)) {
+        return Backend::Column(column);
     }
+    if innermost.contains("dyn ") {
+        return Backend::Column(BACKENDS.len() - 1);
+    }
+    Backend::Named(innermost.rsplit("::").next().unwrap_or(innermost))
 }
 
 #[cfg(test)]
@@ -225,13 +281,32 @@ mod tests {
 
     #[test]
     fn a_store_type_names_its_backend() {
-        assert_eq!(backend_label::<InMemoryStore>(), "memory");
-        assert_eq!(backend_label::<&InMemoryStore>(), "memory");
-        assert_eq!(backend_label::<Arc<InMemoryStore>>(), "memory");
-        assert_eq!(backend_label::<Arc<dyn Store>>(), "dyn");
-        assert_eq!(backend_label::<dyn Store>(), "dyn");
+        let label = |backend| match backend {
+            Backend::Column(column) => BACKENDS[column],
+            Backend::Named(name) => name,
+        };
+        assert_eq!(label(backend_label::<InMemoryStore>()), "memory");
+        assert_eq!(label(backend_label::<&InMemoryStore>()), "memory");
+        assert_eq!(label(backend_label::<Arc<InMemoryStore>>()), "memory");
+        assert_eq!(label(backend_label::<Arc<dyn Store>>()), "dyn");
+        assert_eq!(label(backend_label::<dyn Store>()), "dyn");
+        #[cfg(feature = "sqlite")]
+        assert_eq!(label(backend_label::<crate::SqliteStore>()), "sqlite");
+        #[cfg(feature = "redis")]
+        assert_eq!(label(backend_label::<Arc<crate::RedisStore>>()), "redis");
+        #[cfg(feature = "postgres")]
+        assert_eq!(label(backend_label::<&crate::PostgresStore>()), "postgres");
         struct TinyStore;
-        assert_eq!(backend_label::<TinyStore>(), "TinyStore");
+        assert_eq!(backend_label::<TinyStore>(), Backend::Named("TinyStore"));
+        assert_eq!(
+            backend_label::<Arc<TinyStore>>(),
+            Backend::Named("TinyStore")
+        );
+        struct NotAnInMemoryStore;
+        assert_eq!(
+            backend_label::<NotAnInMemoryStore>(),
+            Backend::Named("NotAnInMemoryStore")
+        );
     }
 
     #[test]
@@ -264,9 +339,46 @@ mod tests {
                 assert_eq!(labels[1].value(), *backend);
             }
         }
-        let key = store_key(STORE_ERRORS_TOTAL, StoreOperation::Seen, "TinyStore");
+        let key = store_key(
+            STORE_ERRORS_TOTAL,
+            &ERROR_KEYS,
+            StoreOperation::Seen,
+            Backend::Named("TinyStore"),
+        );
         let labels: Vec<_> = key.labels().map(|l| (l.key(), l.value())).collect();
         assert_eq!(labels, [("operation", "seen"), ("backend", "TinyStore")]);
+    }
+
+    #[test]
+    fn the_prebuilt_keys_are_their_names_and_labels() {
+        for (labels, keys) in DECISION_LABELS.iter().zip(DECISION_KEYS.iter()) {
+            for (labels, key) in labels.iter().zip(keys) {
+                assert_eq!(*key, Key::from_parts(DECISIONS_TOTAL, labels.to_vec()));
+            }
+        }
+        for (name, table) in [
+            (STORE_DURATION_SECONDS, &*DURATION_KEYS),
+            (STORE_ERRORS_TOTAL, &*ERROR_KEYS),
+        ] {
+            for (labels, keys) in STORE_LABELS.iter().zip(table) {
+                for (labels, key) in labels.iter().zip(keys) {
+                    let built = Key::from_parts(name, labels.to_vec());
+                    assert_eq!((key, key.get_hash()), (&built, built.get_hash()));
+                }
+            }
+        }
+        let known = store_key(
+            STORE_DURATION_SECONDS,
+            &DURATION_KEYS,
+            StoreOperation::Claim,
+            backend_label::<InMemoryStore>(),
+        );
+        assert!(
+            matches!(known, Cow::Borrowed(_)),
+            "no key built for a known backend"
+        );
+        let labels: Vec<_> = known.labels().map(|l| (l.key(), l.value())).collect();
+        assert_eq!(labels, [("operation", "claim"), ("backend", "memory")]);
     }
 
     #[test]
