@@ -2,7 +2,7 @@
 //! behind a `Consumer`, on the queue layout the Python, PHP and Go SDKs share.
 //!
 //! ```text
-//! cargo run --example worker --features redis-transport,amqp-transport,redis,postgres -- \
+//! cargo run --example worker --features redis-transport,amqp-transport,sqlite,redis,postgres -- \
 //!     --redis redis://127.0.0.1:6379/0 --queue orders --concurrency 32 \
 //!     --until-idle 2 --store sqlite:target/worker.sqlite
 //! ```

@@ -27,6 +27,7 @@ use serde_json::{Value, json};
 use store_contract::servers::{REDIS_URL, server_url, unique_suffix};
 use store_contract::spawned::OwnRedis;
 
+use consumer_support::redis_queue::Queue;
 use consumer_support::{
     PATIENCE, QUIET, URN, dead_letter_block, effect_router, envelope_with_id, eventually, python,
     run_until_idle,
@@ -38,92 +39,6 @@ async fn peer(python: &Path, args: Vec<String>, stdin: Option<Value>) -> Value {
 }
 
 // ---------------------------------------------------------------- fixtures
-
-/// One test's queue on a Redis server: a unique name, its keys deleted on drop.
-struct Queue {
-    url: String,
-    name: String,
-}
-
-impl Queue {
-    fn new(url: &str) -> Self {
-        Queue {
-            url: url.to_owned(),
-            name: format!("bi-consumer-{}", unique_suffix()),
-        }
-    }
-
-    fn processing(&self) -> String {
-        format!("{}:processing", self.name)
-    }
-
-    fn deadlines(&self) -> String {
-        format!("{}:processing:deadlines", self.name)
-    }
-
-    fn dlq(&self) -> String {
-        format!("{}.dlq", self.name)
-    }
-
-    /// A key of this test's own, deleted with the queue.
-    fn key(&self, what: &str) -> String {
-        format!("{}:{what}", self.name)
-    }
-
-    async fn raw(&self) -> redis::aio::MultiplexedConnection {
-        redis::Client::open(self.url.as_str())
-            .unwrap()
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connect to the test's Redis")
-    }
-
-    async fn len(&self, key: &str) -> usize {
-        let mut raw = self.raw().await;
-        let kind: String = redis::cmd("TYPE")
-            .arg(key)
-            .query_async(&mut raw)
-            .await
-            .unwrap();
-        match kind.as_str() {
-            "zset" => raw.zcard(key).await.unwrap(),
-            "hash" => raw.hlen(key).await.unwrap(),
-            _ => raw.llen(key).await.unwrap(),
-        }
-    }
-
-    /// Whether the queue, its reservations and their deadlines are all empty.
-    async fn drained(&self) -> bool {
-        self.len(&self.name).await == 0
-            && self.len(&self.processing()).await == 0
-            && self.len(&self.deadlines()).await == 0
-    }
-
-    async fn transport(&self) -> RedisTransport {
-        RedisTransport::connect(&self.url)
-            .await
-            .expect("connect the transport")
-    }
-}
-
-impl Drop for Queue {
-    fn drop(&mut self) {
-        let Ok(client) = redis::Client::open(self.url.as_str()) else {
-            return;
-        };
-        let Ok(mut connection) = client.get_connection() else {
-            return;
-        };
-        let pattern = format!("{}*", self.name);
-        let keys: Vec<String> = redis::cmd("KEYS")
-            .arg(&pattern)
-            .query(&mut connection)
-            .unwrap_or_default();
-        if !keys.is_empty() {
-            let _: redis::RedisResult<()> = redis::cmd("DEL").arg(keys).query(&mut connection);
-        }
-    }
-}
 
 /// Publishes `count` envelopes with the ids `<prefix>-0`, `<prefix>-1`, ...
 async fn publish_numbered(transport: &RedisTransport, queue: &str, prefix: &str, count: u64) {

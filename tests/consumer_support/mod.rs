@@ -2,6 +2,9 @@
 //! counting router. A module of the test crates that `mod` it.
 #![allow(dead_code)]
 
+#[cfg(feature = "redis-transport")]
+pub mod redis_queue;
+
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -1,0 +1,94 @@
+//! One test's queue on a Redis server, for the tests that run a consumer on
+//! Redis (in process or as the worker example).
+
+use redis::AsyncCommands;
+
+use babel_idem::transport::RedisTransport;
+
+use crate::store_contract::servers::unique_suffix;
+
+/// One test's queue on a Redis server: a unique name, its keys deleted on drop.
+pub struct Queue {
+    pub url: String,
+    pub name: String,
+}
+
+impl Queue {
+    pub fn new(url: &str) -> Self {
+        Queue {
+            url: url.to_owned(),
+            name: format!("bi-consumer-{}", unique_suffix()),
+        }
+    }
+
+    pub fn processing(&self) -> String {
+        format!("{}:processing", self.name)
+    }
+
+    pub fn deadlines(&self) -> String {
+        format!("{}:processing:deadlines", self.name)
+    }
+
+    pub fn dlq(&self) -> String {
+        format!("{}.dlq", self.name)
+    }
+
+    /// A key of this test's own, deleted with the queue.
+    pub fn key(&self, what: &str) -> String {
+        format!("{}:{what}", self.name)
+    }
+
+    pub async fn raw(&self) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(self.url.as_str())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect to the test's Redis")
+    }
+
+    pub async fn len(&self, key: &str) -> usize {
+        let mut raw = self.raw().await;
+        let kind: String = redis::cmd("TYPE")
+            .arg(key)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        match kind.as_str() {
+            "zset" => raw.zcard(key).await.unwrap(),
+            "hash" => raw.hlen(key).await.unwrap(),
+            _ => raw.llen(key).await.unwrap(),
+        }
+    }
+
+    /// Whether the queue, its reservations and their deadlines are all empty.
+    pub async fn drained(&self) -> bool {
+        self.len(&self.name).await == 0
+            && self.len(&self.processing()).await == 0
+            && self.len(&self.deadlines()).await == 0
+    }
+
+    pub async fn transport(&self) -> RedisTransport {
+        RedisTransport::connect(&self.url)
+            .await
+            .expect("connect the transport")
+    }
+}
+
+impl Drop for Queue {
+    fn drop(&mut self) {
+        let Ok(client) = redis::Client::open(self.url.as_str()) else {
+            return;
+        };
+        let Ok(mut connection) = client.get_connection() else {
+            return;
+        };
+        let pattern = format!("{}*", self.name);
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(&pattern)
+            .query(&mut connection)
+            .unwrap_or_default();
+        if !keys.is_empty() {
+            let _: redis::RedisResult<()> = redis::cmd("DEL").arg(keys).query(&mut connection);
+        }
+    }
+}

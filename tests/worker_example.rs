@@ -1,0 +1,339 @@
+//! `examples/worker.rs` as a user runs it: a separate process on a real
+//! Redis queue, its flags, its final JSON line, its seen-set kept on disk
+//! between two runs, a graceful stop on SIGTERM and clear errors for bad
+//! flags.
+//!
+//! Environment: `BABEL_IDEM_REDIS_URL`; without it the server tests print
+//! `skipped:`, and with `BABEL_IDEM_REQUIRE_SERVERS=1` they fail instead.
+//! The example is the one `cargo test --all-features` builds; a test run
+//! that did not build it (`cargo test --test worker_example`) builds it first.
+#![cfg(all(
+    feature = "redis-transport",
+    feature = "amqp-transport",
+    feature = "sqlite",
+    feature = "redis",
+    feature = "postgres"
+))]
+
+mod consumer_support;
+mod store_contract;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use babel_idem::Envelope;
+use consumer_support::redis_queue::Queue;
+use redis::AsyncCommands;
+use serde_json::{Value, json};
+use store_contract::servers::{REDIS_URL, server_url, unique_suffix};
+
+/// The URN the example routes.
+const ORDER_CREATED: &str = "urn:babel:orders:created";
+
+/// The example's binary, built once per test run when missing.
+fn worker_binary() -> &'static Path {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY.get_or_init(|| {
+        // target/<profile>/deps/worker_example-<hash> -> target/<profile>/examples/worker
+        let profile_dir = std::env::current_exe()
+            .expect("the test binary's path")
+            .parent()
+            .and_then(Path::parent)
+            .expect("the test binary lives in target/<profile>/deps")
+            .to_owned();
+        let binary = profile_dir
+            .join("examples")
+            .join(format!("worker{}", std::env::consts::EXE_SUFFIX));
+        if !binary.exists() {
+            let mut build = Command::new(env!("CARGO"));
+            build.args(["build", "--example", "worker", "--all-features"]);
+            if profile_dir.ends_with("release") {
+                build.arg("--release");
+            }
+            let status = build.status().expect("run cargo to build the example");
+            assert!(status.success(), "cargo build --example worker failed");
+        }
+        binary
+    })
+}
+
+fn worker(args: &[&str]) -> Command {
+    let mut command = Command::new(worker_binary());
+    command
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    command
+}
+
+/// Runs the worker to its end; its output, checked for a panic.
+async fn run_worker(args: Vec<String>) -> Output {
+    let output = tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        worker(&args).output().expect("start the worker example")
+    })
+    .await
+    .unwrap();
+    assert_no_panic(&output);
+    output
+}
+
+fn assert_no_panic(output: &Output) {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !stderr.contains("panicked"),
+        "the worker panicked:\n{stderr}"
+    );
+}
+
+/// The worker's last line on stdout, as JSON.
+fn final_line(output: &Output) -> Value {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let line = stdout.lines().last().unwrap_or_else(|| {
+        panic!(
+            "the worker printed nothing; stderr:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("{line:?} is not JSON: {e}"))
+}
+
+fn counts(delivered: u64, ran: u64, skipped: u64, dead_lettered: u64) -> Value {
+    json!({
+        "delivered": delivered,
+        "ran": ran,
+        "skipped": skipped,
+        "retried": 0,
+        "dead_lettered": dead_lettered,
+    })
+}
+
+/// One test's queue and seen-set file; the queue's keys and the file are
+/// deleted on drop.
+struct Fixture {
+    queue: Queue,
+    dir: PathBuf,
+}
+
+impl Fixture {
+    fn new(url: &str) -> Self {
+        let queue = Queue::new(url);
+        let dir = std::env::temp_dir().join(format!("babel-idem-{}", queue.name));
+        std::fs::create_dir_all(&dir).unwrap();
+        Fixture { queue, dir }
+    }
+
+    /// The example's flags for this fixture, `extra` after them.
+    fn args(&self, extra: &[&str]) -> Vec<String> {
+        let store = format!("sqlite:{}", self.dir.join("seen.sqlite").display());
+        let mut args: Vec<String> = [
+            "--redis",
+            &self.queue.url,
+            "--queue",
+            &self.queue.name,
+            "--concurrency",
+            "8",
+            "--store",
+            &store,
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        args
+    }
+
+    /// Publishes one order per id, in order, through the Redis transport.
+    async fn publish(&self, ids: &[String]) {
+        let transport = self.queue.transport().await;
+        for (n, id) in ids.iter().enumerate() {
+            let envelope = Envelope::new(ORDER_CREATED, json!({ "order_id": n }))
+                .with_id(id.as_str())
+                .with_queue(&self.queue.name);
+            transport
+                .publish(&self.queue.name, &envelope.to_vec())
+                .await
+                .unwrap();
+        }
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn ids(prefix: &str, range: std::ops::Range<usize>) -> Vec<String> {
+    range.map(|n| format!("{prefix}-{n}")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worker_runs_each_order_once_across_two_runs_and_dead_letters_poison() {
+    const TEST: &str = "the_worker_runs_each_order_once_across_two_runs";
+    let Some(url) = server_url(REDIS_URL, TEST) else {
+        return;
+    };
+    let fixture = Fixture::new(&url);
+    let prefix = format!("order-{}", unique_suffix());
+    // 20 orders, then 10 of them again: a redelivery within one run.
+    let mut first = ids(&prefix, 0..20);
+    first.extend(ids(&prefix, 5..15));
+    fixture.publish(&first).await;
+    let mut raw = fixture.queue.raw().await;
+    let _: () = raw
+        .rpush(&fixture.queue.name, "not json at all")
+        .await
+        .unwrap();
+
+    let output = run_worker(fixture.args(&["--until-idle", "1"])).await;
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(final_line(&output), counts(31, 20, 10, 1));
+    assert!(fixture.queue.drained().await);
+    let dlq: Vec<String> = raw.lrange(fixture.queue.dlq(), 0, -1).await.unwrap();
+    assert_eq!(dlq.len(), 1);
+    assert!(dlq[0].contains("poison"), "{}", dlq[0]);
+
+    // A second process on the same seen-set file: the orders already run
+    // are skipped, a new one runs.
+    let mut second = ids(&prefix, 15..20);
+    second.extend(ids(&prefix, 20..21));
+    fixture.publish(&second).await;
+    let output = run_worker(fixture.args(&["--until-idle", "1"])).await;
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(final_line(&output), counts(6, 1, 5, 0));
+    assert!(fixture.queue.drained().await);
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_the_worker_with_its_counts() {
+    const TEST: &str = "sigterm_stops_the_worker_with_its_counts";
+    let Some(url) = server_url(REDIS_URL, TEST) else {
+        return;
+    };
+    let fixture = Fixture::new(&url);
+    fixture
+        .publish(&ids(&format!("order-{}", unique_suffix()), 0..12))
+        .await;
+    let args = fixture.args(&[]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut child: Child = worker(&args).spawn().expect("start the worker example");
+
+    let started = Instant::now();
+    while !fixture.queue.drained().await {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the worker did not drain the queue"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let output = tokio::task::spawn_blocking(move || {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while child.try_wait().unwrap().is_none() {
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("the worker did not stop on SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        child.wait_with_output().unwrap()
+    })
+    .await
+    .unwrap();
+    assert_no_panic(&output);
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(final_line(&output), counts(12, 12, 0, 0));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("worker: stopping"));
+}
+
+#[tokio::test]
+async fn bad_flags_and_unreachable_brokers_are_clear_errors_without_a_panic() {
+    // (flags, exit code, what stderr says)
+    let cases: [(&[&str], i32, &str); 7] = [
+        (&["--queue", "q"], 2, "exactly one of --redis and --amqp"),
+        (
+            &[
+                "--redis",
+                "redis://127.0.0.1:1/",
+                "--amqp",
+                "amqp://x",
+                "--queue",
+                "q",
+            ],
+            2,
+            "exactly one of --redis and --amqp",
+        ),
+        (&["--redis", "redis://127.0.0.1:1/"], 2, "--queue"),
+        (
+            &[
+                "--redis",
+                "redis://h/",
+                "--queue",
+                "q",
+                "--concurrency",
+                "many",
+            ],
+            2,
+            "--concurrency must be a whole number",
+        ),
+        (
+            &["--redis", "not a url", "--queue", "q"],
+            1,
+            "invalid broker URL \"not a url\"",
+        ),
+        // Port 1: nothing listens there, so the connection is refused.
+        (
+            &["--redis", "redis://127.0.0.1:1/", "--queue", "q"],
+            1,
+            "cannot connect to the broker",
+        ),
+        (
+            &["--amqp", "amqp://127.0.0.1:1/", "--queue", "q"],
+            1,
+            "cannot connect to the broker",
+        ),
+    ];
+    for (args, code, says) in cases {
+        let output = run_worker(args.iter().map(|s| (*s).to_owned()).collect()).await;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(code), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert!(output.stdout.is_empty(), "{args:?}: printed counts");
+    }
+}
+
+#[tokio::test]
+async fn a_queue_name_or_store_it_cannot_use_is_a_clear_error_on_a_live_broker() {
+    const TEST: &str = "a_queue_name_or_store_it_cannot_use";
+    let Some(url) = server_url(REDIS_URL, TEST) else {
+        return;
+    };
+    let queue = format!("bi-worker-{}", unique_suffix());
+    let cases = [
+        (
+            vec!["--queue", "q:processing"],
+            "invalid queue name \"q:processing\"",
+        ),
+        (
+            vec!["--queue", &queue, "--store", "mysql://x"],
+            "--store must be sqlite:PATH, redis://URL or postgres://URL",
+        ),
+    ];
+    for (args, says) in cases {
+        let mut args: Vec<String> = args.into_iter().map(str::to_owned).collect();
+        args.extend(["--redis".to_owned(), url.clone()]);
+        let output = run_worker(args.clone()).await;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert!(output.stdout.is_empty(), "{args:?}: printed counts");
+    }
+}
