@@ -752,10 +752,12 @@ fn redis_profile(profile: &str) {
 }
 
 /// Deliveries in one profiled run.
+#[cfg(feature = "redis")]
 const PROFILED: u64 = 20_000;
 
 /// [`PROFILED`] deliveries in claim or seen-set mode, one at a time, all
 /// polled on this thread (`runtime` is a current-thread runtime).
+#[cfg(feature = "redis")]
 #[inline(never)]
 fn profiled_deliveries<S: ClaimStore>(
     runtime: &tokio::runtime::Runtime,

@@ -19,7 +19,7 @@ use babel_idem::{
     BatchOutcome, ClaimStore, Decision, Envelope, Guard, InMemoryStore, MessageId,
     OnRememberFailure, Store, StoreError,
 };
-#[cfg(feature = "redis")]
+#[cfg(any(feature = "redis", feature = "postgres"))]
 use store_contract::Backend;
 use store_contract::{DeliveryError, envelope};
 
