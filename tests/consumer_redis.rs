@@ -17,6 +17,8 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use babel_idem::consumer::ConsumerError;
+use babel_idem::router::Backoff;
 use babel_idem::transport::{RedisTransport, Settlement, Transport, TransportError};
 use babel_idem::{
     Consumer, DeadLetter, Delivery, Envelope, RedisStore, Router, SqliteStore, guard, is_replay,
@@ -1013,6 +1015,74 @@ async fn bad_urls_queue_names_and_refused_connections_are_clear_errors_at_start(
         .unwrap_err();
     assert!(matches!(error, TransportError::Connect(_)), "{error}");
     assert!(error.to_string().contains("cannot connect"), "{error}");
+}
+
+/// A retry waits with its delivery reserved: a backoff as long as the
+/// reservation would let the sweep take it back and the message would retry
+/// forever without counting its attempts, so the consumer is not built.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_backoff_as_long_as_a_reservation_is_refused_when_the_consumer_is_built() {
+    const TEST: &str = "a_retry_backoff_as_long_as_a_reservation";
+    let Some(url) = server_url(REDIS_URL, TEST) else {
+        return;
+    };
+    let lapsing = lapsing_transport(&url, 30).await;
+    let never_lapsing = RedisTransport::builder()
+        .no_recovery()
+        .connect(&url)
+        .await
+        .unwrap();
+    let router = |backoff: Backoff, max_attempts: u64| {
+        Router::builder()
+            .backoff(backoff)
+            .max_attempts(max_attempts)
+            .build()
+            .unwrap()
+    };
+    let exponential = Backoff::exponential(Duration::from_secs(1), Duration::from_secs(600));
+    let build = |router: Router, transport: &RedisTransport| {
+        Consumer::builder(router, transport.clone(), "orders").build()
+    };
+
+    // (backoff, max_attempts, the longest wait it asks for when refused)
+    let refused = [
+        (Backoff::fixed(Duration::from_secs(30)), 3, 30),
+        // Retries after attempts 1..=7: the last waits 2^6 s.
+        (exponential, 8, 64),
+    ];
+    for (backoff, max_attempts, longest) in refused {
+        let error = build(router(backoff, max_attempts), &lapsing)
+            .err()
+            .expect("refused");
+        assert!(
+            matches!(
+                error,
+                ConsumerError::BackoffOutlivesReservation { backoff, reservation }
+                    if backoff == Duration::from_secs(longest)
+                        && reservation == Duration::from_secs(30)
+            ),
+            "{error:?}"
+        );
+        assert!(error.to_string().contains("must be shorter"), "{error}");
+        // A reservation that never lapses holds any wait.
+        assert!(build(router(backoff, max_attempts), &never_lapsing).is_ok());
+    }
+    let accepted = [
+        (Backoff::fixed(Duration::from_secs(29)), 3),
+        // Retries after attempts 1 and 2 only: the last waits 2 s.
+        (exponential, 3),
+        // No attempt is retried.
+        (Backoff::fixed(Duration::from_secs(3600)), 1),
+        (Backoff::None, 100),
+    ];
+    for (backoff, max_attempts) in accepted {
+        let built = build(router(backoff, max_attempts), &lapsing);
+        assert!(
+            built.is_ok(),
+            "{backoff:?}, {max_attempts}: {:?}",
+            built.err()
+        );
+    }
 }
 
 #[tokio::test]

@@ -201,6 +201,20 @@ impl<T: Transport> ConsumerBuilder<T> {
         if dead_letter_queue == self.queue {
             return Err(ConsumerError::DeadLetterQueueIsTheQueue);
         }
+        // A retry waits its backoff while its reservation is held: one that
+        // lapsed meanwhile is swept back with its old `attempts`, the retry's
+        // settle then touches nothing, and the message would never reach
+        // the dead-letter queue.
+        if let (Some(backoff), Some(reservation)) = (
+            self.router.longest_backoff(),
+            self.transport.reservation_lifetime(),
+        ) && backoff >= reservation
+        {
+            return Err(ConsumerError::BackoffOutlivesReservation {
+                backoff,
+                reservation,
+            });
+        }
         Ok(Consumer {
             router: self.router,
             transport: self.transport,
@@ -225,6 +239,16 @@ pub enum ConsumerError {
     DeadLetterQueueIsTheQueue,
     /// The transport refused a queue name.
     Transport(TransportError),
+    /// The router's longest retry backoff is not shorter than a reservation
+    /// on the transport: the reservation would lapse while the retry waits,
+    /// the broker would redeliver the message with its old `attempts`, and
+    /// it would never be dead-lettered.
+    BackoffOutlivesReservation {
+        /// The longest delay the router's retries ask for.
+        backoff: Duration,
+        /// How long a reservation lasts ([`Transport::reservation_lifetime`]).
+        reservation: Duration,
+    },
 }
 
 impl fmt::Display for ConsumerError {
@@ -235,6 +259,16 @@ impl fmt::Display for ConsumerError {
                 f.write_str("the dead-letter queue must differ from the consumed queue")
             }
             ConsumerError::Transport(error) => error.fmt(f),
+            ConsumerError::BackoffOutlivesReservation {
+                backoff,
+                reservation,
+            } => write!(
+                f,
+                "the router's longest retry backoff ({backoff:?}) must be shorter than a \
+                 reservation on the transport ({reservation:?}): a retry waits with its \
+                 delivery reserved, so it would lapse and come back without counting the \
+                 attempt; shorten the backoff or lengthen the reservation"
+            ),
         }
     }
 }

@@ -122,6 +122,15 @@ impl Router {
     pub fn backoff(&self) -> Backoff {
         self.backoff
     }
+
+    /// The longest delay a retry of this router asks for: the one after the
+    /// last attempt that is retried (`max_attempts - 1`; the delays never
+    /// shrink), `None` when no retry waits.
+    #[cfg(feature = "consumer")]
+    pub(crate) fn longest_backoff(&self) -> Option<std::time::Duration> {
+        let last_retried = self.max_attempts.checked_sub(1).filter(|n| *n >= 1)?;
+        self.backoff.delay(last_retried)
+    }
 }
 
 impl fmt::Debug for Router {

@@ -16,6 +16,7 @@ use std::error::Error as StdError;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::time::Duration;
 
 #[cfg(feature = "redis-transport")]
 mod redis;
@@ -62,6 +63,15 @@ pub trait Transport: Send + Sync + 'static {
         handle: &'a Self::Handle,
         settlement: &'a Settlement,
     ) -> TransportFuture<'a, bool>;
+
+    /// How long a reservation lasts before the broker takes it back for
+    /// redelivery, or `None` (the default) when it does not lapse on its
+    /// own. The consumer holds a delivery through its retry backoff, so
+    /// [`ConsumerBuilder::build`](crate::consumer::ConsumerBuilder::build)
+    /// refuses a router whose longest backoff is as long.
+    fn reservation_lifetime(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// One reserved delivery.

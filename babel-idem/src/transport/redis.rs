@@ -467,6 +467,12 @@ impl Transport for RedisTransport {
         check_queue_name(queue)
     }
 
+    /// The builder's [`retry_after`](RedisTransportBuilder::retry_after)
+    /// (or the URL's), `None` with [`no_recovery`](RedisTransportBuilder::no_recovery).
+    fn reservation_lifetime(&self) -> Option<Duration> {
+        self.retry_after
+    }
+
     fn reserve<'a>(
         &'a self,
         queue: &'a str,
