@@ -1027,6 +1027,16 @@ async fn a_retry_backoff_as_long_as_a_reservation_is_refused_when_the_consumer_i
         return;
     };
     let lapsing = lapsing_transport(&url, 30).await;
+    assert_eq!(
+        lapsing.reservation_lifetime(),
+        Some(Duration::from_secs(30))
+    );
+    let from_url = format!("{}?retry_after=30", url.trim_end_matches('/'));
+    let from_url = RedisTransport::connect(&from_url).await.unwrap();
+    assert_eq!(
+        from_url.reservation_lifetime(),
+        Some(Duration::from_secs(30))
+    );
     let never_lapsing = RedisTransport::builder()
         .no_recovery()
         .connect(&url)
@@ -1065,6 +1075,7 @@ async fn a_retry_backoff_as_long_as_a_reservation_is_refused_when_the_consumer_i
         );
         assert!(error.to_string().contains("must be shorter"), "{error}");
         // A reservation that never lapses holds any wait.
+        assert_eq!(never_lapsing.reservation_lifetime(), None);
         assert!(build(router(backoff, max_attempts), &never_lapsing).is_ok());
     }
     let accepted = [

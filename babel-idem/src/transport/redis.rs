@@ -469,6 +469,17 @@ impl Transport for RedisTransport {
 
     /// The builder's [`retry_after`](RedisTransportBuilder::retry_after)
     /// (or the URL's), `None` with [`no_recovery`](RedisTransportBuilder::no_recovery).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), babel_idem::transport::TransportError> {
+    /// use babel_idem::transport::{RedisTransport, Transport};
+    /// use std::time::Duration;
+    ///
+    /// let transport = RedisTransport::connect("redis://127.0.0.1:6379/?retry_after=30").await?;
+    /// assert_eq!(transport.reservation_lifetime(), Some(Duration::from_secs(30)));
+    /// # Ok(())
+    /// # }
+    /// ```
     fn reservation_lifetime(&self) -> Option<Duration> {
         self.retry_after
     }
