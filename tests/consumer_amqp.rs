@@ -19,7 +19,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use babel_idem::transport::{AmqpTransport, TransportError};
+use babel_idem::consumer::ConsumerError;
+use babel_idem::router::Backoff;
+use babel_idem::transport::{AmqpTransport, Transport, TransportError};
 use babel_idem::{
     Consumer, Delivery, Envelope, InMemoryStore, RedisStore, Router, guard, is_replay, urn,
 };
@@ -874,4 +876,57 @@ async fn a_wrong_password_and_a_bad_queue_name_are_refused_at_start() {
         );
     }
     transport.close().await;
+}
+
+/// An unacked delivery lives until the broker's `consumer_timeout` (30
+/// minutes by default) closes its channel; a retry waits with its delivery
+/// unacked, so a backoff that long is refused when the consumer is built.
+#[tokio::test]
+async fn a_retry_backoff_as_long_as_the_consumer_timeout_is_refused_at_start() {
+    const TEST: &str = "amqp_a_retry_backoff_as_long_as_the_consumer_timeout";
+    let Some(url) = server_url(AMQP_URL, TEST) else {
+        return;
+    };
+    let minutes = |n: u64| Duration::from_secs(60 * n);
+    let router = |backoff: Duration| {
+        Router::builder()
+            .backoff(Backoff::fixed(backoff))
+            .build()
+            .unwrap()
+    };
+    let build = |transport: &AmqpTransport, backoff: Duration| {
+        Consumer::builder(router(backoff), transport.clone(), "orders").build()
+    };
+
+    let default = AmqpTransport::connect(&url).await.unwrap();
+    assert_eq!(default.reservation_lifetime(), Some(minutes(30)));
+    assert!(build(&default, minutes(29)).is_ok());
+    let error = build(&default, minutes(30)).err().expect("refused");
+    assert!(
+        matches!(
+            error,
+            ConsumerError::BackoffOutlivesReservation { backoff, reservation }
+                if backoff == minutes(30) && reservation == minutes(30)
+        ),
+        "{error:?}"
+    );
+
+    let short = AmqpTransport::builder()
+        .consumer_timeout(Duration::from_secs(10))
+        .connect(&url)
+        .await
+        .unwrap();
+    assert!(build(&short, Duration::from_secs(9)).is_ok());
+    assert!(build(&short, Duration::from_secs(10)).is_err());
+
+    let unbounded = AmqpTransport::builder()
+        .no_consumer_timeout()
+        .connect(&url)
+        .await
+        .unwrap();
+    assert_eq!(unbounded.reservation_lifetime(), None);
+    assert!(build(&unbounded, minutes(600)).is_ok());
+    for transport in [default, short, unbounded] {
+        transport.close().await;
+    }
 }

@@ -72,6 +72,7 @@ const MAX_QUEUE_LEN: usize = 255;
 pub struct AmqpTransport {
     sessions: Arc<Sessions>,
     reserve_wait: Duration,
+    consumer_timeout: Option<Duration>,
 }
 
 /// Configures an [`AmqpTransport`]; made by [`AmqpTransport::builder`].
@@ -81,7 +82,11 @@ pub struct AmqpTransportBuilder {
     timeout: Duration,
     reconnect_attempts: usize,
     reserve_wait: Duration,
+    consumer_timeout: Option<Duration>,
 }
+
+/// RabbitMQ's own default `consumer_timeout` (since 3.8.15).
+const RABBITMQ_CONSUMER_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
 /// What [`AmqpTransport`] needs to settle one delivery: its acker on the
 /// channel it came on, the connection it came on, and its headers.
@@ -125,6 +130,7 @@ impl Default for AmqpTransportBuilder {
             timeout: Duration::from_secs(5),
             reconnect_attempts: 3,
             reserve_wait: Duration::from_millis(200),
+            consumer_timeout: Some(RABBITMQ_CONSUMER_TIMEOUT),
         }
     }
 }
@@ -159,6 +165,40 @@ impl AmqpTransportBuilder {
         self
     }
 
+    /// The broker's delivery acknowledgement timeout (RabbitMQ's
+    /// `consumer_timeout`, or a queue's `x-consumer-timeout`; default 30
+    /// minutes, RabbitMQ's own): a delivery unacked for longer closes its
+    /// channel, and the broker delivers it again. It is the transport's
+    /// [`reservation_lifetime`](Transport::reservation_lifetime), so a
+    /// consumer whose retry backoff is as long is refused when it is built.
+    ///
+    /// ```no_run
+    /// use babel_idem::transport::{AmqpTransport, Transport};
+    /// use std::time::Duration;
+    ///
+    /// # async fn run() -> Result<(), babel_idem::transport::TransportError> {
+    /// // A broker configured with `consumer_timeout = 300000` (5 minutes).
+    /// let transport = AmqpTransport::builder()
+    ///     .consumer_timeout(Duration::from_secs(300))
+    ///     .connect("amqp://guest:guest@127.0.0.1:5672/%2f")
+    ///     .await?;
+    /// assert_eq!(transport.reservation_lifetime(), Some(Duration::from_secs(300)));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn consumer_timeout(mut self, timeout: Duration) -> Self {
+        self.consumer_timeout = Some(timeout);
+        self
+    }
+
+    /// The broker has no delivery acknowledgement timeout
+    /// (`consumer_timeout = 0` or `undefined`): a delivery stays with its
+    /// channel until it is settled.
+    pub fn no_consumer_timeout(mut self) -> Self {
+        self.consumer_timeout = None;
+        self
+    }
+
     /// Connects to `url` (`amqp://user:password@host:port/vhost`, the vhost
     /// percent-encoded: `%2f` for `/`). Fails at once, with an error that
     /// says why, on a malformed URL, an `amqps://` URL (no TLS in this build)
@@ -186,6 +226,7 @@ impl AmqpTransportBuilder {
         Ok(AmqpTransport {
             sessions: Arc::new(sessions),
             reserve_wait: self.reserve_wait,
+            consumer_timeout: self.consumer_timeout,
         })
     }
 }
@@ -359,6 +400,13 @@ impl Transport for AmqpTransport {
         check_queue_name(queue)
     }
 
+    /// The builder's [`consumer_timeout`](AmqpTransportBuilder::consumer_timeout):
+    /// 30 minutes unless set, `None` with
+    /// [`no_consumer_timeout`](AmqpTransportBuilder::no_consumer_timeout).
+    fn reservation_lifetime(&self) -> Option<Duration> {
+        self.consumer_timeout
+    }
+
     fn reserve<'a>(
         &'a self,
         queue: &'a str,
@@ -385,6 +433,7 @@ impl fmt::Debug for AmqpTransport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AmqpTransport")
             .field("reserve_wait", &self.reserve_wait)
+            .field("consumer_timeout", &self.consumer_timeout)
             .finish_non_exhaustive()
     }
 }
