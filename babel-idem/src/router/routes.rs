@@ -278,3 +278,31 @@ impl fmt::Display for RouterError {
 }
 
 impl std::error::Error for RouterError {}
+
+#[cfg(all(test, feature = "consumer"))]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn the_longest_backoff_is_the_last_retried_attempts() {
+        let secs = Duration::from_secs;
+        let longest = |backoff: Backoff, max_attempts: u64| {
+            Router::builder()
+                .backoff(backoff)
+                .max_attempts(max_attempts)
+                .build()
+                .unwrap()
+                .longest_backoff()
+        };
+        let exponential = Backoff::exponential(secs(1), secs(600));
+        // Attempts 1..=4 are retried after 1, 2, 4 and 8 s; the fifth fails for good.
+        assert_eq!(longest(exponential, 5), Some(secs(8)));
+        assert_eq!(longest(exponential, 2), Some(secs(1)));
+        assert_eq!(longest(exponential, 100), Some(secs(600)));
+        assert_eq!(longest(Backoff::fixed(secs(7)), 3), Some(secs(7)));
+        // One attempt: nothing is retried, so nothing waits.
+        assert_eq!(longest(Backoff::fixed(secs(7)), 1), None);
+        assert_eq!(longest(Backoff::None, 5), None);
+    }
+}
