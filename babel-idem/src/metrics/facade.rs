@@ -106,6 +106,15 @@ static DECISION_LABELS: [[[Label; 2]; 2]; Decision::ALL.len()] = decision_labels
 /// The crate's own backends' labels, in the order of [`STORE_LABELS`]' columns.
 const BACKENDS: [&str; 5] = ["memory", "sqlite", "redis", "postgres", "dyn"];
 
+/// The end of the type name of each of the crate's own stores, in the order
+/// of [`BACKENDS`] (the last, `dyn`, is no type of its own).
+const BACKEND_TYPES: [&str; 4] = [
+    "::InMemoryStore",
+    "::SqliteStore",
+    "::RedisStore",
+    "::PostgresStore",
+];
+
 macro_rules! store_labels {
     ([$($operation:literal),+], $backends:tt) => {[$(store_labels!(@row $operation, $backends)),+]};
     (@row $operation:literal, [$($backend:literal),+]) => {[$(
@@ -147,46 +156,48 @@ static DECISION_KEYS: LazyLock<[[Key; 2]; Decision::ALL.len()]> = LazyLock::new(
     })
 });
 
-type StoreKeys = [[Key; BACKENDS.len()]; OPERATIONS];
-
-fn store_keys(name: &'static str) -> StoreKeys {
-    STORE_LABELS.each_ref().map(|backends| {
-        backends
-            .each_ref()
-            .map(|labels| Key::from_static_parts(name, labels))
-    })
+/// The keys of one store metric: its name and [`STORE_LABELS`]' keys of it.
+struct StoreKeys {
+    name: &'static str,
+    keys: [[Key; BACKENDS.len()]; OPERATIONS],
 }
 
-/// [`STORE_LABELS`]' keys of [`STORE_DURATION_SECONDS`].
-static DURATION_KEYS: LazyLock<StoreKeys> = LazyLock::new(|| store_keys(STORE_DURATION_SECONDS));
+impl StoreKeys {
+    fn new(name: &'static str) -> Self {
+        let keys = STORE_LABELS.each_ref().map(|backends| {
+            backends
+                .each_ref()
+                .map(|labels| Key::from_static_parts(name, labels))
+        });
+        StoreKeys { name, keys }
+    }
 
-/// [`STORE_LABELS`]' keys of [`STORE_ERRORS_TOTAL`].
-static ERROR_KEYS: LazyLock<StoreKeys> = LazyLock::new(|| store_keys(STORE_ERRORS_TOTAL));
+    /// The key of a call of `operation` on `backend`: from the table for
+    /// the crate's own backends, built (one allocation) for a store type of
+    /// the user's own.
+    fn get(&self, operation: StoreOperation, backend: Backend) -> Cow<'_, Key> {
+        match backend {
+            Backend::Column(column) => Cow::Borrowed(&self.keys[operation as usize][column]),
+            Backend::Named(backend) => Cow::Owned(Key::from_parts(
+                self.name,
+                vec![
+                    Label::from_static_parts("operation", operation.as_str()),
+                    Label::from_static_parts("backend", backend),
+                ],
+            )),
+        }
+    }
+}
+
+static DURATION_KEYS: LazyLock<StoreKeys> =
+    LazyLock::new(|| StoreKeys::new(STORE_DURATION_SECONDS));
+
+static ERROR_KEYS: LazyLock<StoreKeys> = LazyLock::new(|| StoreKeys::new(STORE_ERRORS_TOTAL));
 
 pub(super) fn decision(decision: Decision) {
     let claim = CLAIM_MODE.try_with(Cell::get).unwrap_or(false);
     let key = &DECISION_KEYS[decision as usize][usize::from(claim)];
     ::metrics::with_recorder(|recorder| recorder.register_counter(key, &METADATA).increment(1));
-}
-
-/// The key of a store metric: from `keys` for the crate's own backends, built
-/// (one allocation) for a store type of the user's own.
-fn store_key(
-    name: &'static str,
-    keys: &'static StoreKeys,
-    operation: StoreOperation,
-    backend: Backend,
-) -> Cow<'static, Key> {
-    match backend {
-        Backend::Column(column) => Cow::Borrowed(&keys[operation as usize][column]),
-        Backend::Named(backend) => Cow::Owned(Key::from_parts(
-            name,
-            vec![
-                Label::from_static_parts("operation", operation.as_str()),
-                Label::from_static_parts("backend", backend),
-            ],
-        )),
-    }
 }
 
 /// Makes the store call `call` of `operation` on a store of type `S`, timing
@@ -225,12 +236,12 @@ where
         let (operation, backend) = (self.operation, (self.backend)());
         let elapsed = self.start.elapsed().as_secs_f64();
         ::metrics::with_recorder(|recorder| {
-            let duration = store_key(STORE_DURATION_SECONDS, &DURATION_KEYS, operation, backend);
+            let duration = DURATION_KEYS.get(operation, backend);
             recorder
                 .register_histogram(&duration, &METADATA)
                 .record(elapsed);
             if result.is_err() {
-                let errors = store_key(STORE_ERRORS_TOTAL, &ERROR_KEYS, operation, backend);
+                let errors = ERROR_KEYS.get(operation, backend);
                 recorder.register_counter(&errors, &METADATA).increment(1);
             }
         });
@@ -255,16 +266,12 @@ enum Backend {
 /// their type's name alone: a search of the name (`rsplit("::")`, even
 /// `rfind(':')`) cost a duplicate delivery more than its store lookup.
 fn backend_label<S: ?Sized>() -> Backend {
-    // By column of [`STORE_LABELS`].
-    const OWN: [&str; 4] = [
-        "::InMemoryStore",
-        "::SqliteStore",
-        "::RedisStore",
-        "::PostgresStore",
-    ];
     // `&S`, `Arc<S>`, `Box<S>` name the store innermost.
     let innermost = std::any::type_name::<S>().trim_end_matches('>');
-    if let Some(column) = OWN.iter().position(|own| innermost.ends_with(own)) {
+    if let Some(column) = BACKEND_TYPES
+        .iter()
+        .position(|own| innermost.ends_with(own))
+    {
         return Backend::Column(column);
     }
     if innermost.contains("dyn ") {
@@ -339,12 +346,7 @@ mod tests {
                 assert_eq!(labels[1].value(), *backend);
             }
         }
-        let key = store_key(
-            STORE_ERRORS_TOTAL,
-            &ERROR_KEYS,
-            StoreOperation::Seen,
-            Backend::Named("TinyStore"),
-        );
+        let key = ERROR_KEYS.get(StoreOperation::Seen, Backend::Named("TinyStore"));
         let labels: Vec<_> = key.labels().map(|l| (l.key(), l.value())).collect();
         assert_eq!(labels, [("operation", "seen"), ("backend", "TinyStore")]);
     }
@@ -360,19 +362,15 @@ mod tests {
             (STORE_DURATION_SECONDS, &*DURATION_KEYS),
             (STORE_ERRORS_TOTAL, &*ERROR_KEYS),
         ] {
-            for (labels, keys) in STORE_LABELS.iter().zip(table) {
+            assert_eq!(table.name, name);
+            for (labels, keys) in STORE_LABELS.iter().zip(&table.keys) {
                 for (labels, key) in labels.iter().zip(keys) {
                     let built = Key::from_parts(name, labels.to_vec());
                     assert_eq!((key, key.get_hash()), (&built, built.get_hash()));
                 }
             }
         }
-        let known = store_key(
-            STORE_DURATION_SECONDS,
-            &DURATION_KEYS,
-            StoreOperation::Claim,
-            backend_label::<InMemoryStore>(),
-        );
+        let known = DURATION_KEYS.get(StoreOperation::Claim, backend_label::<InMemoryStore>());
         assert!(
             matches!(known, Cow::Borrowed(_)),
             "no key built for a known backend"
