@@ -322,11 +322,28 @@ pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 /// let boxed: Box<dyn std::error::Error + Send + Sync> = err.into();
 /// assert!(boxed.source().is_some());
 /// ```
+pub struct StoreError(Box<Failure>);
+
+/// What a [`StoreError`] says, behind one pointer: every store call and
+/// every guard returns a `Result` with a `StoreError` in it, and boxed it
+/// is one word (`Ok(())` the null pointer), passed in a register, where
+/// the three fields made it 40 bytes copied through every future on the
+/// path of a duplicate delivery. Only a failure pays the allocation.
 #[derive(Debug)]
-pub struct StoreError {
+struct Failure {
     operation: StoreOperation,
     backend: &'static str,
     source: BoxError,
+}
+
+impl fmt::Debug for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StoreError")
+            .field("operation", &self.0.operation)
+            .field("backend", &self.0.backend)
+            .field("source", &self.0.source)
+            .finish()
+    }
 }
 
 impl StoreError {
@@ -336,28 +353,28 @@ impl StoreError {
         backend: &'static str,
         source: impl Into<BoxError>,
     ) -> Self {
-        StoreError {
+        StoreError(Box::new(Failure {
             operation,
             backend,
             source: source.into(),
-        }
+        }))
     }
 
     /// The operation that failed.
     pub fn operation(&self) -> StoreOperation {
-        self.operation
+        self.0.operation
     }
 
     /// The backend that failed: `memory`, `sqlite`, `redis`, `postgres`, ...,
     /// or `guard` for a refusal a claim-mode guard made itself (a parked
     /// delivery, a lost claim, a lease out of range).
     pub fn backend(&self) -> &'static str {
-        self.backend
+        self.0.backend
     }
 
     /// The backend's error, for downcasting.
     pub fn into_source(self) -> BoxError {
-        self.source
+        self.0.source
     }
 }
 
@@ -375,20 +392,21 @@ pub(crate) fn failed<E: Into<BoxError>>(
 impl fmt::Display for StoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // A refusal made by the claim-mode guard itself is not a backend failure.
-        if self.backend == claim::GUARD {
-            return fmt::Display::fmt(&self.source, f);
+        let Failure {
+            operation,
+            backend,
+            source,
+        } = &*self.0;
+        if *backend == claim::GUARD {
+            return fmt::Display::fmt(source, f);
         }
-        write!(
-            f,
-            "{} store: `{}` failed: {}",
-            self.backend, self.operation, self.source
-        )
+        write!(f, "{backend} store: `{operation}` failed: {source}")
     }
 }
 
 impl StdError for StoreError {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        Some(&*self.source)
+        Some(&*self.0.source)
     }
 }
 
@@ -404,6 +422,21 @@ mod tests {
         let err = StoreError::new(StoreOperation::Remember, "memory", "full");
         let any: anyhow::Error = err.into();
         assert_eq!(any.to_string(), "memory store: `remember` failed: full");
+    }
+
+    #[test]
+    fn a_store_error_and_a_result_of_one_are_one_word() {
+        use std::mem::size_of;
+        assert_eq!(size_of::<StoreError>(), size_of::<usize>());
+        assert_eq!(size_of::<Result<(), StoreError>>(), size_of::<usize>());
+        let err = StoreError::new(StoreOperation::Seen, "redis", "refused");
+        assert_eq!(
+            format!("{err:?}"),
+            r#"StoreError { operation: Seen, backend: "redis", source: "refused" }"#
+        );
+        assert_eq!(err.backend(), "redis");
+        assert_eq!(err.operation(), StoreOperation::Seen);
+        assert_eq!(err.into_source().to_string(), "refused");
     }
 
     #[test]

@@ -408,7 +408,7 @@ impl StoreError {
     }
 
     fn refusal(&self) -> Option<Refusal> {
-        self.source.downcast_ref::<Refusal>().copied()
+        self.0.source.downcast_ref::<Refusal>().copied()
     }
 
     /// Whether a claim-mode guard parked this delivery: another owner holds a
