@@ -20,6 +20,20 @@ use crate::store::InvalidLease;
 use crate::store::claim::lease_millis;
 use crate::{ClaimStore, DedupeKey, MessageId, Store, StoreError};
 
+/// The answer of a store call: taken straight out of a future that already
+/// holds it (a store that answers from memory), awaited otherwise. Awaited,
+/// a ready answer is first stored in the guard's own future and then read
+/// back in other widths, and the CPU waited on that read in every duplicate
+/// delivery (a sampling profile put a third of the time there).
+macro_rules! store_answer {
+    ($call:expr) => {
+        match $call.into_ready() {
+            Ok(answer) => answer,
+            Err(pending) => pending.await,
+        }
+    };
+}
+
 mod batch;
 mod claim;
 mod fence;

@@ -216,6 +216,21 @@ impl<'a, T> StoreFuture<'a, T> {
     }
 }
 
+impl<T> StoreFuture<'_, T> {
+    /// The answer of a store that gave it in the call itself, or this
+    /// future, to await. The guard takes a ready answer out here rather
+    /// than awaiting it: awaited, the answer is first stored in the guard's
+    /// own future and read back in other widths, which stalled the CPU on
+    /// every duplicate delivery (`store_answer!` in `guard.rs`).
+    #[inline(always)]
+    pub(crate) fn into_ready(self) -> Result<Result<T, StoreError>, Self> {
+        match self.0 {
+            Inner::Ready(Some(answer)) => Ok(answer),
+            pending => Err(StoreFuture(pending)),
+        }
+    }
+}
+
 // Neither variant is self-referential: the boxed future is pinned on the heap.
 impl<T> Unpin for StoreFuture<'_, T> {}
 

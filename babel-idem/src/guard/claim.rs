@@ -45,7 +45,9 @@ where
     };
 
     let owner = ClaimToken::random();
-    let fence = match timed::<S, _>(StoreOperation::Claim, || store.claim(id, owner, lease)).await {
+    let fence = match store_answer!(timed::<S, _>(StoreOperation::Claim, || {
+        store.claim(id, owner, lease)
+    })) {
         Ok(Claim::Won { fence }) => fence,
         Ok(Claim::Done) => {
             claim_mode(|| report(Decision::Skipped, id));
@@ -81,7 +83,7 @@ where
         return Err(error);
     }
 
-    match timed::<S, _>(StoreOperation::Commit, || store.commit(id, owner)).await {
+    match store_answer!(timed::<S, _>(StoreOperation::Commit, || store.commit(id, owner))) {
         Ok(true) => {
             claim_mode(|| report(Decision::Ran, id));
             Ok(())

@@ -36,7 +36,7 @@ where
             return handler.await;
         };
 
-        match timed::<S, _>(StoreOperation::Seen, || store.seen(id)).await {
+        match store_answer!(timed::<S, _>(StoreOperation::Seen, || store.seen(id))) {
             Ok(false) => {}
             Ok(true) => {
                 report(Decision::Skipped, id);
@@ -51,7 +51,7 @@ where
             return Err(error);
         }
 
-        match timed::<S, _>(StoreOperation::Remember, || store.remember(id)).await {
+        match store_answer!(timed::<S, _>(StoreOperation::Remember, || store.remember(id))) {
             Ok(()) => {
                 report(Decision::Ran, id);
                 Ok(())

@@ -14,6 +14,7 @@ use ::metrics::{Key, Label, Level, Metadata};
 
 use crate::StoreError;
 use crate::metrics::Decision;
+use crate::store::StoreFuture;
 use crate::store::StoreOperation;
 
 /// Counter: one per guard decision, labelled `decision` ([`Decision::as_str`])
@@ -233,20 +234,39 @@ where
             Poll::Pending => return Poll::Pending,
             Poll::Ready(result) => result,
         };
-        let (operation, backend) = (self.operation, (self.backend)());
-        let elapsed = self.start.elapsed().as_secs_f64();
-        ::metrics::with_recorder(|recorder| {
-            let duration = DURATION_KEYS.get(operation, backend);
-            recorder
-                .register_histogram(&duration, &METADATA)
-                .record(elapsed);
-            if result.is_err() {
-                let errors = ERROR_KEYS.get(operation, backend);
-                recorder.register_counter(&errors, &METADATA).increment(1);
-            }
-        });
+        record_call(self.operation, self.backend, self.start, result.is_err());
         Poll::Ready(result)
     }
+}
+
+impl<T> Timed<StoreFuture<'_, T>> {
+    /// [`StoreFuture::into_ready`], recording a ready answer as `poll` would.
+    #[inline]
+    pub(crate) fn into_ready(self) -> Result<Result<T, StoreError>, Self> {
+        match self.future.into_ready() {
+            Ok(answer) => {
+                record_call(self.operation, self.backend, self.start, answer.is_err());
+                Ok(answer)
+            }
+            Err(future) => Err(Timed { future, ..self }),
+        }
+    }
+}
+
+/// Records a completed store call's latency, and its failure.
+fn record_call(operation: StoreOperation, backend: fn() -> Backend, start: Instant, failed: bool) {
+    let backend = backend();
+    let elapsed = start.elapsed().as_secs_f64();
+    ::metrics::with_recorder(|recorder| {
+        let duration = DURATION_KEYS.get(operation, backend);
+        recorder
+            .register_histogram(&duration, &METADATA)
+            .record(elapsed);
+        if failed {
+            let errors = ERROR_KEYS.get(operation, backend);
+            recorder.register_counter(&errors, &METADATA).increment(1);
+        }
+    });
 }
 
 /// The `backend` label of a store type.
