@@ -24,7 +24,7 @@ use crate::{ClaimStore, DedupeKey, MessageId, Store, StoreError};
 /// holds it (a store that answers from memory), awaited otherwise. Awaited,
 /// a ready answer is first stored in the guard's own future and then read
 /// back in other widths, and the CPU waited on that read in every duplicate
-/// delivery (a sampling profile put a third of the time there).
+/// delivery.
 macro_rules! store_answer {
     ($call:expr) => {
         match $call.into_ready() {

@@ -344,7 +344,6 @@ pub struct StoreError(Box<Failure>);
 /// is one word (`Ok(())` the null pointer), passed in a register, where
 /// the three fields made it 40 bytes copied through every future on the
 /// path of a duplicate delivery. Only a failure pays the allocation.
-#[derive(Debug)]
 struct Failure {
     operation: StoreOperation,
     backend: &'static str,
