@@ -218,10 +218,7 @@ impl<'a, T> StoreFuture<'a, T> {
 
 impl<T> StoreFuture<'_, T> {
     /// The answer of a store that gave it in the call itself, or this
-    /// future, to await. The guard takes a ready answer out here rather
-    /// than awaiting it: awaited, the answer is first stored in the guard's
-    /// own future and read back in other widths, which stalled the CPU on
-    /// every duplicate delivery (`store_answer!` in `guard.rs`).
+    /// future, to await (`store_answer!` in `guard.rs` says why).
     #[inline(always)]
     pub(crate) fn into_ready(self) -> Result<Result<T, StoreError>, Self> {
         match self.0 {

@@ -208,9 +208,11 @@ pub(crate) fn timed<S: ?Sized, F>(operation: StoreOperation, call: impl FnOnce()
     let start = Instant::now();
     Timed {
         future: call(),
-        operation,
-        backend: backend_label::<S>,
-        start,
+        call: StoreCall {
+            operation,
+            backend: backend_label::<S>,
+            start,
+        },
     }
 }
 
@@ -218,9 +220,32 @@ pub(crate) fn timed<S: ?Sized, F>(operation: StoreOperation, call: impl FnOnce()
 /// completes. A call dropped before it completes records nothing.
 pub(crate) struct Timed<F> {
     future: F,
+    call: StoreCall,
+}
+
+/// What a [`Timed`] call records: which call, and since when.
+struct StoreCall {
     operation: StoreOperation,
     backend: fn() -> Backend,
     start: Instant,
+}
+
+impl StoreCall {
+    /// Records the call's latency, and its failure, now that it completed.
+    fn completed(&self, failed: bool) {
+        let (operation, backend) = (self.operation, (self.backend)());
+        let elapsed = self.start.elapsed().as_secs_f64();
+        ::metrics::with_recorder(|recorder| {
+            let duration = DURATION_KEYS.get(operation, backend);
+            recorder
+                .register_histogram(&duration, &METADATA)
+                .record(elapsed);
+            if failed {
+                let errors = ERROR_KEYS.get(operation, backend);
+                recorder.register_counter(&errors, &METADATA).increment(1);
+            }
+        });
+    }
 }
 
 impl<F, T> Future for Timed<F>
@@ -234,7 +259,7 @@ where
             Poll::Pending => return Poll::Pending,
             Poll::Ready(result) => result,
         };
-        record_call(self.operation, self.backend, self.start, result.is_err());
+        self.call.completed(result.is_err());
         Poll::Ready(result)
     }
 }
@@ -245,28 +270,15 @@ impl<T> Timed<StoreFuture<'_, T>> {
     pub(crate) fn into_ready(self) -> Result<Result<T, StoreError>, Self> {
         match self.future.into_ready() {
             Ok(answer) => {
-                record_call(self.operation, self.backend, self.start, answer.is_err());
+                self.call.completed(answer.is_err());
                 Ok(answer)
             }
-            Err(future) => Err(Timed { future, ..self }),
+            Err(future) => Err(Timed {
+                future,
+                call: self.call,
+            }),
         }
     }
-}
-
-/// Records a completed store call's latency, and its failure.
-fn record_call(operation: StoreOperation, backend: fn() -> Backend, start: Instant, failed: bool) {
-    let backend = backend();
-    let elapsed = start.elapsed().as_secs_f64();
-    ::metrics::with_recorder(|recorder| {
-        let duration = DURATION_KEYS.get(operation, backend);
-        recorder
-            .register_histogram(&duration, &METADATA)
-            .record(elapsed);
-        if failed {
-            let errors = ERROR_KEYS.get(operation, backend);
-            recorder.register_counter(&errors, &METADATA).increment(1);
-        }
-    });
 }
 
 /// The `backend` label of a store type.
