@@ -25,11 +25,19 @@ use crate::{ClaimStore, DedupeKey, MessageId, Store, StoreError};
 /// a ready answer is first stored in the guard's own future and then read
 /// back in other widths, and the CPU waited on that read in every duplicate
 /// delivery.
+///
+/// The pending future is taken out of the `match` before it is awaited: a
+/// `match` keeps its scrutinee for as long as its arms run, so awaiting in
+/// an arm stored the call's result in the guard's future beside the future
+/// being awaited (24 bytes more per delivery).
 macro_rules! store_answer {
     ($call:expr) => {
-        match $call.into_ready() {
-            Ok(answer) => answer,
-            Err(pending) => pending.await,
+        'answer: {
+            let pending = match $call.into_ready() {
+                Ok(answer) => break 'answer answer,
+                Err(pending) => pending,
+            };
+            pending.await
         }
     };
 }

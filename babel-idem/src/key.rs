@@ -91,6 +91,13 @@ impl DedupeKey {
         DedupeKey(Repr::Heap(heap.into_boxed_str()))
     }
 
+    /// The key, for code that has already checked [`as_str`](Self::as_str)
+    /// is `Some`; `""` otherwise.
+    #[inline]
+    pub(crate) fn id(&self) -> &str {
+        self.as_str().unwrap_or_default()
+    }
+
     /// The key as the store sees it, or `None` when the message had no id.
     #[inline]
     pub fn as_str(&self) -> Option<&str> {

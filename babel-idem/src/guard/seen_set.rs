@@ -35,28 +35,75 @@ where
             report(Decision::FailOpen, "");
             return handler.await;
         };
-
-        match store_answer!(timed::<S, _>(StoreOperation::Seen, || store.seen(id))) {
-            Ok(false) => {}
-            Ok(true) => {
-                report(Decision::Skipped, id);
-                return Ok(());
+        // After each `await` the id is taken from the key again, and `seen`'s
+        // answer lives in a block of its own: whatever is kept across an
+        // `await` is stored in the future, which every delivery moves.
+        {
+            let seen = store_answer!(timed::<S, _>(StoreOperation::Seen, || store.seen(id)));
+            let id = key.id();
+            match seen {
+                Ok(false) => {}
+                Ok(true) => {
+                    report(Decision::Skipped, id);
+                    return Ok(());
+                }
+                Err(error) => return store_failed(id, error),
             }
-            Err(error) => return store_failed(id, error),
         }
 
         // A panic or a drop inside the handler leaves before `remember`: unmarked.
         if let Err(error) = handler.await {
-            report(Decision::Failed, id);
+            report(Decision::Failed, key.id());
             return Err(error);
         }
 
-        match store_answer!(timed::<S, _>(StoreOperation::Remember, || store.remember(id))) {
+        let remembered = store_answer!(timed::<S, _>(StoreOperation::Remember, || {
+            store.remember(key.id())
+        }));
+        let id = key.id();
+        match remembered {
             Ok(()) => {
                 report(Decision::Ran, id);
                 Ok(())
             }
             Err(error) => mark_failed(id, error, on_remember_failure),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::mem::{size_of, size_of_val};
+
+    use serde_json::json;
+
+    use crate::store::StoreFuture;
+    use crate::{DedupeKey, Envelope, InMemoryStore, StoreError, guard};
+
+    /// Every delivery builds this future and moves it at least once, so it
+    /// holds each thing the decision needs once: the key, the store, the
+    /// handler, and the store call being awaited.
+    #[test]
+    fn the_future_holds_the_key_the_store_the_handler_and_one_store_call() {
+        let store = InMemoryStore::new();
+        let env = Envelope::new("urn:babel:orders:created", json!({}));
+        let captured = [7u64; 2];
+        let handler = async move {
+            std::hint::black_box(captured);
+            Ok::<(), StoreError>(())
+        };
+        let handler_size = size_of_val(&handler);
+        let future = guard(&store, &env, handler);
+
+        let parts = size_of::<DedupeKey>()
+            + size_of::<&InMemoryStore>()
+            + handler_size
+            + size_of::<StoreFuture<'_, bool>>();
+        // Beyond the parts: the state's tag and a few flags, up to the alignment.
+        assert!(
+            size_of_val(&future) <= parts + 8,
+            "the guard's future is {} bytes for {parts} bytes of parts",
+            size_of_val(&future),
+        );
     }
 }
