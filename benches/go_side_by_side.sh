@@ -9,8 +9,13 @@
 #   bare handler call          the handler alone, cycling over the 100,000
 #   duplicate                  the guard over a store holding those 100,000 ids
 #   first delivery             1,000,000 fresh UUID ids into a new store
-# Each figure is the median of 5 runs of 1,000,000 deliveries (Go:
-# `-benchtime 1000000x -count 5`; Rust: the same loop in benches/guard.rs).
+# Within one process each figure is the median of 5 runs of 1,000,000
+# deliveries (Go: `-benchtime 1000000x -count 5`; Rust: the same loop in
+# benches/guard.rs). The duplicate path over 100,000 ids reads memory beyond
+# the caches, and its cost moves by a third from one process to the next on
+# either side (where each process's memory lands), so the two sides run in
+# alternating rounds, fresh processes each (BABEL_IDEM_SIDE_BY_SIDE_ROUNDS,
+# default 3): a row per round, then the medians over the rounds.
 #
 # The Go benchmark is written to a temporary directory outside the repo and
 # deleted afterwards; no Go SDK code is copied. Not part of CI: without `go`
@@ -132,48 +137,76 @@ func BenchmarkFirstDelivery(b *testing.B) {
 }
 EOF
 
+rounds=${BABEL_IDEM_SIDE_BY_SIDE_ROUNDS:-3}
+if ! [[ $rounds =~ ^[1-9][0-9]*$ ]]; then
+    echo "go_side_by_side: BABEL_IDEM_SIDE_BY_SIDE_ROUNDS must be a positive integer, not '$rounds'"
+    exit 2
+fi
+
 echo "== load before the run: $(uptime)"
-echo "== Go $(go version | awk '{print $3}'), SDK at $sdk ($(git -C "$sdk" rev-parse --short HEAD 2>/dev/null || echo 'not a git checkout'))"
-go_out=$(cd "$work" && GOFLAGS=-mod=mod GOPROXY=off GOTOOLCHAIN=local \
-    go test -run '^$' -bench . -benchtime 1000000x -count 5 2>&1) || {
-    echo "$go_out"
-    echo "go_side_by_side: the Go benchmark failed"
+echo "== Go $(go version | awk '{print $3}'), SDK at $sdk ($(git -C "$sdk" rev-parse --short HEAD 2>/dev/null || echo 'not a git checkout')); $rounds alternating rounds"
+# Built once, before the first round, so no round measures a compile.
+(cd "$work" && GOFLAGS=-mod=mod GOPROXY=off GOTOOLCHAIN=local go test -c -o "$work/side_by_side.test" >/dev/null) || {
+    echo "go_side_by_side: the Go benchmark did not build"
     exit 1
 }
-echo "$go_out" | grep '^Benchmark'
-
-echo "== cargo bench --bench guard"
-rust_out=$(cd "$repo" && cargo bench --bench guard -- 'delivery/(bare handler call|duplicate, &InMemoryStore)$' 2>&1) || {
-    echo "$rust_out"
-    echo "go_side_by_side: cargo bench --bench guard failed"
+(cd "$repo" && cargo bench --bench guard --no-run >/dev/null 2>&1) || {
+    echo "go_side_by_side: cargo bench --bench guard did not build"
     exit 1
 }
-echo "$rust_out" | sed -n '/^Go comparison/,/^$/p'
-echo "== load after the run: $(uptime)"
 
-# The median of a Go benchmark's five ns/op figures.
+# The median of the figures on stdin, one per line.
+median() {
+    sort -g | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)] }'
+}
+# The median of one Go benchmark's five ns/op figures in $go_out.
 go_median() {
-    echo "$go_out" | awk -v name="Benchmark$1" '$1 ~ "^"name"(-[0-9]+)?$" { print $3 }' |
-        sort -g | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)] }'
+    echo "$go_out" | awk -v name="Benchmark$1" '$1 ~ "^"name"(-[0-9]+)?$" { print $3 }' | median
 }
-# A figure of the guard bench's "Go comparison" block.
+# A figure of the guard bench's "Go comparison" block in $rust_out.
 rust_figure() {
     echo "$rust_out" | sed -n '/^Go comparison/,/^$/p' | awk -F'  +' -v label="$1" '$2 == label { print $3 }'
 }
 
-go_bare=$(go_median Bare)
-go_dup=$(go_median Duplicate)
-go_first=$(go_median FirstDelivery)
-rs_bare=$(rust_figure "bare handler call")
-rs_dup=$(rust_figure "duplicate")
-rs_first=$(rust_figure "first delivery")
-for figure in go_bare go_dup go_first rs_bare rs_dup rs_first; do
-    if [[ -z ${!figure} ]]; then
-        echo "go_side_by_side: could not read $figure from the output above"
+figures="go_bare go_dup go_first rs_bare rs_dup rs_first"
+declare -A all
+for round in $(seq 1 "$rounds"); do
+    go_out=$(cd "$work" && "$work/side_by_side.test" -test.run '^$' -test.bench . \
+        -test.benchtime 1000000x -test.count 5 2>&1) || {
+        echo "$go_out"
+        echo "go_side_by_side: the Go benchmark failed"
         exit 1
-    fi
+    }
+    rust_out=$(cd "$repo" && cargo bench --bench guard -- 'delivery/(bare handler call|duplicate, &InMemoryStore)$' 2>&1) || {
+        echo "$rust_out"
+        echo "go_side_by_side: cargo bench --bench guard failed"
+        exit 1
+    }
+    go_bare=$(go_median Bare)
+    go_dup=$(go_median Duplicate)
+    go_first=$(go_median FirstDelivery)
+    rs_bare=$(rust_figure "bare handler call")
+    rs_dup=$(rust_figure "duplicate")
+    rs_first=$(rust_figure "first delivery")
+    for figure in $figures; do
+        if [[ -z ${!figure} ]]; then
+            echo "$go_out"
+            echo "$rust_out"
+            echo "go_side_by_side: round $round: could not read $figure from the output above"
+            exit 1
+        fi
+        all[$figure]+="${!figure}"$'\n'
+    done
+    echo "== round $round ($(date -u +%H:%M:%S) UTC), ns per delivery: Go bare $go_bare, duplicate $go_dup, first $go_first; babel-idem bare $rs_bare, duplicate $rs_dup, first $rs_first"
+done
+echo "== load after the run: $(uptime)"
+
+for figure in $figures; do
+    declare "$figure=$(printf '%s' "${all[$figure]}" | median)"
 done
 
+echo
+echo "Medians over $rounds rounds:"
 echo
 awk -v gb="$go_bare" -v gd="$go_dup" -v gf="$go_first" \
     -v rb="$rs_bare" -v rd="$rs_dup" -v rf="$rs_first" 'BEGIN {
