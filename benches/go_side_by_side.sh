@@ -4,8 +4,9 @@
 #
 #   BABEL_IDEM_GO_SDK=/path/to/babelqueue-go bash benches/go_side_by_side.sh
 #
-# Paths (both sides: 100,000 envelopes made by the SDK's own constructor, a
-# handler that reads only the last byte of the message id):
+# Paths (both sides: 100,000 envelopes made by the SDK's own constructor,
+# or BABEL_IDEM_GUARD_IDS of them, and a handler that reads only the last
+# byte of the message id):
 #   bare handler call          the handler alone, cycling over the 100,000
 #   duplicate                  the guard over a store holding those 100,000 ids
 #   first delivery             1,000,000 fresh UUID ids into a new store
@@ -53,6 +54,8 @@ package sidebyside
 
 import (
 	"context"
+	"os"
+	"strconv"
 	"sync"
 	"testing"
 
@@ -61,11 +64,13 @@ import (
 )
 
 const (
-	workingSet = 100000
-	freshIDs   = 1000000
+	freshIDs = 1000000
 )
 
 var sink byte
+
+// workingSet is BABEL_IDEM_GUARD_IDS, which the script checked and set.
+var workingSet, _ = strconv.Atoi(os.Getenv("BABEL_IDEM_GUARD_IDS"))
 
 // handler mirrors benches/guard.rs: it reads only the last byte of the id.
 func handler(_ context.Context, env babelqueue.Envelope) error {
@@ -137,6 +142,11 @@ func BenchmarkFirstDelivery(b *testing.B) {
 }
 EOF
 
+export BABEL_IDEM_GUARD_IDS=${BABEL_IDEM_GUARD_IDS:-100000}
+if ! [[ $BABEL_IDEM_GUARD_IDS =~ ^[1-9][0-9]*$ ]]; then
+    echo "go_side_by_side: BABEL_IDEM_GUARD_IDS must be a count of ids above 0, not '$BABEL_IDEM_GUARD_IDS'"
+    exit 2
+fi
 rounds=${BABEL_IDEM_SIDE_BY_SIDE_ROUNDS:-3}
 if ! [[ $rounds =~ ^[1-9][0-9]*$ ]]; then
     echo "go_side_by_side: BABEL_IDEM_SIDE_BY_SIDE_ROUNDS must be a positive integer, not '$rounds'"
@@ -144,7 +154,7 @@ if ! [[ $rounds =~ ^[1-9][0-9]*$ ]]; then
 fi
 
 echo "== load before the run: $(uptime)"
-echo "== Go $(go version | awk '{print $3}'), SDK at $sdk ($(git -C "$sdk" rev-parse --short HEAD 2>/dev/null || echo 'not a git checkout')); $rounds alternating rounds"
+echo "== Go $(go version | awk '{print $3}'), SDK at $sdk ($(git -C "$sdk" rev-parse --short HEAD 2>/dev/null || echo 'not a git checkout')); $rounds alternating rounds; $BABEL_IDEM_GUARD_IDS remembered ids"
 # Built once, before the first round, so no round measures a compile.
 (cd "$work" && GOFLAGS=-mod=mod GOPROXY=off GOTOOLCHAIN=local go test -c -o "$work/side_by_side.test" >/dev/null) || {
     echo "go_side_by_side: the Go benchmark did not build"
@@ -209,11 +219,11 @@ echo
 echo "Medians over $rounds rounds:"
 echo
 awk -v gb="$go_bare" -v gd="$go_dup" -v gf="$go_first" \
-    -v rb="$rs_bare" -v rd="$rs_dup" -v rf="$rs_first" 'BEGIN {
+    -v rb="$rs_bare" -v rd="$rs_dup" -v rf="$rs_first" -v ids="$BABEL_IDEM_GUARD_IDS" 'BEGIN {
     printf "| path | Go SDK Wrap + InMemoryStore | babel-idem guard + InMemoryStore | babel-idem / Go | Go over bare | babel-idem over bare | over-bare ratio |\n"
     printf "|---|---|---|---|---|---|---|\n"
     printf "| bare handler call | %.1f ns | %.1f ns | %.2fx | | | |\n", gb, rb, rb / gb
-    row("duplicate, 100,000 remembered ids", gd, rd)
+    row("duplicate, " ids " remembered ids", gd, rd)
     row("first delivery, fresh UUIDs", gf, rf)
 }
 function row(path, g, r) {

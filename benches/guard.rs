@@ -19,10 +19,12 @@
 //!   1,000,000 deliveries (the loop `go test -benchtime 1000000x` runs).
 //!
 //! Run: `cargo bench --bench guard` (add `-- --quick` for a shorter run).
+//! `BABEL_IDEM_GUARD_IDS=1000` runs the duplicate paths over 1,000
+//! remembered ids instead of 100,000 (a table that stays in the caches).
 //!
 //! For a profiler, `BABEL_IDEM_GUARD_PROFILE=duplicate` (or `bare`, or
 //! `first`) skips all of the above and runs only that path, 1,000,000
-//! deliveries in `profiled_deliveries`, e.g.
+//! deliveries in `profiled_deliveries` (over `BABEL_IDEM_GUARD_IDS` ids), e.g.
 //! `valgrind --tool=callgrind --toggle-collect=*profiled_deliveries* <bench binary>`:
 //! the instructions per delivery are that function's inclusive count / 1,000,000.
 //! Add `--cache-sim=yes --LL=524288,8,64` for the cache misses per delivery of
@@ -43,6 +45,8 @@ use babel_idem::{Envelope, Guard, InMemoryStore, MessageId, Store, StoreError, g
 use criterion::{BatchSize, Criterion};
 use serde_json::json;
 
+/// Remembered ids of the duplicate paths, unless `BABEL_IDEM_GUARD_IDS` says
+/// otherwise (e.g. 1,000, whose table stays in the caches).
 const WORKING_SET: usize = 100_000;
 const FRESH_IDS: usize = 1_000_000;
 /// Deliveries per run of the Go comparison and of the profile mode.
@@ -103,6 +107,20 @@ fn ready<F: Future>(future: F) -> F::Output {
 async fn handler(env: &Envelope) -> Result<(), StoreError> {
     black_box(env.message_id().map(|id| id.as_bytes()[id.len() - 1]));
     Ok(())
+}
+
+/// [`WORKING_SET`], or the count `BABEL_IDEM_GUARD_IDS` gives.
+fn working_set_size() -> usize {
+    let Ok(value) = std::env::var("BABEL_IDEM_GUARD_IDS") else {
+        return WORKING_SET;
+    };
+    match value.parse() {
+        Ok(count) if count > 0 => count,
+        _ => {
+            eprintln!("BABEL_IDEM_GUARD_IDS={value:?}: expected a count of ids above 0");
+            std::process::exit(2);
+        }
+    }
 }
 
 fn envelopes(count: usize) -> Vec<Envelope> {
@@ -307,8 +325,9 @@ fn go_comparison(working_set: &[Envelope], store: &InMemoryStore, first_delivery
     );
     println!("  bare handler call  {bare:.1}  ns");
     println!(
-        "  duplicate  {duplicate:.1}  ns  ({:.1} over bare, {WORKING_SET} remembered ids)",
-        duplicate - bare
+        "  duplicate  {duplicate:.1}  ns  ({:.1} over bare, {} remembered ids)",
+        duplicate - bare,
+        working_set.len()
     );
     println!(
         "  first delivery  {first_delivery:.1}  ns  ({:.1} over the bare call above, fresh UUID ids)",
@@ -330,7 +349,7 @@ fn profiled_deliveries(envelopes: &[Envelope], mut deliver: impl FnMut(&Envelope
 }
 
 fn profile(path: &str) {
-    let working_set = envelopes(WORKING_SET);
+    let working_set = envelopes(working_set_size());
     let env = &working_set[0];
     let size = std::mem::size_of_val(&guard(&InMemoryStore::new(), env, handler(env)));
     eprintln!("size of the guard's future: {size} bytes");
@@ -387,7 +406,10 @@ fn two_threads(working_set: &[Envelope], store: &InMemoryStore) {
     };
     let one = median((0..3).map(|_| run(1)).collect());
     let two = median((0..3).map(|_| run(2)).collect());
-    println!("duplicate path throughput over {WORKING_SET} remembered ids (median of 3):");
+    println!(
+        "duplicate path throughput over {} remembered ids (median of 3):",
+        working_set.len()
+    );
     println!("  1 thread   {:8.2} M deliveries/s", one / 1e6);
     println!(
         "  2 threads  {:8.2} M deliveries/s  ({:.2}x one thread)",
@@ -471,7 +493,7 @@ fn main() {
         profile(&path);
         return;
     }
-    let working_set = envelopes(WORKING_SET);
+    let working_set = envelopes(working_set_size());
     let store = remembered(&working_set);
 
     let mut criterion = Criterion::default()
