@@ -77,12 +77,14 @@ mod tests {
 
     use serde_json::json;
 
+    use crate::metrics::Timed;
     use crate::store::StoreFuture;
     use crate::{DedupeKey, Envelope, InMemoryStore, StoreError, guard};
 
     /// Every delivery builds this future and moves it at least once, so it
     /// holds each thing the decision needs once: the key, the store, the
-    /// handler, and the store call being awaited.
+    /// handler, and the store call being awaited (timed when the `metrics`
+    /// feature is on).
     #[test]
     fn the_future_holds_the_key_the_store_the_handler_and_one_store_call() {
         let store = InMemoryStore::new();
@@ -95,10 +97,10 @@ mod tests {
         let handler_size = size_of_val(&handler);
         let future = guard(&store, &env, handler);
 
-        let parts = size_of::<DedupeKey>()
-            + size_of::<&InMemoryStore>()
-            + handler_size
-            + size_of::<StoreFuture<'_, bool>>();
+        let store_call =
+            size_of::<Timed<StoreFuture<'_, bool>>>().max(size_of::<Timed<StoreFuture<'_, ()>>>());
+        let parts =
+            size_of::<DedupeKey>() + size_of::<&InMemoryStore>() + handler_size + store_call;
         // Beyond the parts: the state's tag and a few flags, up to the alignment.
         assert!(
             size_of_val(&future) <= parts + 8,
