@@ -14,8 +14,8 @@
 # deliveries (Go: `-benchtime 1000000x -count 5`; Rust: the same loop in
 # benches/guard.rs). The duplicate path over 100,000 ids reads memory beyond
 # the caches, and its cost moves by a third from one process to the next on
-# either side (72 to 165 ns for ours, 61 to 98 for Go's, on one machine in
-# one session), so the two sides run in
+# either side (over the bare call, 72 to 165 ns for ours and 41 to 74 for
+# Go's, on one machine in one session), so the two sides run in
 # alternating rounds, fresh processes each (BABEL_IDEM_SIDE_BY_SIDE_ROUNDS,
 # default 3): a row per round, then the medians over the rounds.
 #
