@@ -588,6 +588,14 @@ async fn python_and_babel_idem_workers_share_one_seen_set_and_run_each_message_o
 /// The env var that turns [`crash_worker_process`] into a worker.
 const CHILD: &str = "BABEL_IDEM_CONSUMER_CRASH_CHILD";
 
+/// How long the crashed worker's reservations last. Deadlines are whole
+/// seconds (`floor(now) + retry_after`, as the Python SDK writes them), so a
+/// reservation can lapse one second early: this leaves the worker several
+/// seconds to take all 150 before the kill on a loaded machine (the sweep in
+/// a later reserve would otherwise hand some back while their handlers still
+/// hold them), and is what the restarted worker waits before its sweep.
+const CRASHED_WORKER_RESERVATION: Duration = Duration::from_secs(8);
+
 /// Not a test of its own: the worker process `kill_9_with_100_in_flight...`
 /// starts (this test binary, re-run with `CHILD` set) and kills.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -624,7 +632,7 @@ async fn crash_worker_process() {
         .build()
         .unwrap();
     let transport = RedisTransport::builder()
-        .retry_after(Duration::from_secs(2))
+        .retry_after(CRASHED_WORKER_RESERVATION)
         .connect(url)
         .await
         .unwrap();
@@ -690,13 +698,22 @@ async fn kill_9_with_100_in_flight_loses_nothing_and_a_restarted_worker_runs_eac
     );
     eventually(
         "the worker holds 100 reservations and ran the 50 fast ones",
-        || async { queue.len(&queue.processing()).await == 100 && queue.len(&effects).await == 50 },
+        || async {
+            queue.len(&queue.processing()).await == 100
+                && queue.len(&queue.deadlines()).await == 100
+                && queue.len(&queue.name).await == 0
+                && queue.len(&effects).await == 50
+        },
     )
     .await;
     child.0.kill().expect("kill -9 the worker"); // SIGKILL on Unix
     child.0.wait().unwrap();
     assert_eq!(queue.len(&queue.processing()).await, 100);
-    assert_eq!(queue.len(&queue.deadlines()).await, 100);
+    assert_eq!(
+        queue.len(&queue.deadlines()).await,
+        100,
+        "a reservation lapsed before the kill: the worker took longer than {CRASHED_WORKER_RESERVATION:?} to take the 150"
+    );
     assert_eq!(queue.len(&queue.name).await, 0);
 
     // The fast ones come again (a producer's retry): the persistent
@@ -869,8 +886,9 @@ async fn deliveries_still_running_at_the_shutdown_timeout_are_left_for_the_sweep
     };
     let queue = Queue::new(&url);
     // The consumer's own reserve calls sweep too: the reservations must not
-    // lapse before the stop has run, even with a loaded machine's pauses.
-    let transport = lapsing_transport(&url, 3).await;
+    // lapse before the stop has run, even with a loaded machine's pauses
+    // (whole-second deadlines: one can lapse a second early).
+    let transport = lapsing_transport(&url, 5).await;
     publish_numbered(&transport, &queue.name, "s", 3).await;
     let router = Router::builder()
         .route(urn!("urn:babel:interop:created"), |_: Envelope| async {
