@@ -30,10 +30,12 @@ const TASKS: usize = 16;
 const IDS: usize = 1000;
 const DELIVERIES_PER_ID: usize = 5;
 /// Long enough that a live worker's lease never lapses on a loaded machine
-/// (renewals come every third of it; the slack is 2 s), nor one of the
-/// killed worker's before the test has marked it killed: either would count
-/// as an overlap or a second effect.
-const LEASE: Duration = Duration::from_secs(3);
+/// (renewals come every third of it, so the slack is over 6 s), nor one of
+/// the killed worker's before the test has marked it killed: either would
+/// count as an overlap or a second effect. With 3 s, a CI run whose
+/// PostgreSQL stalled once (a run's commit finding its lease lapsed) failed.
+/// The killed worker's ids wait out one lease before others take them.
+const LEASE: Duration = Duration::from_secs(10);
 /// The whole fleet run must end well before this, or the test fails.
 const DEADLINE: Duration = Duration::from_secs(100);
 const WORKER_ENV: &str = "BABEL_IDEM_FLEET_WORKER";
@@ -174,8 +176,14 @@ where
                             tokio::time::sleep(Duration::from_millis(20)).await;
                             board.requeue(worker, &handle).await;
                         }
-                        // A failed run, a lost claim or a store error: retried.
-                        Err(_) => board.requeue(worker, &handle).await,
+                        Err(RunError::Failed) => board.requeue(worker, &handle).await,
+                        // A lost claim or a store error: retried. Said on the
+                        // worker's stderr (the test's output), as a second
+                        // effect that fails the test follows from one.
+                        Err(RunError::Store(error)) => {
+                            eprintln!("fleet worker {worker}: {id}: {error}");
+                            board.requeue(worker, &handle).await
+                        }
                     }
                 }
             })
@@ -328,7 +336,8 @@ async fn run_fleet<F: Fleet>(fleet: F) {
     for id in &doubled {
         assert!(
             tally.killed_in_flight.contains(*id) && tally.effects[*id] == 2,
-            "{id}: {} effects, and its run was not killed mid-commit",
+            "{id}: {} effects, and its run was not killed mid-commit (the workers' \
+             lines above say why a run of it was not committed)",
             tally.effects[*id]
         );
     }

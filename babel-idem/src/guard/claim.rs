@@ -224,8 +224,8 @@ impl<S: ClaimStore + ?Sized> Renewal<'_, S> {
                             tracing::warn!(
                                 target: "babel_idem",
                                 message_id = self.id,
-                                "claim lost while the handler runs (its lease lapsed and another owner \
-                                 claimed the message); the handler goes on, its success reports lost_claim",
+                                "claim lost while the handler runs (its lease lapsed; another owner \
+                                 may have claimed the message); the handler goes on, its success reports lost_claim",
                             );
                             self.state = State::Lost;
                             return;

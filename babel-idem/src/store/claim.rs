@@ -366,7 +366,8 @@ pub(crate) const GUARD: &str = "guard";
 enum Refusal {
     /// Another owner holds a live claim on the id.
     Parked { retry_after: Option<Duration> },
-    /// The handler succeeded, but its claim lapsed and was taken over first.
+    /// The handler succeeded, but its claim's lease lapsed before the
+    /// commit, whether or not another owner has claimed the id since.
     LostClaim,
 }
 
@@ -383,8 +384,8 @@ impl fmt::Display for Refusal {
                 f.write_str("parked: another owner holds a live claim on this message")
             }
             Refusal::LostClaim => f.write_str(
-                "lost claim: the handler succeeded but its lease lapsed and another owner claimed \
-                 the message first; not marked done",
+                "lost claim: the handler succeeded but its lease lapsed before the commit \
+                 (another owner may have claimed the message since); not marked done",
             ),
         }
     }
