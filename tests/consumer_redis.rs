@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use babel_idem::consumer::ConsumerError;
 use babel_idem::router::Backoff;
@@ -588,12 +588,11 @@ async fn python_and_babel_idem_workers_share_one_seen_set_and_run_each_message_o
 /// The env var that turns [`crash_worker_process`] into a worker.
 const CHILD: &str = "BABEL_IDEM_CONSUMER_CRASH_CHILD";
 
-/// How long the crashed worker's reservations last. Deadlines are whole
-/// seconds (`floor(now) + retry_after`, as the Python SDK writes them), so a
-/// reservation can lapse one second early: this leaves the worker several
-/// seconds to take all 150 before the kill on a loaded machine (the sweep in
-/// a later reserve would otherwise hand some back while their handlers still
-/// hold them), and is what the restarted worker waits before its sweep.
+/// How long the crashed worker's reservations last: several seconds for it
+/// to take all 150 before the kill on a loaded machine (the sweep in a later
+/// reserve would otherwise hand some back while their handlers still hold
+/// them; CI once failed so with 2 s), and what the restarted worker waits
+/// (up to two seconds more: deadlines are whole seconds) before its sweep.
 const CRASHED_WORKER_RESERVATION: Duration = Duration::from_secs(8);
 
 /// Not a test of its own: the worker process `kill_9_with_100_in_flight...`
@@ -765,8 +764,7 @@ async fn redis_restarted_mid_run_the_consumer_reconnects_and_finishes_with_each_
     // The deliveries whose settles the outage refused come back once their
     // reservations lapse. Not sooner than a loaded machine's pause in a
     // running handler: a reservation swept while its handler still runs
-    // would run a second time (deadlines are whole seconds, so one can
-    // lapse a second early).
+    // would run a second time.
     let transport = RedisTransport::builder()
         .retry_after(Duration::from_secs(5))
         .timeout(Duration::from_secs(1))
@@ -891,8 +889,7 @@ async fn deliveries_still_running_at_the_shutdown_timeout_are_left_for_the_sweep
     };
     let queue = Queue::new(&url);
     // The consumer's own reserve calls sweep too: the reservations must not
-    // lapse before the stop has run, even with a loaded machine's pauses
-    // (whole-second deadlines: one can lapse a second early).
+    // lapse before the stop has run, even with a loaded machine's pauses.
     let transport = lapsing_transport(&url, 5).await;
     publish_numbered(&transport, &queue.name, "s", 3).await;
     let router = Router::builder()
@@ -930,6 +927,37 @@ async fn deliveries_still_running_at_the_shutdown_timeout_are_left_for_the_sweep
     .await;
     assert_eq!(queue.len(&queue.name).await, 3);
     assert_eq!(queue.len(&queue.processing()).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reservation_is_never_swept_before_its_retry_after() {
+    const TEST: &str = "a_reservation_is_never_swept_before_its_retry_after";
+    let Some(url) = server_url(REDIS_URL, TEST) else {
+        return;
+    };
+    let queue = Queue::new(&url);
+    let transport = lapsing_transport(&url, 1).await;
+    assert_eq!(
+        transport.reservation_lifetime(),
+        Some(Duration::from_secs(1))
+    );
+    let body = envelope_with_id("early-1", &queue.name, 0).to_vec();
+    transport.publish(&queue.name, &body).await.unwrap();
+    let reserved_from = Instant::now();
+    let reserved = transport.reserve(&queue.name, 1).await.unwrap();
+    assert_eq!(reserved.len(), 1);
+    // Deadlines are whole seconds: written as `floor(now) + 1`, this one
+    // would lapse within the second it was made in.
+    eventually("the reservation lapses and is swept", || async {
+        transport.sweep(&queue.name).await.unwrap() == 1
+    })
+    .await;
+    let lasted = reserved_from.elapsed();
+    assert!(
+        lasted >= Duration::from_secs(1),
+        "swept after {lasted:?}, before the 1 s the transport promised"
+    );
+    assert_eq!(queue.len(&queue.name).await, 1, "back in the queue");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

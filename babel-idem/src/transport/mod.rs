@@ -64,9 +64,9 @@ pub trait Transport: Send + Sync + 'static {
         settlement: &'a Settlement,
     ) -> TransportFuture<'a, bool>;
 
-    /// How long a reservation lasts before the broker takes it back for
-    /// redelivery, or `None` (the default) when it does not lapse on its
-    /// own. The consumer holds a delivery through its retry backoff, so
+    /// How long a reservation lasts at least before the broker takes it
+    /// back for redelivery, or `None` (the default) when it does not lapse
+    /// on its own. The consumer holds a delivery through its retry backoff, so
     /// [`ConsumerBuilder::build`](crate::consumer::ConsumerBuilder::build)
     /// refuses a router whose longest backoff is as long.
     fn reservation_lifetime(&self) -> Option<Duration> {

@@ -123,9 +123,10 @@ impl Default for RedisTransportBuilder {
 }
 
 impl RedisTransportBuilder {
-    /// How long a reservation lasts before the sweep returns it to the queue
-    /// (default 90 s, whole seconds, rounded up). Keep it above the longest
-    /// handler run: a reservation that lapses is delivered again.
+    /// How long a reservation lasts at least before the sweep returns it to
+    /// the queue (default 90 s). Deadlines are whole seconds, rounded up, so
+    /// it may last up to two seconds longer, never shorter. Keep it above the
+    /// longest handler run: a reservation that lapses is delivered again.
     pub fn retry_after(mut self, retry_after: Duration) -> Self {
         self.retry_after = Some(retry_after);
         self
@@ -303,10 +304,7 @@ impl RedisTransport {
     fn deadline_score(&self) -> String {
         match self.retry_after {
             None => "+inf".to_owned(),
-            Some(retry_after) => {
-                let seconds = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
-                (now_seconds() + seconds).to_string()
-            }
+            Some(retry_after) => deadline_at(since_epoch(), retry_after).to_string(),
         }
     }
 
@@ -547,11 +545,27 @@ fn deadlines(queue: &str) -> String {
     format!("{queue}{DEADLINES_SUFFIX}")
 }
 
-/// Whole Unix seconds, the unit of every score in the layout.
-fn now_seconds() -> u64 {
+/// Now, since the Unix epoch.
+fn since_epoch() -> Duration {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |elapsed| elapsed.as_secs())
+        .unwrap_or_default()
+}
+
+/// Whole Unix seconds, the unit of every score in the layout.
+fn now_seconds() -> u64 {
+    since_epoch().as_secs()
+}
+
+/// The deadline score, in whole seconds, of a reservation made at `now`
+/// that lasts `retry_after`: both rounded up. A sweep at `now_seconds()`
+/// takes it back once that reaches the score, so the reservation lasts at
+/// least `retry_after` (and less than two seconds more), which is what
+/// [`Transport::reservation_lifetime`] promises the consumer. The Python SDK
+/// writes `floor(now) + retry_after`, which can lapse up to a second early.
+fn deadline_at(now: Duration, retry_after: Duration) -> u64 {
+    let up = |time: Duration| time.as_secs() + u64::from(time.subsec_nanos() > 0);
+    up(now).saturating_add(up(retry_after))
 }
 
 fn broker(error: RedisError) -> TransportError {
@@ -561,6 +575,30 @@ fn broker(error: RedisError) -> TransportError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A sweep at whole second `s` takes a reservation back once `s` reaches
+    /// its score: that moment may never come before `retry_after` has passed.
+    #[test]
+    fn a_reservation_lapses_no_sooner_than_retry_after_and_under_two_seconds_later() {
+        for retry_after_ms in [1, 999, 1_000, 1_001, 2_000, 2_500, 90_000] {
+            let retry_after = Duration::from_millis(retry_after_ms);
+            for now_ms in (1_700_000_000_000..1_700_000_003_000).step_by(125) {
+                let now = Duration::from_millis(now_ms);
+                let lapses_at = Duration::from_secs(deadline_at(now, retry_after));
+                assert!(
+                    lapses_at >= now + retry_after,
+                    "{retry_after:?} from {now:?} lapses at {lapses_at:?}"
+                );
+                assert!(
+                    lapses_at < now + retry_after + Duration::from_secs(2),
+                    "{retry_after:?} from {now:?} lapses at {lapses_at:?}"
+                );
+            }
+        }
+        // On whole seconds, the Python SDK's score exactly.
+        let (now, thirty) = (Duration::from_secs(1_700_000_000), Duration::from_secs(30));
+        assert_eq!(deadline_at(now, thirty), 1_700_000_030);
+    }
 
     #[test]
     fn queue_names_the_layout_cannot_hold_are_refused() {
