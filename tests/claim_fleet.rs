@@ -32,9 +32,10 @@ const DELIVERIES_PER_ID: usize = 5;
 /// Long enough that a live worker's lease never lapses on a loaded machine
 /// (renewals come every third of it, so the slack is over 6 s), nor one of
 /// the killed worker's before the test has marked it killed: either would
-/// count as an overlap or a second effect. With 3 s, a CI run whose
-/// PostgreSQL stalled once (a run's commit finding its lease lapsed) failed.
-/// The killed worker's ids wait out one lease before others take them.
+/// count as an overlap or a second effect. With 3 s, one CI run failed with
+/// an id run twice on PostgreSQL, neither run killed nor overlapping: most
+/// likely a commit that found its lease lapsed. The killed worker's ids wait
+/// out one lease before others take them.
 const LEASE: Duration = Duration::from_secs(10);
 /// The whole fleet run must end well before this, or the test fails.
 const DEADLINE: Duration = Duration::from_secs(100);
