@@ -35,8 +35,9 @@ const TOMBSTONE: u64 = 1;
 pub(super) const MIN_SLOTS: usize = 16;
 
 /// Whether `uuid` can live in a table: its high word must not be a marker.
-/// The few UUIDs whose first sixteen digits are zeros, but for a `1` first
-/// at most, take the text path instead.
+/// The few UUIDs whose high word is all zeros but for a `1` first at most
+/// (the digits of bytes 0..16, 32 and 33: see `canonical_uuid::parse`)
+/// take the text path instead.
 #[inline]
 pub(super) fn storable(uuid: Uuid) -> bool {
     uuid[0] > TOMBSTONE
