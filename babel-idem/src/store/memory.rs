@@ -730,6 +730,27 @@ mod tests {
     }
 
     #[test]
+    fn large_unstamped_tables_fill_to_seven_eighths_the_rest_to_three_quarters() {
+        let slots_after = |builder: InMemoryStoreBuilder, ids: u64| {
+            let store = builder.shards(1).build().expect("a valid TTL");
+            for n in 0..ids {
+                store.insert(&uuid(n));
+            }
+            assert!((0..ids).all(|n| store.contains(&uuid(n))));
+            store.shards[0].0.uuids.load().slots()
+        };
+        let unstamped = InMemoryStore::builder;
+        let stamped = || InMemoryStore::builder().ttl(Duration::from_secs(3600));
+        // 400 ids fill more than three quarters of 512 slots, not 7/8.
+        assert_eq!(slots_after(unstamped(), 400), 1_024);
+        // 1,700 fill more than three quarters of 2,048 slots, not 7/8.
+        assert_eq!(slots_after(unstamped(), 1_700), 2_048);
+        assert_eq!(slots_after(unstamped(), 1_800), 4_096);
+        // Expired ids leave tombstones: a stamped table keeps 3/4.
+        assert_eq!(slots_after(stamped(), 1_700), 4_096);
+    }
+
+    #[test]
     fn tables_grow_and_drop_tombstones_without_losing_ids() {
         let store = InMemoryStore::builder()
             .shards(1)

@@ -14,7 +14,7 @@
 //! a consistent table.
 //!
 //! A probe looks at each slot at most once. The writer keeps the table at
-//! most three quarters full (seven eighths once it is large), so a probe
+//! most three quarters full (some large ones seven eighths), so a probe
 //! normally ends on an empty slot; if that bookkeeping were ever wrong, a
 //! probe still ends, after one lap, with
 //! [`Probe::Full`] (the UUID is absent: every slot was looked at), and the
@@ -35,9 +35,9 @@ const TOMBSTONE: u64 = 1;
 /// The smallest table; always a power of two.
 pub(super) const MIN_SLOTS: usize = 16;
 
-/// The size from which a table is filled to seven eighths instead of three
-/// quarters: 16 KiB of slots, so 64 shards' tables of this size fill a
-/// 1 MiB L2 (see [`UuidTable::fill_limit`]).
+/// The size from which an unstamped table is filled to seven eighths instead
+/// of three quarters: 16 KiB of slots, so 64 shards' tables of this size
+/// fill a 1 MiB L2 (see [`UuidTable::fill_limit`]).
 pub(super) const DENSE_FROM: usize = 1024;
 
 /// Whether `uuid` can live in a table: its high word must not be a marker.
@@ -95,14 +95,18 @@ impl UuidTable {
     }
 
     /// How many slots may be filled (live or tombstone) before the table
-    /// must be rebuilt, leaving empty slots for every probe to end on: three
-    /// quarters of a table that the caches hold, seven eighths of a larger
-    /// one ([`DENSE_FROM`] slots and up), where a lookup waits on the miss
-    /// of its slot far longer than on the few more slots it compares, and
-    /// the smaller table misses less.
+    /// must be rebuilt, leaving empty slots for every probe to end on.
+    ///
+    /// Three quarters, but seven eighths of a large unstamped table
+    /// ([`DENSE_FROM`] slots and up): there a lookup waits on the miss of
+    /// its slot far longer than on the few more slots it compares, and the
+    /// smaller table misses less. A table the caches hold gains nothing
+    /// from it, and a stamped one (a store with a TTL or a capacity) fills
+    /// with the tombstones of expired and evicted ids, whose longer probes
+    /// every first delivery would pay.
     pub(super) fn fill_limit(&self) -> usize {
         let slots = self.slots.len();
-        if slots >= DENSE_FROM {
+        if slots >= DENSE_FROM && self.stamps.is_none() {
             slots / 8 * 7
         } else {
             slots / 4 * 3
