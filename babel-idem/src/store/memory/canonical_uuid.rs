@@ -66,17 +66,16 @@ mod sse2 {
 
     #[inline(always)]
     pub(super) fn parse(id: &[u8; 36]) -> Option<Uuid> {
-        let (first, rest) = id.split_first_chunk::<16>()?;
-        let (second, _) = rest.split_first_chunk::<16>()?;
-        let (first_ok, first) = pairs(load_unaligned_m128i(first), m128i::from(HYPHENS_0));
-        let (second_ok, second) = pairs(load_unaligned_m128i(second), m128i::from(HYPHENS_16));
+        let (head, rest) = id.split_first_chunk::<16>()?;
+        let (middle, _) = rest.split_first_chunk::<16>()?;
+        let (head_ok, head) = pairs(load_unaligned_m128i(head), m128i::from(HYPHENS_0));
+        let (middle_ok, middle) = pairs(load_unaligned_m128i(middle), m128i::from(HYPHENS_16));
         let tail = last_four(id);
         // `|`, not `||`: both checks without a branch between them.
-        if (move_mask_i8_m128i(bitand_m128i(first_ok, second_ok)) != 0xffff) | !lowercase_hex(tail)
-        {
+        if (move_mask_i8_m128i(bitand_m128i(head_ok, middle_ok)) != 0xffff) | !lowercase_hex(tail) {
             return None;
         }
-        let packed = pack_i16_to_u8_m128i(first, second);
+        let packed = pack_i16_to_u8_m128i(head, middle);
         let high = get_i64_from_m128i_s(packed) as u64;
         let low = get_i64_from_m128i_s(unpack_high_i64_m128i(packed, packed)) as u64;
         Some(with_last_four([high, low], nibbles(tail)))
@@ -84,7 +83,8 @@ mod sse2 {
 
     /// For sixteen bytes: which are what they must be (a hyphen where
     /// `hyphens` says, lowercase hex elsewhere), all ones per byte; and
-    /// each pair's two digits in its 16-bit lane's low byte, 0 for a hyphen.
+    /// each pair of bytes' two digits in its 16-bit lane's low byte, a
+    /// hyphen's nibble 0.
     #[inline(always)]
     fn pairs(bytes: m128i, hyphens: m128i) -> (m128i, m128i) {
         let splat = |byte: u8| set_splat_i8_m128i(byte as i8);
@@ -155,7 +155,7 @@ mod swar {
         {
             return None;
         }
-        let half = |low: u64, high: u64| pairs(nibbles(low)) | pairs(nibbles(high)) << 32;
+        let half = |lower: u64, upper: u64| pairs(nibbles(lower)) | pairs(nibbles(upper)) << 32;
         Some(with_last_four(
             [half(first, second), half(third, fourth)],
             nibbles(tail),
@@ -317,7 +317,7 @@ mod tests {
     }
 
     #[test]
-    fn the_readers_agree_on_random_uuids_and_their_neighbours() {
+    fn the_readers_agree_on_random_uuids() {
         for _ in 0..10_000 {
             let id = uuid::Uuid::new_v4().hyphenated().to_string();
             let readings = readings(&id);
