@@ -125,7 +125,7 @@ impl Default for RedisTransportBuilder {
 impl RedisTransportBuilder {
     /// How long a reservation lasts at least before the sweep returns it to
     /// the queue (default 90 s). Deadlines are whole seconds, rounded up, so
-    /// it may last up to two seconds longer, never shorter. Keep it above the
+    /// it may last less than two seconds longer, never shorter. Keep it above the
     /// longest handler run: a reservation that lapses is delivered again.
     pub fn retry_after(mut self, retry_after: Duration) -> Self {
         self.retry_after = Some(retry_after);
