@@ -124,6 +124,150 @@ async fn claims_are_logged_and_an_unlogged_claims_table_works_alike() {
     assert!(next > taken, "fences keep growing");
 }
 
+/// A commit that takes more than a second to become visible (a stalled
+/// server, a slow WAL flush): a claim that started before it finished cannot
+/// see the done row, waits on the claim row, and then meets the commit's
+/// tombstone. It must answer held, never win: the id's effect has happened.
+/// `claim` and `claim_many` alike; afterwards the id is done.
+#[tokio::test]
+async fn a_claim_racing_a_slow_commit_never_wins() {
+    let Some(backend) = PostgresBackend::create("a_claim_racing_a_slow_commit_never_wins") else {
+        return;
+    };
+    let store = std::sync::Arc::new(backend.open("slow_commit", None).await);
+    let lease = Duration::from_secs(30);
+    for batch in [false, true] {
+        let id = if batch { "order-batch" } else { "order-single" };
+        let owner = ClaimToken::random();
+        assert!(matches!(
+            store.claim(id, owner, lease).await.unwrap(),
+            Claim::Won { .. }
+        ));
+
+        // The owner's commit, in a transaction left open: visible only at
+        // `COMMIT`, as a slow one would be.
+        let mut committing = backend.raw().await;
+        sqlx::query("BEGIN").execute(&mut committing).await.unwrap();
+        let committed: bool = sqlx::query_scalar(store.commit_statement().unwrap())
+            .bind(id)
+            .bind(owner.to_hex())
+            .bind(None::<i64>)
+            .fetch_one(&mut committing)
+            .await
+            .unwrap();
+        assert!(committed, "the owner's lease is live");
+
+        // Another worker's claim starts more than a second later ...
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        let racing = {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let other = ClaimToken::random();
+                if batch {
+                    store
+                        .claim_many(&[(id, other)], lease)
+                        .await
+                        .unwrap()
+                        .remove(0)
+                } else {
+                    store.claim(id, other, lease).await.unwrap()
+                }
+            })
+        };
+        // ... and waits on the claim row, which the commit holds.
+        let mut watching = backend.raw().await;
+        let waiting = "SELECT count(*) FROM pg_stat_activity
+                       WHERE wait_event_type = 'Lock' AND query LIKE $1";
+        let pattern = format!("%INSERT INTO {}_claims%", store.table());
+        let mut waited = false;
+        for _ in 0..200 {
+            let count: i64 = sqlx::query_scalar(waiting)
+                .bind(&pattern)
+                .fetch_one(&mut watching)
+                .await
+                .unwrap();
+            if count > 0 {
+                waited = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        assert!(
+            waited,
+            "the racing claim never waited on the commit's row lock"
+        );
+        sqlx::query("COMMIT")
+            .execute(&mut committing)
+            .await
+            .unwrap();
+
+        let answer = racing.await.unwrap();
+        assert!(
+            matches!(answer, Claim::Held { .. }),
+            "batch: {batch}: a claim racing a commit answered {answer:?}, so the \
+             committed id would run again"
+        );
+        assert_eq!(
+            store.claim(id, ClaimToken::random(), lease).await.unwrap(),
+            Claim::Done,
+            "batch: {batch}"
+        );
+    }
+}
+
+/// `purge_claims` deletes lapsed claims and tombstones once they are a
+/// minute old, and keeps live claims and fresh tombstones.
+#[tokio::test]
+async fn purge_claims_deletes_only_old_claim_rows() {
+    let Some(backend) = PostgresBackend::create("purge_claims_deletes_only_old_claim_rows") else {
+        return;
+    };
+    let store = backend.open("purge_claims", None).await;
+    let lease = Duration::from_secs(30);
+    let owners: Vec<ClaimToken> = (0..4).map(|_| ClaimToken::random()).collect();
+    for (n, &owner) in owners.iter().enumerate() {
+        let id = format!("order-{n}");
+        assert!(matches!(
+            store.claim(&id, owner, lease).await.unwrap(),
+            Claim::Won { .. }
+        ));
+    }
+    // order-0 and order-1 are committed (tombstones), order-2 and order-3
+    // stay claimed; order-1's tombstone and order-3's lease are made old.
+    assert!(store.commit("order-0", owners[0]).await.unwrap());
+    assert!(store.commit("order-1", owners[1]).await.unwrap());
+    let mut raw = backend.raw().await;
+    sqlx::query(&format!(
+        "UPDATE {}_claims SET lease_until = now() - interval '61 seconds'
+         WHERE message_id IN ('order-1', 'order-3')",
+        store.table()
+    ))
+    .execute(&mut raw)
+    .await
+    .unwrap();
+
+    assert_eq!(store.purge_claims().await.unwrap(), 2);
+    let left: Vec<String> = sqlx::query_scalar(&format!(
+        "SELECT message_id FROM {}_claims ORDER BY message_id",
+        store.table()
+    ))
+    .fetch_all(&mut raw)
+    .await
+    .unwrap();
+    assert_eq!(left, ["order-0", "order-2"]);
+    // The purged ids answer as before: order-1 done, order-3 claimable.
+    let other = ClaimToken::random();
+    assert_eq!(
+        store.claim("order-1", other, lease).await.unwrap(),
+        Claim::Done
+    );
+    assert!(matches!(
+        store.claim("order-3", other, lease).await.unwrap(),
+        Claim::Won { .. }
+    ));
+    assert_eq!(store.purge_claims().await.unwrap(), 0);
+}
+
 /// The expiry is `now() + ttl` by the database clock, written in the same
 /// statement as `created_at`; a second remember leaves the row as it was.
 #[tokio::test]

@@ -14,11 +14,10 @@ const DDL: &str = include_str!("claims.sql");
 /// The longest identifier PostgreSQL keeps without truncating it.
 const MAX_IDENTIFIER: usize = 63;
 
-/// How long a committed claim's tombstone refuses a new claim when the
-/// seen-set row is not visible. Only a claim whose statement started before
-/// the commit finished can miss the row; a claim that starts a second after
-/// it sees the row (or, after a manual `forget`, rightly takes the id).
-const TOMBSTONE_GRACE: &str = "1 second";
+/// How old a claim row must be before `purge_claims` deletes it. Deleting a
+/// tombstone is safe once no claim statement that began before its commit is
+/// still running: a minute is far beyond any statement's stall.
+const PURGE_AFTER: &str = "1 minute";
 
 /// The claim statements for one seen-set table, or why there are none.
 #[derive(Debug, Clone)]
@@ -50,14 +49,22 @@ impl ClaimStatements {
                 table: table.to_owned(),
             };
         }
-        // A claim row is taken over only when its lease has lapsed, or a
-        // commit's tombstone is older than the grace; never a live lease.
+        // A claim row is taken over only when its lease has lapsed, or when
+        // it is a tombstone this statement's snapshot already held (same
+        // fence) with no done row beside it: the id was forgotten or its mark
+        // expired. Never a live lease, and never a tombstone written after
+        // the snapshot was taken: a commit that finished while this statement
+        // waited on the row left a done row the snapshot cannot see. (The
+        // subquery reads the snapshot; `held` is the row as it is now.)
         let take_over = format!(
             "ON CONFLICT (message_id) DO UPDATE
                  SET owner = EXCLUDED.owner, fence = EXCLUDED.fence,
                      lease_until = EXCLUDED.lease_until
-                 WHERE held.lease_until <= now() - CASE WHEN held.owner IS NULL
-                     THEN interval '{TOMBSTONE_GRACE}' ELSE interval '0 seconds' END"
+                 WHERE CASE WHEN held.owner IS NULL
+                     THEN held.fence = (SELECT tombstone.fence FROM {claims} AS tombstone
+                                        WHERE tombstone.message_id = EXCLUDED.message_id
+                                            AND tombstone.owner IS NULL)
+                     ELSE held.lease_until <= now() END"
         );
         // The seen-set rows of the ids in `mine` (set-if-absent, as
         // `remember`; `$3` the TTL in ms or NULL).
@@ -76,8 +83,9 @@ impl ClaimStatements {
             create: DDL.replace(DEFAULT_TABLE, table),
             // Done, won or held in one statement. The insert sees a claim
             // row as it is now, even one written after the statement began:
-            // it takes a lapsed lease over, never a live one nor a fresh
-            // tombstone. `nextval` runs only when the id is not done, and
+            // it takes a lapsed lease over, never a live one (see
+            // `take_over` for tombstones). `nextval` runs only when the id is
+            // not done, and
             // the live lease is looked up only when the claim is held (a
             // `CASE` evaluates its subquery only when its condition holds):
             // a duplicate reads no more pages than `seen` does.
@@ -172,7 +180,7 @@ impl ClaimStatements {
                  WHERE message_id = $1 AND owner = $2 AND lease_until > now()"
             ),
             purge: format!(
-                "DELETE FROM {claims} WHERE lease_until < now() - interval '{TOMBSTONE_GRACE}'"
+                "DELETE FROM {claims} WHERE lease_until < now() - interval '{PURGE_AFTER}'"
             ),
         }))
     }
@@ -202,9 +210,18 @@ impl ClaimStatements {
 }
 
 impl PostgresStore {
-    /// Deletes the claim rows no claim needs any more: lapsed leases and
-    /// the tombstones commits leave (one per committed id). Returns how many
-    /// went. Claim mode works without it; it only reclaims space.
+    /// Deletes the claim rows no claim needs any more: leases that lapsed
+    /// and tombstones that commits left (one per committed id), each once it
+    /// is a minute old. Returns how many went. Claim mode works without it;
+    /// it only reclaims space.
+    ///
+    /// ```no_run
+    /// # async fn nightly(store: babel_idem::PostgresStore) -> Result<(), babel_idem::StoreError> {
+    /// let deleted = store.purge_claims().await?;
+    /// println!("{deleted} claim rows purged");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn purge_claims(&self) -> Result<u64, StoreError> {
         let operation = StoreOperation::Maintenance;
         let done = sqlx::query(&self.claims.ready(operation)?.purge)
@@ -294,7 +311,7 @@ pub(super) fn failure(operation: StoreOperation, id: &str, error: sqlx::Error) -
 ///
 /// | operation | one statement |
 /// |---|---|
-/// | `claim` | done row? else `INSERT ... ON CONFLICT DO UPDATE` taking over only a lapsed lease, fence from `nextval` |
+/// | `claim` | done row? else `INSERT ... ON CONFLICT DO UPDATE` taking over only a lapsed lease or a tombstone whose done row is gone, fence from `nextval` |
 /// | `commit` | while the owner's lease is live: the claim row becomes a tombstone and the done row is inserted |
 /// | `release` | `DELETE` the owner's claim row |
 /// | `renew` | `UPDATE` the owner's live claim row |
@@ -303,11 +320,16 @@ pub(super) fn failure(operation: StoreOperation, id: &str, error: sqlx::Error) -
 /// A duplicate of a done id costs one round trip, a first delivery two
 /// (claim, commit), each a WAL flush where seen-set mode makes one; making
 /// the claims table `UNLOGGED` (see the DDL above for what that gives up)
-/// saves the claim's. Times come from the database clock. Commit leaves a
-/// tombstone rather than deleting the row so that a claim whose statement
-/// began before the commit finished, and so cannot see the done row, still
-/// cannot win; [`purge_claims`](PostgresStore::purge_claims) deletes old
-/// tombstones and lapsed claims.
+/// saves the claim's. Times come from the database clock.
+///
+/// Commit leaves a tombstone rather than deleting the row. A claim whose
+/// statement began before a commit finished cannot see the done row; it
+/// finds the row locked, waits, and then meets a tombstone its snapshot did
+/// not hold, which it never takes over: it answers held, and the redelivery
+/// finds the id done. A tombstone the snapshot did hold, with no done row,
+/// is an id forgotten or expired since, and is claimed again at once.
+/// [`purge_claims`](PostgresStore::purge_claims) deletes old tombstones and
+/// lapsed claims.
 ///
 /// An id with NUL, or one too long for the primary-key index, fails the
 /// claim with a [`StoreError`] saying so: the guard then does not run the
