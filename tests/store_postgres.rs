@@ -180,7 +180,7 @@ async fn a_claim_racing_a_slow_commit_never_wins() {
                        WHERE wait_event_type = 'Lock' AND query LIKE $1";
         let pattern = format!("%INSERT INTO {}_claims%", store.table());
         let mut waited = false;
-        for _ in 0..200 {
+        for _ in 0..400 {
             let count: i64 = sqlx::query_scalar(waiting)
                 .bind(&pattern)
                 .fetch_one(&mut watching)

@@ -83,12 +83,11 @@ impl ClaimStatements {
             create: DDL.replace(DEFAULT_TABLE, table),
             // Done, won or held in one statement. The insert sees a claim
             // row as it is now, even one written after the statement began:
-            // it takes a lapsed lease over, never a live one (see
-            // `take_over` for tombstones). `nextval` runs only when the id is
-            // not done, and
-            // the live lease is looked up only when the claim is held (a
-            // `CASE` evaluates its subquery only when its condition holds):
-            // a duplicate reads no more pages than `seen` does.
+            // it takes a lapsed lease over, never a live one (`take_over`
+            // says which tombstones). `nextval` runs only when the id is not
+            // done, and the live lease is looked up only when the claim is
+            // held (a `CASE` evaluates its subquery only when its condition
+            // holds): a duplicate reads no more pages than `seen` does.
             claim: format!(
                 "WITH done AS (
                      SELECT 1 FROM {table} WHERE message_id = $1
