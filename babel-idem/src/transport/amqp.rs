@@ -52,7 +52,10 @@ const MAX_QUEUE_LEN: usize = 255;
 ///   [`reconnect_attempts`](AmqpTransportBuilder::reconnect_attempts) times,
 ///   and the consumer's own backoff beyond). The broker puts every unacked
 ///   delivery of the lost connection back; settling one of them afterwards
-///   touches nothing and answers `Ok(false)` (counted as lapsed).
+///   touches nothing and answers `Ok(false)` (counted as lapsed). The broker
+///   does not answer an ack, so one written before the client has seen the
+///   connection close counts as acked, and its delivery comes back all the
+///   same: the seen-set or the claim makes that a skip.
 ///
 /// Plain `amqp://` only: this build has no TLS.
 ///
