@@ -294,9 +294,10 @@ type WorkerLines = Arc<Mutex<Vec<String>>>;
 /// The worker lines that name `id`, or a note that there were none.
 fn lines_naming(lines: &WorkerLines, id: &str) -> String {
     let lines = lines.lock().expect("the lines' lock");
+    let named = format!(" {id}:");
     let naming: Vec<&str> = lines
         .iter()
-        .filter(|line| line.contains(&format!(" {id}:")))
+        .filter(|line| line.contains(&named))
         .map(String::as_str)
         .collect();
     if naming.is_empty() {

@@ -14,6 +14,8 @@
 //!   (commit) or runs (rollback).
 #![cfg(feature = "postgres")]
 
+#[path = "store_contract/postgres_locks.rs"]
+mod postgres_locks;
 #[allow(dead_code)]
 #[path = "store_contract/servers.rs"]
 mod servers;
@@ -533,15 +535,7 @@ async fn wait_until_blocked<T>(db: &Db, second: &tokio::task::JoinHandle<T>) {
     let started = Instant::now();
     match db {
         Db::Postgres { store, .. } => loop {
-            let waiting: i64 = sqlx::query_scalar(&format!(
-                "SELECT count(*) FROM pg_stat_activity
-                 WHERE wait_event_type = 'Lock' AND query LIKE '%{}%'",
-                store.table()
-            ))
-            .fetch_one(store.pool())
-            .await
-            .expect("pg_stat_activity");
-            if waiting == 1 {
+            if postgres_locks::lock_waiters(store.pool(), store.table()).await == 1 {
                 break;
             }
             assert!(

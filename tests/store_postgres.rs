@@ -5,6 +5,7 @@
 #[macro_use]
 mod store_contract;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use babel_idem::store::{Claim, ClaimToken, StoreOperation};
@@ -134,7 +135,7 @@ async fn a_claim_racing_a_slow_commit_never_wins() {
     let Some(backend) = PostgresBackend::create("a_claim_racing_a_slow_commit_never_wins") else {
         return;
     };
-    let store = std::sync::Arc::new(backend.open("slow_commit", None).await);
+    let store = Arc::new(backend.open("slow_commit", None).await);
     let lease = Duration::from_secs(30);
     for batch in [false, true] {
         let id = if batch { "order-batch" } else { "order-single" };
@@ -146,13 +147,13 @@ async fn a_claim_racing_a_slow_commit_never_wins() {
 
         // The owner's commit, in a transaction left open: visible only at
         // `COMMIT`, as a slow one would be.
-        let mut committing = backend.raw().await;
-        sqlx::query("BEGIN").execute(&mut committing).await.unwrap();
+        let mut connection = backend.raw().await;
+        let mut committing = sqlx::Connection::begin(&mut connection).await.unwrap();
         let committed: bool = sqlx::query_scalar(store.commit_statement().unwrap())
             .bind(id)
             .bind(owner.to_hex())
             .bind(None::<i64>)
-            .fetch_one(&mut committing)
+            .fetch_one(&mut *committing)
             .await
             .unwrap();
         assert!(committed, "the owner's lease is live");
@@ -176,17 +177,10 @@ async fn a_claim_racing_a_slow_commit_never_wins() {
         };
         // ... and waits on the claim row, which the commit holds.
         let mut watching = backend.raw().await;
-        let waiting = "SELECT count(*) FROM pg_stat_activity
-                       WHERE wait_event_type = 'Lock' AND query LIKE $1";
-        let pattern = format!("%INSERT INTO {}_claims%", store.table());
+        let claims = format!("{}_claims", store.table());
         let mut waited = false;
         for _ in 0..400 {
-            let count: i64 = sqlx::query_scalar(waiting)
-                .bind(&pattern)
-                .fetch_one(&mut watching)
-                .await
-                .unwrap();
-            if count > 0 {
+            if store_contract::postgres_locks::lock_waiters(&mut watching, &claims).await > 0 {
                 waited = true;
                 break;
             }
@@ -196,10 +190,7 @@ async fn a_claim_racing_a_slow_commit_never_wins() {
             waited,
             "the racing claim never waited on the commit's row lock"
         );
-        sqlx::query("COMMIT")
-            .execute(&mut committing)
-            .await
-            .unwrap();
+        committing.commit().await.unwrap();
 
         let answer = racing.await.unwrap();
         assert!(

@@ -11,6 +11,8 @@ pub mod backends;
 pub mod batch;
 #[macro_use]
 pub mod claim;
+#[cfg(feature = "postgres")]
+pub mod postgres_locks;
 pub mod servers;
 #[cfg(any(feature = "redis", feature = "postgres"))]
 pub mod spawned;
