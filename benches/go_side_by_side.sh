@@ -22,6 +22,8 @@
 # The Go benchmark is written to a temporary directory outside the repo and
 # deleted afterwards; no Go SDK code is copied. Not part of CI: without `go`
 # or the SDK it says what is missing and exits 0.
+#
+# What it measured, machine by machine, and what was tried: go_side_by_side.md.
 set -euo pipefail
 
 get_it="get Go with 'apt-get install -y golang-go' and the SDK with 'git clone https://github.com/BabelQueue/babelqueue-go /path/to/babelqueue-go', then set BABEL_IDEM_GO_SDK=/path/to/babelqueue-go"
