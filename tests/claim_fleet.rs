@@ -37,10 +37,10 @@ const DELIVERIES_PER_ID: usize = 5;
 /// count as an overlap or a second effect. The killed worker's ids wait out
 /// one lease before others take them. (Runs that failed with an id run
 /// twice, neither run counted killed nor overlapping, had three causes, each
-/// reproduced and fixed: a PostgreSQL claim that raced a slow commit took its tombstone
-/// over (pinned by `a_claim_racing_a_slow_commit_never_wins` in
-/// `store_postgres.rs`); a parked task cleared the unsettled mark of a run
-/// of its own worker that the kill then cut (see [`run_mark`]); a Redis
+/// reproduced and fixed: a PostgreSQL claim that raced a slow commit took
+/// its tombstone over (pinned by `a_claim_racing_a_slow_commit_never_wins`
+/// in `store_postgres.rs`); a parked task cleared the unsettled mark of a
+/// run of its own worker that the kill then cut (see [`Run`]); a Redis
 /// commit failed on a client timeout and was acked (see the Redis board).)
 const LEASE: Duration = Duration::from_secs(10);
 /// The whole fleet run must end well before this, or the test fails.
@@ -94,7 +94,7 @@ impl From<StoreError> for RunError {
 /// Two marks per id: `running` while a handler runs (a second live run is
 /// an overlap), `unsettled` from the handler's start until the guard has
 /// committed or released (what a kill can leave half done). `unsettled`
-/// names the run (see [`run_mark`]), not only its worker.
+/// names the run (see [`Run`]), not only its worker.
 trait Board: Send + Sync + 'static {
     /// Takes the next delivery for `worker`: `(handle, id)`.
     fn reserve(&self, worker: usize) -> impl Future<Output = Option<(String, String)>> + Send;
@@ -103,11 +103,11 @@ trait Board: Send + Sync + 'static {
     fn requeue(&self, worker: usize, handle: &str) -> impl Future<Output = ()> + Send;
     /// A handler starts: counts an overlap when another live run of `id`
     /// is in flight, and a takeover when the killed worker left it unsettled.
-    fn run_starts(&self, id: &str, worker: usize, run: &str) -> impl Future<Output = ()> + Send;
+    fn run_starts(&self, id: &str, run: &Run) -> impl Future<Output = ()> + Send;
     /// The handler returns.
     fn run_ends(&self, id: &str, worker: usize) -> impl Future<Output = ()> + Send;
     /// The guard has committed or released `run`, if it started.
-    fn settled(&self, id: &str, run: &str) -> impl Future<Output = ()> + Send;
+    fn settled(&self, id: &str, run: &Run) -> impl Future<Output = ()> + Send;
     fn effect(&self, id: &str) -> impl Future<Output = ()> + Send;
     /// The fenced effect: applied only over a smaller fence.
     fn fenced_effect(&self, id: &str, fence: u64) -> impl Future<Output = ()> + Send;
@@ -171,7 +171,6 @@ where
             tokio::spawn(async move {
                 let mut rng = Rng::new();
                 for n in 0.. {
-                    let run = run_mark(worker, task, n);
                     let Some((handle, id)) = board.reserve(worker).await else {
                         if board.stopped().await {
                             return;
@@ -181,7 +180,8 @@ where
                     };
                     let fails = rng.below(10) == 0;
                     let latency = Duration::from_millis(rng.below(21));
-                    let handler = run_once(&*board, &id, worker, &run, fails, latency);
+                    let run = Run::new(worker, task, n);
+                    let handler = run_once(&*board, &id, &run, fails, latency);
                     let outcome = guard.run(&Delivery(id.clone()), handler).await;
                     board.settled(&id, &run).await;
                     match outcome {
@@ -209,17 +209,27 @@ where
     }
 }
 
-/// Names one delivery's run, `<worker>:<task>:<n>`. The `unsettled` mark
-/// it leaves is its own: a task of the same worker that was parked on the
-/// id, or ran it after a release, cannot clear it. (With the worker alone
-/// as the mark, a parked task's `settled` once cleared the mark of a run
-/// the kill then cut between effect and commit, and the test blamed the
-/// store for its second effect.)
-fn run_mark(worker: usize, task: usize, n: u64) -> String {
-    format!("{worker}:{task}:{n}")
+/// One delivery's run of the handler on `worker`. The `unsettled` mark it
+/// leaves, `mark` (`<worker>:<task>:<n>`), is its own: a task of the same
+/// worker that was parked on the id, or ran it after a release, cannot
+/// clear it. (With the worker alone as the mark, a parked task's `settled`
+/// once cleared the mark of a run the kill then cut between effect and
+/// commit, and the test blamed the store for its second effect.)
+struct Run {
+    worker: usize,
+    mark: String,
 }
 
-/// The worker of a run mark.
+impl Run {
+    fn new(worker: usize, task: usize, n: u64) -> Self {
+        Run {
+            worker,
+            mark: format!("{worker}:{task}:{n}"),
+        }
+    }
+}
+
+/// The worker of a [`Run`]'s mark, read back from the board.
 fn worker_of(run: &str) -> &str {
     run.split(':').next().unwrap_or(run)
 }
@@ -229,21 +239,20 @@ fn worker_of(run: &str) -> &str {
 async fn run_once<B: Board>(
     board: &B,
     id: &str,
-    worker: usize,
-    run: &str,
+    run: &Run,
     fails: bool,
     latency: Duration,
 ) -> Result<(), RunError> {
     let fence = fence().expect("a claimed handler has a fence");
-    board.run_starts(id, worker, run).await;
+    board.run_starts(id, run).await;
     tokio::time::sleep(latency).await;
     if fails {
-        board.run_ends(id, worker).await;
+        board.run_ends(id, run.worker).await;
         return Err(RunError::Failed);
     }
     board.effect(id).await;
     board.fenced_effect(id, fence).await;
-    board.run_ends(id, worker).await;
+    board.run_ends(id, run.worker).await;
     Ok(())
 }
 
@@ -581,7 +590,7 @@ mod redis_fleet {
                 .expect("requeue");
         }
 
-        async fn run_starts(&self, id: &str, worker: usize, run: &str) {
+        async fn run_starts(&self, id: &str, run: &Run) {
             let _: i64 = self
                 .run_starts
                 .key(self.key("running"))
@@ -590,19 +599,19 @@ mod redis_fleet {
                 .key(self.key("taken_over"))
                 .key(self.key("unsettled"))
                 .arg(id)
-                .arg(worker)
-                .arg(run)
+                .arg(run.worker)
+                .arg(&run.mark)
                 .invoke_async(&mut self.connection.clone())
                 .await
                 .expect("run starts");
         }
 
-        async fn settled(&self, id: &str, run: &str) {
+        async fn settled(&self, id: &str, run: &Run) {
             let _: i64 = self
                 .settled
                 .key(self.key("unsettled"))
                 .arg(id)
-                .arg(run)
+                .arg(&run.mark)
                 .invoke_async(&mut self.connection.clone())
                 .await
                 .expect("settled");
@@ -874,7 +883,7 @@ mod postgres_fleet {
             .await;
         }
 
-        async fn run_starts(&self, id: &str, worker: usize, run: &str) {
+        async fn run_starts(&self, id: &str, run: &Run) {
             let t = &self.table;
             // An in-flight counter, raised and read in one atomic upsert.
             let in_flight: i32 = sqlx::query_scalar(&format!(
@@ -889,8 +898,8 @@ mod postgres_fleet {
                  RETURNING in_flight"
             ))
             .bind(id)
-            .bind(worker as i32)
-            .bind(run)
+            .bind(run.worker as i32)
+            .bind(&run.mark)
             .fetch_one(&self.pool)
             .await
             .expect("run starts");
@@ -903,13 +912,13 @@ mod postgres_fleet {
             }
         }
 
-        async fn settled(&self, id: &str, run: &str) {
+        async fn settled(&self, id: &str, run: &Run) {
             let t = &self.table;
             sqlx::query(&format!(
                 "UPDATE {t}_runs SET unsettled = NULL WHERE message_id = $1 AND unsettled = $2"
             ))
             .bind(id)
-            .bind(run)
+            .bind(&run.mark)
             .execute(&self.pool)
             .await
             .expect("settled");
