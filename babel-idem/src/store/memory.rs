@@ -33,8 +33,8 @@ mod sync;
 mod uuid_table;
 
 use canonical_uuid::Uuid;
-use sync::{IdHasher, Loaded, Mutex, MutexGuard, Published};
-use uuid_table::{MIN_SLOTS, Probe, UuidTable};
+use sync::{IdHasher, Mutex, MutexGuard};
+use uuid_table::{Probe, UuidTable};
 
 /// The reference store: a process-local seen-set in memory.
 ///
@@ -279,14 +279,12 @@ impl InMemoryStore {
         self.len() == 0
     }
 
-    /// Forgets every id.
+    /// Forgets every id. The store keeps the memory its tables had grown
+    /// to (a reader may still be probing it), for the ids that come next.
     pub fn clear(&self) {
         for shard in self.shards.iter() {
             let mut writer = shard.0.lock();
-            shard
-                .0
-                .uuids
-                .store(UuidTable::new(MIN_SLOTS, writer.stamped()));
+            shard.0.uuids.clear();
             *writer = Writer::new(writer.stamped(), writer.capacity);
         }
     }
@@ -323,7 +321,11 @@ impl InMemoryStore {
     fn contains(&self, id: &str) -> bool {
         let (key, hash, shard) = self.locate(id);
         let stamp = match key {
-            Key::Uuid(uuid) => match shard.uuids.load().probe(uuid, hash) {
+            Key::Uuid(uuid) => match shard.uuids.read(uuid, hash).unwrap_or_else(|| {
+                // A rearrangement raced the read: none runs under the lock.
+                let _writer = shard.lock();
+                shard.uuids.probe(uuid, hash)
+            }) {
                 Probe::Found { stamp, .. } => Some(Stamp(stamp)),
                 Probe::Vacant { .. } | Probe::Full => None,
             },
@@ -336,20 +338,20 @@ impl InMemoryStore {
         let (key, hash, shard) = self.locate(id);
         let mut writer = shard.lock();
         let now = if writer.stamped() { self.now() } else { 0 };
-        let uuids = shard.uuids.load();
-        match writer.find(&uuids, hash, key) {
+        let uuids = &shard.uuids;
+        match writer.find(uuids, hash, key) {
             // Set-if-absent: a live id keeps its first stamp.
             Some((stamp, _)) if !self.expired(stamp, || now) => return,
-            Some((_, place)) => writer.remove(&uuids, hash, key, place),
+            Some((_, place)) => writer.remove(uuids, hash, key, place),
             None => {}
         }
         if writer.stamped() {
-            self.evict(&mut writer, &uuids, now);
-            self.drop_forgotten_from_order(&mut writer, &uuids);
+            self.evict(&mut writer, uuids, now);
+            self.drop_forgotten_from_order(&mut writer, uuids);
         }
         let stamp = writer.next_stamp(now);
         match key {
-            Key::Uuid(uuid) => self.insert_uuid(shard, &mut writer, uuids, uuid, hash, stamp),
+            Key::Uuid(uuid) => self.insert_uuid(uuids, &mut writer, uuid, hash, stamp),
             Key::Text(text) => {
                 writer
                     .texts
@@ -366,21 +368,20 @@ impl InMemoryStore {
     /// Puts a UUID that `find` just reported absent into the shard's table.
     fn insert_uuid(
         &self,
-        shard: &Shard,
+        uuids: &UuidTable,
         writer: &mut Writer,
-        mut uuids: Loaded<UuidTable>,
         uuid: Uuid,
         hash: u64,
         stamp: Stamp,
     ) {
         if writer.uuid_filled >= uuids.fill_limit() {
-            uuids = self.rebuild(shard, writer, &uuids);
+            self.rebuild(uuids, writer);
         }
         let mut probe = uuids.probe(uuid, hash);
         if probe == Probe::Full {
             // Only if the fill bookkeeping were wrong. The rebuilt table is
-            // sized from what the old one really holds: at most half full.
-            uuids = self.rebuild(shard, writer, &uuids);
+            // sized from what it really holds: at most half full.
+            self.rebuild(uuids, writer);
             probe = uuids.probe(uuid, hash);
         }
         // `Found` cannot happen: `find` said absent, under this same lock.
@@ -394,36 +395,19 @@ impl InMemoryStore {
     fn remove(&self, id: &str) {
         let (key, hash, shard) = self.locate(id);
         let mut writer = shard.lock();
-        let uuids = shard.uuids.load();
-        if let Some((_, place)) = writer.find(&uuids, hash, key) {
-            writer.remove(&uuids, hash, key, place);
-            self.drop_forgotten_from_order(&mut writer, &uuids);
+        let uuids = &shard.uuids;
+        if let Some((_, place)) = writer.find(uuids, hash, key) {
+            writer.remove(uuids, hash, key, place);
+            self.drop_forgotten_from_order(&mut writer, uuids);
         }
     }
 
-    /// Replaces the shard's UUID table (live ids plus tombstones) with one
-    /// that holds its live ids at most half full: larger when they need it,
-    /// the same size or smaller when it was mostly tombstones. Readers still
-    /// probing the old table finish on it undisturbed. Sized from the ids the
-    /// table really holds, not from the bookkeeping, so the new table always
-    /// has free slots.
-    fn rebuild(&self, shard: &Shard, writer: &mut Writer, full: &UuidTable) -> Loaded<UuidTable> {
-        let live = full.live().count();
-        let slots = ((live + 1) * 2).next_power_of_two().max(MIN_SLOTS);
-        let rebuilt = UuidTable::new(slots, writer.stamped());
-        let mut moved = 0;
-        for (uuid, stamp) in full.live() {
-            if let Probe::Vacant { index } =
-                rebuilt.probe(uuid, canonical_uuid::hash(uuid, self.uuid_seeds))
-            {
-                rebuilt.fill(index, uuid, stamp);
-                moved += 1;
-            }
-        }
-        writer.uuid_live = moved;
-        writer.uuid_filled = moved;
-        shard.uuids.store(rebuilt);
-        shard.uuids.load()
+    /// Rearranges the shard's UUID table in place to hold its live ids at
+    /// most half full, without tombstones (see [`UuidTable::rebuild`]).
+    fn rebuild(&self, uuids: &UuidTable, writer: &mut Writer) {
+        let held = uuids.rebuild(|uuid| canonical_uuid::hash(uuid, self.uuid_seeds));
+        writer.uuid_live = held;
+        writer.uuid_filled = held;
     }
 
     /// Drops expired ids and, at the shard's share of the capacity, the
@@ -524,16 +508,15 @@ impl Store for InMemoryStore {
 struct Padded<T>(T);
 
 struct Shard {
-    /// Read without a lock; replaced (never mutated in place) only by the
-    /// holder of `writer`.
-    uuids: Published<UuidTable>,
+    /// Read without a lock; written only by the holder of `writer`.
+    uuids: UuidTable,
     writer: Mutex<Writer>,
 }
 
 impl Shard {
     fn new(stamped: bool, capacity: usize) -> Self {
         Shard {
-            uuids: Published::new(UuidTable::new(MIN_SLOTS, stamped)),
+            uuids: UuidTable::new(stamped),
             writer: Mutex::new(Writer::new(stamped, capacity)),
         }
     }
@@ -700,6 +683,7 @@ impl OwnedKey {
 
 #[cfg(test)]
 mod tests {
+    use super::uuid_table::MIN_SLOTS;
     use super::*;
 
     fn uuid(n: u64) -> String {
@@ -737,7 +721,7 @@ mod tests {
                 store.insert(&uuid(n));
             }
             assert!((0..ids).all(|n| store.contains(&uuid(n))));
-            store.shards[0].0.uuids.load().slots()
+            store.shards[0].0.uuids.slots()
         };
         let unstamped = InMemoryStore::builder;
         let stamped = || InMemoryStore::builder().ttl(Duration::from_secs(3600));
@@ -775,7 +759,7 @@ mod tests {
             }
             assert!(store.contains(&uuid(round)));
         }
-        let slots = store.shards[0].0.uuids.load().slots();
+        let slots = store.shards[0].0.uuids.slots();
         assert!(slots <= 16_384, "{slots} slots for ~6,700 ids");
     }
 
@@ -786,7 +770,7 @@ mod tests {
             .build()
             .expect("no TTL to refuse");
         // Fill every slot behind the writer's back, as a bookkeeping mistake would.
-        let table = store.shards[0].0.uuids.load();
+        let table = &store.shards[0].0.uuids;
         for n in 0..table.slots() as u64 {
             let id = canonical_uuid::parse(&uuid(n)).unwrap();
             if let Probe::Vacant { index } =
@@ -795,7 +779,6 @@ mod tests {
                 table.fill(index, id, 0);
             }
         }
-        drop(table);
         assert!(!store.contains(&uuid(1000)), "a lookup ends after one lap");
         store.insert(&uuid(1000));
         assert!(store.contains(&uuid(1000)));

@@ -1,39 +1,60 @@
-//! An open-addressing set of UUIDs that readers probe without taking a lock.
+//! An open-addressing set of UUIDs that readers probe without a lock and
+//! without a locked instruction.
 //!
 //! A duplicate delivery only reads, so it must not write to memory another
-//! core reads too: a lock word bouncing between two cores would make two
-//! workers slower than one. Here readers only load atomics.
+//! core reads too (a lock word bouncing between two cores would make two
+//! workers slower than one), nor run a locked instruction: on x86 one waits
+//! for every earlier load and store, so the next delivery's cache misses
+//! could not start while this one's were pending. Readers here only load.
 //!
 //! One writer at a time (the caller holds its shard's lock) fills a slot by
 //! storing the low word and the stamp, then publishing the high word with
 //! `Release`; a reader loads the high word with `Acquire`, so a slot it sees
-//! is complete. A slot goes empty -> occupied -> tombstone and is never
-//! reused in place, so a reader never sees one UUID's high word with
-//! another's low word. Growth and tombstone clean-up build a new table that
-//! replaces this one as a whole (see `memory.rs`), so a reader always probes
-//! a consistent table.
+//! is complete. Between two rearrangements a slot goes empty -> occupied ->
+//! tombstone, so a reader never sees one UUID's high word with another's
+//! low word.
+//!
+//! Growth and tombstone clean-up rearrange the slots in place, under a
+//! sequence number that is odd while they do (a seqlock): a reader notes
+//! the number before it probes and looks again after, and an answer that
+//! two layouts may have mixed is not taken ([`UuidTable::read`] says
+//! `None`; `memory.rs` then asks again under the shard's lock).
+//!
+//! Slots live in segments, each allocated when the table first grows over
+//! it and kept until the store is dropped, so that memory a reader may
+//! still be reading is never freed: segments 0 and 1 hold [`MIN_SLOTS`]
+//! slots each, and segment `k` holds `MIN_SLOTS << (k - 1)`, so a table of
+//! `MIN_SLOTS << n` slots is the first `n + 1` segments, in index order.
+//! The store's memory is thus what its largest table needed, whatever the
+//! churn.
 //!
 //! A probe looks at each slot at most once. The writer keeps the table at
 //! most three quarters full (some large ones seven eighths), so a probe
 //! normally ends on an empty slot; if that bookkeeping were ever wrong, a
 //! probe still ends, after one lap, with [`Probe::Full`] (the UUID is
-//! absent: every slot was looked at), and the writer rebuilds the table
+//! absent: every slot was looked at), and the writer rearranges the table
 //! instead of looping for ever.
 //!
 //! `loom.rs` checks this protocol under the loom model checker.
 
+use std::sync::OnceLock;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
 use super::canonical_uuid::Uuid;
-use super::sync::AtomicU64;
+use super::sync::{AtomicU64, fence};
 
 /// A high word that marks an empty slot.
 const EMPTY: u64 = 0;
 /// A high word that marks a forgotten slot: probing goes on past it.
 const TOMBSTONE: u64 = 1;
 
-/// The smallest table; always a power of two.
-pub(super) const MIN_SLOTS: usize = 16;
+/// The smallest table, and the size of its first segment; a power of two
+/// (4 under loom, so that a model's rearrangement stays small).
+pub(super) const MIN_SLOTS: usize = if cfg!(all(test, loom)) { 4 } else { 16 };
+
+/// Segments in a table's directory: room for `MIN_SLOTS << 40` slots, far
+/// more than a 48-bit address space holds (under loom, 4: see `new`).
+const SEGMENTS: usize = if cfg!(all(test, loom)) { 4 } else { 41 };
 
 /// The size from which an unstamped table is filled to seven eighths instead
 /// of three quarters (see [`UuidTable::fill_limit`]). A choice between two
@@ -51,12 +72,20 @@ pub(super) fn storable(uuid: Uuid) -> bool {
     uuid[0] > TOMBSTONE
 }
 
-/// A fixed-size table; see the module docs for the protocol.
+/// A shard's table; see the module docs for the protocol.
 pub(super) struct UuidTable {
+    /// Even while the layout holds, odd while the writer rearranges it.
+    sequence: AtomicU64,
+    /// The slot count minus one; changed only while `sequence` is odd.
+    mask: AtomicU64,
+    /// Whether each slot has a stamp (the store has a TTL or a capacity).
+    stamped: bool,
+    segments: [OnceLock<Segment>; SEGMENTS],
+}
+
+struct Segment {
     slots: Box<[Slot]>,
-    /// One stamp per slot when the store has a TTL or a capacity.
     stamps: Option<Box<[AtomicU64]>>,
-    mask: usize,
 }
 
 struct Slot {
@@ -75,29 +104,57 @@ pub(super) enum Probe {
     Full,
 }
 
-impl UuidTable {
-    /// An empty table of `slots` slots (a power of two, at least [`MIN_SLOTS`]).
-    pub(super) fn new(slots: usize, stamped: bool) -> Self {
-        debug_assert!(slots.is_power_of_two() && slots >= MIN_SLOTS);
-        UuidTable {
-            slots: (0..slots)
+/// The segment that holds slot `index`, and the slot's place in it.
+#[inline]
+fn place(index: usize) -> (usize, usize) {
+    let segment = (usize::BITS - (index / MIN_SLOTS).leading_zeros()) as usize;
+    (segment, index & (segment_len(segment) - 1))
+}
+
+fn segment_len(segment: usize) -> usize {
+    (MIN_SLOTS << segment >> 1).max(MIN_SLOTS)
+}
+
+impl Segment {
+    fn new(segment: usize, stamped: bool) -> Self {
+        let len = segment_len(segment);
+        Segment {
+            slots: (0..len)
                 .map(|_| Slot {
                     high: AtomicU64::new(EMPTY),
                     low: AtomicU64::new(0),
                 })
                 .collect(),
-            stamps: stamped.then(|| (0..slots).map(|_| AtomicU64::new(0)).collect()),
-            mask: slots - 1,
+            stamps: stamped.then(|| (0..len).map(|_| AtomicU64::new(0)).collect()),
         }
     }
+}
 
-    #[cfg(test)]
+impl UuidTable {
+    /// An empty table of [`MIN_SLOTS`] slots.
+    pub(super) fn new(stamped: bool) -> Self {
+        let table = UuidTable {
+            sequence: AtomicU64::new(0),
+            mask: AtomicU64::new(MIN_SLOTS as u64 - 1),
+            stamped,
+            segments: std::array::from_fn(|_| OnceLock::new()),
+        };
+        // Loom cannot see a `OnceLock`'s synchronisation, so under loom
+        // every segment is made here, before any reader can run.
+        let made_now = if cfg!(all(test, loom)) { SEGMENTS } else { 1 };
+        for segment in 0..made_now {
+            table.segments[segment].get_or_init(|| Segment::new(segment, stamped));
+        }
+        table
+    }
+
+    /// How many slots the table has now.
     pub(super) fn slots(&self) -> usize {
-        self.slots.len()
+        self.mask.load(Relaxed) as usize + 1
     }
 
     /// How many slots may be filled (live or tombstone) before the table
-    /// must be rebuilt, leaving empty slots for every probe to end on.
+    /// must be rearranged, leaving empty slots for every probe to end on.
     ///
     /// Three quarters, but seven eighths of a large unstamped table
     /// ([`DENSE_FROM`] slots and up): there a lookup waits on the miss of
@@ -107,65 +164,164 @@ impl UuidTable {
     /// with the tombstones of expired and evicted ids, whose longer probes
     /// every first delivery would pay.
     pub(super) fn fill_limit(&self) -> usize {
-        let slots = self.slots.len();
-        if slots >= DENSE_FROM && self.stamps.is_none() {
+        let slots = self.slots();
+        if slots >= DENSE_FROM && !self.stamped {
             slots / 8 * 7
         } else {
             slots / 4 * 3
         }
     }
 
+    /// Finds `uuid` without a lock: `None` when the writer rearranged the
+    /// table during the probe, whose answer then may mix two layouts (ask
+    /// again under the shard's lock, where no rearrangement runs).
+    #[inline]
+    pub(super) fn read(&self, uuid: Uuid, hash: u64) -> Option<Probe> {
+        let sequence = self.sequence.load(Acquire);
+        if sequence & 1 == 1 {
+            return None;
+        }
+        let probe = self.probe(uuid, hash);
+        // The reader's half of the seqlock: the probe's loads come before
+        // the second look, so one that saw a rearranging store sees the odd
+        // (or a later) sequence.
+        fence(Acquire);
+        (self.sequence.load(Relaxed) == sequence).then_some(probe)
+    }
+
     /// Finds `uuid`, looking at each slot at most once. Safe to call
-    /// concurrently with the writer.
+    /// concurrently with the writer's `fill` and `bury`; a reader that may
+    /// race a rearrangement calls [`read`](Self::read) instead.
     #[inline]
     pub(super) fn probe(&self, uuid: Uuid, hash: u64) -> Probe {
-        let mut index = hash as usize & self.mask;
-        for _ in 0..self.slots.len() {
-            let slot = &self.slots[index];
+        let mask = self.mask.load(Relaxed) as usize;
+        let mut index = hash as usize & mask;
+        for _ in 0..=mask {
+            // A segment is missing only to a reader racing a growth, which
+            // `read` throws away.
+            let Some((segment, offset)) = self.locate(index) else {
+                return Probe::Full;
+            };
+            let slot = &segment.slots[offset];
             let high = slot.high.load(Acquire);
             if high == EMPTY {
                 return Probe::Vacant { index };
             }
             if high == uuid[0] && slot.low.load(Relaxed) == uuid[1] {
-                return Probe::Found {
-                    index,
-                    stamp: self.stamp(index),
-                };
+                let stamp = segment
+                    .stamps
+                    .as_ref()
+                    .map_or(0, |stamps| stamps[offset].load(Acquire));
+                return Probe::Found { index, stamp };
             }
-            index = (index + 1) & self.mask;
+            index = (index + 1) & mask;
         }
         Probe::Full
     }
 
+    /// The segment of slot `index` and the slot's offset in it, if that
+    /// segment has been allocated.
     #[inline]
-    fn stamp(&self, index: usize) -> u64 {
-        self.stamps
-            .as_ref()
-            .map_or(0, |stamps| stamps[index].load(Acquire))
+    fn locate(&self, index: usize) -> Option<(&Segment, usize)> {
+        let (segment, offset) = place(index);
+        Some((self.segments.get(segment)?.get()?, offset))
     }
 
     /// Writer only: stores `uuid` in the empty slot `index` that a probe for it returned.
     pub(super) fn fill(&self, index: usize, uuid: Uuid, stamp: u64) {
-        let slot = &self.slots[index];
+        let Some((segment, offset)) = self.locate(index) else {
+            debug_assert!(false, "slot {index} is outside the table");
+            return;
+        };
+        let slot = &segment.slots[offset];
         debug_assert_eq!(slot.high.load(Relaxed), EMPTY);
         slot.low.store(uuid[1], Relaxed);
-        if let Some(stamps) = &self.stamps {
-            stamps[index].store(stamp, Relaxed);
+        if let Some(stamps) = &segment.stamps {
+            stamps[offset].store(stamp, Relaxed);
         }
         slot.high.store(uuid[0], Release);
     }
 
     /// Writer only: forgets the UUID at `index`.
     pub(super) fn bury(&self, index: usize) {
-        self.slots[index].high.store(TOMBSTONE, Release);
+        if let Some((segment, offset)) = self.locate(index) {
+            segment.slots[offset].high.store(TOMBSTONE, Release);
+        }
     }
 
-    /// Writer only: the live UUIDs with their stamps, to move into a new table.
+    /// Writer only: the live UUIDs with their stamps.
     pub(super) fn live(&self) -> impl Iterator<Item = (Uuid, u64)> + '_ {
-        self.slots.iter().enumerate().filter_map(|(index, slot)| {
-            let high = slot.high.load(Acquire);
-            storable([high, 0]).then(|| ([high, slot.low.load(Relaxed)], self.stamp(index)))
+        self.in_use().flat_map(|segment| {
+            segment
+                .slots
+                .iter()
+                .enumerate()
+                .filter_map(|(offset, slot)| {
+                    let high = slot.high.load(Relaxed);
+                    storable([high, 0]).then(|| {
+                        let stamp = segment
+                            .stamps
+                            .as_ref()
+                            .map_or(0, |stamps| stamps[offset].load(Relaxed));
+                        ([high, slot.low.load(Relaxed)], stamp)
+                    })
+                })
         })
+    }
+
+    /// The segments the current layout spans.
+    fn in_use(&self) -> impl Iterator<Item = &Segment> + '_ {
+        let last = place(self.slots() - 1).0;
+        self.segments[..=last].iter().filter_map(OnceLock::get)
+    }
+
+    /// Writer only: rearranges the table in place to hold its live UUIDs at
+    /// most half full and no tombstone: larger when they need it, the same
+    /// size or smaller when it was mostly tombstones. Sized from what the
+    /// table really holds, not from the bookkeeping, so it always has free
+    /// slots after. `hash` is the store's hash of a UUID. Returns how many
+    /// UUIDs it holds.
+    pub(super) fn rebuild(&self, hash: impl Fn(Uuid) -> u64) -> usize {
+        let live: Vec<_> = self.live().collect();
+        self.rearrange(live, hash)
+    }
+
+    /// Writer only: forgets every UUID; the table shrinks to [`MIN_SLOTS`]
+    /// (its segments stay allocated, for the next growth).
+    pub(super) fn clear(&self) {
+        self.rearrange(Vec::new(), |_| 0);
+    }
+
+    fn rearrange(&self, live: Vec<(Uuid, u64)>, hash: impl Fn(Uuid) -> u64) -> usize {
+        let slots = ((live.len() + 1) * 2)
+            .next_power_of_two()
+            .clamp(MIN_SLOTS, MIN_SLOTS << (SEGMENTS - 1));
+        let sequence = self.sequence.load(Relaxed);
+        self.sequence.store(sequence.wrapping_add(1), Relaxed);
+        // The writer's half of the seqlock: a reader whose probe sees any
+        // store below sees the odd sequence when it looks again.
+        fence(Release);
+        // Every slot outside the layout is kept empty, so growing over a
+        // segment allocated earlier finds it empty too. The high word alone
+        // says empty: `fill` writes the low word and the stamp before it.
+        for slot in self.in_use().flat_map(|segment| &segment.slots) {
+            if slot.high.load(Relaxed) != EMPTY {
+                slot.high.store(EMPTY, Relaxed);
+            }
+        }
+        for segment in 0..=place(slots - 1).0 {
+            self.segments[segment].get_or_init(|| Segment::new(segment, self.stamped));
+        }
+        self.mask.store(slots as u64 - 1, Relaxed);
+        let mut moved = 0;
+        for (uuid, stamp) in live {
+            if let Probe::Vacant { index } = self.probe(uuid, hash(uuid)) {
+                self.fill(index, uuid, stamp);
+                moved += 1;
+            }
+        }
+        self.sequence.store(sequence.wrapping_add(2), Release);
+        moved
     }
 }
 
@@ -182,7 +338,7 @@ mod tests {
 
     #[test]
     fn colliding_uuids_probe_past_each_other_and_past_tombstones() {
-        let table = UuidTable::new(MIN_SLOTS, true);
+        let table = UuidTable::new(true);
         let (a, b, c) = ([10, 1], [11, 2], [12, 3]);
         // All three hash to slot 5.
         for (uuid, stamp) in [(a, 7), (b, 8), (c, 9)] {
@@ -199,7 +355,7 @@ mod tests {
 
     #[test]
     fn probing_wraps_around_the_end() {
-        let table = UuidTable::new(MIN_SLOTS, false);
+        let table = UuidTable::new(false);
         let index = vacant_index(&table, [20, 1], 15);
         table.fill(index, [20, 1], 0);
         let next = vacant_index(&table, [21, 1], 15);
@@ -213,7 +369,7 @@ mod tests {
 
     #[test]
     fn a_probe_of_a_table_with_no_empty_slot_ends_after_one_lap() {
-        let table = UuidTable::new(MIN_SLOTS, false);
+        let table = UuidTable::new(false);
         // Fill every slot, past the fill limit the writer keeps to.
         for n in 0..MIN_SLOTS as u64 {
             let index = vacant_index(&table, [100 + n, 1], 3);
@@ -231,6 +387,89 @@ mod tests {
             table.probe([99, 1], 3),
             Probe::Full,
             "a tombstone is not empty"
+        );
+    }
+
+    #[test]
+    fn segments_tile_the_slots_in_index_order() {
+        let mut next = 0;
+        for segment in 0..12 {
+            for offset in 0..segment_len(segment) {
+                assert_eq!(place(next), (segment, offset), "slot {next}");
+                next += 1;
+            }
+            // A table of `MIN_SLOTS << n` slots ends where segment `n` does.
+            assert_eq!(next, MIN_SLOTS << segment);
+        }
+        assert_eq!(place((MIN_SLOTS << (SEGMENTS - 1)) - 1).0, SEGMENTS - 1);
+    }
+
+    /// A table grown to many segments, shrunk back, then grown again: every
+    /// live UUID is found at every step, tombstones are gone after each
+    /// rebuild, and growing again over kept segments finds them empty.
+    #[test]
+    fn rebuilds_in_place_keep_the_live_uuids_across_segments() {
+        let table = UuidTable::new(true);
+        let uuid = |n: u64| [n + 2, n * 7];
+        let hash = |uuid: Uuid| uuid[0].wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let insert = |n: u64| {
+            if table.probe(uuid(n), hash(uuid(n))) == Probe::Full
+                || table.live().count() + 1 > table.fill_limit()
+            {
+                table.rebuild(hash);
+            }
+            let Probe::Vacant { index } = table.probe(uuid(n), hash(uuid(n))) else {
+                panic!("no room for {n}");
+            };
+            table.fill(index, uuid(n), n + 100);
+        };
+        for n in 0..3_000 {
+            insert(n);
+        }
+        assert_eq!(table.slots(), 4_096);
+        for n in (0..3_000).filter(|n| n % 10 != 0) {
+            let Probe::Found { index, stamp } = table.probe(uuid(n), hash(uuid(n))) else {
+                panic!("{n} lost");
+            };
+            assert_eq!(stamp, n + 100);
+            table.bury(index);
+        }
+        assert_eq!(table.rebuild(hash), 300);
+        assert_eq!(table.slots(), 1_024, "mostly tombstones: the table shrank");
+        for n in 0..3_000 {
+            let found = matches!(table.probe(uuid(n), hash(uuid(n))), Probe::Found { .. });
+            assert_eq!(found, n % 10 == 0, "{n}");
+        }
+        for n in 3_000..6_000 {
+            insert(n);
+        }
+        assert_eq!(table.live().count(), 3_300);
+        for n in (0..6_000).filter(|n| *n >= 3_000 || n % 10 == 0) {
+            assert!(
+                matches!(table.probe(uuid(n), hash(uuid(n))), Probe::Found { .. }),
+                "{n} lost after growing again"
+            );
+        }
+        table.clear();
+        assert_eq!((table.slots(), table.live().count()), (MIN_SLOTS, 0));
+    }
+
+    #[test]
+    fn a_read_during_a_rearrangement_is_not_taken() {
+        let table = UuidTable::new(false);
+        let index = vacant_index(&table, [20, 1], 3);
+        table.fill(index, [20, 1], 0);
+        assert_eq!(
+            table.read([20, 1], 3),
+            Some(Probe::Found { index: 3, stamp: 0 })
+        );
+        // What a reader sees while the writer is between the two stores.
+        table.sequence.store(1, Relaxed);
+        assert_eq!(table.read([20, 1], 3), None);
+        table.sequence.store(2, Relaxed);
+        assert_eq!(
+            table.read([20, 1], 3),
+            Some(Probe::Found { index: 3, stamp: 0 })
         );
     }
 
