@@ -422,8 +422,19 @@ fn mark_failed<E: From<StoreError>>(
     }
 }
 
+/// Reports a decision: a `tracing` debug event, and [`metrics::record`].
+/// Every delivery calls this, so what it does when nobody listens is
+/// inlined and small (one relaxed load per check); the work for a listener
+/// is out of line.
 #[inline]
 fn report(decision: Decision, id: &str) {
-    tracing::debug!(target: "babel_idem", message_id = id, decision = decision.as_str());
+    if tracing::level_enabled!(tracing::Level::DEBUG) {
+        debug_event(decision, id);
+    }
     metrics::record(decision);
+}
+
+#[inline(never)]
+fn debug_event(decision: Decision, id: &str) {
+    tracing::debug!(target: "babel_idem", message_id = id, decision = decision.as_str());
 }

@@ -68,20 +68,24 @@ impl DedupeKey {
     pub fn new<M: MessageId + ?Sized>(scope: Option<&str>, message: &M) -> Self {
         match message.message_id() {
             None | Some("") => DedupeKey(Repr::Missing),
+            Some(id) if scope.is_none() && id.len() == UUID_LEN => {
+                // The common key, spelled out so the copy's length is a
+                // constant: the compiler inlines it instead of calling
+                // `memcpy`, which made the store's read of the key straight
+                // after the copy far slower.
+                let mut inline = ArrayString::new();
+                inline.push_str(id);
+                DedupeKey(Repr::Inline(inline))
+            }
             Some(id) => Self::from_parts(scope, id),
         }
     }
 
-    #[inline]
+    /// Every other key, out of line: its allocation and formatting would
+    /// otherwise give every delivery's copy of a UUID their stack frame.
+    #[inline(never)]
     fn from_parts(scope: Option<&str>, id: &str) -> Self {
         let mut inline = ArrayString::new();
-        if scope.is_none() && id.len() == UUID_LEN {
-            // The common key, spelled out so the copy's length is a constant:
-            // the compiler inlines it instead of calling `memcpy`, which made
-            // the store's read of the key straight after the copy far slower.
-            inline.push_str(id);
-            return DedupeKey(Repr::Inline(inline));
-        }
         if write_key(&mut inline, scope, id).is_ok() {
             return DedupeKey(Repr::Inline(inline));
         }

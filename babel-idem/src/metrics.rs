@@ -247,9 +247,15 @@ pub(crate) fn record(decision: Decision) {
         counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
     });
     if counted.is_err() {
-        // The thread is shutting down and its counters are gone.
-        registry().retired[decision as usize] += 1;
+        count_retired(decision);
     }
+}
+
+/// The thread is shutting down and its counters are gone.
+#[cold]
+#[inline(never)]
+fn count_retired(decision: Decision) {
+    registry().retired[decision as usize] += 1;
 }
 
 #[cfg(test)]

@@ -15,12 +15,18 @@ pub(crate) const DECISION_FIELD: &str = "messaging.babelqueue.idempotency.decisi
 #[inline]
 pub(super) fn decision(decision: Decision) {
     // With nobody listening at INFO this is one relaxed load: no span lookup.
-    // A current span without the field (not a consumer span) ignores it.
     if tracing::level_enabled!(tracing::Level::INFO) {
-        tracing::Span::current().record(DECISION_FIELD, decision.as_str());
+        on_current_span(decision);
     }
     #[cfg(feature = "metrics")]
     super::facade::decision(decision);
+}
+
+/// Out of line, so that the check above stays small where it is inlined.
+/// A current span without the field (not a consumer span) ignores it.
+#[inline(never)]
+fn on_current_span(decision: Decision) {
+    tracing::Span::current().record(DECISION_FIELD, decision.as_str());
 }
 
 #[cfg(feature = "metrics")]

@@ -318,19 +318,26 @@ impl InMemoryStore {
             .is_some_and(|ttl| now().saturating_sub(stamp.remembered_at()) >= ttl)
     }
 
+    /// Whether `id` is held and live. What takes the shard's lock is out
+    /// of line, so that a UUID's lock-free read needs no stack frame.
     fn contains(&self, id: &str) -> bool {
         let (key, hash, shard) = self.locate(id);
-        let stamp = match key {
-            Key::Uuid(uuid) => match shard.uuids.read(uuid, hash).unwrap_or_else(|| {
-                // A rearrangement raced the read: none runs under the lock.
-                let _writer = shard.lock();
-                shard.uuids.probe(uuid, hash)
-            }) {
-                Probe::Found { stamp, .. } => Some(Stamp(stamp)),
-                Probe::Vacant { .. } | Probe::Full => None,
+        let probe = match key {
+            Key::Uuid(uuid) => match shard.uuids.read(uuid, hash) {
+                Some(probe) => probe,
+                None => shard.probe_locked(uuid, hash),
             },
-            Key::Text(text) => shard.lock().find_text(hash, text),
+            Key::Text(text) => return self.contains_text(shard, hash, text),
         };
+        match probe {
+            Probe::Found { stamp, .. } => !self.expired(Stamp(stamp), || self.now()),
+            Probe::Vacant { .. } | Probe::Full => false,
+        }
+    }
+
+    #[inline(never)]
+    fn contains_text(&self, shard: &Shard, hash: u64, text: &str) -> bool {
+        let stamp = shard.lock().find_text(hash, text);
         stamp.is_some_and(|stamp| !self.expired(stamp, || self.now()))
     }
 
@@ -519,6 +526,15 @@ impl Shard {
             uuids: UuidTable::new(stamped),
             writer: Mutex::new(Writer::new(stamped, capacity)),
         }
+    }
+
+    /// Probes the UUID table under the lock, where no rearrangement runs:
+    /// for a reader whose lock-free read raced one.
+    #[cold]
+    #[inline(never)]
+    fn probe_locked(&self, uuid: Uuid, hash: u64) -> Probe {
+        let _writer = self.lock();
+        self.uuids.probe(uuid, hash)
     }
 
     /// The lock is only held for table operations that cannot panic half

@@ -111,6 +111,7 @@ fn place(index: usize) -> (usize, usize) {
     (segment, index & (segment_len(segment) - 1))
 }
 
+#[inline]
 fn segment_len(segment: usize) -> usize {
     (MIN_SLOTS << segment >> 1).max(MIN_SLOTS)
 }
