@@ -55,10 +55,35 @@ const SEPARATOR: char = ':';
 #[derive(Clone)]
 pub struct DedupeKey(Repr);
 
+/// An inline key whose text starts on a 16-byte boundary. `ArrayString`
+/// keeps its 4-byte length first, so its text began 4 bytes into every
+/// 16-byte piece the compiler moves the guard's future in, and the store's
+/// 16-byte reads of the key each straddled two earlier stores, which the
+/// CPU cannot forward: it waited for them to reach the cache, on every
+/// delivery (`perf annotate`; 65 to 78 ns per in-cache duplicate against
+/// 77 to 96 before, in alternating runs).
+#[derive(Clone)]
+#[repr(C, align(16))]
+struct Aligned {
+    /// Written, so that the moves never read stale bytes either.
+    _before_the_length: [u8; 12],
+    text: ArrayString<INLINE_CAPACITY>,
+}
+
+impl Aligned {
+    #[inline]
+    fn new(text: ArrayString<INLINE_CAPACITY>) -> Self {
+        Aligned {
+            _before_the_length: [0; 12],
+            text,
+        }
+    }
+}
+
 #[derive(Clone)]
 enum Repr {
     Missing,
-    Inline(ArrayString<INLINE_CAPACITY>),
+    Inline(Aligned),
     Heap(Box<str>),
 }
 
@@ -75,7 +100,7 @@ impl DedupeKey {
                 // after the copy far slower.
                 let mut inline = ArrayString::new();
                 inline.push_str(id);
-                DedupeKey(Repr::Inline(inline))
+                DedupeKey(Repr::Inline(Aligned::new(inline)))
             }
             Some(id) => Self::from_parts(scope, id),
         }
@@ -87,7 +112,7 @@ impl DedupeKey {
     fn from_parts(scope: Option<&str>, id: &str) -> Self {
         let mut inline = ArrayString::new();
         if write_key(&mut inline, scope, id).is_ok() {
-            return DedupeKey(Repr::Inline(inline));
+            return DedupeKey(Repr::Inline(Aligned::new(inline)));
         }
         let mut heap = String::new();
         // Writing to a `String` cannot fail.
@@ -107,7 +132,7 @@ impl DedupeKey {
     pub fn as_str(&self) -> Option<&str> {
         match &self.0 {
             Repr::Missing => None,
-            Repr::Inline(key) => Some(key),
+            Repr::Inline(key) => Some(&key.text),
             Repr::Heap(key) => Some(key),
         }
     }
