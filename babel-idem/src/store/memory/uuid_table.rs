@@ -197,25 +197,39 @@ impl UuidTable {
     pub(super) fn probe(&self, uuid: Uuid, hash: u64) -> Probe {
         let mask = self.mask.load(Relaxed) as usize;
         let mut index = hash as usize & mask;
-        for _ in 0..=mask {
+        let mut unseen = mask + 1;
+        // Segment by segment: a miss probes dozens of slots in a full table,
+        // and finding each one's segment again cost more than comparing it.
+        while unseen > 0 {
             // A segment is missing only to a reader racing a growth, which
             // `read` throws away.
-            let Some((segment, offset)) = self.locate(index) else {
+            let Some((segment, first)) = self.locate(index) else {
                 return Probe::Full;
             };
-            let slot = &segment.slots[offset];
-            let high = slot.high.load(Acquire);
-            if high == EMPTY {
-                return Probe::Vacant { index };
+            let slots = &segment.slots;
+            let end = slots.len().min(first + unseen);
+            for offset in first..end {
+                let slot = &slots[offset];
+                let high = slot.high.load(Acquire);
+                if high == EMPTY {
+                    return Probe::Vacant {
+                        index: index + (offset - first),
+                    };
+                }
+                if high == uuid[0] && slot.low.load(Relaxed) == uuid[1] {
+                    let stamp = segment
+                        .stamps
+                        .as_ref()
+                        .map_or(0, |stamps| stamps[offset].load(Acquire));
+                    return Probe::Found {
+                        index: index + (offset - first),
+                        stamp,
+                    };
+                }
             }
-            if high == uuid[0] && slot.low.load(Relaxed) == uuid[1] {
-                let stamp = segment
-                    .stamps
-                    .as_ref()
-                    .map_or(0, |stamps| stamps[offset].load(Acquire));
-                return Probe::Found { index, stamp };
-            }
-            index = (index + 1) & mask;
+            // The layout's last segment ends at its last slot: wrap to 0.
+            unseen -= end - first;
+            index = (index + (end - first)) & mask;
         }
         Probe::Full
     }
