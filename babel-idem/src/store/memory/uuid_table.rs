@@ -117,6 +117,14 @@ fn segment_len(segment: usize) -> usize {
 }
 
 impl Segment {
+    /// The stamp of the slot at `offset`; 0 in an unstamped table.
+    #[inline]
+    fn stamp(&self, offset: usize) -> u64 {
+        self.stamps
+            .as_ref()
+            .map_or(0, |stamps| stamps[offset].load(Acquire))
+    }
+
     fn new(segment: usize, stamped: bool) -> Self {
         let len = segment_len(segment);
         Segment {
@@ -217,10 +225,7 @@ impl UuidTable {
                     };
                 }
                 if high == uuid[0] && slot.low.load(Relaxed) == uuid[1] {
-                    let stamp = segment
-                        .stamps
-                        .as_ref()
-                        .map_or(0, |stamps| stamps[offset].load(Acquire));
+                    let stamp = segment.stamp(offset);
                     return Probe::Found {
                         index: index + (offset - first),
                         stamp,
@@ -274,10 +279,7 @@ impl UuidTable {
                 .filter_map(|(offset, slot)| {
                     let high = slot.high.load(Relaxed);
                     storable([high, 0]).then(|| {
-                        let stamp = segment
-                            .stamps
-                            .as_ref()
-                            .map_or(0, |stamps| stamps[offset].load(Relaxed));
+                        let stamp = segment.stamp(offset);
                         ([high, slot.low.load(Relaxed)], stamp)
                     })
                 })
