@@ -428,8 +428,19 @@ fn mark_failed<E: From<StoreError>>(
 /// is out of line.
 #[inline]
 fn report(decision: Decision, id: &str) {
+    report_with(decision, || id);
+}
+
+/// [`report`] for a key, whose text is taken only if a listener wants it.
+#[inline]
+fn report_key(decision: Decision, key: &DedupeKey) {
+    report_with(decision, || key.id());
+}
+
+#[inline]
+fn report_with<'a>(decision: Decision, id: impl FnOnce() -> &'a str) {
     if tracing::level_enabled!(tracing::Level::DEBUG) {
-        debug_event(decision, id);
+        debug_event(decision, id());
     }
     metrics::record(decision);
 }

@@ -12,6 +12,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use crate::DedupeKey;
+
 // Types the backends' admin operations (their `admin.rs`) share.
 mod admin;
 mod batch;
@@ -144,6 +146,25 @@ pub trait Store: Send + Sync {
     fn remember_many<'a>(&'a self, ids: &'a [&'a str]) -> StoreFuture<'a, ()> {
         StoreFuture::new(batch::remember_each(self, ids))
     }
+
+    /// [`seen`](Store::seen) for a guard's key: the call the seen-set guard
+    /// makes. Not for implementors: the default asks `seen` with the key's
+    /// text, and only [`InMemoryStore`] answers from the key's bytes, which
+    /// spares every delivery of a UUID id a UTF-8 check (see
+    /// [`DedupeKey`]'s layout).
+    #[doc(hidden)]
+    #[inline]
+    fn seen_key<'a>(&'a self, key: &'a DedupeKey) -> StoreFuture<'a, bool> {
+        self.seen(key.id())
+    }
+
+    /// [`remember`](Store::remember) for a guard's key; see
+    /// [`seen_key`](Store::seen_key).
+    #[doc(hidden)]
+    #[inline]
+    fn remember_key<'a>(&'a self, key: &'a DedupeKey) -> StoreFuture<'a, ()> {
+        self.remember(key.id())
+    }
 }
 
 macro_rules! forward_store {
@@ -168,6 +189,14 @@ macro_rules! forward_store {
             #[inline]
             fn remember_many<'a>(&'a self, ids: &'a [&'a str]) -> StoreFuture<'a, ()> {
                 (**self).remember_many(ids)
+            }
+            #[inline]
+            fn seen_key<'a>(&'a self, key: &'a DedupeKey) -> StoreFuture<'a, bool> {
+                (**self).seen_key(key)
+            }
+            #[inline]
+            fn remember_key<'a>(&'a self, key: &'a DedupeKey) -> StoreFuture<'a, ()> {
+                (**self).remember_key(key)
             }
         }
     )+};

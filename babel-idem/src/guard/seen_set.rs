@@ -2,7 +2,7 @@
 
 use std::future::Future;
 
-use super::{OnRememberFailure, mark_failed, report, store_failed};
+use super::{OnRememberFailure, mark_failed, report, report_key, store_failed};
 use crate::metrics::{Decision, timed};
 use crate::store::StoreOperation;
 use crate::{DedupeKey, Store, StoreError};
@@ -31,42 +31,41 @@ where
     E: From<StoreError>,
 {
     async move {
-        let Some(id) = key.as_str() else {
+        if key.is_missing() {
             report(Decision::FailOpen, "");
             return handler.await;
-        };
-        // After each `await` the id is taken from the key again, and `seen`'s
+        }
+        // The store is asked with the key itself, and its text taken only
+        // on the paths that report it (see `Store::seen_key`). `seen`'s
         // answer lives in a block of its own: whatever is kept across an
         // `await` is stored in the future, which every delivery moves.
         {
-            let seen = store_answer!(timed::<S, _>(StoreOperation::Seen, || store.seen(id)));
-            let id = key.id();
+            let seen = store_answer!(timed::<S, _>(StoreOperation::Seen, || store.seen_key(&key)));
             match seen {
                 Ok(false) => {}
                 Ok(true) => {
-                    report(Decision::Skipped, id);
+                    report_key(Decision::Skipped, &key);
                     return Ok(());
                 }
-                Err(error) => return store_failed(id, error),
+                Err(error) => return store_failed(key.id(), error),
             }
         }
 
         // A panic or a drop inside the handler leaves before `remember`: unmarked.
         if let Err(error) = handler.await {
-            report(Decision::Failed, key.id());
+            report_key(Decision::Failed, &key);
             return Err(error);
         }
 
         let remembered = store_answer!(timed::<S, _>(StoreOperation::Remember, || {
-            store.remember(key.id())
+            store.remember_key(&key)
         }));
-        let id = key.id();
         match remembered {
             Ok(()) => {
-                report(Decision::Ran, id);
+                report_key(Decision::Ran, &key);
                 Ok(())
             }
-            Err(error) => mark_failed(id, error, on_remember_failure),
+            Err(error) => mark_failed(key.id(), error, on_remember_failure),
         }
     }
 }

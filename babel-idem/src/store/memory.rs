@@ -24,6 +24,7 @@ use hashbrown::HashTable;
 
 use super::settings::optional_ttl_millis;
 use super::{Store, StoreError, StoreFuture, StoreOperation, failed};
+use crate::DedupeKey;
 
 mod canonical_uuid;
 mod claims;
@@ -291,7 +292,11 @@ impl InMemoryStore {
 
     #[inline]
     fn locate<'k>(&self, id: &'k str) -> (Key<'k>, u64, &Shard) {
-        let key = Key::of(id);
+        self.locate_key(Key::of(id))
+    }
+
+    #[inline]
+    fn locate_key<'k>(&self, key: Key<'k>) -> (Key<'k>, u64, &Shard) {
         let hash = self.hash(key);
         // The tables index with the low bits and hashbrown tags with the top
         // seven; the shard takes bits from neither.
@@ -321,7 +326,12 @@ impl InMemoryStore {
     /// Whether `id` is held and live. What takes the shard's lock is out
     /// of line, so that a UUID's lock-free read needs no stack frame.
     fn contains(&self, id: &str) -> bool {
-        let (key, hash, shard) = self.locate(id);
+        self.contains_key(Key::of(id))
+    }
+
+    #[inline]
+    fn contains_key(&self, key: Key<'_>) -> bool {
+        let (key, hash, shard) = self.locate_key(key);
         let probe = match key {
             Key::Uuid(uuid) => match shard.uuids.read(uuid, hash) {
                 Some(probe) => probe,
@@ -342,7 +352,11 @@ impl InMemoryStore {
     }
 
     fn insert(&self, id: &str) {
-        let (key, hash, shard) = self.locate(id);
+        self.insert_key(Key::of(id));
+    }
+
+    fn insert_key(&self, key: Key<'_>) {
+        let (key, hash, shard) = self.locate_key(key);
         let mut writer = shard.lock();
         let now = if writer.stamped() { self.now() } else { 0 };
         let uuids = &shard.uuids;
@@ -506,6 +520,24 @@ impl Store for InMemoryStore {
 
     fn remember_many<'a>(&'a self, ids: &'a [&'a str]) -> StoreFuture<'a, ()> {
         ids.iter().for_each(|id| self.insert(id));
+        StoreFuture::ready(Ok(()))
+    }
+
+    // A UUID key straight from its bytes: no `str` of it is made.
+    #[inline]
+    fn seen_key<'a>(&'a self, key: &'a DedupeKey) -> StoreFuture<'a, bool> {
+        match key.uuid_length().and_then(Key::uuid) {
+            Some(uuid) => StoreFuture::ready(Ok(self.contains_key(uuid))),
+            None => self.seen(key.id()),
+        }
+    }
+
+    #[inline]
+    fn remember_key<'a>(&'a self, key: &'a DedupeKey) -> StoreFuture<'a, ()> {
+        match key.uuid_length().and_then(Key::uuid) {
+            Some(uuid) => self.insert_key(uuid),
+            None => self.insert(key.id()),
+        }
         StoreFuture::ready(Ok(()))
     }
 }
@@ -680,6 +712,15 @@ impl<'a> Key<'a> {
         }
     }
 
+    /// The key of a 36-byte id if it is a UUID the tables hold; `None` sends
+    /// it down the text path, as [`of`](Self::of) would.
+    #[inline]
+    fn uuid(id: &[u8; 36]) -> Option<Self> {
+        canonical_uuid::parse_bytes(id)
+            .filter(|&uuid| uuid_table::storable(uuid))
+            .map(Key::Uuid)
+    }
+
     fn to_owned(self) -> OwnedKey {
         match self {
             Key::Uuid(uuid) => OwnedKey::Uuid(uuid),
@@ -704,6 +745,56 @@ mod tests {
 
     fn uuid(n: u64) -> String {
         format!("f1e2d3c4-b5a6-4789-90ab-{n:012x}")
+    }
+
+    /// What a future of this store answers: it never waits.
+    fn answer<T>(future: StoreFuture<'_, T>) -> T {
+        match future.into_ready() {
+            Ok(answer) => answer.expect("the in-memory store does not fail"),
+            Err(_) => panic!("the in-memory store answered later"),
+        }
+    }
+
+    /// The guard asks with its key (`seen_key`, `remember_key`), the rest of
+    /// the world with the text: both must name the same ids.
+    #[test]
+    fn a_key_and_its_text_are_one_id() {
+        let ids = [
+            "f1e2d3c4-b5a6-4789-90ab-cdef01234567",
+            // 36 bytes, but not a canonical UUID: the text path.
+            "F1E2D3C4-B5A6-4789-90AB-CDEF01234567",
+            "f1e2d3c4_b5a6_4789_90ab_cdef01234567",
+            "éééééééééééééééééé",
+            // A UUID the tables cannot hold (its high word is a marker).
+            "00000000-0000-0000-0000-000000000000",
+            "short",
+        ];
+        let key = |id: &'static str| {
+            DedupeKey::new(
+                None,
+                &crate::Envelope::new("urn:babel:a:b", serde_json::json!({})).with_id(id),
+            )
+        };
+        for (n, id) in ids.into_iter().enumerate() {
+            let by_key = InMemoryStore::new();
+            answer(by_key.remember_key(&key(id)));
+            assert!(answer(by_key.seen(id)), "{id}");
+            assert!(answer(by_key.seen_key(&key(id))), "{id}");
+            let by_text = InMemoryStore::new();
+            answer(by_text.remember(id));
+            assert!(answer(by_text.seen_key(&key(id))), "{id}");
+            for other in ids.iter().filter(|other| **other != id) {
+                assert!(
+                    !answer(by_key.seen_key(&key(other))),
+                    "{id} remembered, {other} asked"
+                );
+                assert!(
+                    !answer(by_text.seen_key(&key(other))),
+                    "{id} remembered, {other} asked"
+                );
+            }
+            assert_eq!((n, by_key.len()), (n, 1));
+        }
     }
 
     #[test]

@@ -21,7 +21,13 @@ pub(super) type Uuid = [u64; 2];
 /// bytes 32 to 35 (see `tests::place`, the same layout digit by digit).
 #[inline(always)]
 pub(super) fn parse(id: &str) -> Option<Uuid> {
-    read(id.as_bytes().try_into().ok()?)
+    parse_bytes(id.as_bytes().try_into().ok()?)
+}
+
+/// [`parse`] for the bytes of an id already known to be 36 bytes long.
+#[inline(always)]
+pub(super) fn parse_bytes(id: &[u8; 36]) -> Option<Uuid> {
+    read(id)
 }
 
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
