@@ -124,7 +124,7 @@ where
     // the handler and the key twice and copy them on its first poll.
     seen_set::decide(
         store,
-        DedupeKey::new(None, message),
+        DedupeKey::for_lookup(None, message),
         OnRememberFailure::default(),
         handler,
     )
@@ -182,6 +182,46 @@ impl Leased {
         self.lease
     }
 }
+
+/// How a mode lays out its keys, one way per mode (sealed: the modes are
+/// this crate's). Seen-set mode keeps an unscoped id of a UUID's length as
+/// bytes, which its store call ([`Store::seen_key`]) reads as they are; the
+/// other modes ask their stores with text, which that layout would have to
+/// check as UTF-8 on every call.
+pub trait KeyLayout: layout::Sealed {}
+
+mod layout {
+    use crate::{DedupeKey, MessageId};
+
+    pub trait Sealed {
+        fn key<M: MessageId + ?Sized>(scope: Option<&str>, message: &M) -> DedupeKey;
+    }
+
+    impl Sealed for super::SeenSet {
+        #[inline]
+        fn key<M: MessageId + ?Sized>(scope: Option<&str>, message: &M) -> DedupeKey {
+            DedupeKey::for_lookup(scope, message)
+        }
+    }
+
+    impl Sealed for super::Leased {
+        #[inline]
+        fn key<M: MessageId + ?Sized>(scope: Option<&str>, message: &M) -> DedupeKey {
+            DedupeKey::new(scope, message)
+        }
+    }
+
+    impl Sealed for super::Transactional {
+        #[inline]
+        fn key<M: MessageId + ?Sized>(scope: Option<&str>, message: &M) -> DedupeKey {
+            DedupeKey::new(scope, message)
+        }
+    }
+}
+
+impl KeyLayout for SeenSet {}
+impl KeyLayout for Leased {}
+impl KeyLayout for Transactional {}
 
 impl<S: Store> Guard<S> {
     /// A guard over `store`, unscoped, acking when `remember` fails.
@@ -297,8 +337,11 @@ impl<S: Store, Mode> Guard<S, Mode> {
     /// The key this guard dedupes `message` on. Take it before a handler that
     /// consumes the message is built, then call [`Guard::run_keyed`].
     #[inline]
-    pub fn key<M: MessageId + ?Sized>(&self, message: &M) -> DedupeKey {
-        DedupeKey::new(self.scope.as_deref(), message)
+    pub fn key<M: MessageId + ?Sized>(&self, message: &M) -> DedupeKey
+    where
+        Mode: KeyLayout,
+    {
+        Mode::key(self.scope.as_deref(), message)
     }
 
     /// The guard's mode: [`SeenSet`] or [`Leased`].

@@ -146,13 +146,33 @@ impl DedupeKey {
     pub fn new<M: MessageId + ?Sized>(scope: Option<&str>, message: &M) -> Self {
         match message.message_id() {
             None | Some("") => DedupeKey(Repr::Missing),
-            // The common key: copied in pieces of a constant length, which
-            // the compiler inlines instead of calling `memcpy` (the store's
-            // read of the key straight after a `memcpy` was far slower).
-            Some(id) => match (scope, <&[u8; UUID_LEN]>::try_from(id.as_bytes())) {
-                (None, Ok(bytes)) => DedupeKey(Repr::UuidLength(UuidLength::new(bytes))),
-                _ => Self::from_parts(scope, id),
-            },
+            Some(id) if scope.is_none() && id.len() == UUID_LEN => {
+                // The common key, spelled out so the copy's length is a
+                // constant: the compiler inlines it instead of calling
+                // `memcpy`, which made the store's read of the key straight
+                // after the copy far slower.
+                let mut inline = ArrayString::new();
+                inline.push_str(id);
+                DedupeKey(Repr::Inline(Aligned::new(inline)))
+            }
+            Some(id) => Self::from_parts(scope, id),
+        }
+    }
+
+    /// [`new`](Self::new) for seen-set mode, whose store reads an unscoped
+    /// id of a UUID's length as bytes (see [`UuidLength`]): the key of
+    /// nearly every delivery, copied in 16-byte pieces that the compiler
+    /// inlines. Its text costs a UTF-8 check, so the modes that ask their
+    /// stores with text take `new`'s layout.
+    #[inline]
+    pub(crate) fn for_lookup<M: MessageId + ?Sized>(scope: Option<&str>, message: &M) -> Self {
+        let unscoped_uuid_length = message
+            .message_id()
+            .filter(|_| scope.is_none())
+            .and_then(|id| <&[u8; UUID_LEN]>::try_from(id.as_bytes()).ok());
+        match unscoped_uuid_length {
+            Some(bytes) => DedupeKey(Repr::UuidLength(UuidLength::new(bytes))),
+            None => Self::new(scope, message),
         }
     }
 
@@ -331,17 +351,26 @@ mod tests {
             "éééééééééééééééééé",
         ] {
             assert_eq!(id.len(), UUID_LEN);
-            let key = DedupeKey::new(None, &Id(id));
+            let key = DedupeKey::for_lookup(None, &Id(id));
             assert!(matches!(key.0, Repr::UuidLength(_)), "{key:?}");
+            assert_eq!(DedupeKey::new(None, &Id(id)).uuid_length(), None);
             assert_eq!(key.uuid_length(), Some(id.as_bytes().try_into().unwrap()));
             assert_eq!(key.as_str(), Some(id));
             assert_eq!(key.clone().as_str(), Some(id));
-            let scoped = DedupeKey::new(Some("s"), &Id(id));
+            let scoped = DedupeKey::for_lookup(Some("s"), &Id(id));
             assert_eq!(scoped.uuid_length(), None, "{scoped:?}");
+            assert_eq!(scoped.as_str(), DedupeKey::new(Some("s"), &Id(id)).as_str());
         }
-        assert_eq!(DedupeKey::new(None, &Id("short")).uuid_length(), None);
-        assert!(DedupeKey::new(None, &Id("")).is_missing());
-        assert!(!DedupeKey::new(None, &Id("short")).is_missing());
+        assert_eq!(
+            DedupeKey::for_lookup(None, &Id("short")).uuid_length(),
+            None
+        );
+        assert_eq!(
+            DedupeKey::for_lookup(None, &Id("short")).as_str(),
+            Some("short")
+        );
+        assert!(DedupeKey::for_lookup(None, &Id("")).is_missing());
+        assert!(!DedupeKey::for_lookup(None, &Id("short")).is_missing());
     }
 
     #[test]

@@ -85,7 +85,7 @@ pub use babel_idem_macros::{idempotent, routes, urn};
 #[cfg(feature = "consumer")]
 pub use consumer::{Consumer, bypass_external_effects, is_replay};
 pub use envelope::{DeadLetter, Envelope, EnvelopeError, Meta};
-pub use guard::{BatchOutcome, Guard, Leased, OnRememberFailure, SeenSet, fence, guard};
+pub use guard::{BatchOutcome, Guard, KeyLayout, Leased, OnRememberFailure, SeenSet, fence, guard};
 // Transactional mode (DESIGN section 8.2).
 pub use guard::Transactional;
 pub use key::DedupeKey;

@@ -118,7 +118,12 @@ impl<S: Store> Guard<S, SeenSet> {
         F: Future<Output = Result<(), E>>,
         E: From<StoreError>,
     {
-        let keys: Vec<DedupeKey> = messages.iter().map(|message| self.key(message)).collect();
+        // Text keys: a batch asks its store with `str`s (`seen_many`).
+        let scope = self.scope.as_deref();
+        let keys: Vec<DedupeKey> = messages
+            .iter()
+            .map(|message| DedupeKey::new(scope, message))
+            .collect();
         let mut asked = self.ask(&keys).await;
 
         let mut outcomes = Vec::with_capacity(messages.len());

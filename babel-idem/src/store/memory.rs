@@ -770,7 +770,7 @@ mod tests {
             "short",
         ];
         let key = |id: &'static str| {
-            DedupeKey::new(
+            DedupeKey::for_lookup(
                 None,
                 &crate::Envelope::new("urn:babel:a:b", serde_json::json!({})).with_id(id),
             )
