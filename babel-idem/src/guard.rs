@@ -187,7 +187,21 @@ impl Leased {
 /// this crate's). Seen-set mode keeps an unscoped id of a UUID's length as
 /// bytes, which its store call ([`Store::seen_key`]) reads as they are; the
 /// other modes ask their stores with text, which that layout would have to
-/// check as UTF-8 on every call.
+/// check as UTF-8 on every call. The key's text is the same in every mode.
+///
+/// ```
+/// use babel_idem::{Envelope, Guard, InMemoryStore};
+/// use serde_json::json;
+/// use std::time::Duration;
+///
+/// let env = Envelope::new("urn:babel:orders:created", json!({}));
+/// let store = InMemoryStore::new();
+/// let seen_set = Guard::new(&store).key(&env);
+/// let claim = Guard::new(&store).lease(Duration::from_secs(10))?.key(&env);
+/// assert_eq!(seen_set.as_str(), claim.as_str());
+/// assert_eq!(seen_set.as_str(), env.meta.id.as_deref());
+/// # Ok::<(), babel_idem::store::InvalidLease>(())
+/// ```
 pub trait KeyLayout: layout::Sealed {}
 
 mod layout {
