@@ -234,11 +234,20 @@ async fn scope_and_id_pairs_that_join_alike_are_three_messages() {
 /// the length-prefixed key fits inline (scopes up to 22 bytes).
 #[test]
 fn a_scoped_duplicate_of_a_uuid_id_allocates_nothing() {
+    duplicates_allocate_nothing(Guard::new(&InMemoryStore::new()).scope("billing-eu-west-1-prod"));
+}
+
+/// So is an unscoped one, whose key the store reads as bytes.
+#[test]
+fn an_unscoped_duplicate_of_a_uuid_id_allocates_nothing() {
+    duplicates_allocate_nothing(Guard::new(&InMemoryStore::new()));
+}
+
+fn duplicates_allocate_nothing(guard: Guard<&InMemoryStore>) {
     use std::future::Future;
     use std::task::{Context, Poll, Waker};
 
-    let store = InMemoryStore::new();
-    let guard = Guard::new(&store).scope("billing-eu-west-1-prod");
+    let store = guard.store();
     let env = order("f1e2d3c4-b5a6-4789-90ab-cdef01234567");
     let mut cx = Context::from_waker(Waker::noop());
     let mut deliver = || {
