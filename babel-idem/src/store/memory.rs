@@ -523,10 +523,12 @@ impl Store for InMemoryStore {
         StoreFuture::ready(Ok(()))
     }
 
-    // A UUID key straight from its bytes: no `str` of it is made.
+    // The UUID's key is built here, so the compiler drops the text arms of
+    // `contains_key` (a `Key` built out of line kept them: 11 more
+    // instructions per duplicate, callgrind).
     #[inline]
     fn seen_key<'a>(&'a self, key: &'a DedupeKey) -> StoreFuture<'a, bool> {
-        match key.uuid_length().and_then(Key::uuid) {
+        match Key::uuid_of_guard_key(key) {
             Some(uuid) => StoreFuture::ready(Ok(self.contains_key(uuid))),
             None => self.seen(key.id()),
         }
@@ -534,7 +536,7 @@ impl Store for InMemoryStore {
 
     #[inline]
     fn remember_key<'a>(&'a self, key: &'a DedupeKey) -> StoreFuture<'a, ()> {
-        match key.uuid_length().and_then(Key::uuid) {
+        match Key::uuid_of_guard_key(key) {
             Some(uuid) => self.insert_key(uuid),
             None => self.insert(key.id()),
         }
@@ -706,19 +708,25 @@ enum OwnedKey {
 impl<'a> Key<'a> {
     #[inline]
     fn of(id: &'a str) -> Self {
-        match canonical_uuid::parse(id) {
-            Some(uuid) if uuid_table::storable(uuid) => Key::Uuid(uuid),
-            _ => Key::Text(id),
-        }
+        canonical_uuid::parse(id)
+            .and_then(Key::held_uuid)
+            .unwrap_or(Key::Text(id))
     }
 
-    /// The key of a 36-byte id if it is a UUID the tables hold; `None` sends
-    /// it down the text path, as [`of`](Self::of) would.
+    /// The key of a guard's key that holds a UUID the tables can hold, read
+    /// from the key's bytes (no `str` of it is made); `None` for every key
+    /// that takes [`of`](Self::of) of its text instead.
     #[inline]
-    fn uuid(id: &[u8; 36]) -> Option<Self> {
-        canonical_uuid::parse_bytes(id)
-            .filter(|&uuid| uuid_table::storable(uuid))
-            .map(Key::Uuid)
+    fn uuid_of_guard_key(key: &DedupeKey) -> Option<Self> {
+        key.uuid_length()
+            .and_then(canonical_uuid::parse_bytes)
+            .and_then(Key::held_uuid)
+    }
+
+    /// A UUID the tables can hold; the others take the text path.
+    #[inline]
+    fn held_uuid(uuid: Uuid) -> Option<Self> {
+        uuid_table::storable(uuid).then_some(Key::Uuid(uuid))
     }
 
     fn to_owned(self) -> OwnedKey {
@@ -775,7 +783,7 @@ mod tests {
                 &crate::Envelope::new("urn:babel:a:b", serde_json::json!({})).with_id(id),
             )
         };
-        for (n, id) in ids.into_iter().enumerate() {
+        for id in ids {
             let by_key = InMemoryStore::new();
             answer(by_key.remember_key(&key(id)));
             assert!(answer(by_key.seen(id)), "{id}");
@@ -793,7 +801,7 @@ mod tests {
                     "{id} remembered, {other} asked"
                 );
             }
-            assert_eq!((n, by_key.len()), (n, 1));
+            assert_eq!(by_key.len(), 1, "{id}");
         }
     }
 
