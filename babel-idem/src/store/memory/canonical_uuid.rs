@@ -39,12 +39,14 @@ use swar::parse as read;
 /// them) in the nibbles where the hyphens were, which both readers leave 0.
 #[inline(always)]
 fn with_last_four(words: Uuid, tail: u64) -> Uuid {
-    let digit = |index: u32| tail >> (8 * index) & 0xf;
-    // Hyphens at bytes 8 and 13: the low nibble of byte 4, the high of byte 6.
-    let high = words[0] | digit(0) << 32 | digit(1) << 52;
-    // At bytes 18 and 23: the low nibble of byte 1, the high of byte 3.
-    let low = words[1] | digit(2) << 8 | digit(3) << 28;
-    [high, low]
+    // One multiply per word copies two digits to where they go (hyphens at
+    // bytes 8 and 13: the low nibble of byte 4, the high of byte 6; at 18
+    // and 23: the low nibble of byte 1, the high of byte 3), and two copies
+    // elsewhere that the mask drops; no copy overlaps another, so nothing
+    // carries.
+    let first = (tail & 0x0f0f).wrapping_mul(1 << 32 | 1 << 44) & (0xf << 32 | 0xf << 52);
+    let second = (tail >> 16 & 0x0f0f).wrapping_mul(1 << 8 | 1 << 20) & (0xf << 8 | 0xf << 28);
+    [words[0] | first, words[1] | second]
 }
 
 /// Bytes 32 to 35 as the low half of a word whose high half reads as `0`
@@ -57,25 +59,52 @@ fn last_four(id: &[u8; 36]) -> u64 {
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
 mod sse2 {
     use safe_arch::{
-        add_i8_m128i, bitand_m128i, bitandnot_m128i, bitor_m128i, cmp_eq_mask_i8_m128i,
-        get_i64_from_m128i_s, load_unaligned_m128i, m128i, move_mask_i8_m128i,
-        pack_i16_to_u8_m128i, set_splat_i8_m128i, set_splat_i16_m128i, shr_imm_u16_m128i,
-        sub_i8_m128i, sub_saturating_u8_m128i, unpack_high_i64_m128i, zeroed_m128i,
+        bitand_m128i, bitandnot_m128i, bitor_m128i, cmp_eq_mask_i8_m128i, get_i64_from_m128i_s,
+        load_unaligned_m128i, m128i, move_mask_i8_m128i, pack_i16_to_u8_m128i, set_splat_i8_m128i,
+        set_splat_i16_m128i, shr_imm_u16_m128i, sub_i8_m128i, sub_saturating_u8_m128i,
+        unpack_high_i64_m128i, zeroed_m128i,
     };
 
     use super::{Uuid, last_four, lowercase_hex, nibbles, with_last_four};
 
-    /// Bytes 0..16 and 16..32 in one register each: which lanes must hold a
-    /// hyphen (8 and 13; 18 and 23).
-    const HYPHENS_0: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0, 0, 0, 0, 0xff, 0, 0];
-    const HYPHENS_16: [u8; 16] = [0, 0, 0xff, 0, 0, 0, 0, 0xff, 0, 0, 0, 0, 0, 0, 0, 0];
+    /// What each lane of a 16-byte piece must hold: lowercase hex, or the
+    /// hyphen where `hyphens` has `0xff` (bytes 8 and 13 of the first
+    /// piece; 18 and 23, lanes 2 and 7, of the second).
+    struct Lanes {
+        /// `0xff` on a hyphen's lane.
+        hyphens: [u8; 16],
+        /// The lowest byte a lane takes as a digit: `'0'`, or `'-'` on a hyphen's lane.
+        lowest: [u8; 16],
+        /// How far above `lowest` a digit may be: 9, or 0 on a hyphen's lane.
+        span: [u8; 16],
+    }
+
+    impl Lanes {
+        const fn new(hyphens: [usize; 2]) -> Self {
+            let mut lanes = Lanes {
+                hyphens: [0; 16],
+                lowest: [b'0'; 16],
+                span: [9; 16],
+            };
+            let mut next = 0;
+            while next < hyphens.len() {
+                let lane = hyphens[next];
+                (lanes.hyphens[lane], lanes.lowest[lane], lanes.span[lane]) = (0xff, b'-', 0);
+                next += 1;
+            }
+            lanes
+        }
+    }
+
+    const FIRST: Lanes = Lanes::new([8, 13]);
+    const SECOND: Lanes = Lanes::new([2, 7]);
 
     #[inline(always)]
     pub(super) fn parse(id: &[u8; 36]) -> Option<Uuid> {
         let (head, rest) = id.split_first_chunk::<16>()?;
         let (middle, _) = rest.split_first_chunk::<16>()?;
-        let (head_ok, head) = pairs(load_unaligned_m128i(head), m128i::from(HYPHENS_0));
-        let (middle_ok, middle) = pairs(load_unaligned_m128i(middle), m128i::from(HYPHENS_16));
+        let (head_ok, head) = pairs(load_unaligned_m128i(head), &FIRST);
+        let (middle_ok, middle) = pairs(load_unaligned_m128i(middle), &SECOND);
         let tail = last_four(id);
         // `|`, not `||`: both checks without a branch between them.
         if (move_mask_i8_m128i(bitand_m128i(head_ok, middle_ok)) != 0xffff) | !lowercase_hex(tail) {
@@ -87,32 +116,36 @@ mod sse2 {
         Some(with_last_four([high, low], nibbles(tail)))
     }
 
-    /// For sixteen bytes: which are what they must be (a hyphen where
-    /// `hyphens` says, lowercase hex elsewhere), all ones per byte; and
-    /// each pair of bytes' two digits in its 16-bit lane's low byte, a
-    /// hyphen's nibble 0.
+    /// For sixteen bytes: which are what `lanes` says they must be, all
+    /// ones per byte; and each pair of bytes' two digits in its 16-bit
+    /// lane's low byte, a hyphen's nibble 0.
+    ///
+    /// A hyphen's lane is read as a digit whose only value is the hyphen,
+    /// as 0, so one range check covers both kinds of lane.
     #[inline(always)]
-    fn pairs(bytes: m128i, hyphens: m128i) -> (m128i, m128i) {
-        let splat = |byte: u8| set_splat_i8_m128i(byte as i8);
+    fn pairs(bytes: m128i, lanes: &Lanes) -> (m128i, m128i) {
         // `x - lowest <= span`, unsigned: a byte below `lowest` wraps high.
-        let within = |from_lowest: m128i, span: u8| {
-            cmp_eq_mask_i8_m128i(
-                sub_saturating_u8_m128i(from_lowest, splat(span)),
-                zeroed_m128i(),
-            )
+        let within = |from_lowest: m128i, span: m128i| {
+            cmp_eq_mask_i8_m128i(sub_saturating_u8_m128i(from_lowest, span), zeroed_m128i())
         };
-        let from_zero = sub_i8_m128i(bytes, splat(b'0'));
-        let from_a = sub_i8_m128i(bytes, splat(b'a'));
-        let (digit, letter) = (within(from_zero, 9), within(from_a, 5));
-        let hex = bitor_m128i(digit, letter);
-        let hyphen = cmp_eq_mask_i8_m128i(bytes, splat(b'-'));
-        let ok = bitor_m128i(bitandnot_m128i(hyphens, hex), bitand_m128i(hyphens, hyphen));
-        let values = bitor_m128i(
-            bitand_m128i(digit, from_zero),
-            bitand_m128i(letter, add_i8_m128i(from_a, splat(10))),
+        let from_zero = sub_i8_m128i(bytes, m128i::from(lanes.lowest));
+        let digit = within(from_zero, m128i::from(lanes.span));
+        let from_a = sub_i8_m128i(bytes, set_splat_i8_m128i(b'a' as i8));
+        let letter = bitandnot_m128i(
+            m128i::from(lanes.hyphens),
+            within(from_a, set_splat_i8_m128i(5)),
+        );
+        // A letter's value is its distance from '0' less the 39 bytes
+        // between '9' + 1 and 'a'.
+        let values = sub_i8_m128i(
+            from_zero,
+            bitand_m128i(letter, set_splat_i8_m128i((b'a' - b'0' - 10) as i8)),
         );
         let pairs = bitor_m128i(values, shr_imm_u16_m128i::<4>(values));
-        (ok, bitand_m128i(pairs, set_splat_i16_m128i(0x00ff)))
+        (
+            bitor_m128i(digit, letter),
+            bitand_m128i(pairs, set_splat_i16_m128i(0x00ff)),
+        )
     }
 }
 

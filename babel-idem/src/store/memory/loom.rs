@@ -18,7 +18,7 @@ use loom::sync::Arc;
 use loom::thread;
 
 use super::InMemoryStore;
-use super::uuid_table::{MIN_SLOTS, Probe, UuidTable};
+use super::uuid_table::{LARGE_FROM, MIN_SLOTS, Probe, UuidTable};
 
 /// Runs `body` under loom and prints how many interleavings it explored.
 fn explore(name: &str, body: impl Fn() + Sync + Send + 'static) {
@@ -40,35 +40,50 @@ fn uuid(n: u64) -> String {
 
 /// A reader racing the writer's `fill` sees either an empty slot or the
 /// whole UUID with its stamp: never its high word with a stale low word
-/// (which would make `[HIGH, 0]` look remembered) or a stale stamp.
+/// (which would make `[HIGH, 0]` look remembered) or a stale stamp. In the
+/// smallest table the probe reads slots one at a time; in one of
+/// `LARGE_FROM` slots, from home 4, a window of four.
 #[test]
 fn loom_reader_racing_an_insert_sees_nothing_or_the_whole_id() {
+    for (slots, hash, home) in [(MIN_SLOTS, 5, 1), (LARGE_FROM, 4, 4)] {
+        reader_racing_an_insert(slots, hash, home);
+    }
+}
+
+fn reader_racing_an_insert(slots: usize, hash: u64, home: usize) {
     const HIGH: u64 = 0xf1e2_d3c4_b5a6_4789;
-    const HASH: u64 = 5;
-    explore("reader racing an insert", || {
-        let table = Arc::new(UuidTable::new(true));
-        let reader = {
-            let table = Arc::clone(&table);
-            thread::spawn(move || {
-                assert!(
-                    !matches!(table.probe([HIGH, 0], HASH), Probe::Found { .. }),
-                    "a half-published slot matched another UUID"
-                );
-                match table.probe([HIGH, 42], HASH) {
-                    Probe::Found { index: 1, stamp: 7 } | Probe::Vacant { index: 1 } => {}
-                    other => panic!("reader saw {other:?}"),
+    explore(
+        &format!("reader racing an insert, {slots} slots"),
+        move || {
+            let table = Arc::new(UuidTable::new(true));
+            table.lay_out(slots, Vec::new(), |_| 0);
+            let reader = {
+                let table = Arc::clone(&table);
+                thread::spawn(move || {
+                    assert!(
+                        !matches!(table.probe([HIGH, 0], hash), Probe::Found { .. }),
+                        "a half-published slot matched another UUID"
+                    );
+                    match table.probe([HIGH, 42], hash) {
+                        Probe::Found { index, stamp: 7 } | Probe::Vacant { index }
+                            if index == home => {}
+                        other => panic!("reader saw {other:?}"),
+                    }
+                })
+            };
+            if let Probe::Vacant { index } = table.probe([HIGH, 42], hash) {
+                table.fill(index, [HIGH, 42], 7);
+            }
+            reader.join().unwrap();
+            assert_eq!(
+                table.probe([HIGH, 42], hash),
+                Probe::Found {
+                    index: home,
+                    stamp: 7
                 }
-            })
-        };
-        if let Probe::Vacant { index } = table.probe([HIGH, 42], HASH) {
-            table.fill(index, [HIGH, 42], 7);
-        }
-        reader.join().unwrap();
-        assert_eq!(
-            table.probe([HIGH, 42], HASH),
-            Probe::Found { index: 1, stamp: 7 }
-        );
-    });
+            );
+        },
+    );
 }
 
 /// A reader racing the writer's `bury` of one UUID still finds the UUID
