@@ -41,7 +41,7 @@ fn uuid(n: u64) -> String {
 /// A reader racing the writer's `fill` sees either an empty slot or the
 /// whole UUID with its stamp: never its high word with a stale low word
 /// (which would make `[HIGH, 0]` look remembered) or a stale stamp. In the
-/// smallest table the probe reads slots one at a time; in one of
+/// smallest table the lock-free read takes slots one at a time; in one of
 /// `LARGE_FROM` slots, from home 4, a window of four.
 #[test]
 fn loom_reader_racing_an_insert_sees_nothing_or_the_whole_id() {
@@ -61,11 +61,11 @@ fn reader_racing_an_insert(slots: usize, hash: u64, home: usize) {
                 let table = Arc::clone(&table);
                 thread::spawn(move || {
                     assert!(
-                        !matches!(table.probe([HIGH, 0], hash), Probe::Found { .. }),
+                        !matches!(table.read([HIGH, 0], hash), Some(Probe::Found { .. })),
                         "a half-published slot matched another UUID"
                     );
-                    match table.probe([HIGH, 42], hash) {
-                        Probe::Found { index, stamp: 7 } | Probe::Vacant { index }
+                    match table.read([HIGH, 42], hash) {
+                        Some(Probe::Found { index, stamp: 7 } | Probe::Vacant { index })
                             if index == home => {}
                         other => panic!("reader saw {other:?}"),
                     }

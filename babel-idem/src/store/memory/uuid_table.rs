@@ -28,9 +28,9 @@
 //! The store's memory is thus what its largest table needed, whatever the
 //! churn.
 //!
-//! A probe looks at each slot at most once: one at a time in a table the
-//! caches hold, four at a time with no branch between them in a larger one
-//! (see `scan`). The writer keeps the table at most three
+//! A probe looks at each slot at most once: one at a time, but a lock-free
+//! read of a table larger than the caches hold looks at four at a time with
+//! no branch between them (see `scan`). The writer keeps the table at most three
 //! quarters full (some large ones seven eighths), so a probe normally ends
 //! on an empty slot; if that bookkeeping were ever wrong, a
 //! probe still ends, after one lap, with [`Probe::Full`] (the UUID is
@@ -61,12 +61,13 @@ const SEGMENTS: usize = if cfg!(all(test, loom)) { 4 } else { 41 };
 /// The size from which a table is taken to live beyond the caches, where a
 /// lookup waits on the miss of its slot: an unstamped one is filled to
 /// seven eighths instead of three quarters (see [`UuidTable::fill_limit`]),
-/// and a probe compares [`WINDOW`] slots at a time instead of one. Choices
-/// between measured points, not a measured boundary: 7/8 was slower with
-/// tables of 32 slots (1,000 ids) and faster with 2,048 (100,000 ids);
-/// windows took a duplicate at 100,000 ids from 165 to 191 ns to 113 to
-/// 139, and at 1,000 from 40.8 to 44.3 (Intel Xeon, 2026-12-03). 1,024
-/// slots are 16 KiB, 1 MiB over 64 shards.
+/// and a lock-free read compares [`WINDOW`] slots at a time instead of one.
+/// Choices between measured points, not a measured boundary: 7/8 was slower
+/// with tables of 32 slots (1,000 ids) and faster with 2,048 (100,000 ids);
+/// windows took a duplicate at 100,000 ids from 164 to 191 ns to 113 to
+/// 139, and at 1,000 from 40 to 44, so small tables go one slot at a time
+/// (Intel Xeon, 2026-12-03). 1,024 slots are 16 KiB, 1 MiB over 64
+/// shards.
 ///
 /// Under loom, twice the smallest table (the smallest whose seven eighths
 /// leave a slot empty), so that the models probe with windows too.
@@ -243,7 +244,15 @@ impl UuidTable {
         if sequence & 1 == 1 {
             return None;
         }
-        let probe = self.probe(uuid, hash);
+        // The lock-free reader is the one that waits on a large table's
+        // misses (a duplicate's whole lookup); the writer's probes, under
+        // the lock, go one slot at a time: they run where the reader has
+        // just been, or rearrange a table, and windows only cost them.
+        let probe = if self.slots() >= LARGE_FROM {
+            self.probe_by::<WINDOW>(uuid, hash)
+        } else {
+            self.probe(uuid, hash)
+        };
         // The reader's half of the seqlock: the probe's loads come before
         // the second look, so one that saw a rearranging store sees the odd
         // (or a later) sequence.
@@ -251,17 +260,20 @@ impl UuidTable {
         (self.sequence.load(Relaxed) == sequence).then_some(probe)
     }
 
-    /// Finds `uuid`, looking at each slot at most once. Safe to call
-    /// concurrently with the writer's `fill` and `bury`; a reader that may
-    /// race a rearrangement calls [`read`](Self::read) instead.
+    /// Finds `uuid`, looking at each slot at most once, one at a time. Safe
+    /// to call concurrently with the writer's `fill` and `bury`; a reader
+    /// that may race a rearrangement calls [`read`](Self::read) instead.
     #[inline]
     pub(super) fn probe(&self, uuid: Uuid, hash: u64) -> Probe {
+        self.probe_by::<1>(uuid, hash)
+    }
+
+    /// [`probe`](Self::probe), `WIDTH` slots at a time (see [`scan`]).
+    #[inline(always)]
+    fn probe_by<const WIDTH: usize>(&self, uuid: Uuid, hash: u64) -> Probe {
         let mask = self.mask.load(Relaxed) as usize;
         let mut index = hash as usize & mask;
         let mut unseen = mask + 1;
-        // A probe of a table the caches hold waits on no miss, and its
-        // branch per slot costs less than comparing four.
-        let windows = unseen >= LARGE_FROM;
         // Segment by segment: a miss probes dozens of slots in a full table,
         // and finding each one's segment again cost more than comparing it.
         while unseen > 0 {
@@ -276,10 +288,8 @@ impl UuidTable {
             while let Some(rest) = slots.get(offset..end) {
                 // Whole windows while they fit, so that each is unrolled; a
                 // segment's or a lap's last few slots one at a time.
-                let (stop, width) = if let Some(window) = rest.first_chunk::<WINDOW>()
-                    && windows
-                {
-                    (scan(window, uuid), WINDOW)
+                let (stop, width) = if let Some(window) = rest.first_chunk::<WIDTH>() {
+                    (scan(window, uuid), WIDTH)
                 } else if let Some(slot) = rest.first_chunk::<1>() {
                     (scan(slot, uuid), 1)
                 } else {
@@ -449,8 +459,8 @@ mod tests {
         assert_eq!(live, vec![(a, 7), (c, 9)]);
     }
 
-    /// An empty table of `slots` slots; [`LARGE_FROM`] and up, its probes
-    /// compare windows of slots.
+    /// An empty table of `slots` slots; [`LARGE_FROM`] and up, its
+    /// lock-free reads compare windows of slots.
     fn table_of(slots: usize, stamped: bool) -> UuidTable {
         let table = UuidTable::new(stamped);
         table.lay_out(slots, Vec::new(), |_| 0);
@@ -458,34 +468,43 @@ mod tests {
         table
     }
 
-    /// Both ways of probing: one slot at a time, and windows.
+    /// A table whose reads go one slot at a time, and one whose reads
+    /// compare windows.
     const SIZES: [usize; 2] = [MIN_SLOTS, LARGE_FROM];
 
+    /// What `read` and `probe` both answer (no rearrangement runs).
+    fn both(table: &UuidTable, uuid: Uuid, hash: u64) -> Probe {
+        let probe = table.probe(uuid, hash);
+        assert_eq!(table.read(uuid, hash), Some(probe), "read and probe differ");
+        probe
+    }
+
     /// What a reader may see while the writer fills a run: a later slot
-    /// filled, an earlier one not yet. The UUID is found; any other UUID's
-    /// probe ends on the first empty slot, not past it.
+    /// filled, an earlier one not yet. A window takes the hit; one slot at
+    /// a time, the probe ends on the empty slot. Any other UUID's probe
+    /// ends on the first empty slot either way, not past it.
     #[test]
-    fn a_hit_past_an_empty_slot_is_taken_and_other_probes_stop_at_the_first() {
+    fn a_window_takes_a_hit_past_an_empty_slot_and_other_probes_stop_at_the_first() {
         for slots in SIZES {
             let table = table_of(slots, false);
             let (a, b) = ([10, 1], [11, 2]);
             table.fill(6, a, 0);
-            assert_eq!(table.probe(b, 4), Probe::Vacant { index: 4 }, "{slots}");
-            assert_eq!(table.probe(b, 5), Probe::Vacant { index: 5 }, "{slots}");
-            assert_eq!(table.probe(b, 6), Probe::Vacant { index: 7 }, "{slots}");
-            // One slot at a time, the probe from 4 ends on the empty slot 4.
-            let expected = if slots >= LARGE_FROM {
+            assert_eq!(both(&table, b, 4), Probe::Vacant { index: 4 }, "{slots}");
+            assert_eq!(both(&table, b, 5), Probe::Vacant { index: 5 }, "{slots}");
+            assert_eq!(both(&table, b, 6), Probe::Vacant { index: 7 }, "{slots}");
+            assert_eq!(table.probe(a, 4), Probe::Vacant { index: 4 }, "{slots}");
+            let read = if slots >= LARGE_FROM {
                 Probe::Found { index: 6, stamp: 0 }
             } else {
                 Probe::Vacant { index: 4 }
             };
-            assert_eq!(table.probe(a, 4), expected, "{slots}");
+            assert_eq!(table.read(a, 4), Some(read), "{slots}");
         }
     }
 
     /// Runs longer than a window, from homes in every place of a window and
     /// near the table's end: across window edges, the segment's end and
-    /// the wrap to 0, past a tombstone.
+    /// the wrap to 0, past a tombstone; `read` and `probe` agree.
     #[test]
     fn long_runs_are_probed_across_windows_from_every_home() {
         for slots in SIZES {
@@ -502,7 +521,7 @@ mod tests {
                 table.bury(at(3));
                 for n in (0..9).filter(|&n| n != 3) {
                     assert_eq!(
-                        table.probe(uuid(n), home as u64),
+                        both(&table, uuid(n), home as u64),
                         Probe::Found {
                             index: at(n),
                             stamp: n + 50
@@ -511,7 +530,7 @@ mod tests {
                     );
                 }
                 assert_eq!(
-                    table.probe(uuid(3), home as u64),
+                    both(&table, uuid(3), home as u64),
                     Probe::Vacant { index: at(9) },
                     "{slots} slots, home {home}: a tombstone neither matches nor ends the probe"
                 );
