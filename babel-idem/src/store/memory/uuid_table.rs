@@ -29,10 +29,10 @@
 //! churn.
 //!
 //! A probe looks at each slot at most once: one at a time, but a lock-free
-//! read of a table larger than the caches hold looks at four at a time with
-//! no branch between them (see `scan`). The writer keeps the table at most three
-//! quarters full (some large ones seven eighths), so a probe normally ends
-//! on an empty slot; if that bookkeeping were ever wrong, a
+//! read of a table larger than the caches hold looks at four at a time,
+//! with no branch between them (see `scan`). The writer keeps the table at
+//! most three quarters full (some large ones seven eighths), so a probe
+//! normally ends on an empty slot; if that bookkeeping were ever wrong, a
 //! probe still ends, after one lap, with [`Probe::Full`] (the UUID is
 //! absent: every slot was looked at), and the writer rearranges the table
 //! instead of looping for ever.
