@@ -66,8 +66,8 @@ const SEGMENTS: usize = if cfg!(all(test, loom)) { 4 } else { 41 };
 /// with tables of 32 slots (1,000 ids) and faster with 2,048 (100,000 ids);
 /// windows took a duplicate at 100,000 ids from 164 to 191 ns to 113 to
 /// 139, and at 1,000 from 40 to 44, so small tables go one slot at a time
-/// (Intel Xeon, 2026-12-03). 1,024 slots are 16 KiB, 1 MiB over 64
-/// shards.
+/// (Intel Xeon, 2026-12-03, with 64 shards). 1,024 slots are 16 KiB,
+/// 256 KiB over the 16 shards of a store's default.
 ///
 /// Under loom, twice the smallest table (the smallest whose seven eighths
 /// leave a slot empty), so that the models probe with windows too.
@@ -212,6 +212,7 @@ impl UuidTable {
     }
 
     /// How many slots the table has now.
+    #[inline]
     pub(super) fn slots(&self) -> usize {
         self.mask.load(Relaxed) as usize + 1
     }
