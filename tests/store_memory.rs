@@ -173,7 +173,7 @@ fn with_capacity_and_ttl() -> InMemoryStoreBuilder {
 }
 
 /// One shard, so that the pinned id stands in front of all the churn (with
-/// 64 shards, the other 63 would shed theirs as they went).
+/// the default 16 shards, the other 15 would shed theirs as they went).
 fn with_ttl() -> InMemoryStoreBuilder {
     InMemoryStore::builder()
         .ttl(Duration::from_secs(24 * 3600))

@@ -113,12 +113,13 @@ pub struct InMemoryStoreBuilder {
 
 /// The default shard count. More shards let more writers in at once, but
 /// every lookup reads its shard's header (about 1.8 KiB each, mostly the
-/// segment directory), and over 64 of them a duplicate at 100,000 ids took
-/// 160.6 to 209.0 ns against 79.5 to 147.6 over 16 (medians of two runs of
-/// alternating binaries: 183.8 and 177.1 against 109.1 and 117.5; 32 shards
-/// were the same as 16; AMD EPYC, 2026-12-03). Readers take no lock, so only
-/// first deliveries share a shard's; a store written from many cores at
-/// once can ask for more with [`InMemoryStoreBuilder::shards`].
+/// segment directory): with the ids spread over 64 shards a duplicate at
+/// 100,000 ids took 160.6 to 209.0 ns, over 16 79.5 to 147.6 (medians of
+/// two runs of alternating binaries: 183.8 and 177.1 against 109.1 and
+/// 117.5; 32 shards were the same as 16; AMD EPYC, 2026-12-03). Readers
+/// take no lock, so only first deliveries wait on a shard's; a store
+/// written from many cores at once can ask for more with
+/// [`InMemoryStoreBuilder::shards`].
 const MAX_SHARDS: usize = 16;
 const EXACT_EVICTION_UP_TO: usize = 4096;
 
