@@ -199,11 +199,12 @@ impl DedupeKey {
 
     /// The key's bytes when it is an unscoped id of a canonical UUID's
     /// length (36 bytes), for a store that reads them without asking for a
-    /// `str` (see [`Store::seen_key`](crate::Store::seen_key)).
+    /// `str` (see [`Store::seen_key`](crate::Store::seen_key)): three
+    /// 16-byte pieces, the last holding bytes 32 to 36 and zeros.
     #[inline]
-    pub(crate) fn uuid_length(&self) -> Option<&[u8; UUID_LEN]> {
+    pub(crate) fn uuid_pieces(&self) -> Option<&[[u8; 16]; 3]> {
         match &self.0 {
-            Repr::UuidLength(key) => Some(key.bytes()),
+            Repr::UuidLength(key) => Some(&key.0),
             _ => None,
         }
     }
@@ -221,7 +222,7 @@ impl DedupeKey {
             Repr::Missing => None,
             // Copied from a `str`, so valid UTF-8; checked again because
             // safe code cannot say so. The in-memory store's path reads
-            // the bytes instead ([`uuid_length`](Self::uuid_length)).
+            // the bytes instead ([`uuid_pieces`](Self::uuid_pieces)).
             Repr::UuidLength(key) => std::str::from_utf8(key.bytes()).ok(),
             Repr::Inline(key) => Some(&key.text),
             Repr::Heap(key) => Some(key),
@@ -353,16 +354,18 @@ mod tests {
             assert_eq!(id.len(), UUID_LEN);
             let key = DedupeKey::for_lookup(None, &Id(id));
             assert!(matches!(key.0, Repr::UuidLength(_)), "{key:?}");
-            assert_eq!(DedupeKey::new(None, &Id(id)).uuid_length(), None);
-            assert_eq!(key.uuid_length(), Some(id.as_bytes().try_into().unwrap()));
+            assert_eq!(DedupeKey::new(None, &Id(id)).uuid_pieces(), None);
+            let pieces = key.uuid_pieces().unwrap().as_flattened();
+            assert_eq!(&pieces[..UUID_LEN], id.as_bytes());
+            assert_eq!(&pieces[UUID_LEN..], [0; 12], "the last piece ends in zeros");
             assert_eq!(key.as_str(), Some(id));
             assert_eq!(key.clone().as_str(), Some(id));
             let scoped = DedupeKey::for_lookup(Some("s"), &Id(id));
-            assert_eq!(scoped.uuid_length(), None, "{scoped:?}");
+            assert_eq!(scoped.uuid_pieces(), None, "{scoped:?}");
             assert_eq!(scoped.as_str(), DedupeKey::new(Some("s"), &Id(id)).as_str());
         }
         assert_eq!(
-            DedupeKey::for_lookup(None, &Id("short")).uuid_length(),
+            DedupeKey::for_lookup(None, &Id("short")).uuid_pieces(),
             None
         );
         assert_eq!(

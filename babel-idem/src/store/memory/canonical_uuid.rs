@@ -21,19 +21,21 @@ pub(super) type Uuid = [u64; 2];
 /// bytes 32 to 35 (see `tests::place`, the same layout digit by digit).
 #[inline(always)]
 pub(super) fn parse(id: &str) -> Option<Uuid> {
-    parse_bytes(id.as_bytes().try_into().ok()?)
+    read(id.as_bytes().try_into().ok()?)
 }
 
-/// [`parse`] for the bytes of an id already known to be 36 bytes long.
+/// [`parse`] for an id of 36 bytes kept as three 16-byte pieces, the last
+/// holding bytes 32 to 36 and zeros (a guard's key): each piece is read
+/// whole, as it was written.
 #[inline(always)]
-pub(super) fn parse_bytes(id: &[u8; 36]) -> Option<Uuid> {
-    read(id)
+pub(super) fn parse_pieces(pieces: &[[u8; 16]; 3]) -> Option<Uuid> {
+    read_pieces(pieces)
 }
 
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-use sse2::parse as read;
+use sse2::{parse as read, parse_pieces as read_pieces};
 #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
-use swar::parse as read;
+use swar::{parse as read, parse_pieces as read_pieces};
 
 /// Puts the last four digits (one per byte of `tail`, as [`nibbles`] gives
 /// them) in the nibbles where the hyphens were, which both readers leave 0.
@@ -59,17 +61,18 @@ fn last_four(id: &[u8; 36]) -> u64 {
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
 mod sse2 {
     use safe_arch::{
-        bitand_m128i, bitandnot_m128i, bitor_m128i, cmp_eq_mask_i8_m128i, get_i64_from_m128i_s,
-        load_unaligned_m128i, m128i, move_mask_i8_m128i, pack_i16_to_u8_m128i, set_splat_i8_m128i,
-        set_splat_i16_m128i, shr_imm_u16_m128i, sub_i8_m128i, sub_saturating_u8_m128i,
-        unpack_high_i64_m128i, zeroed_m128i,
+        bitand_m128i, bitandnot_m128i, bitor_m128i, byte_shr_imm_u128_m128i, cmp_eq_mask_i8_m128i,
+        get_i64_from_m128i_s, load_unaligned_m128i, m128i, move_mask_i8_m128i,
+        pack_i16_to_u8_m128i, set_splat_i8_m128i, set_splat_i16_m128i, shr_imm_u16_m128i,
+        sub_i8_m128i, sub_saturating_u8_m128i, unpack_high_i64_m128i, zeroed_m128i,
     };
 
-    use super::{Uuid, last_four, lowercase_hex, nibbles, with_last_four};
+    use super::{Uuid, with_last_four};
 
     /// What each lane of a 16-byte piece must hold: lowercase hex, or the
     /// hyphen where `hyphens` has `0xff` (bytes 8 and 13 of the first
-    /// piece; 18 and 23, lanes 2 and 7, of the second).
+    /// piece; 18 and 23, lanes 2 and 7, of the second), or a zero byte
+    /// where `lowest` and `span` are 0 (past byte 36, in the last piece).
     struct Lanes {
         /// `0xff` on a hyphen's lane.
         hyphens: [u8; 16],
@@ -80,7 +83,7 @@ mod sse2 {
     }
 
     impl Lanes {
-        const fn new(hyphens: [usize; 2]) -> Self {
+        const fn new(hyphens: &[usize]) -> Self {
             let mut lanes = Lanes {
                 hyphens: [0; 16],
                 lowest: [b'0'; 16],
@@ -96,34 +99,68 @@ mod sse2 {
         }
     }
 
-    const FIRST: Lanes = Lanes::new([8, 13]);
-    const SECOND: Lanes = Lanes::new([2, 7]);
+    const FIRST: Lanes = Lanes::new(&[8, 13]);
+    const SECOND: Lanes = Lanes::new(&[2, 7]);
+    /// Bytes 32 to 36, then zeros.
+    const LAST: Lanes = {
+        let mut lanes = Lanes::new(&[]);
+        let mut lane = 4;
+        while lane < 16 {
+            (lanes.lowest[lane], lanes.span[lane]) = (0, 0);
+            lane += 1;
+        }
+        lanes
+    };
 
     #[inline(always)]
     pub(super) fn parse(id: &[u8; 36]) -> Option<Uuid> {
         let (head, rest) = id.split_first_chunk::<16>()?;
         let (middle, _) = rest.split_first_chunk::<16>()?;
-        let (head_ok, head) = pairs(load_unaligned_m128i(head), &FIRST);
-        let (middle_ok, middle) = pairs(load_unaligned_m128i(middle), &SECOND);
-        let tail = last_four(id);
-        // `|`, not `||`: both checks without a branch between them.
-        if (move_mask_i8_m128i(bitand_m128i(head_ok, middle_ok)) != 0xffff) | !lowercase_hex(tail) {
+        let (_, from_20) = id.split_last_chunk::<16>()?;
+        read(
+            load_unaligned_m128i(head),
+            load_unaligned_m128i(middle),
+            byte_shr_imm_u128_m128i::<12>(load_unaligned_m128i(from_20)),
+        )
+    }
+
+    #[inline(always)]
+    pub(super) fn parse_pieces([head, middle, last]: &[[u8; 16]; 3]) -> Option<Uuid> {
+        read(
+            load_unaligned_m128i(head),
+            load_unaligned_m128i(middle),
+            load_unaligned_m128i(last),
+        )
+    }
+
+    /// The three pieces of [`parse_pieces`], in registers. The last four
+    /// digits are read in a vector of their own, like the rest: checked
+    /// and valued in a `u64` they took twice the instructions.
+    #[inline(always)]
+    fn read(head: m128i, middle: m128i, last: m128i) -> Option<Uuid> {
+        let (head_ok, head) = digits(head, &FIRST);
+        let (middle_ok, middle) = digits(middle, &SECOND);
+        let (last_ok, last) = digits(last, &LAST);
+        let ok = bitand_m128i(bitand_m128i(head_ok, middle_ok), last_ok);
+        if move_mask_i8_m128i(ok) != 0xffff {
             return None;
         }
-        let packed = pack_i16_to_u8_m128i(head, middle);
+        let packed = pack_i16_to_u8_m128i(pairs(head), pairs(middle));
         let high = get_i64_from_m128i_s(packed) as u64;
         let low = get_i64_from_m128i_s(unpack_high_i64_m128i(packed, packed)) as u64;
-        Some(with_last_four([high, low], nibbles(tail)))
+        Some(with_last_four(
+            [high, low],
+            get_i64_from_m128i_s(last) as u64,
+        ))
     }
 
     /// For sixteen bytes: which are what `lanes` says they must be, all
-    /// ones per byte; and each pair of bytes' two digits in its 16-bit
-    /// lane's low byte, a hyphen's nibble 0.
+    /// ones per byte; and each byte's digit value, a hyphen's 0.
     ///
     /// A hyphen's lane is read as a digit whose only value is the hyphen,
     /// as 0, so one range check covers both kinds of lane.
     #[inline(always)]
-    fn pairs(bytes: m128i, lanes: &Lanes) -> (m128i, m128i) {
+    fn digits(bytes: m128i, lanes: &Lanes) -> (m128i, m128i) {
         // `x - lowest <= span`, unsigned: a byte below `lowest` wraps high.
         let within = |from_lowest: m128i, span: m128i| {
             cmp_eq_mask_i8_m128i(sub_saturating_u8_m128i(from_lowest, span), zeroed_m128i())
@@ -141,11 +178,14 @@ mod sse2 {
             from_zero,
             bitand_m128i(letter, set_splat_i8_m128i((b'a' - b'0' - 10) as i8)),
         );
+        (bitor_m128i(digit, letter), values)
+    }
+
+    /// Each pair of bytes' two digits in its 16-bit lane's low byte.
+    #[inline(always)]
+    fn pairs(values: m128i) -> m128i {
         let pairs = bitor_m128i(values, shr_imm_u16_m128i::<4>(values));
-        (
-            bitor_m128i(digit, letter),
-            bitand_m128i(pairs, set_splat_i16_m128i(0x00ff)),
-        )
+        bitand_m128i(pairs, set_splat_i16_m128i(0x00ff))
     }
 }
 
@@ -159,6 +199,11 @@ mod swar {
     /// The hyphens among bytes 8..16 (at 8 and 13) and 16..24 (at 18 and 23).
     const HYPHENS_8: u64 = 0x0000_ff00_0000_00ff;
     const HYPHENS_16: u64 = 0xff00_0000_00ff_0000;
+
+    #[inline(always)]
+    pub(super) fn parse_pieces(pieces: &[[u8; 16]; 3]) -> Option<Uuid> {
+        parse(pieces.as_flattened().first_chunk::<36>()?)
+    }
 
     /// One branch for all the checks.
     #[inline(always)]
@@ -266,9 +311,19 @@ mod tests {
     fn readings(id: &str) -> Vec<(&'static str, Option<Uuid>)> {
         let mut readings = vec![("parse", parse(id))];
         if let Ok(bytes) = <&[u8; 36]>::try_from(id.as_bytes()) {
+            // A guard's key: the last piece holds bytes 32 to 36 and zeros.
+            let mut pieces = [[0; 16]; 3];
+            for (piece, chunk) in pieces.iter_mut().zip(bytes.chunks(16)) {
+                piece[..chunk.len()].copy_from_slice(chunk);
+            }
+            readings.push(("pieces", parse_pieces(&pieces)));
             readings.push(("swar", swar::parse(bytes)));
+            readings.push(("swar pieces", swar::parse_pieces(&pieces)));
             #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-            readings.push(("sse2", sse2::parse(bytes)));
+            readings.extend([
+                ("sse2", sse2::parse(bytes)),
+                ("sse2 pieces", sse2::parse_pieces(&pieces)),
+            ]);
         }
         readings
     }

@@ -159,10 +159,16 @@ fn scan<const N: usize>(window: &[Slot; N], uuid: Uuid) -> Option<Stop> {
 }
 
 /// The segment that holds slot `index`, and the slot's place in it.
+///
+/// From the index's highest bit, with the bits below `MIN_SLOTS` set so
+/// that segment 0 needs no case of its own: every probe step runs this, and
+/// going through [`segment_len`] took a shift, a compare and a move more.
 #[inline]
 fn place(index: usize) -> (usize, usize) {
-    let segment = (usize::BITS - (index / MIN_SLOTS).leading_zeros()) as usize;
-    (segment, index & (segment_len(segment) - 1))
+    let top = (index | (MIN_SLOTS - 1)).ilog2();
+    let segment = (top + 1 - MIN_SLOTS.ilog2()) as usize;
+    // Below the highest bit, or the whole first segment.
+    (segment, index & (((1 << top) - 1) | (MIN_SLOTS - 1)))
 }
 
 #[inline]
@@ -249,10 +255,12 @@ impl UuidTable {
         // misses (a duplicate's whole lookup); the writer's probes, under
         // the lock, go one slot at a time: they run where the reader has
         // just been, or rearrange a table, and windows only cost them.
-        let probe = if self.slots() >= LARGE_FROM {
-            self.probe_by::<WINDOW>(uuid, hash)
+        // The mask is loaded once, for both the choice and the probe.
+        let mask = self.mask.load(Relaxed);
+        let probe = if mask as usize + 1 >= LARGE_FROM {
+            self.probe_by::<WINDOW>(uuid, hash, mask)
         } else {
-            self.probe(uuid, hash)
+            self.probe_by::<1>(uuid, hash, mask)
         };
         // The reader's half of the seqlock: the probe's loads come before
         // the second look, so one that saw a rearranging store sees the odd
@@ -266,13 +274,13 @@ impl UuidTable {
     /// that may race a rearrangement calls [`read`](Self::read) instead.
     #[inline]
     pub(super) fn probe(&self, uuid: Uuid, hash: u64) -> Probe {
-        self.probe_by::<1>(uuid, hash)
+        self.probe_by::<1>(uuid, hash, self.mask.load(Relaxed))
     }
 
     /// [`probe`](Self::probe), `WIDTH` slots at a time (see [`scan`]).
     #[inline(always)]
-    fn probe_by<const WIDTH: usize>(&self, uuid: Uuid, hash: u64) -> Probe {
-        let mask = self.mask.load(Relaxed) as usize;
+    fn probe_by<const WIDTH: usize>(&self, uuid: Uuid, hash: u64, mask: u64) -> Probe {
+        let mask = mask as usize;
         let mut index = hash as usize & mask;
         let mut unseen = mask + 1;
         // Segment by segment: a miss probes dozens of slots in a full table,
