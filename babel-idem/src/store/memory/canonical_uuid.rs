@@ -200,9 +200,12 @@ mod swar {
     const HYPHENS_8: u64 = 0x0000_ff00_0000_00ff;
     const HYPHENS_16: u64 = 0xff00_0000_00ff_0000;
 
+    /// Past byte 36 a key's last piece holds zeros; anything else is not
+    /// a key's, as the SSE2 reader says too.
     #[inline(always)]
     pub(super) fn parse_pieces(pieces: &[[u8; 16]; 3]) -> Option<Uuid> {
-        parse(pieces.as_flattened().first_chunk::<36>()?)
+        let (id, past) = pieces.as_flattened().split_first_chunk::<36>()?;
+        past.iter().all(|&byte| byte == 0).then(|| parse(id))?
     }
 
     /// One branch for all the checks.
@@ -407,6 +410,23 @@ mod tests {
             for (reader, reading) in readings(other) {
                 assert_eq!(reading, None, "{reader}: {other}");
             }
+        }
+    }
+
+    #[test]
+    fn pieces_with_bytes_past_the_id_are_refused() {
+        let id = b"f1e2d3c4-b5a6-4789-90ab-cdef01234567";
+        for at in 36..48 {
+            let mut pieces = [[0; 16]; 3];
+            for (piece, chunk) in pieces.iter_mut().zip(id.chunks(16)) {
+                piece[..chunk.len()].copy_from_slice(chunk);
+            }
+            assert!(parse_pieces(&pieces).is_some());
+            pieces[at / 16][at % 16] = b'0';
+            assert_eq!(parse_pieces(&pieces), None, "byte {at}");
+            assert_eq!(swar::parse_pieces(&pieces), None, "swar, byte {at}");
+            #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+            assert_eq!(sse2::parse_pieces(&pieces), None, "sse2, byte {at}");
         }
     }
 
