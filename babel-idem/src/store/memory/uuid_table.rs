@@ -161,8 +161,7 @@ fn scan<const N: usize>(window: &[Slot; N], uuid: Uuid) -> Option<Stop> {
 /// The segment that holds slot `index`, and the slot's place in it.
 ///
 /// From the index's highest bit, with the bits below `MIN_SLOTS` set so
-/// that segment 0 needs no case of its own: every probe step runs this, and
-/// going through [`segment_len`] took a shift, a compare and a move more.
+/// that segment 0 needs no case of its own (every probe step runs this).
 #[inline]
 fn place(index: usize) -> (usize, usize) {
     let top = (index | (MIN_SLOTS - 1)).ilog2();
