@@ -164,15 +164,23 @@ impl DedupeKey {
     /// nearly every delivery, copied in 16-byte pieces that the compiler
     /// inlines. Its text costs a UTF-8 check, so the modes that ask their
     /// stores with text take `new`'s layout.
+    ///
+    /// Every other key is made out of line ([`from_parts`](Self::from_parts)),
+    /// not by an inlined `new`: the compiler copies a key into the guard's
+    /// future in pieces cut where any layout built in the same function has
+    /// a field, and `Inline`'s 4-byte length cut the first UUID piece in
+    /// three. The store's 16-byte read of that piece then waited for the
+    /// three stores to reach the cache on every delivery (AMD EPYC, 11
+    /// alternating runs: 31.4 to 23.2 ns per duplicate at 1,000 ids, 80.7
+    /// to 69.2 at 100,000).
     #[inline]
     pub(crate) fn for_lookup<M: MessageId + ?Sized>(scope: Option<&str>, message: &M) -> Self {
-        let unscoped_uuid_length = message
-            .message_id()
-            .filter(|_| scope.is_none())
-            .and_then(|id| <&[u8; UUID_LEN]>::try_from(id.as_bytes()).ok());
-        match unscoped_uuid_length {
-            Some(bytes) => DedupeKey(Repr::UuidLength(UuidLength::new(bytes))),
-            None => Self::new(scope, message),
+        match message.message_id() {
+            None | Some("") => DedupeKey(Repr::Missing),
+            Some(id) => match <&[u8; UUID_LEN]>::try_from(id.as_bytes()) {
+                Ok(bytes) if scope.is_none() => DedupeKey(Repr::UuidLength(UuidLength::new(bytes))),
+                _ => Self::from_parts(scope, id),
+            },
         }
     }
 
