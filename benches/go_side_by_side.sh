@@ -19,6 +19,11 @@
 # alternating rounds, fresh processes each (BABEL_IDEM_SIDE_BY_SIDE_ROUNDS,
 # default 3): a row per round, then the medians over the rounds.
 #
+# Both sides run pinned to one CPU (BABEL_IDEM_SIDE_BY_SIDE_CPU, default 0;
+# `none` leaves them unpinned): on a machine whose CPUs run at different
+# speeds, a process that the scheduler happened to place on the slower one
+# was a third slower (seen on a 2-vCPU AMD EPYC guest), whichever side it was.
+#
 # The Go benchmark is written to a temporary directory outside the repo and
 # deleted afterwards; no Go SDK code is copied. Not part of CI: without `go`
 # or the SDK it says what is missing and exits 0.
@@ -156,8 +161,25 @@ if ! [[ $rounds =~ ^[1-9][0-9]*$ ]]; then
     exit 2
 fi
 
+cpu=${BABEL_IDEM_SIDE_BY_SIDE_CPU:-0}
+pinned=()
+if [[ $cpu == none ]]; then
+    where="unpinned"
+elif ! [[ $cpu =~ ^[0-9]+$ ]]; then
+    echo "go_side_by_side: BABEL_IDEM_SIDE_BY_SIDE_CPU must be a CPU number or 'none', not '$cpu'"
+    exit 2
+elif ! command -v taskset >/dev/null 2>&1; then
+    where="unpinned: no taskset (util-linux)"
+elif ! taskset -c "$cpu" true 2>/dev/null; then
+    echo "go_side_by_side: cannot pin to CPU $cpu (BABEL_IDEM_SIDE_BY_SIDE_CPU); this machine has $(nproc)"
+    exit 2
+else
+    pinned=(taskset -c "$cpu")
+    where="both pinned to CPU $cpu"
+fi
+
 echo "== load before the run: $(uptime)"
-echo "== Go $(go version | awk '{print $3}'), SDK at $sdk ($(git -C "$sdk" rev-parse --short HEAD 2>/dev/null || echo 'not a git checkout')); $rounds alternating rounds; $BABEL_IDEM_GUARD_IDS remembered ids"
+echo "== Go $(go version | awk '{print $3}'), SDK at $sdk ($(git -C "$sdk" rev-parse --short HEAD 2>/dev/null || echo 'not a git checkout')); $rounds alternating rounds; $BABEL_IDEM_GUARD_IDS remembered ids; $where"
 # Built once, before the first round, so no round measures a compile.
 (cd "$work" && GOFLAGS=-mod=mod GOPROXY=off GOTOOLCHAIN=local go test -c -o "$work/side_by_side.test" >/dev/null) || {
     echo "go_side_by_side: the Go benchmark did not build"
@@ -184,13 +206,13 @@ rust_figure() {
 figures="go_bare go_dup go_first rs_bare rs_dup rs_first"
 declare -A all
 for round in $(seq 1 "$rounds"); do
-    go_out=$(cd "$work" && "$work/side_by_side.test" -test.run '^$' -test.bench . \
+    go_out=$(cd "$work" && "${pinned[@]}" "$work/side_by_side.test" -test.run '^$' -test.bench . \
         -test.benchtime 1000000x -test.count 5 2>&1) || {
         echo "$go_out"
         echo "go_side_by_side: the Go benchmark failed"
         exit 1
     }
-    rust_out=$(cd "$repo" && cargo bench --bench guard -- 'delivery/(bare handler call|duplicate, &InMemoryStore)$' 2>&1) || {
+    rust_out=$(cd "$repo" && "${pinned[@]}" cargo bench --bench guard -- 'delivery/(bare handler call|duplicate, &InMemoryStore)$' 2>&1) || {
         echo "$rust_out"
         echo "go_side_by_side: cargo bench --bench guard failed"
         exit 1

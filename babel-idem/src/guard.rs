@@ -496,13 +496,19 @@ fn report_key(decision: Decision, key: &DedupeKey) {
 
 #[inline]
 fn report_with<'a>(decision: Decision, id: impl FnOnce() -> &'a str) {
-    if tracing::level_enabled!(tracing::Level::DEBUG) {
-        debug_event(decision, id());
+    // One load of the level for both listeners: an event needs DEBUG, the
+    // span INFO, so below INFO neither does. Two checks loaded it twice,
+    // as the compiler does not merge atomic loads.
+    if tracing::level_enabled!(tracing::Level::INFO) {
+        to_listeners(decision, id());
     }
-    metrics::record(decision);
+    metrics::record_unspanned(decision);
 }
 
 #[inline(never)]
-fn debug_event(decision: Decision, id: &str) {
-    tracing::debug!(target: "babel_idem", message_id = id, decision = decision.as_str());
+fn to_listeners(decision: Decision, id: &str) {
+    if tracing::level_enabled!(tracing::Level::DEBUG) {
+        tracing::debug!(target: "babel_idem", message_id = id, decision = decision.as_str());
+    }
+    metrics::observe::on_current_span(decision);
 }

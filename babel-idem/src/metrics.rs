@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 #[cfg(feature = "metrics")]
 mod facade;
-mod observe;
+pub(crate) mod observe;
 
 #[cfg(feature = "metrics")]
 pub use facade::{DECISIONS_TOTAL, STORE_DURATION_SECONDS, STORE_ERRORS_TOTAL, describe};
@@ -242,6 +242,20 @@ thread_local! {
 #[inline]
 pub(crate) fn record(decision: Decision) {
     observe::decision(decision);
+    count(decision);
+}
+
+/// [`record`] for a caller that has put `decision` on the current span
+/// itself ([`observe::on_current_span`]) where a listener wanted it.
+#[inline]
+pub(crate) fn record_unspanned(decision: Decision) {
+    observe::unspanned(decision);
+    count(decision);
+}
+
+/// This thread's count of `decision`.
+#[inline(always)]
+fn count(decision: Decision) {
     let counted = MINE.try_with(|mine| {
         let counter = &mine.0.0[decision as usize];
         counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);

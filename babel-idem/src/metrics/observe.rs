@@ -18,14 +18,21 @@ pub(super) fn decision(decision: Decision) {
     if tracing::level_enabled!(tracing::Level::INFO) {
         on_current_span(decision);
     }
+    unspanned(decision);
+}
+
+/// [`decision`] without the span, for a caller that has checked the level
+/// itself and recorded the span with its own event (the guard).
+#[inline(always)]
+pub(super) fn unspanned(_decision: Decision) {
     #[cfg(feature = "metrics")]
-    super::facade::decision(decision);
+    super::facade::decision(_decision);
 }
 
 /// Out of line, so that the check above stays small where it is inlined.
 /// A current span without the field (not a consumer span) ignores it.
 #[inline(never)]
-fn on_current_span(decision: Decision) {
+pub(crate) fn on_current_span(decision: Decision) {
     tracing::Span::current().record(DECISION_FIELD, decision.as_str());
 }
 

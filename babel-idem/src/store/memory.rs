@@ -353,9 +353,20 @@ impl InMemoryStore {
     /// A duplicate delivery's whole lookup, in a function of its own that
     /// takes the UUID alone: where the guard did not inline
     /// `contains_key`, the `Key` was passed through memory and the text
-    /// arm kept (7 instructions more per duplicate, callgrind).
-    #[inline]
+    /// arm kept (7 instructions more per duplicate, callgrind). Inlined
+    /// into the guard, it was larger and slower.
+    #[inline(always)]
     fn contains_uuid(&self, uuid: Uuid) -> bool {
+        self.contains_words(uuid[0], uuid[1])
+    }
+
+    /// [`contains_uuid`](Self::contains_uuid), given the UUID's two words
+    /// in registers: as a `[u64; 2]` argument they went through memory,
+    /// and the hash, at the head of the lookup's chain of loads, waited for
+    /// them to come back.
+    #[inline(never)]
+    fn contains_words(&self, high: u64, low: u64) -> bool {
+        let uuid = [high, low];
         let (_, hash, shard) = self.locate_key(Key::Uuid(uuid));
         let probe = match shard.uuids.read(uuid, hash) {
             Some(probe) => probe,
