@@ -121,13 +121,13 @@ where
     E: From<StoreError>,
 {
     // `decide`'s own future, not one wrapped in another: a wrapper would hold
-    // the handler and the key twice and copy them on its first poll.
-    seen_set::decide(
-        store,
-        DedupeKey::for_lookup(None, message),
-        OnRememberFailure::default(),
-        handler,
-    )
+    // the handler and the key twice and copy them on its first poll. Built
+    // in each arm of the key's layout, so that a UUID's key is written into
+    // the future itself instead of beside it and copied in (callgrind per
+    // duplicate at 1,000 ids: 315.5 -> 302.4 instructions).
+    DedupeKey::with_lookup_key(None, message, |key| {
+        seen_set::decide(store, key, OnRememberFailure::default(), handler)
+    })
 }
 
 /// A configured guard: a store, an optional scope, a remember-failure policy
@@ -377,7 +377,11 @@ impl<S: Store> Guard<S, SeenSet> {
         F: Future<Output = Result<(), E>>,
         E: From<StoreError>,
     {
-        self.run_keyed(self.key(message), handler)
+        // `self.key(message)`, with the future built around the key where
+        // it is written (see `DedupeKey::with_lookup_key`).
+        DedupeKey::with_lookup_key(self.scope.as_deref(), message, |key| {
+            self.run_keyed(key, handler)
+        })
     }
 
     /// Runs `handler` under a key taken earlier with [`Guard::key`], for a

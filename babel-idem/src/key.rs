@@ -175,11 +175,26 @@ impl DedupeKey {
     /// to 69.2 at 100,000).
     #[inline]
     pub(crate) fn for_lookup<M: MessageId + ?Sized>(scope: Option<&str>, message: &M) -> Self {
+        Self::with_lookup_key(scope, message, |key| key)
+    }
+
+    /// `then(`[`for_lookup`](Self::for_lookup)`(scope, message))`, with
+    /// `then` inlined once per layout, so that a guard builds its future
+    /// around each layout's key where it is written, not around a key
+    /// built beside it and then copied in.
+    #[inline(always)]
+    pub(crate) fn with_lookup_key<M: MessageId + ?Sized, R>(
+        scope: Option<&str>,
+        message: &M,
+        then: impl FnOnce(Self) -> R,
+    ) -> R {
         match message.message_id() {
-            None | Some("") => DedupeKey(Repr::Missing),
+            None | Some("") => then(DedupeKey(Repr::Missing)),
             Some(id) => match <&[u8; UUID_LEN]>::try_from(id.as_bytes()) {
-                Ok(bytes) if scope.is_none() => DedupeKey(Repr::UuidLength(UuidLength::new(bytes))),
-                _ => Self::from_parts(scope, id),
+                Ok(bytes) if scope.is_none() => {
+                    then(DedupeKey(Repr::UuidLength(UuidLength::new(bytes))))
+                }
+                _ => then(Self::from_parts(scope, id)),
             },
         }
     }
