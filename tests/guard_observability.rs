@@ -4,33 +4,9 @@
 
 mod support;
 
-use std::io;
-use std::sync::{Arc, Mutex};
-
 use babel_idem::{Envelope, InMemoryStore, StoreError, guard, metrics};
 use serde_json::json;
-use support::{FailingStore, Failure};
-use tracing_subscriber::fmt::MakeWriter;
-
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl io::Write for Captured {
-    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> MakeWriter<'a> for Captured {
-    type Writer = Captured;
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
-    }
-}
+use support::{Captured, FailingStore, Failure};
 
 fn order(id: &str) -> Envelope {
     Envelope::new("urn:babel:orders:created", json!({})).with_id(id)
@@ -85,7 +61,7 @@ async fn every_decision_is_counted_and_traced() {
         (1, 2, 1, 1, 1, 1)
     );
 
-    let log = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+    let log = log.text();
     for (id, decision) in [
         ("id-ran", "ran"),
         ("id-ran", "skipped"),

@@ -2,32 +2,11 @@
 //! puts its decision on the current span (the consumer span's field): the
 //! guard checks the level once for both.
 
-use std::io;
-use std::sync::{Arc, Mutex};
+mod support;
 
 use babel_idem::{Envelope, InMemoryStore, StoreError, guard};
 use serde_json::json;
-use tracing_subscriber::fmt::MakeWriter;
-
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl io::Write for Captured {
-    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> MakeWriter<'a> for Captured {
-    type Writer = Captured;
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
-    }
-}
+use support::Captured;
 
 /// The log of two deliveries of one id, each in a span with the decision
 /// field, under a subscriber at `level`.
@@ -55,7 +34,7 @@ async fn two_deliveries_at(level: tracing::Level) -> String {
             .unwrap();
         tracing::info!("handled");
     }
-    String::from_utf8(log.0.lock().unwrap().clone()).unwrap()
+    log.text()
 }
 
 #[tokio::test]

@@ -1,8 +1,41 @@
 //! Test doubles shared by the integration tests.
 #![allow(dead_code)]
 
+use std::io;
+use std::sync::{Arc, Mutex};
+
 use babel_idem::store::{StoreFuture, StoreOperation};
 use babel_idem::{InMemoryStore, Store, StoreError};
+use tracing_subscriber::fmt::MakeWriter;
+
+/// A `tracing_subscriber::fmt` writer that keeps what is written, for a
+/// test to read back with [`Captured::text`].
+#[derive(Clone, Default)]
+pub struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Captured {
+    /// Everything written so far.
+    pub fn text(&self) -> String {
+        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+    }
+}
+
+impl io::Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> MakeWriter<'a> for Captured {
+    type Writer = Captured;
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
 
 /// Which operation a [`FailingStore`] refuses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
