@@ -159,29 +159,23 @@ impl DedupeKey {
         }
     }
 
-    /// [`new`](Self::new) for seen-set mode, whose store reads an unscoped
-    /// id of a UUID's length as bytes (see [`UuidLength`]): the key of
-    /// nearly every delivery, copied in 16-byte pieces that the compiler
-    /// inlines. Its text costs a UTF-8 check, so the modes that ask their
-    /// stores with text take `new`'s layout.
+    /// `then(key)` for seen-set mode's key of `message`: [`new`](Self::new)'s
+    /// text, but an unscoped id of a UUID's length is kept as bytes, which
+    /// its store reads as they are (see [`UuidLength`]): the key of nearly
+    /// every delivery, copied in 16-byte pieces that the compiler inlines.
+    /// Its text costs a UTF-8 check, so the modes that ask their stores
+    /// with text take `new`'s layout.
     ///
-    /// Every other key is made out of line ([`from_parts`](Self::from_parts)),
-    /// not by an inlined `new`: the compiler copies a key into the guard's
-    /// future in pieces cut where any layout built in the same function has
-    /// a field, and `Inline`'s 4-byte length cut the first UUID piece in
-    /// three. The store's 16-byte read of that piece then waited for the
-    /// three stores to reach the cache on every delivery (AMD EPYC, 11
-    /// alternating runs: 31.4 to 23.2 ns per duplicate at 1,000 ids, 80.7
-    /// to 69.2 at 100,000).
-    #[inline]
-    pub(crate) fn for_lookup<M: MessageId + ?Sized>(scope: Option<&str>, message: &M) -> Self {
-        Self::with_lookup_key(scope, message, |key| key)
-    }
-
-    /// `then(`[`for_lookup`](Self::for_lookup)`(scope, message))`, with
-    /// `then` inlined once per layout, so that a guard builds its future
-    /// around each layout's key where it is written, not around a key
-    /// built beside it and then copied in.
+    /// `then` is inlined once per layout, so that a guard builds its future
+    /// around each layout's key where it is written, not around a key built
+    /// beside it and then copied in. Every other key is made out of line
+    /// ([`from_parts`](Self::from_parts)), not by an inlined `new`: the
+    /// compiler copies a key into the guard's future in pieces cut where
+    /// any layout built in the same function has a field, and `Inline`'s
+    /// 4-byte length cut the first UUID piece in three. The store's 16-byte
+    /// read of that piece then waited for the three stores to reach the
+    /// cache on every delivery (AMD EPYC, 11 alternating runs: 31.4 to 23.2
+    /// ns per duplicate at 1,000 ids, 80.7 to 69.2 at 100,000).
     #[inline(always)]
     pub(crate) fn with_lookup_key<M: MessageId + ?Sized, R>(
         scope: Option<&str>,
@@ -367,6 +361,11 @@ mod tests {
         assert!(key.as_str().unwrap().starts_with("1234:s"));
     }
 
+    /// Seen-set mode's key of `message`.
+    fn lookup_key(scope: Option<&str>, message: &Id) -> DedupeKey {
+        DedupeKey::with_lookup_key(scope, message, |key| key)
+    }
+
     #[test]
     fn an_unscoped_36_byte_id_is_kept_as_bytes_the_store_can_read() {
         for id in [
@@ -375,7 +374,7 @@ mod tests {
             "éééééééééééééééééé",
         ] {
             assert_eq!(id.len(), UUID_LEN);
-            let key = DedupeKey::for_lookup(None, &Id(id));
+            let key = lookup_key(None, &Id(id));
             assert!(matches!(key.0, Repr::UuidLength(_)), "{key:?}");
             assert_eq!(DedupeKey::new(None, &Id(id)).uuid_pieces(), None);
             let pieces = key.uuid_pieces().unwrap().as_flattened();
@@ -383,20 +382,14 @@ mod tests {
             assert_eq!(&pieces[UUID_LEN..], [0; 12], "the last piece ends in zeros");
             assert_eq!(key.as_str(), Some(id));
             assert_eq!(key.clone().as_str(), Some(id));
-            let scoped = DedupeKey::for_lookup(Some("s"), &Id(id));
+            let scoped = lookup_key(Some("s"), &Id(id));
             assert_eq!(scoped.uuid_pieces(), None, "{scoped:?}");
             assert_eq!(scoped.as_str(), DedupeKey::new(Some("s"), &Id(id)).as_str());
         }
-        assert_eq!(
-            DedupeKey::for_lookup(None, &Id("short")).uuid_pieces(),
-            None
-        );
-        assert_eq!(
-            DedupeKey::for_lookup(None, &Id("short")).as_str(),
-            Some("short")
-        );
-        assert!(DedupeKey::for_lookup(None, &Id("")).is_missing());
-        assert!(!DedupeKey::for_lookup(None, &Id("short")).is_missing());
+        assert_eq!(lookup_key(None, &Id("short")).uuid_pieces(), None);
+        assert_eq!(lookup_key(None, &Id("short")).as_str(), Some("short"));
+        assert!(lookup_key(None, &Id("")).is_missing());
+        assert!(!lookup_key(None, &Id("short")).is_missing());
     }
 
     #[test]

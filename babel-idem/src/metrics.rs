@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 #[cfg(feature = "metrics")]
 mod facade;
-pub(crate) mod observe;
+mod observe;
 
 #[cfg(feature = "metrics")]
 pub use facade::{DECISIONS_TOTAL, STORE_DURATION_SECONDS, STORE_ERRORS_TOTAL, describe};
@@ -241,21 +241,16 @@ thread_local! {
 
 #[inline]
 pub(crate) fn record(decision: Decision) {
-    observe::decision(decision);
-    count(decision);
+    record_with(decision, || {});
 }
 
-/// [`record`] for a caller that has put `decision` on the current span
-/// itself ([`observe::on_current_span`]) where a listener wanted it.
-#[inline]
-pub(crate) fn record_unspanned(decision: Decision) {
-    observe::unspanned(decision);
-    count(decision);
-}
-
-/// This thread's count of `decision`.
+/// [`record`], running `listened` first where a `tracing` listener takes
+/// INFO: the guard's debug event, behind the same check of the level.
+/// Forced inline, so the closure is not passed to a call (see the guard's
+/// `report_key`).
 #[inline(always)]
-fn count(decision: Decision) {
+pub(crate) fn record_with(decision: Decision, listened: impl FnOnce()) {
+    observe::decision(decision, listened);
     let counted = MINE.try_with(|mine| {
         let counter = &mine.0.0[decision as usize];
         counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);

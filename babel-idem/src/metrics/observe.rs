@@ -11,28 +11,26 @@ use crate::metrics::Decision;
 /// opened by [`Router::dispatch`](crate::Router::dispatch)).
 pub(crate) const DECISION_FIELD: &str = "messaging.babelqueue.idempotency.decision";
 
-/// Records `decision` on the current span, and in the `metrics` facade.
-#[inline]
-pub(super) fn decision(decision: Decision) {
-    // With nobody listening at INFO this is one relaxed load: no span lookup.
+/// Records `decision` on the current span, and in the `metrics` facade;
+/// `listened` runs first, where a listener takes INFO (a caller's own
+/// event, which checks its own level).
+#[inline(always)]
+pub(super) fn decision(decision: Decision, listened: impl FnOnce()) {
+    // With nobody listening at INFO this is one relaxed load: no span
+    // lookup, and no second load for the caller's event (the compiler does
+    // not merge two atomic loads of the level).
     if tracing::level_enabled!(tracing::Level::INFO) {
+        listened();
         on_current_span(decision);
     }
-    unspanned(decision);
-}
-
-/// [`decision`] without the span, for a caller that has checked the level
-/// itself and recorded the span with its own event (the guard).
-#[inline(always)]
-pub(super) fn unspanned(_decision: Decision) {
     #[cfg(feature = "metrics")]
-    super::facade::decision(_decision);
+    super::facade::decision(decision);
 }
 
 /// Out of line, so that the check above stays small where it is inlined.
 /// A current span without the field (not a consumer span) ignores it.
 #[inline(never)]
-pub(crate) fn on_current_span(decision: Decision) {
+fn on_current_span(decision: Decision) {
     tracing::Span::current().record(DECISION_FIELD, decision.as_str());
 }
 

@@ -309,16 +309,16 @@ mod tests {
         }
     }
 
-    /// What each reader makes of `id`: [`parse`], and each reader it can
-    /// take (the SWAR one everywhere, the SSE2 one where it runs).
     /// The pieces of the key a guard builds for a message with this id
     /// (`None` unless the id is 36 bytes long).
     fn key_pieces(id: &str) -> Option<[[u8; 16]; 3]> {
         let message = crate::Envelope::new("urn:babel:tests:uuid", serde_json::json!({}));
-        let key = crate::DedupeKey::for_lookup(None, &message.with_id(id));
-        key.uuid_pieces().copied()
+        let guard = crate::Guard::new(crate::InMemoryStore::new());
+        guard.key(&message.with_id(id)).uuid_pieces().copied()
     }
 
+    /// What each reader makes of `id`: [`parse`], and each reader it can
+    /// take (the SWAR one everywhere, the SSE2 one where it runs).
     fn readings(id: &str) -> Vec<(&'static str, Option<Uuid>)> {
         let mut readings = vec![("parse", parse(id))];
         if let Ok(bytes) = <&[u8; 36]>::try_from(id.as_bytes()) {
