@@ -359,10 +359,29 @@ impl InMemoryStore {
     fn contains_uuid(&self, high: u64, low: u64) -> bool {
         let uuid = [high, low];
         let (_, hash, shard) = self.locate_key(Key::Uuid(uuid));
+        match shard.uuids.read_home(uuid, hash) {
+            Some(probe) => self.live(probe),
+            None => self.contains_uuid_past_home(high, low),
+        }
+    }
+
+    /// [`contains_uuid`](Self::contains_uuid) where the slots near the
+    /// UUID's home did not answer: out of line, so that the common lookup
+    /// keeps its few registers and needs no stack frame.
+    #[inline(never)]
+    fn contains_uuid_past_home(&self, high: u64, low: u64) -> bool {
+        let uuid = [high, low];
+        let (_, hash, shard) = self.locate_key(Key::Uuid(uuid));
         let probe = match shard.uuids.read(uuid, hash) {
             Some(probe) => probe,
             None => shard.probe_locked(uuid, hash),
         };
+        self.live(probe)
+    }
+
+    /// Whether a probe found a live UUID.
+    #[inline(always)]
+    fn live(&self, probe: Probe) -> bool {
         match probe {
             Probe::Found { stamp, .. } => !self.expired(Stamp(stamp), || self.now()),
             Probe::Vacant { .. } | Probe::Full => false,

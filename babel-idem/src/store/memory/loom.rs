@@ -69,6 +69,17 @@ fn reader_racing_an_insert(slots: usize, hash: u64, home: usize) {
                             if index == home => {}
                         other => panic!("reader saw {other:?}"),
                     }
+                    // The store's lookup reads the home slots first.
+                    assert!(
+                        !matches!(table.read_home([HIGH, 0], hash), Some(Probe::Found { .. })),
+                        "a half-published slot matched another UUID near its home"
+                    );
+                    match table.read_home([HIGH, 42], hash) {
+                        None => {}
+                        Some(Probe::Found { index, stamp: 7 } | Probe::Vacant { index })
+                            if index == home => {}
+                        other => panic!("reader saw {other:?} near the home"),
+                    }
                 })
             };
             if let Probe::Vacant { index } = table.probe([HIGH, 42], hash) {
@@ -151,6 +162,16 @@ fn loom_reader_racing_a_rebuild_gets_the_answer_or_none() {
                 assert!(
                     matches!(forgotten_read, None | Some(Probe::Vacant { .. })),
                     "a forgotten UUID was found: {forgotten_read:?}"
+                );
+                let kept_home = table.read_home(kept, HASH);
+                assert!(
+                    matches!(kept_home, None | Some(Probe::Found { .. })),
+                    "a live UUID was missed near its home: {kept_home:?}"
+                );
+                let forgotten_home = table.read_home(forgotten, HASH);
+                assert!(
+                    matches!(forgotten_home, None | Some(Probe::Vacant { .. })),
+                    "a forgotten UUID was found near its home: {forgotten_home:?}"
                 );
             })
         };

@@ -121,6 +121,9 @@ pub(super) enum Probe {
 /// Slots a probe compares at once: four of 16 bytes, one or two cache lines.
 const WINDOW: usize = 4;
 
+/// Slots from a UUID's home that [`UuidTable::read_home`] compares.
+const HOME: usize = 4;
+
 /// Where a probe ends within the slots it was given, by offset among them.
 enum Stop {
     Found(usize),
@@ -156,6 +159,23 @@ fn scan<const N: usize>(window: &[Slot; N], uuid: Uuid) -> Option<Stop> {
         empty | u32::from(high == EMPTY) << bit
     });
     (empty != 0).then(|| Stop::Vacant(empty.trailing_zeros() as usize))
+}
+
+/// [`scan`] one slot after another, with a branch for each: where the
+/// slots are in the caches, the answer is most often in the first, and
+/// comparing all of them cost more than the branches (see [`LARGE_FROM`]).
+#[inline(always)]
+fn scan_each<'a>(slots: impl Iterator<Item = &'a Slot>, uuid: Uuid) -> Option<Stop> {
+    for (at, slot) in slots.enumerate() {
+        let high = slot.high.load(Acquire);
+        if high == uuid[0] && slot.low.load(Relaxed) == uuid[1] {
+            return Some(Stop::Found(at));
+        }
+        if high == EMPTY {
+            return Some(Stop::Vacant(at));
+        }
+    }
+    None
 }
 
 /// The segment that holds slot `index`, and the slot's place in it.
@@ -264,6 +284,43 @@ impl UuidTable {
         // The reader's half of the seqlock: the probe's loads come before
         // the second look, so one that saw a rearranging store sees the odd
         // (or a later) sequence.
+        fence(Acquire);
+        (self.sequence.load(Relaxed) == sequence).then_some(probe)
+    }
+
+    /// [`read`](Self::read) as far as the first slots of `uuid`'s probe,
+    /// where most lookups end: a large table's first window, or else up
+    /// to [`HOME`] slots one at a time, within the home slot's segment.
+    /// `None` when those do not give the answer, or the writer rearranged
+    /// the table.
+    ///
+    /// The same slots, compared the same way, as `read`'s first steps,
+    /// without its segment and lap bookkeeping, which cost a duplicate
+    /// delivery more than its comparisons did.
+    #[inline(always)]
+    pub(super) fn read_home(&self, uuid: Uuid, hash: u64) -> Option<Probe> {
+        let sequence = self.sequence.load(Acquire);
+        if sequence & 1 == 1 {
+            return None;
+        }
+        let mask = self.mask.load(Relaxed) as usize;
+        let index = hash as usize & mask;
+        let (segment, first) = self.locate(index)?;
+        let home = segment.slots.get(first..)?;
+        let stop = if mask + 1 >= LARGE_FROM {
+            scan(home.first_chunk::<WINDOW>()?, uuid)
+        } else {
+            // Up to the segment's end: a probe that crosses it goes on in `read`.
+            scan_each(home.iter().take(HOME), uuid)
+        };
+        let probe = stop.map(|stop| match stop {
+            Stop::Found(at) => Probe::Found {
+                index: index + at,
+                stamp: segment.stamp(first + at),
+            },
+            Stop::Vacant(at) => Probe::Vacant { index: index + at },
+        })?;
+        // As in `read`.
         fence(Acquire);
         (self.sequence.load(Relaxed) == sequence).then_some(probe)
     }
@@ -480,10 +537,15 @@ mod tests {
     /// compare windows.
     const SIZES: [usize; 2] = [MIN_SLOTS, LARGE_FROM];
 
-    /// What `read` and `probe` both answer (no rearrangement runs).
+    /// What `read` and `probe` both answer (no rearrangement runs), and
+    /// `read_home` where it answers.
     fn both(table: &UuidTable, uuid: Uuid, hash: u64) -> Probe {
         let probe = table.probe(uuid, hash);
-        assert_eq!(table.read(uuid, hash), Some(probe), "read and probe differ");
+        let read = table.read(uuid, hash);
+        assert_eq!(read, Some(probe), "read and probe differ");
+        if let Some(home) = table.read_home(uuid, hash) {
+            assert_eq!(Some(home), read, "read_home and read differ");
+        }
         probe
     }
 
@@ -543,6 +605,77 @@ mod tests {
                     "{slots} slots, home {home}: a tombstone neither matches nor ends the probe"
                 );
             }
+        }
+    }
+
+    /// `read_home` answers a probe that ends within its first slots, and
+    /// leaves one that goes further, or crosses the home segment's end,
+    /// to `read`.
+    #[test]
+    fn read_home_answers_within_the_first_slots_and_leaves_the_rest() {
+        for slots in SIZES {
+            let table = table_of(slots, true);
+            let uuid = |n: u64| [100 + n, n];
+            // A run of six from slot 2 (in segment 0 at either size).
+            for n in 0..6 {
+                table.fill(2 + n as usize, uuid(n), n + 50);
+            }
+            let found = |n: u64| Probe::Found {
+                index: 2 + n as usize,
+                stamp: n + 50,
+            };
+            for n in 0..HOME as u64 {
+                assert_eq!(
+                    table.read_home(uuid(n), 2),
+                    Some(found(n)),
+                    "{slots} slots, uuid {n}"
+                );
+            }
+            for n in HOME as u64..6 {
+                assert_eq!(table.read_home(uuid(n), 2), None, "{slots} slots, uuid {n}");
+                assert_eq!(
+                    both(&table, uuid(n), 2),
+                    found(n),
+                    "{slots} slots, uuid {n}"
+                );
+            }
+            assert_eq!(
+                table.read_home(uuid(9), 0),
+                Some(Probe::Vacant { index: 0 })
+            );
+            assert_eq!(table.read_home(uuid(9), 2), None, "past the first slots");
+            // Slots 14 and 15 end segment 0: the probe from 14 goes on in
+            // segment 1, or in a table of 16 slots wraps to slot 0.
+            let next = 16 % slots;
+            table.fill(14, uuid(7), 57);
+            table.fill(15, uuid(8), 58);
+            table.fill(next, uuid(10), 60);
+            // One at a time, the slots before the segment's end are read;
+            // a large table's window must lie within the segment.
+            let at_14 = (slots < LARGE_FROM).then_some(Probe::Found {
+                index: 14,
+                stamp: 57,
+            });
+            assert_eq!(table.read_home(uuid(7), 14), at_14, "{slots} slots");
+            assert_eq!(
+                both(&table, uuid(7), 14),
+                Probe::Found {
+                    index: 14,
+                    stamp: 57
+                }
+            );
+            assert_eq!(
+                table.read_home(uuid(10), 14),
+                None,
+                "{slots} slots: across a segment's end"
+            );
+            assert_eq!(
+                both(&table, uuid(10), 14),
+                Probe::Found {
+                    index: next,
+                    stamp: 60
+                }
+            );
         }
     }
 
