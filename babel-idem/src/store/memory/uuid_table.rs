@@ -35,7 +35,9 @@
 //! normally ends on an empty slot; if that bookkeeping were ever wrong, a
 //! probe still ends, after one lap, with [`Probe::Full`] (the UUID is
 //! absent: every slot was looked at), and the writer rearranges the table
-//! instead of looping for ever.
+//! instead of looping for ever. A lookup first compares the slots at the
+//! UUID's home alone ([`UuidTable::read_home`]), where most probes end, and
+//! takes the whole probe only when those do not answer.
 //!
 //! `loom.rs` checks this protocol under the loom model checker.
 
