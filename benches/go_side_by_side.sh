@@ -19,6 +19,13 @@
 # alternating rounds, fresh processes each (BABEL_IDEM_SIDE_BY_SIDE_ROUNDS,
 # default 3): a row per round, then the medians over the rounds.
 #
+# Both sides first run the duplicate path for BABEL_IDEM_GUARD_WARMUP_SECS
+# (default 8) in the process that then times it. A fresh process's
+# duplicate at 100,000 ids took 60 to 135 ns on an Intel Xeon guest and
+# mostly fell to 45 to 50 after seconds of running (Go's from about 69 to
+# 60), where a sleep did not do it; without the warm-up the Rust side,
+# timed after its criterion runs, was warm and the Go side was not.
+#
 # Both sides run pinned to one CPU (BABEL_IDEM_SIDE_BY_SIDE_CPU, default 0;
 # `none` leaves them unpinned): on a machine whose CPUs run at different
 # speeds, a process that the scheduler happened to place on the slower one
@@ -66,6 +73,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	babelqueue "github.com/babelqueue/babelqueue-go"
 	"github.com/babelqueue/babelqueue-go/idempotency"
@@ -79,6 +87,10 @@ var sink byte
 
 // workingSet is BABEL_IDEM_GUARD_IDS, which the script checked and set.
 var workingSet, _ = strconv.Atoi(os.Getenv("BABEL_IDEM_GUARD_IDS"))
+
+// warmUpSecs is BABEL_IDEM_GUARD_WARMUP_SECS, likewise: both sides run the
+// duplicate path this long before their first timed run.
+var warmUpSecs, _ = strconv.Atoi(os.Getenv("BABEL_IDEM_GUARD_WARMUP_SECS"))
 
 // handler mirrors benches/guard.rs: it reads only the last byte of the id.
 func handler(_ context.Context, env babelqueue.Envelope) error {
@@ -112,6 +124,12 @@ func prepare() {
 		remembered = idempotency.Wrap(idempotency.NewInMemoryStore(), handler)
 		for _, env := range working {
 			_ = remembered(context.Background(), env)
+		}
+		ctx := context.Background()
+		for start := time.Now(); time.Since(start) < time.Duration(warmUpSecs)*time.Second; {
+			for _, env := range working {
+				_ = remembered(ctx, env)
+			}
 		}
 	})
 }
@@ -156,6 +174,11 @@ if ! [[ $BABEL_IDEM_GUARD_IDS =~ ^[1-9][0-9]*$ ]]; then
     exit 2
 fi
 rounds=${BABEL_IDEM_SIDE_BY_SIDE_ROUNDS:-3}
+export BABEL_IDEM_GUARD_WARMUP_SECS=${BABEL_IDEM_GUARD_WARMUP_SECS:-8}
+if ! [[ $BABEL_IDEM_GUARD_WARMUP_SECS =~ ^[0-9]+$ ]]; then
+    echo "go_side_by_side: BABEL_IDEM_GUARD_WARMUP_SECS must be a whole number of seconds, not '$BABEL_IDEM_GUARD_WARMUP_SECS'"
+    exit 2
+fi
 if ! [[ $rounds =~ ^[1-9][0-9]*$ ]]; then
     echo "go_side_by_side: BABEL_IDEM_SIDE_BY_SIDE_ROUNDS must be a positive integer, not '$rounds'"
     exit 2
@@ -179,7 +202,7 @@ else
 fi
 
 echo "== load before the run: $(uptime)"
-echo "== Go $(go version | awk '{print $3}'), SDK at $sdk ($(git -C "$sdk" rev-parse --short HEAD 2>/dev/null || echo 'not a git checkout')); $rounds alternating rounds; $BABEL_IDEM_GUARD_IDS remembered ids; $where"
+echo "== Go $(go version | awk '{print $3}'), SDK at $sdk ($(git -C "$sdk" rev-parse --short HEAD 2>/dev/null || echo 'not a git checkout')); $rounds alternating rounds; $BABEL_IDEM_GUARD_IDS remembered ids; ${BABEL_IDEM_GUARD_WARMUP_SECS} s of warm-up on each side; $where"
 # Built once, before the first round, so no round measures a compile.
 (cd "$work" && GOFLAGS=-mod=mod GOPROXY=off GOTOOLCHAIN=local go test -c -o "$work/side_by_side.test" >/dev/null) || {
     echo "go_side_by_side: the Go benchmark did not build"
