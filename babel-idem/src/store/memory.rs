@@ -365,9 +365,12 @@ impl InMemoryStore {
         }
     }
 
-    /// [`contains_uuid`](Self::contains_uuid) where the slots near the
-    /// UUID's home did not answer: out of line, so that the common lookup
-    /// keeps its few registers and needs no stack frame.
+    /// [`contains_uuid`](Self::contains_uuid) where the slots at the
+    /// UUID's home did not answer: the whole probe, out of line, so that
+    /// its loop stays off the common lookup's path. It finds the shard and
+    /// the hash again: handing them over kept them live through the common
+    /// path (callgrind: 4.5 and 6.8 more instructions per duplicate at
+    /// 1,000 and 100,000 ids).
     #[inline(never)]
     fn contains_uuid_past_home(&self, high: u64, low: u64) -> bool {
         let uuid = [high, low];

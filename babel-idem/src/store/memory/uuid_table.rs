@@ -132,6 +132,21 @@ enum Stop {
     Vacant(usize),
 }
 
+impl Stop {
+    /// The probe's answer, for slots given from `offset` in `segment`,
+    /// where slot `offset` is the table's slot `index`.
+    #[inline(always)]
+    fn probe(self, segment: &Segment, offset: usize, index: usize) -> Probe {
+        match self {
+            Stop::Found(at) => Probe::Found {
+                index: index + at,
+                stamp: segment.stamp(offset + at),
+            },
+            Stop::Vacant(at) => Probe::Vacant { index: index + at },
+        }
+    }
+}
+
 /// Where the probe for `uuid` ends within `window`, if it does: at `uuid`,
 /// or else at the first empty slot.
 ///
@@ -161,23 +176,6 @@ fn scan<const N: usize>(window: &[Slot; N], uuid: Uuid) -> Option<Stop> {
         empty | u32::from(high == EMPTY) << bit
     });
     (empty != 0).then(|| Stop::Vacant(empty.trailing_zeros() as usize))
-}
-
-/// [`scan`] one slot after another, with a branch for each: where the
-/// slots are in the caches, the answer is most often in the first, and
-/// comparing all of them cost more than the branches (see [`LARGE_FROM`]).
-#[inline(always)]
-fn scan_each<'a>(slots: impl Iterator<Item = &'a Slot>, uuid: Uuid) -> Option<Stop> {
-    for (at, slot) in slots.enumerate() {
-        let high = slot.high.load(Acquire);
-        if high == uuid[0] && slot.low.load(Relaxed) == uuid[1] {
-            return Some(Stop::Found(at));
-        }
-        if high == EMPTY {
-            return Some(Stop::Vacant(at));
-        }
-    }
-    None
 }
 
 /// The segment that holds slot `index`, and the slot's place in it.
@@ -268,24 +266,31 @@ impl UuidTable {
     /// again under the shard's lock, where no rearrangement runs).
     #[inline]
     pub(super) fn read(&self, uuid: Uuid, hash: u64) -> Option<Probe> {
-        let sequence = self.sequence.load(Acquire);
-        if sequence & 1 == 1 {
-            return None;
-        }
         // The lock-free reader is the one that waits on a large table's
         // misses (a duplicate's whole lookup); the writer's probes, under
         // the lock, go one slot at a time: they run where the reader has
         // just been, or rearrange a table, and windows only cost them.
-        // The mask is loaded once, for both the choice and the probe.
-        let mask = self.mask.load(Relaxed);
-        let probe = if mask as usize + 1 >= LARGE_FROM {
-            self.probe_by::<WINDOW>(uuid, hash, mask)
-        } else {
-            self.probe_by::<1>(uuid, hash, mask)
-        };
-        // The reader's half of the seqlock: the probe's loads come before
-        // the second look, so one that saw a rearranging store sees the odd
-        // (or a later) sequence.
+        self.seqlocked(move |mask| {
+            Some(if mask as usize + 1 >= LARGE_FROM {
+                self.probe_by::<WINDOW>(uuid, hash, mask)
+            } else {
+                self.probe_by::<1>(uuid, hash, mask)
+            })
+        })
+    }
+
+    /// The reader's half of the seqlock, around `probe` (given the mask,
+    /// loaded once for both the choice of width and the probe): `None`
+    /// when the writer rearranged the table meanwhile.
+    #[inline(always)]
+    fn seqlocked(&self, probe: impl FnOnce(u64) -> Option<Probe>) -> Option<Probe> {
+        let sequence = self.sequence.load(Acquire);
+        if sequence & 1 == 1 {
+            return None;
+        }
+        let probe = probe(self.mask.load(Relaxed))?;
+        // The probe's loads come before the second look, so one that saw
+        // a rearranging store sees the odd (or a later) sequence.
         fence(Acquire);
         (self.sequence.load(Relaxed) == sequence).then_some(probe)
     }
@@ -301,30 +306,23 @@ impl UuidTable {
     /// delivery more than its comparisons did.
     #[inline(always)]
     pub(super) fn read_home(&self, uuid: Uuid, hash: u64) -> Option<Probe> {
-        let sequence = self.sequence.load(Acquire);
-        if sequence & 1 == 1 {
-            return None;
-        }
-        let mask = self.mask.load(Relaxed) as usize;
-        let index = hash as usize & mask;
-        let (segment, first) = self.locate(index)?;
-        let home = segment.slots.get(first..)?;
-        let stop = if mask + 1 >= LARGE_FROM {
-            scan(home.first_chunk::<WINDOW>()?, uuid)
-        } else {
-            // Up to the segment's end: a probe that crosses it goes on in `read`.
-            scan_each(home.iter().take(HOME), uuid)
-        };
-        let probe = stop.map(|stop| match stop {
-            Stop::Found(at) => Probe::Found {
-                index: index + at,
-                stamp: segment.stamp(first + at),
-            },
-            Stop::Vacant(at) => Probe::Vacant { index: index + at },
-        })?;
-        // As in `read`.
-        fence(Acquire);
-        (self.sequence.load(Relaxed) == sequence).then_some(probe)
+        self.seqlocked(move |mask| {
+            let index = hash as usize & mask as usize;
+            let (segment, first) = self.locate(index)?;
+            let home = segment.slots.get(first..)?;
+            if mask as usize + 1 >= LARGE_FROM {
+                let stop = scan(home.first_chunk::<WINDOW>()?, uuid)?;
+                Some(stop.probe(segment, first, index))
+            } else {
+                // One slot at a time, as `read` goes in a small table, up
+                // to the segment's end: a probe that crosses it goes on in
+                // `read`.
+                home.iter().take(HOME).enumerate().find_map(|(at, slot)| {
+                    let stop = scan(std::array::from_ref(slot), uuid)?;
+                    Some(stop.probe(segment, first + at, index + at))
+                })
+            }
+        })
     }
 
     /// Finds `uuid`, looking at each slot at most once, one at a time. Safe
@@ -363,17 +361,7 @@ impl UuidTable {
                     break;
                 };
                 match stop {
-                    Some(Stop::Found(at)) => {
-                        return Probe::Found {
-                            index: index + (offset + at - first),
-                            stamp: segment.stamp(offset + at),
-                        };
-                    }
-                    Some(Stop::Vacant(at)) => {
-                        return Probe::Vacant {
-                            index: index + (offset + at - first),
-                        };
-                    }
+                    Some(stop) => return stop.probe(segment, offset, index + (offset - first)),
                     None => offset += width,
                 }
             }
