@@ -21,9 +21,9 @@
 #
 # Both sides first run the duplicate path for BABEL_IDEM_GUARD_WARMUP_SECS
 # (default 8) in the process that then times it. A fresh process's
-# duplicate at 100,000 ids took 60 to 135 ns on an Intel Xeon guest and
-# mostly fell to 45 to 50 after seconds of running (Go's from about 69 to
-# 60), where a sleep did not do it; without the warm-up the Rust side,
+# duplicate at 100,000 ids took 62 to 130 ns on an Intel Xeon guest and
+# fell to 47 to 52 after 8 seconds of running in 6 of 8 runs (Go's from
+# about 69 to 60 over 6 seconds), where a sleep did not do it; without the warm-up the Rust side,
 # timed after its criterion runs, was warm and the Go side was not.
 #
 # Both sides run pinned to one CPU (BABEL_IDEM_SIDE_BY_SIDE_CPU, default 0;

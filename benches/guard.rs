@@ -350,7 +350,7 @@ fn go_comparison(working_set: &[Envelope], store: &InMemoryStore, first_delivery
 
 /// Runs the duplicate path for `BABEL_IDEM_GUARD_WARMUP_SECS` (none when
 /// unset), as `go_side_by_side.sh` has both sides do before they time it:
-/// a fresh process's duplicate at 100,000 ids ran at up to 2.5 times the
+/// a fresh process's duplicate at 100,000 ids ran at up to 2.7 times the
 /// cost it settled at after seconds of running (a sleep did not do it).
 fn warm_up(working_set: &[Envelope], store: &InMemoryStore) {
     let seconds = match std::env::var("BABEL_IDEM_GUARD_WARMUP_SECS") {
