@@ -22,7 +22,7 @@ pub use facade::{DECISIONS_TOTAL, STORE_DURATION_SECONDS, STORE_ERRORS_TOTAL, de
 // The consumer span (router) declares this field; its unit test checks the name.
 #[cfg(test)]
 pub(crate) use observe::DECISION_FIELD;
-pub(crate) use observe::{Timed, claim_mode, timed};
+pub(crate) use observe::{Timed, claim_mode, timed, timed_now};
 
 /// What a guard did with one delivery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

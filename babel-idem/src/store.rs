@@ -148,7 +148,8 @@ pub trait Store: Send + Sync {
     }
 
     /// [`seen`](Store::seen) for a guard's key: the call the seen-set guard
-    /// makes. Not for implementors: the default asks `seen` with the key's
+    /// makes and awaits where [`seen_key_now`](Store::seen_key_now) has no
+    /// answer. Not for implementors: the default asks `seen` with the key's
     /// text, and only [`InMemoryStore`] answers from the key's bytes, which
     /// spares every delivery of a UUID id a UTF-8 check (seen-set mode keeps
     /// such an id as bytes: see [`KeyLayout`](crate::KeyLayout)).
@@ -156,6 +157,18 @@ pub trait Store: Send + Sync {
     #[inline]
     fn seen_key<'a>(&'a self, key: &'a DedupeKey) -> StoreFuture<'a, bool> {
         self.seen(key.id())
+    }
+
+    /// [`seen_key`](Store::seen_key)'s answer where the store has it
+    /// without waiting, `None` otherwise (the default). Not for
+    /// implementors: the seen-set guard asks it in its first poll, which
+    /// skips a duplicate there and then, and only [`InMemoryStore`]
+    /// answers.
+    #[doc(hidden)]
+    #[inline]
+    fn seen_key_now(&self, key: &DedupeKey) -> Option<Result<bool, StoreError>> {
+        let _ = key;
+        None
     }
 
     /// [`remember`](Store::remember) for a guard's key; see
@@ -193,6 +206,10 @@ macro_rules! forward_store {
             #[inline]
             fn seen_key<'a>(&'a self, key: &'a DedupeKey) -> StoreFuture<'a, bool> {
                 (**self).seen_key(key)
+            }
+            #[inline]
+            fn seen_key_now(&self, key: &DedupeKey) -> Option<Result<bool, StoreError>> {
+                (**self).seen_key_now(key)
             }
             #[inline]
             fn remember_key<'a>(&'a self, key: &'a DedupeKey) -> StoreFuture<'a, ()> {

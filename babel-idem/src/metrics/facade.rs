@@ -216,6 +216,25 @@ pub(crate) fn timed<S: ?Sized, F>(operation: StoreOperation, call: impl FnOnce()
     }
 }
 
+/// [`timed`] for a call that answers at once or not at all (`None`, which
+/// records nothing: the call is made again, and timed, as a future).
+pub(crate) fn timed_now<S: ?Sized, T>(
+    operation: StoreOperation,
+    call: impl FnOnce() -> Option<Result<T, StoreError>>,
+) -> Option<Result<T, StoreError>> {
+    let start = Instant::now();
+    let answer = call();
+    if let Some(answer) = &answer {
+        let call = StoreCall {
+            operation,
+            backend: backend_label::<S>,
+            start,
+        };
+        call.completed(answer.is_err());
+    }
+    answer
+}
+
 /// A store call's future that records its latency, and its failure, when it
 /// completes. A call dropped before it completes records nothing.
 pub(crate) struct Timed<F> {

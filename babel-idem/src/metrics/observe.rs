@@ -35,7 +35,7 @@ fn on_current_span(decision: Decision) {
 }
 
 #[cfg(feature = "metrics")]
-pub(crate) use super::facade::{Timed, claim_mode, timed};
+pub(crate) use super::facade::{Timed, claim_mode, timed, timed_now};
 
 /// Without the feature `metrics`: the store call itself.
 #[cfg(not(feature = "metrics"))]
@@ -51,6 +51,19 @@ pub(crate) fn timed<S: ?Sized, F>(
     _operation: crate::store::StoreOperation,
     call: impl FnOnce() -> F,
 ) -> Timed<F> {
+    call()
+}
+
+/// Makes the store call `call` of `operation` on a store of type `S`, which
+/// answers at once or not at all (`None`); with the feature `metrics` an
+/// answer's latency and failure are recorded.
+#[cfg(not(feature = "metrics"))]
+#[inline(always)]
+#[allow(clippy::extra_unused_type_parameters)]
+pub(crate) fn timed_now<S: ?Sized, T>(
+    _operation: crate::store::StoreOperation,
+    call: impl FnOnce() -> Option<Result<T, crate::StoreError>>,
+) -> Option<Result<T, crate::StoreError>> {
     call()
 }
 
