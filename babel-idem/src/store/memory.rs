@@ -26,14 +26,13 @@ use super::settings::optional_ttl_millis;
 use super::{Store, StoreError, StoreFuture, StoreOperation, failed};
 use crate::DedupeKey;
 
-mod canonical_uuid;
 mod claims;
 #[cfg(all(test, loom))]
 mod loom;
 mod sync;
 mod uuid_table;
 
-use canonical_uuid::Uuid;
+use crate::key::canonical_uuid::{self, Uuid};
 use sync::{IdHasher, Mutex, MutexGuard};
 use uuid_table::{Probe, UuidTable};
 
@@ -773,14 +772,14 @@ impl<'a> Key<'a> {
             .unwrap_or(Key::Text(id))
     }
 
-    /// The key of a guard's key that holds a UUID the tables can hold, read
-    /// from the key's bytes (no `str` of it is made); `None` for every key
-    /// that takes [`of`](Self::of) of its text instead.
+    /// The key of a guard's key that holds a UUID the tables can hold, as
+    /// the guard read it when it built the key (no `str` of it is made);
+    /// `None` for every key that takes [`of`](Self::of) of its text
+    /// instead (the words of an id that is not a canonical UUID are
+    /// `[0, 0]`, which no table holds).
     #[inline]
     fn uuid_of_guard_key(key: &DedupeKey) -> Option<Self> {
-        key.uuid_pieces()
-            .and_then(canonical_uuid::parse_pieces)
-            .and_then(Key::held_uuid)
+        key.uuid_words().and_then(Key::held_uuid)
     }
 
     /// A UUID the tables can hold; the others take the text path.

@@ -44,8 +44,8 @@
 use std::sync::OnceLock;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
-use super::canonical_uuid::Uuid;
 use super::sync::{AtomicU64, fence};
+use crate::key::canonical_uuid::Uuid;
 
 /// A high word that marks an empty slot.
 const EMPTY: u64 = 0;

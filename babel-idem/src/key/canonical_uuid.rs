@@ -1,7 +1,9 @@
 //! The canonical UUID form every BabelQueue SDK mints, read into two words.
 //!
-//! This runs on every delivery, and on a duplicate it was a third of the
-//! in-memory store's time. Two readers give one [layout](parse): 16 bytes
+//! A seen-set guard reads its key's UUID as it builds the key (see the
+//! key's `UuidLength`), and `InMemoryStore` looks ids up by it. This runs
+//! on every delivery, and on a duplicate it was a third of the in-memory
+//! store's time. Two readers give one [layout](parse): 16 bytes
 //! at a time with SSE2 on x86-64 (through `safe_arch`, whose wrappers are
 //! safe where the CPU feature is enabled at compile time, as SSE2 always
 //! is there; this crate forbids `unsafe`), eight at a time in a `u64`
@@ -10,7 +12,7 @@
 /// A canonical UUID as two words holding its 32 hex digits, one nibble
 /// each. The digits are not in reading order (see [`parse`]): the table only
 /// needs one value per UUID, and the order that is cheapest to build.
-pub(super) type Uuid = [u64; 2];
+pub(crate) type Uuid = [u64; 2];
 
 /// Parses the canonical form only (36 bytes, lowercase hex, hyphens at
 /// 8-13-18-23), so two ids are one key exactly when their strings are equal.
@@ -20,7 +22,7 @@ pub(super) type Uuid = [u64; 2];
 /// the four nibbles that fall on a hyphen hold the last four digits, of
 /// bytes 32 to 35 (see `tests::place`, the same layout digit by digit).
 #[inline(always)]
-pub(super) fn parse(id: &str) -> Option<Uuid> {
+pub(crate) fn parse(id: &str) -> Option<Uuid> {
     read(id.as_bytes().try_into().ok()?)
 }
 
@@ -28,7 +30,7 @@ pub(super) fn parse(id: &str) -> Option<Uuid> {
 /// holding bytes 32 to 36 and zeros (a guard's key): each piece is read
 /// whole, as it was written.
 #[inline(always)]
-pub(super) fn parse_pieces(pieces: &[[u8; 16]; 3]) -> Option<Uuid> {
+pub(crate) fn parse_pieces(pieces: &[[u8; 16]; 3]) -> Option<Uuid> {
     read_pieces(pieces)
 }
 
@@ -284,7 +286,7 @@ fn nibbles(bytes: u64) -> u64 {
 /// a per-store seed, folded (the construction foldhash uses), cheaper than
 /// hashing the words as a byte slice.
 #[inline(always)]
-pub(super) fn hash(uuid: Uuid, seeds: [u64; 2]) -> u64 {
+pub(crate) fn hash(uuid: Uuid, seeds: [u64; 2]) -> u64 {
     let full = u128::from(uuid[0] ^ seeds[0]) * u128::from(uuid[1] ^ seeds[1]);
     (full as u64) ^ (full >> 64) as u64
 }
@@ -309,20 +311,26 @@ mod tests {
         }
     }
 
-    /// The pieces of the key a guard builds for a message with this id
-    /// (`None` unless the id is 36 bytes long).
-    fn key_pieces(id: &str) -> Option<[[u8; 16]; 3]> {
+    /// The words of the key a guard builds for a message with this id
+    /// (`None` unless the id is 36 bytes long), as a reading: `[0, 0]`,
+    /// the key's mark of bytes that are not a canonical UUID, is `None`
+    /// unless the id is the nil UUID, which reads as `[0, 0]`.
+    fn key_words(id: &str) -> Option<Uuid> {
         let message = crate::Envelope::new("urn:babel:tests:uuid", serde_json::json!({}));
         let guard = crate::Guard::new(crate::InMemoryStore::new());
-        guard.key(&message.with_id(id)).uuid_pieces().copied()
+        let words = guard.key(&message.with_id(id)).uuid_words()?;
+        let nil = id == "00000000-0000-0000-0000-000000000000";
+        (words != [0, 0] || nil).then_some(words)
     }
 
     /// What each reader makes of `id`: [`parse`], and each reader it can
-    /// take (the SWAR one everywhere, the SSE2 one where it runs).
+    /// take (the SWAR one everywhere, the SSE2 one where it runs, both over
+    /// the pieces a key keeps), and the guard's key.
     fn readings(id: &str) -> Vec<(&'static str, Option<Uuid>)> {
         let mut readings = vec![("parse", parse(id))];
         if let Ok(bytes) = <&[u8; 36]>::try_from(id.as_bytes()) {
-            let pieces = key_pieces(id).expect("a 36-byte id's key is kept in pieces");
+            let pieces = super::super::pieces(bytes);
+            readings.push(("guard's key", key_words(id)));
             readings.push(("pieces", parse_pieces(&pieces)));
             readings.push(("swar", swar::parse(bytes)));
             readings.push(("swar pieces", swar::parse_pieces(&pieces)));
@@ -419,7 +427,7 @@ mod tests {
 
     #[test]
     fn pieces_with_bytes_past_the_id_are_refused() {
-        let key = key_pieces("f1e2d3c4-b5a6-4789-90ab-cdef01234567").unwrap();
+        let key = super::super::pieces(b"f1e2d3c4-b5a6-4789-90ab-cdef01234567");
         for at in 36..48 {
             let mut pieces = key;
             assert!(parse_pieces(&pieces).is_some());
