@@ -186,9 +186,10 @@ impl Leased {
 
 /// How a mode lays out its keys, one way per mode (sealed: the modes are
 /// this crate's). Seen-set mode keeps an unscoped id of a UUID's length as
-/// bytes, which its store call ([`Store::seen_key`]) reads as they are; the
-/// other modes ask their stores with text, which that layout would have to
-/// check as UTF-8 on every call. The key's text is the same in every mode.
+/// bytes and the UUID they spell, which its store call
+/// ([`Store::seen_key`]) reads as they are; the other modes ask their
+/// stores with text, which that layout would have to check as UTF-8 on
+/// every call. The key's text is the same in every mode.
 ///
 /// ```
 /// use babel_idem::{Envelope, Guard, InMemoryStore};

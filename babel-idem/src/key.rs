@@ -181,11 +181,11 @@ impl DedupeKey {
     }
 
     /// `then(key)` for seen-set mode's key of `message`: [`new`](Self::new)'s
-    /// text, but an unscoped id of a UUID's length is kept as bytes, which
-    /// its store reads as they are (see [`UuidLength`]): the key of nearly
-    /// every delivery, copied in 16-byte pieces that the compiler inlines.
-    /// Its text costs a UTF-8 check, so the modes that ask their stores
-    /// with text take `new`'s layout.
+    /// text, but an unscoped id of a UUID's length is kept as bytes, with
+    /// the UUID they spell, which its store looks up by (see
+    /// [`UuidLength`]): the key of nearly every delivery, copied in 16-byte
+    /// pieces that the compiler inlines. Its text costs a UTF-8 check, so
+    /// the modes that ask their stores with text take `new`'s layout.
     ///
     /// `then` is inlined once per layout, so that a guard builds its future
     /// around each layout's key where it is written, not around a key built

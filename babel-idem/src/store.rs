@@ -150,9 +150,10 @@ pub trait Store: Send + Sync {
     /// [`seen`](Store::seen) for a guard's key: the call the seen-set guard
     /// makes and awaits where [`seen_key_now`](Store::seen_key_now) has no
     /// answer. Not for implementors: the default asks `seen` with the key's
-    /// text, and only [`InMemoryStore`] answers from the key's bytes, which
-    /// spares every delivery of a UUID id a UTF-8 check (seen-set mode keeps
-    /// such an id as bytes: see [`KeyLayout`](crate::KeyLayout)).
+    /// text, and only [`InMemoryStore`] answers from the UUID the key
+    /// holds, which spares every delivery of a UUID id a UTF-8 check
+    /// (seen-set mode keeps such an id as bytes and the UUID they spell:
+    /// see [`KeyLayout`](crate::KeyLayout)).
     #[doc(hidden)]
     #[inline]
     fn seen_key<'a>(&'a self, key: &'a DedupeKey) -> StoreFuture<'a, bool> {
