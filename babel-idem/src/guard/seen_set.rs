@@ -32,7 +32,7 @@ where
         on_remember_failure,
         handler,
         then: after_asking::<S, F, E>,
-        skipped: false,
+        ended: false,
     }
 }
 
@@ -52,20 +52,22 @@ pin_project! {
     #[project = DecideProj]
     #[project_replace = DecideTaken]
     enum Decide<S, F, C, R> {
-        /// Not polled yet, or `skipped` in the first poll. `then` builds
-        /// the rest of the decision: a function item, so that the rest's
-        /// type is named without a box.
+        /// Not polled yet, or `ended` in the first poll. `then` builds the
+        /// rest of the decision: a function item, so that the rest's type
+        /// is named without a box.
         Asking {
             store: S,
             key: DedupeKey,
             on_remember_failure: OnRememberFailure,
             handler: F,
             then: C,
-            // Set rather than a move to `Done`: the key and the handler are
-            // then dropped with the future, as they would be anyway, and a
-            // duplicate's skip is one store (a move to `Done` read the key
-            // back to drop it: 14.5 instructions more per duplicate).
-            skipped: bool,
+            // Set when the store's answer ended the delivery (a skip, or a
+            // store error), rather than a move to `Done`: the key and the
+            // handler are then dropped with the future, as they would be
+            // anyway, and a duplicate's skip is one store (a move to `Done`
+            // read the key back to drop it: 14.5 instructions more per
+            // duplicate).
+            ended: bool,
         },
         /// The rest of the decision: the store is awaited, or the handler
         /// runs. A rest that ended stays here, and a further poll panics in
@@ -74,7 +76,7 @@ pin_project! {
             #[pin]
             rest: R,
         },
-        /// Failed on the store's answer in the first poll.
+        /// Stands in while the parts move from `Asking` to `Deciding`.
         Done,
     }
 }
@@ -93,29 +95,29 @@ where
     // stayed a call (302.2 instructions per duplicate).
     #[inline(always)]
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let answer = match self.as_mut().project() {
-            DecideProj::Asking { skipped: true, .. } | DecideProj::Done => {
+        let ask = match self.as_mut().project() {
+            DecideProj::Asking { ended: true, .. } | DecideProj::Done => {
                 panic!("a guard's future was polled after it completed")
             }
             DecideProj::Asking {
-                store,
-                key,
-                skipped,
-                ..
+                store, key, ended, ..
             } if !key.is_missing() => {
-                let answer = timed_now::<S, _>(StoreOperation::Seen, || store.seen_key_now(key));
-                if let Some(Ok(true)) = answer {
-                    report_key(Decision::Skipped, key);
-                    *skipped = true;
-                    return Poll::Ready(Ok(()));
+                match timed_now::<S, _>(StoreOperation::Seen, || store.seen_key_now(key)) {
+                    None => Ask::Store,
+                    Some(seen) => match ended_by(seen, key) {
+                        Some(result) => {
+                            *ended = true;
+                            return Poll::Ready(result);
+                        }
+                        None => Ask::Nothing,
+                    },
                 }
-                answer
             }
             // A missing key is the rest's to report.
-            DecideProj::Asking { .. } => None,
+            DecideProj::Asking { .. } => Ask::Store,
             DecideProj::Deciding { rest } => return rest.poll(cx),
         };
-        self.go_on(answer, cx)
+        self.go_on(ask, cx)
     }
 }
 
@@ -126,16 +128,11 @@ where
     C: FnOnce(S, DedupeKey, OnRememberFailure, F, Ask) -> R,
     R: Future<Output = Result<(), E>>,
 {
-    /// Leaves `Asking` with the store's answer if it gave one (`true`
-    /// was skipped): for the rest of the decision, or done at once on a
-    /// store error. Out of line, so that only a duplicate's skip is
-    /// inlined where the guard is polled.
+    /// Leaves `Asking` for the rest of the decision, which asks the store
+    /// what `ask` says, and polls it. Out of line, so that only a
+    /// duplicate's skip is inlined where the guard is polled.
     #[inline(never)]
-    fn go_on(
-        mut self: Pin<&mut Self>,
-        answer: Option<Result<bool, StoreError>>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Result<(), E>> {
+    fn go_on(mut self: Pin<&mut Self>, ask: Ask, cx: &mut Context<'_>) -> Poll<Result<(), E>> {
         // `Done` stands in while the parts are moved to the rest.
         if let DecideTaken::Asking {
             store,
@@ -143,15 +140,9 @@ where
             on_remember_failure,
             handler,
             then,
-            skipped: _,
+            ended: _,
         } = self.as_mut().project_replace(Decide::Done)
         {
-            let ask = match answer {
-                None => Ask::Store,
-                Some(Ok(_not_seen)) => Ask::Nothing,
-                // The handler is dropped unrun, and the message retried.
-                Some(Err(error)) => return Poll::Ready(store_failed(key.id(), error)),
-            };
             let rest = then(store, key, on_remember_failure, handler, ask);
             self.as_mut().set(Decide::Deciding { rest });
         }
@@ -159,6 +150,24 @@ where
             DecideProj::Deciding { rest } => rest.poll(cx),
             _ => unreachable!("`go_on` is only called in `Asking`, which it leaves for `Deciding`"),
         }
+    }
+}
+
+/// What `seen`'s answer decides: `None` to run the handler, or the result
+/// that ends the delivery (a skip, or a store error, on which the handler
+/// does not run and the message is retried).
+#[inline(always)]
+fn ended_by<E: From<StoreError>>(
+    seen: Result<bool, StoreError>,
+    key: &DedupeKey,
+) -> Option<Result<(), E>> {
+    match seen {
+        Ok(false) => None,
+        Ok(true) => {
+            report_key(Decision::Skipped, key);
+            Some(Ok(()))
+        }
+        Err(error) => Some(store_failed(key.id(), error)),
     }
 }
 
@@ -203,20 +212,12 @@ where
         // on the paths that report it (see `Store::seen_key`). `seen`'s
         // answer lives in a block of its own: whatever is kept across an
         // `await` is stored in the future.
-        {
-            let seen = match ask {
-                Ask::Nothing => Ok(false),
-                Ask::Store => store_answer!(timed::<S, _>(StoreOperation::Seen, || {
-                    store.seen_key(&key)
-                })),
-            };
-            match seen {
-                Ok(false) => {}
-                Ok(true) => {
-                    report_key(Decision::Skipped, &key);
-                    return Ok(());
-                }
-                Err(error) => return store_failed(key.id(), error),
+        if let Ask::Store = ask {
+            let seen = store_answer!(timed::<S, _>(StoreOperation::Seen, || {
+                store.seen_key(&key)
+            }));
+            if let Some(result) = ended_by(seen, &key) {
+                return result;
             }
         }
 

@@ -205,14 +205,10 @@ pub(super) fn decision(decision: Decision) {
 /// it from before the call (a store that answers from memory does its work
 /// in the call itself) to the end of its future.
 pub(crate) fn timed<S: ?Sized, F>(operation: StoreOperation, call: impl FnOnce() -> F) -> Timed<F> {
-    let start = Instant::now();
+    let timing = StoreCall::starting::<S>(operation);
     Timed {
         future: call(),
-        call: StoreCall {
-            operation,
-            backend: backend_label::<S>,
-            start,
-        },
+        call: timing,
     }
 }
 
@@ -222,15 +218,10 @@ pub(crate) fn timed_now<S: ?Sized, T>(
     operation: StoreOperation,
     call: impl FnOnce() -> Option<Result<T, StoreError>>,
 ) -> Option<Result<T, StoreError>> {
-    let start = Instant::now();
+    let timing = StoreCall::starting::<S>(operation);
     let answer = call();
     if let Some(answer) = &answer {
-        let call = StoreCall {
-            operation,
-            backend: backend_label::<S>,
-            start,
-        };
-        call.completed(answer.is_err());
+        timing.completed(answer.is_err());
     }
     answer
 }
@@ -250,6 +241,15 @@ struct StoreCall {
 }
 
 impl StoreCall {
+    /// A call of `operation` on a store of type `S`, starting now.
+    fn starting<S: ?Sized>(operation: StoreOperation) -> Self {
+        StoreCall {
+            operation,
+            backend: backend_label::<S>,
+            start: Instant::now(),
+        }
+    }
+
     /// Records the call's latency, and its failure, now that it completed.
     fn completed(&self, failed: bool) {
         let (operation, backend) = (self.operation, (self.backend)());
