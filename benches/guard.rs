@@ -14,9 +14,11 @@
 //!   id (one `claim` that answers done) and the first delivery (`claim`, run,
 //!   `commit`), beside the seen-set figures;
 //! - the three paths `benches/go_side_by_side.sh` sets beside the Go SDK's
-//!   `idempotency.Wrap`: the bare call and the duplicate over the 100,000,
-//!   and the first delivery of fresh ids, each the median of 5 runs of
-//!   1,000,000 deliveries (the loop `go test -benchtime 1000000x` runs).
+//!   `idempotency.Wrap`: the bare call and the duplicate over the 100,000
+//!   (12 slices of 1,000,000 deliveries each), and the first delivery of
+//!   fresh ids (5 slices, each 1,000,000 ids into a new store), every slice
+//!   followed by a probe of whether another hardware thread shared the core
+//!   meanwhile (`core_width_probe`).
 //!
 //! Run: `cargo bench --bench guard` (add `-- --quick` for a shorter run).
 //! `BABEL_IDEM_GUARD_IDS=1000` runs the duplicate paths over 1,000
@@ -25,9 +27,11 @@
 //! before the Go-comparison block and before the profiled duplicate loop
 //! below (`go_side_by_side.sh` sets it on both sides).
 //!
-//! For a profiler, `BABEL_IDEM_GUARD_PROFILE=duplicate` (or `bare`, or
-//! `first`) skips all of the above and runs only that path, 1,000,000
-//! deliveries in `profiled_deliveries` (over `BABEL_IDEM_GUARD_IDS` ids), e.g.
+//! For a profiler, `BABEL_IDEM_GUARD_PROFILE=duplicate` (or `bare`,
+//! `duplicate-dyn`: the duplicate called through a `&dyn Fn` as in the Go
+//! comparison, or `first`) skips all of the above and runs only that path,
+//! 1,000,000 deliveries in `profiled_deliveries` (over `BABEL_IDEM_GUARD_IDS`
+//! ids), e.g.
 //! `valgrind --tool=callgrind --toggle-collect=*profiled_deliveries* <bench binary>`:
 //! the instructions per delivery are that function's inclusive count / 1,000,000.
 //! Add `--cache-sim=yes --LL=524288,8,64` for the cache misses per delivery of
@@ -259,8 +263,21 @@ fn per_delivery(rounds: usize, deliveries: usize, mut body: impl FnMut() -> Dura
     )
 }
 
-/// Prints the first-delivery figures; returns the guarded one (ns).
-fn first_delivery() -> f64 {
+/// The time `fresh` takes to go through the guard into a new store, the
+/// first delivery of each (the store's drop not included).
+fn first_deliveries(fresh: &[Envelope]) -> Duration {
+    let store = InMemoryStore::new();
+    let start = Instant::now();
+    for env in fresh {
+        ready!(guard(&store, env, handler(env))).unwrap();
+    }
+    let elapsed = start.elapsed();
+    drop(store);
+    elapsed
+}
+
+/// Prints the first-delivery figures.
+fn first_delivery() {
     let fresh = envelopes(FRESH_IDS);
     let bare = per_delivery(5, FRESH_IDS, || {
         let start = Instant::now();
@@ -269,16 +286,7 @@ fn first_delivery() -> f64 {
         }
         start.elapsed()
     });
-    let guarded = per_delivery(5, FRESH_IDS, || {
-        let store = InMemoryStore::new();
-        let start = Instant::now();
-        for env in &fresh {
-            ready!(guard(&store, env, handler(env))).unwrap();
-        }
-        let elapsed = start.elapsed();
-        drop(store);
-        elapsed
-    });
+    let guarded = per_delivery(5, FRESH_IDS, || first_deliveries(&fresh));
     let claimed = per_delivery(5, FRESH_IDS, || {
         let store = InMemoryStore::new();
         let claimed = Guard::new(&store).lease(LEASE).unwrap();
@@ -314,15 +322,69 @@ fn first_delivery() -> f64 {
         naive - bare,
         (naive - bare) / (guarded - bare)
     );
-    guarded
+}
+
+/// Timed slices per path in the Go comparison: the bare call and the
+/// duplicate (each slice is [`DELIVERIES`] deliveries), and the first
+/// delivery (each slice fills a new store with [`DELIVERIES`] fresh ids).
+const COMPARISON_SLICES: usize = 12;
+const FIRST_DELIVERY_SLICES: usize = 5;
+
+/// One timed slice of the Go comparison: nanoseconds per delivery, and the
+/// [`core_width_probe`] right after it.
+struct Slice {
+    ns: f64,
+    width: f64,
+}
+
+/// Fixed work that keeps the core's execution units busy (eight independent
+/// chains of add, shift and xor), timed: operations per nanosecond.
+///
+/// It slows down while another hardware thread shares this core (an SMT
+/// sibling; on a cloud guest, another tenant's vCPU, which comes and goes
+/// over seconds). That sharing slows the guard's duplicate path, which runs
+/// at 4 to 5 instructions per cycle, by half again, and Go's `Wrap` by about
+/// as much. `go_side_by_side.sh` runs the same probe on the Go side after
+/// each slice, so that it can set each side's figures beside the other's
+/// taken while the core was its own.
+#[inline(never)]
+fn core_width_probe() -> f64 {
+    const STEPS: u64 = 2_000_000;
+    let mut lanes: [u64; 8] = black_box([1, 2, 3, 4, 5, 6, 7, 8]);
+    let start = Instant::now();
+    for step in 0..STEPS {
+        for lane in &mut lanes {
+            *lane = lane.wrapping_add(step) ^ (*lane >> 3);
+        }
+    }
+    black_box(lanes);
+    (STEPS * 8 * 3) as f64 / start.elapsed().as_nanos() as f64
+}
+
+/// `count` slices of `body`, each probed as it ends (see [`core_width_probe`]).
+fn probed_slices(
+    count: usize,
+    deliveries: usize,
+    mut body: impl FnMut() -> Duration,
+) -> Vec<Slice> {
+    (0..count)
+        .map(|_| {
+            let ns = body().as_nanos() as f64 / deliveries as f64;
+            Slice {
+                ns,
+                width: core_width_probe(),
+            }
+        })
+        .collect()
 }
 
 /// The three paths of `benches/go_side_by_side.sh`, in the layout it reads:
-/// a heading, then `label  figure  ns` lines, then a blank line.
-fn go_comparison(working_set: &[Envelope], store: &InMemoryStore, first_delivery: f64) {
+/// a heading, then a `label  slices` line per path (each slice `ns@width`),
+/// then a blank line. The Go side prints the same lines.
+fn go_comparison(working_set: &[Envelope], store: &InMemoryStore) {
     warm_up(working_set, store);
     let over_working_set = |body: &dyn Fn(&Envelope)| {
-        per_delivery(5, DELIVERIES, || {
+        probed_slices(COMPARISON_SLICES, DELIVERIES, || {
             let start = Instant::now();
             for env in working_set.iter().cycle().take(DELIVERIES) {
                 body(env);
@@ -332,18 +394,32 @@ fn go_comparison(working_set: &[Envelope], store: &InMemoryStore, first_delivery
     };
     let bare = over_working_set(&|env| ready!(handler(env)).unwrap());
     let duplicate = over_working_set(&|env| ready!(guard(store, env, handler(env))).unwrap());
+    let fresh = envelopes(DELIVERIES);
+    let first_delivery = probed_slices(FIRST_DELIVERY_SLICES, DELIVERIES, || {
+        first_deliveries(&fresh)
+    });
+    let median_of = |slices: &[Slice]| median(slices.iter().map(|slice| slice.ns).collect());
     println!(
-        "Go comparison (benches/go_side_by_side.sh), ns per delivery, median of 5 runs of {DELIVERIES}:"
-    );
-    println!("  bare handler call  {bare:.1}  ns");
-    println!(
-        "  duplicate  {duplicate:.1}  ns  ({:.1} over bare, {} remembered ids)",
-        duplicate - bare,
+        "Go comparison (benches/go_side_by_side.sh), ns per delivery over {DELIVERIES} deliveries \
+         @ the core-width probe after it, slice by slice ({} remembered ids):",
         working_set.len()
     );
+    for (label, slices) in [
+        ("bare handler call", &bare),
+        ("duplicate", &duplicate),
+        ("first delivery", &first_delivery),
+    ] {
+        let slices: Vec<String> = slices
+            .iter()
+            .map(|slice| format!("{:.2}@{:.2}", slice.ns, slice.width))
+            .collect();
+        println!("  {label}  {}", slices.join(" "));
+    }
     println!(
-        "  first delivery  {first_delivery:.1}  ns  ({:.1} over the bare call above, fresh UUID ids)",
-        first_delivery - bare
+        "  (medians: bare {:.1} ns, duplicate {:.1} ns, first delivery {:.1} ns)",
+        median_of(&bare),
+        median_of(&duplicate),
+        median_of(&first_delivery)
     );
     println!();
 }
@@ -394,6 +470,14 @@ fn profile(path: &str) {
                 ready!(guard(&store, env, handler(env))).unwrap()
             });
         }
+        // The duplicate called through a `&dyn Fn`, as the Go comparison
+        // calls it (and Go's benchmark calls `Wrap`'s handler).
+        "duplicate-dyn" => {
+            let store = remembered(&working_set);
+            warm_up(&working_set, &store);
+            let body: &dyn Fn(&Envelope) = &|env| ready!(guard(&store, env, handler(env))).unwrap();
+            profiled_deliveries(&working_set, body);
+        }
         "first" => {
             let fresh = envelopes(DELIVERIES);
             let store = InMemoryStore::new();
@@ -402,7 +486,9 @@ fn profile(path: &str) {
             });
         }
         other => {
-            eprintln!("BABEL_IDEM_GUARD_PROFILE={other:?}: expected bare, duplicate or first");
+            eprintln!(
+                "BABEL_IDEM_GUARD_PROFILE={other:?}: expected bare, duplicate, duplicate-dyn or first"
+            );
             std::process::exit(2);
         }
     }
@@ -537,9 +623,9 @@ fn main() {
     criterion.final_summary();
 
     println!();
-    let first = first_delivery();
+    first_delivery();
     println!();
-    go_comparison(&working_set, &store, first);
+    go_comparison(&working_set, &store);
     two_threads(&working_set, &store);
     println!();
     allocations_per_duplicate(&working_set, &store);
