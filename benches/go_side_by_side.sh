@@ -17,7 +17,7 @@
 # few milliseconds of independent adds, whose rate falls while another
 # hardware thread shares the core (on a cloud guest, another tenant's vCPU
 # on the SMT sibling, which comes and goes over seconds and slows both
-# sides' duplicates by half again). The duplicate path over 100,000 ids
+# sides' duplicates by half or more). The duplicate path over 100,000 ids
 # also reads memory beyond the caches, and its cost moves from one process
 # to the next, so the two sides run in alternating rounds, fresh processes
 # each (BABEL_IDEM_SIDE_BY_SIDE_ROUNDS, default 3): a line per round, then
@@ -266,10 +266,13 @@ slices() {
             path = ""
         }'
 }
+# The median of the figures on stdin, one per line.
+median() {
+    sort -g | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)] }'
+}
 # The median ns of one path's slices on stdin.
 median_of() {
-    awk -v path="$1" '$1 == path { print $2 }' | sort -g |
-        awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)] }'
+    awk -v path="$1" '$1 == path { print $2 }' | median
 }
 
 for round in $(seq 1 "$rounds"); do
@@ -340,7 +343,7 @@ table() {
                 echo "(too few slices for this table: $count of the $side side's $path)"
                 return
             fi
-            figures+=" $(printf '%s\n' "$taken" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')"
+            figures+=" $(printf '%s\n' "$taken" | median)"
             counts+=" $count"
         done
     done

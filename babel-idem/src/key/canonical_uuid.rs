@@ -329,7 +329,7 @@ mod tests {
     fn readings(id: &str) -> Vec<(&'static str, Option<Uuid>)> {
         let mut readings = vec![("parse", parse(id))];
         if let Ok(bytes) = <&[u8; 36]>::try_from(id.as_bytes()) {
-            let pieces = super::super::pieces(bytes);
+            let pieces = crate::key::pieces(bytes);
             readings.push(("guard's key", key_words(id)));
             readings.push(("pieces", parse_pieces(&pieces)));
             readings.push(("swar", swar::parse(bytes)));
@@ -427,7 +427,7 @@ mod tests {
 
     #[test]
     fn pieces_with_bytes_past_the_id_are_refused() {
-        let key = super::super::pieces(b"f1e2d3c4-b5a6-4789-90ab-cdef01234567");
+        let key = crate::key::pieces(b"f1e2d3c4-b5a6-4789-90ab-cdef01234567");
         for at in 36..48 {
             let mut pieces = key;
             assert!(parse_pieces(&pieces).is_some());
