@@ -40,8 +40,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use babel_idem::store::Batched;
+use babel_idem::store::RedisStore;
 use babel_idem::transport::RedisTransport;
-use babel_idem::{Consumer, Envelope, RedisStore, Router, Store, guard, urn};
+use babel_idem::{Consumer, Envelope, Router, Store, guard, urn};
 use load::{bodies, cpu_seconds, env_count, id_of, remember_unseen, run_python};
 use redis::aio::ConnectionManager;
 

@@ -40,8 +40,9 @@ use std::pin::Pin;
 use std::time::{Duration, Instant};
 
 use babel_idem::store::Batched;
+use babel_idem::store::RedisStore;
 use babel_idem::transport::AmqpTransport;
-use babel_idem::{Consumer, Envelope, RedisStore, Router, guard, urn};
+use babel_idem::{Consumer, Envelope, Router, guard, urn};
 use futures_core::Stream;
 use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::FieldTable;

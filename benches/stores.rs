@@ -61,8 +61,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use babel_idem::store::SqliteStore;
 use babel_idem::store::{Batched, Claim, ClaimToken, StoreFuture};
-use babel_idem::{ClaimStore, Guard, MessageId, SqliteStore, Store, StoreError, guard};
+use babel_idem::{ClaimStore, Guard, MessageId, Store, StoreError, guard};
 
 const CONCURRENCY: [usize; 3] = [1, 16, 64];
 /// Ids remembered before the duplicate-path runs, delivered round robin.
@@ -784,7 +785,7 @@ fn profiled_deliveries<S: ClaimStore>(
 #[cfg(feature = "redis")]
 mod redis_backend {
     use super::*;
-    use babel_idem::RedisStore;
+    use babel_idem::store::RedisStore;
     use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
     /// `EXISTS` and `SET NX` on the connection manager the store uses.
@@ -1002,7 +1003,7 @@ async fn postgres_bench(point: Duration) {
 #[cfg(feature = "postgres")]
 mod postgres_backend {
     use super::*;
-    use babel_idem::PostgresStore;
+    use babel_idem::store::PostgresStore;
     use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgSslMode};
 
     /// The store's own statements, on the pool the store uses.

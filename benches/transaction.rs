@@ -31,7 +31,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use babel_idem::{Guard, MessageId, PostgresStore, SqliteStore, StoreError};
+use babel_idem::{Guard, MessageId, StoreError};
+
+use babel_idem::store::{PostgresStore, SqliteStore};
 
 /// The stores' TTL, as a consumer that keeps ids for a week sets it: the
 /// mark's row gets an expiry, as it would in production.

@@ -16,7 +16,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use babel_idem::{Delivery, Envelope, Router, SqliteStore, idempotent, urn};
+use babel_idem::{Delivery, Envelope, Router, idempotent, urn};
+
+use babel_idem::store::SqliteStore;
 use serde_json::json;
 use sqlx::SqliteConnection;
 

@@ -19,7 +19,9 @@ use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use babel_idem::{Envelope, InMemoryStore, SqliteStore, Store, StoreError, idempotent};
+use babel_idem::{Envelope, InMemoryStore, Store, StoreError, idempotent};
+
+use babel_idem::store::SqliteStore;
 use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
 

@@ -29,11 +29,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use babel_idem::store::Batched;
+use babel_idem::store::{PostgresStore, RedisStore, SqliteStore};
 use babel_idem::transport::{AmqpTransport, RedisTransport, Transport};
-use babel_idem::{
-    Consumer, Envelope, PostgresStore, RedisStore, Router, SqliteStore, Store, StoreError,
-    idempotent, metrics, urn,
-};
+use babel_idem::{Consumer, Envelope, Router, Store, StoreError, idempotent, metrics, urn};
 
 /// The seen-set, chosen at start from `--store`.
 static STORE: OnceLock<Arc<dyn Store>> = OnceLock::new();

@@ -25,7 +25,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use babel_idem::{ClaimStore, Guard, MessageId, OnRememberFailure, Store, StoreError, fence};
+use babel_idem::{ClaimStore, Guard, MessageId, OnRememberFailure, Store, StoreError};
+
+use babel_idem::guard::fence;
 
 const WORKERS: usize = 3;
 const TASKS: usize = 16;
@@ -473,7 +475,7 @@ fn server_url(variable: &str, test: &str) -> Option<String> {
 #[cfg(feature = "redis")]
 mod redis_fleet {
     use super::*;
-    use babel_idem::RedisStore;
+    use babel_idem::store::RedisStore;
     use redis::aio::{ConnectionManager, ConnectionManagerConfig};
     use redis::{AsyncCommands, Script};
 
@@ -813,7 +815,7 @@ mod redis_fleet {
 #[cfg(feature = "postgres")]
 mod postgres_fleet {
     use super::*;
-    use babel_idem::PostgresStore;
+    use babel_idem::store::PostgresStore;
     use sqlx::PgPool;
     use sqlx::postgres::PgPoolOptions;
 

@@ -20,11 +20,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use babel_idem::consumer::ConsumerError;
+use babel_idem::consumer::is_replay;
 use babel_idem::router::Backoff;
+use babel_idem::store::RedisStore;
 use babel_idem::transport::{AmqpTransport, Transport, TransportError};
-use babel_idem::{
-    Consumer, Delivery, Envelope, InMemoryStore, RedisStore, Router, guard, is_replay, urn,
-};
+use babel_idem::{Consumer, Delivery, Envelope, InMemoryStore, Router, guard, urn};
 use consumer_support::{
     PATIENCE, QUIET, URN, dead_letter_block, effect_router, envelope_with_id, eventually, python,
     run_until_idle,

@@ -18,12 +18,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use babel_idem::consumer::ConsumerError;
+use babel_idem::consumer::is_replay;
+use babel_idem::envelope::DeadLetter;
 use babel_idem::router::Backoff;
+use babel_idem::store::{RedisStore, SqliteStore};
 use babel_idem::transport::{RedisTransport, Settlement, Transport, TransportError};
-use babel_idem::{
-    Consumer, DeadLetter, Delivery, Envelope, RedisStore, Router, SqliteStore, guard, is_replay,
-    urn,
-};
+use babel_idem::{Consumer, Delivery, Envelope, Router, guard, urn};
 use redis::AsyncCommands;
 use serde_json::{Value, json};
 use store_contract::servers::{REDIS_URL, server_url, unique_suffix};

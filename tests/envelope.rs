@@ -5,11 +5,10 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use babel_idem::envelope::DeadLetter;
 use babel_idem::envelope::DeadLetterReason;
 use babel_idem::envelope::{IntegerProblem, LANG, MAX_INTEGER, SCHEMA_VERSION};
-use babel_idem::{
-    DeadLetter, Envelope, EnvelopeError, InMemoryStore, MessageId, StoreError, guard,
-};
+use babel_idem::{Envelope, EnvelopeError, InMemoryStore, MessageId, StoreError, guard};
 use serde_json::{Value, json};
 
 /// A complete, valid envelope with every optional block present.

@@ -6,8 +6,9 @@
 
 mod envelope_gen;
 
+use babel_idem::envelope::DeadLetter;
 use babel_idem::envelope::DeadLetterReason;
-use babel_idem::{DeadLetter, Envelope, EnvelopeError};
+use babel_idem::{Envelope, EnvelopeError};
 use envelope_gen::{DEAD_LETTER_FIELDS, META_FIELDS, TOP_LEVEL_FIELDS, finite_float, text};
 use proptest::collection::{btree_map, vec};
 use proptest::option;

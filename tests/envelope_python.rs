@@ -21,8 +21,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use babel_idem::Envelope;
+use babel_idem::envelope::DeadLetter;
 use babel_idem::envelope::DeadLetterReason;
-use babel_idem::{DeadLetter, Envelope};
 use envelope_gen::{META_FIELDS, TOP_LEVEL_FIELDS, finite_float, text};
 use proptest::collection::vec;
 use proptest::prelude::*;

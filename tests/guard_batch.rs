@@ -14,10 +14,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use babel_idem::guard::BatchOutcome;
+use babel_idem::metrics::Decision;
 use babel_idem::store::{Batched, Claim, ClaimToken, StoreFuture, StoreOperation};
 use babel_idem::{
-    BatchOutcome, ClaimStore, Decision, Envelope, Guard, InMemoryStore, MessageId,
-    OnRememberFailure, Store, StoreError,
+    ClaimStore, Envelope, Guard, InMemoryStore, MessageId, OnRememberFailure, Store, StoreError,
 };
 #[cfg(any(feature = "redis", feature = "postgres"))]
 use store_contract::Backend;

@@ -8,11 +8,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
+use babel_idem::guard::fence;
+use babel_idem::metrics::Decision;
 use babel_idem::router::ReleaseReason;
 use babel_idem::store::{Claim, ClaimToken, MAX_LEASE, StoreFuture, StoreOperation};
 use babel_idem::{
-    ClaimStore, Decision, Delivery, Disposition, Envelope, Guard, InMemoryStore, OnRememberFailure,
-    Router, Store, StoreError, fence, guard, metrics, urn,
+    ClaimStore, Delivery, Disposition, Envelope, Guard, InMemoryStore, OnRememberFailure, Router,
+    Store, StoreError, guard, metrics, urn,
 };
 use serde_json::json;
 
@@ -721,7 +723,7 @@ async fn parked_and_lost_claim_are_counted() {
 }
 
 #[allow(dead_code)]
-fn guards_are_send_for_spawning(guard: Guard<Arc<InMemoryStore>, babel_idem::Leased>) {
+fn guards_are_send_for_spawning(guard: Guard<Arc<InMemoryStore>, babel_idem::guard::Leased>) {
     fn assert_send<T: Send>(_: T) {}
     let env = order("x");
     let counter = AtomicU64::new(0);

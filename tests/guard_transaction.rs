@@ -26,7 +26,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use babel_idem::{Guard, MessageId, PostgresStore, SqliteStore, Store, StoreError};
+use babel_idem::{Guard, MessageId, Store, StoreError};
+
+use babel_idem::store::{PostgresStore, SqliteStore};
 
 const WORKER_ENV: &str = "BABEL_IDEM_TX_WORKER";
 /// Distinct ids each fleet process delivers, in its own shuffled order.

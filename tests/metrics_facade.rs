@@ -217,7 +217,7 @@ fn claim_mode_decisions_carry_their_mode_and_every_claim_operation_is_timed() {
 #[cfg(feature = "redis")]
 #[test]
 fn real_redis_calls_are_timed_and_an_unreachable_server_is_counted() {
-    use babel_idem::RedisStore;
+    use babel_idem::store::RedisStore;
     use store_contract::{Backend, RedisBackend};
 
     let Some(backend) = RedisBackend::create("real_redis_calls_are_timed") else {

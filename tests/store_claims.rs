@@ -34,8 +34,9 @@ mod postgres {
 mod redis_php {
     use std::time::Duration;
 
+    use babel_idem::store::RedisStore;
     use babel_idem::store::{Claim, ClaimToken};
-    use babel_idem::{ClaimStore, RedisStore, Store, StoreError};
+    use babel_idem::{ClaimStore, Store, StoreError};
     use redis::AsyncCommands;
 
     use crate::store_contract::claim::{self, SeenSetReader};

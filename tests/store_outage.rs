@@ -120,7 +120,7 @@ async fn outage_and_recovery<S, M>(
 #[cfg(feature = "redis")]
 #[tokio::test]
 async fn redis_outage_surfaces_store_error_and_the_same_store_recovers() {
-    use babel_idem::RedisStore;
+    use babel_idem::store::RedisStore;
     use std::cell::RefCell;
     use store_contract::spawned::OwnRedis;
 

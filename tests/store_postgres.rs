@@ -8,8 +8,9 @@ mod store_contract;
 use std::sync::Arc;
 use std::time::Duration;
 
+use babel_idem::store::PostgresStore;
 use babel_idem::store::{Claim, ClaimToken, StoreOperation};
-use babel_idem::{ClaimStore, PostgresStore, Store};
+use babel_idem::{ClaimStore, Store};
 use sqlx::Row;
 use store_contract::{Backend, PostgresBackend, assert_refused_when_built};
 

@@ -8,8 +8,9 @@ mod store_contract;
 
 use std::time::Duration;
 
+use babel_idem::Store;
+use babel_idem::store::RedisStore;
 use babel_idem::store::StoreOperation;
-use babel_idem::{RedisStore, Store};
 use redis::AsyncCommands;
 use store_contract::{Backend, RedisBackend, assert_refused_when_built};
 

@@ -10,8 +10,9 @@ mod store_contract;
 use std::sync::Arc;
 use std::time::Duration;
 
+use babel_idem::store::SqliteStore;
 use babel_idem::store::{Claim, ClaimToken, StoreOperation};
-use babel_idem::{ClaimStore, SqliteStore, Store};
+use babel_idem::{ClaimStore, Store};
 use store_contract::{Backend, SqliteBackend, assert_refused_when_built};
 
 store_contract_tests!(SqliteBackend::create);

@@ -6,7 +6,8 @@
 use std::time::Duration;
 
 use babel_idem::store::StoreStats;
-use babel_idem::{PostgresStore, RedisStore, SqliteStore, Store, StoreError};
+use babel_idem::store::{PostgresStore, RedisStore, SqliteStore};
+use babel_idem::{Store, StoreError};
 
 use crate::exit::{CliError, Exit, store_failed};
 use crate::target::Target;

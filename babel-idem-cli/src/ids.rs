@@ -4,7 +4,9 @@
 
 use std::io::{BufRead, StdinLock};
 
-use babel_idem::{DedupeKey, MessageId};
+use babel_idem::MessageId;
+
+use babel_idem::key::DedupeKey;
 
 use crate::exit::CliError;
 

@@ -12,7 +12,7 @@
 //! `postgres://...` (`postgresql://`). `--table` (SQL) and `--prefix`
 //! (Redis) name the seen-set as the consumers' store builders do; `--scope`
 //! looks ids up under a [`Guard::scope`](babel_idem::Guard::scope)'s keys
-//! ([`DedupeKey`](babel_idem::DedupeKey)); `--json` prints one JSON object
+//! ([`DedupeKey`](babel_idem::key::DedupeKey)); `--json` prints one JSON object
 //! per line. Ids given as `-` are read from stdin one per line, a thousand
 //! at a time, so a list of any length streams through.
 //!

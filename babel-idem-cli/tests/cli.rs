@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use babel_idem::{Envelope, Guard, PostgresStore, RedisStore, SqliteStore, Store, StoreError};
+use babel_idem::{Envelope, Guard, Store, StoreError};
+
+use babel_idem::store::{PostgresStore, RedisStore, SqliteStore};
 use serde_json::{Value, json};
 use sqlx::Connection;
 

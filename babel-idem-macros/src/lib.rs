@@ -187,7 +187,8 @@ use proc_macro::TokenStream;
 /// connection parameter back under its own name:
 ///
 /// ```
-/// use babel_idem::{idempotent, Envelope, SqliteStore};
+/// use babel_idem::{idempotent, Envelope};
+/// use babel_idem::store::SqliteStore;
 /// use sqlx::SqliteConnection;
 ///
 /// struct Ledger {

@@ -11,13 +11,13 @@ use std::future::Future;
 use std::marker::PhantomData;
 use std::ops::Deref;
 
-use crate::DedupeKey;
 use crate::guard::Leased;
 pub use crate::guard::{Guard, OnRememberFailure};
+use crate::key::DedupeKey;
 pub use crate::router::Urn;
 use crate::store::claim::{Claim, ClaimToken, InvalidLease};
 use crate::store::{AsConnection, TransactionalStore};
-pub use crate::{ClaimStore, Store, StoreError};
+pub use crate::store::{ClaimStore, Store, StoreError};
 use std::time::Duration;
 
 /// The `Urn` of a literal `urn!` or `routes!` has already validated (with
@@ -305,7 +305,7 @@ mod tests {
     use std::sync::{Arc, LazyLock};
 
     use super::*;
-    use crate::InMemoryStore;
+    use crate::store::InMemoryStore;
 
     // The `&&&` is the mechanism under test, not a needless borrow.
     #[allow(clippy::needless_borrow)]

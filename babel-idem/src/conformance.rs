@@ -12,8 +12,8 @@
 //!   the case rather than pass unchecked.
 //! - `idempotency`: `dedup_key` (the envelope's `meta.id` is the key, never
 //!   its `trace_id`) and every sequence of `sequences.cases`, each replayed
-//!   through one [`wrap`](crate::wrap)ped handler over one
-//!   [`InMemoryStore`](crate::InMemoryStore): `forget_before` forgets the id
+//!   through one [`wrap`](crate::guard::wrap)ped handler over one
+//!   [`InMemoryStore`](crate::store::InMemoryStore): `forget_before` forgets the id
 //!   first, `expect_effect` is compared with whether the handler ran,
 //!   `outcome` is what the handler returns (`ok` or `throw`; `ok` when
 //!   absent), a `meta_id` that is empty, `null` or absent makes an envelope

@@ -22,7 +22,7 @@ use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
-use crate::MessageId;
+use crate::message::MessageId;
 
 mod decode;
 mod encode;
@@ -380,7 +380,7 @@ impl DeadLetter {
     /// A dead-letter block stamped now.
     ///
     /// ```
-    /// use babel_idem::DeadLetter;
+    /// use babel_idem::envelope::DeadLetter;
     /// use babel_idem::envelope::DeadLetterReason;
     ///
     /// let block = DeadLetter::new(DeadLetterReason::Failed, "orders", 3)

@@ -15,10 +15,12 @@ use std::borrow::Cow;
 use std::future::Future;
 use std::time::Duration;
 
+use crate::key::DedupeKey;
+use crate::message::MessageId;
 use crate::metrics::{self, Decision};
 use crate::store::InvalidLease;
 use crate::store::claim::lease_millis;
-use crate::{ClaimStore, DedupeKey, MessageId, Store, StoreError};
+use crate::store::{ClaimStore, Store, StoreError};
 use layout::Sealed as _;
 
 /// The answer of a store call: taken straight out of a future that already
@@ -49,10 +51,12 @@ mod fence;
 mod seen_set;
 mod timer;
 mod transaction;
+mod wrap;
 
 pub use batch::BatchOutcome;
 pub use fence::fence;
 pub use transaction::Transactional;
+pub use wrap::{Wrapped, wrap};
 
 /// What a guard returns when the handler succeeded but its id could not be
 /// remembered.
@@ -207,7 +211,8 @@ impl Leased {
 pub trait KeyLayout: layout::Sealed {}
 
 mod layout {
-    use crate::{DedupeKey, MessageId};
+    use crate::key::DedupeKey;
+    use crate::message::MessageId;
 
     pub trait Sealed {
         /// `then(key)` for the mode's key of `message`: by default the text
@@ -321,7 +326,7 @@ impl<S: Store, Mode> Guard<S, Mode> {
     }
 
     /// Namespaces every key as `<scope length>:<scope>:<id>` (see
-    /// [`DedupeKey`](crate::DedupeKey)), so services sharing one store do
+    /// [`DedupeKey`](crate::key::DedupeKey)), so services sharing one store do
     /// not skip each other's messages.
     ///
     /// Every scope is accepted: the length in front keeps any two

@@ -10,7 +10,7 @@ use std::fmt;
 
 use arrayvec::ArrayString;
 
-use crate::MessageId;
+use crate::message::MessageId;
 
 pub(crate) mod canonical_uuid;
 
@@ -46,7 +46,8 @@ const SEPARATOR: char = ':';
 /// choose ids, give every guard that shares a store a scope.
 ///
 /// ```
-/// use babel_idem::{DedupeKey, Envelope};
+/// use babel_idem::Envelope;
+/// use babel_idem::key::DedupeKey;
 /// use serde_json::json;
 ///
 /// let env = Envelope::new("urn:babel:orders:created", json!({})).with_id("id-A");
@@ -237,7 +238,7 @@ impl DedupeKey {
 
     /// The UUID an unscoped id of a canonical UUID's length (36 bytes)
     /// spells, for a store that reads it without asking for a `str` (see
-    /// [`Store::seen_key`](crate::Store::seen_key)); `[0, 0]` when those
+    /// [`Store::seen_key`](crate::store::Store::seen_key)); `[0, 0]` when those
     /// bytes are not a canonical UUID, and `None` for every other key.
     #[inline]
     pub(crate) fn uuid_words(&self) -> Option<canonical_uuid::Uuid> {

@@ -59,13 +59,12 @@
 pub mod adapters;
 mod coalesce;
 pub mod envelope;
-mod guard;
-mod key;
+pub mod guard;
+pub mod key;
 mod message;
 pub mod metrics;
 pub mod router;
 pub mod store;
-mod wrap;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
@@ -83,21 +82,9 @@ extern crate self as babel_idem;
 
 pub use babel_idem_macros::{idempotent, routes, urn};
 #[cfg(feature = "consumer")]
-pub use consumer::{Consumer, bypass_external_effects, is_replay};
-pub use envelope::{DeadLetter, Envelope, EnvelopeError, Meta};
-pub use guard::{BatchOutcome, Guard, KeyLayout, Leased, OnRememberFailure, SeenSet, fence, guard};
-// Transactional mode (DESIGN section 8.2).
-pub use guard::Transactional;
-pub use key::DedupeKey;
+pub use consumer::Consumer;
+pub use envelope::{Envelope, EnvelopeError};
+pub use guard::{Guard, OnRememberFailure, guard, wrap};
 pub use message::MessageId;
-pub use metrics::Decision;
 pub use router::{Delivery, Disposition, Router, Urn};
-#[cfg(feature = "postgres")]
-pub use store::PostgresStore;
-#[cfg(feature = "redis")]
-pub use store::RedisStore;
-#[cfg(feature = "sqlite")]
-pub use store::SqliteStore;
-pub use store::TransactionalStore;
-pub use store::{ClaimStore, InMemoryStore, Store, StoreError};
-pub use wrap::{Wrapped, wrap};
+pub use store::{ClaimStore, InMemoryStore, Store, StoreError, TransactionalStore};

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 /// A message that carries its own identity, the dedupe key of a guard.
 ///
-/// For a BabelQueue [`Envelope`](crate::Envelope) that is `meta.id`, verbatim.
+/// For a BabelQueue [`Envelope`](crate::envelope::Envelope) that is `meta.id`, verbatim.
 /// `None` (an absent or empty id) means the message cannot be deduplicated,
 /// and the guard runs the handler without remembering anything (fail-open).
 ///

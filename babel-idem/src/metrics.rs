@@ -4,7 +4,7 @@
 //! counting at once never touch one cache line; a read sums every thread's.
 //!
 //! Each decision is also recorded on the current consumer span (field
-//! `messaging.babelqueue.idempotency.decision`, see [`Router::dispatch`](crate::Router::dispatch)).
+//! `messaging.babelqueue.idempotency.decision`, see [`Router::dispatch`](crate::router::Router::dispatch)).
 //! With the feature `metrics`, decisions, store latency and store errors also
 //! go through the `metrics` facade: `DECISIONS_TOTAL`, `STORE_DURATION_SECONDS`,
 //! `STORE_ERRORS_TOTAL` and `describe`.
@@ -65,7 +65,7 @@ impl Decision {
     /// `mark_failed`, `store_failed`, `parked`, `lost_claim`.
     ///
     /// ```
-    /// assert_eq!(babel_idem::Decision::FailOpen.as_str(), "fail_open");
+    /// assert_eq!(babel_idem::metrics::Decision::FailOpen.as_str(), "fail_open");
     /// ```
     pub fn as_str(self) -> &'static str {
         match self {

@@ -3,7 +3,7 @@
 //! A store answers three questions about a dedupe key: was it processed
 //! ([`Store::seen`]), mark it processed ([`Store::remember`]), and un-mark it
 //! ([`Store::forget`]). Every backend implements exactly these and nothing
-//! else; the decision of what to do with the answers lives in [`crate::guard`].
+//! else; the decision of what to do with the answers lives in [`crate::guard::guard`].
 
 use std::error::Error as StdError;
 use std::fmt;
@@ -12,7 +12,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use crate::DedupeKey;
+use crate::key::DedupeKey;
 
 // Types the backends' admin operations (their `admin.rs`) share.
 mod admin;
@@ -153,7 +153,7 @@ pub trait Store: Send + Sync {
     /// text, and only [`InMemoryStore`] answers from the UUID the key
     /// holds, which spares every delivery of a UUID id a UTF-8 check
     /// (seen-set mode keeps such an id as bytes and the UUID they spell:
-    /// see [`KeyLayout`](crate::KeyLayout)).
+    /// see [`KeyLayout`](crate::guard::KeyLayout)).
     #[doc(hidden)]
     #[inline]
     fn seen_key<'a>(&'a self, key: &'a DedupeKey) -> StoreFuture<'a, bool> {

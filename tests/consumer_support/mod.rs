@@ -12,11 +12,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use babel_idem::consumer::ConsumerReport;
+use babel_idem::guard::fence;
 use babel_idem::store::{Claim, ClaimToken};
 use babel_idem::transport::Transport;
 use babel_idem::{
     ClaimStore, Consumer, Delivery, Envelope, Guard, InMemoryStore, Router, Store, StoreError,
-    fence, guard, urn,
+    guard, urn,
 };
 use redis::AsyncCommands;
 use serde_json::{Value, json};

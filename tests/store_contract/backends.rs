@@ -94,7 +94,7 @@ pub use sqlite::SqliteBackend;
 
 mod sqlite {
     use super::*;
-    use babel_idem::SqliteStore;
+    use babel_idem::store::SqliteStore;
     use std::path::PathBuf;
 
     pub struct SqliteBackend {
@@ -150,7 +150,7 @@ pub use redis_backend::RedisBackend;
 mod redis_backend {
     use super::*;
     use crate::store_contract::servers::{REDIS_URL, server_url};
-    use babel_idem::RedisStore;
+    use babel_idem::store::RedisStore;
 
     pub struct RedisBackend {
         pub url: String,
@@ -249,7 +249,7 @@ pub use postgres_backend::PostgresBackend;
 mod postgres_backend {
     use super::*;
     use crate::store_contract::servers::{POSTGRES_URL, server_url};
-    use babel_idem::PostgresStore;
+    use babel_idem::store::PostgresStore;
     use sqlx::Connection;
     use std::sync::Mutex;
 

@@ -581,7 +581,7 @@ where
 }
 
 impl SeenSetReader for super::SqliteBackend {
-    async fn reader_sees(&self, store: &babel_idem::SqliteStore, id: &str) -> bool {
+    async fn reader_sees(&self, store: &babel_idem::store::SqliteStore, id: &str) -> bool {
         let live = format!(
             "SELECT EXISTS (SELECT 1 FROM {} WHERE message_id = ?1 AND (expires_at IS NULL \
              OR expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)))",
@@ -598,7 +598,7 @@ impl SeenSetReader for super::SqliteBackend {
 #[cfg(feature = "redis")]
 impl SeenSetReader for super::RedisBackend {
     /// The Go SDK's `Seen`: `EXISTS <prefix><id>`.
-    async fn reader_sees(&self, store: &babel_idem::RedisStore, id: &str) -> bool {
+    async fn reader_sees(&self, store: &babel_idem::store::RedisStore, id: &str) -> bool {
         let mut raw = self.raw().await;
         redis::cmd("EXISTS")
             .arg(store.key(id))
@@ -612,7 +612,7 @@ impl SeenSetReader for super::RedisBackend {
 #[cfg(feature = "postgres")]
 impl SeenSetReader for super::PostgresBackend {
     /// The Go SDK's `Seen`: a live row in the table.
-    async fn reader_sees(&self, store: &babel_idem::PostgresStore, id: &str) -> bool {
+    async fn reader_sees(&self, store: &babel_idem::store::PostgresStore, id: &str) -> bool {
         let live = format!(
             "SELECT EXISTS (SELECT 1 FROM {} WHERE message_id = $1 \
              AND (expires_at IS NULL OR expires_at > now()))",

@@ -25,7 +25,11 @@ use std::task::{Context, Poll};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::{Guard, MessageId, StoreError};
+use crate::guard::Guard;
+
+use crate::message::MessageId;
+
+use crate::store::StoreError;
 
 /// A tower [`Layer`] that runs each request through a [`Guard`].
 ///
@@ -72,7 +76,7 @@ use crate::{Guard, MessageId, StoreError};
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// # }).unwrap();
 /// ```
-pub struct IdempotencyLayer<S, Mode = crate::SeenSet> {
+pub struct IdempotencyLayer<S, Mode = crate::guard::SeenSet> {
     guard: Arc<Guard<S, Mode>>,
 }
 
@@ -117,7 +121,7 @@ impl<Svc, S, Mode> Layer<Svc> for IdempotencyLayer<S, Mode> {
 
 /// The [`Service`] an [`IdempotencyLayer`] makes: the inner service behind
 /// the layer's guard.
-pub struct Idempotent<Svc, S, Mode = crate::SeenSet> {
+pub struct Idempotent<Svc, S, Mode = crate::guard::SeenSet> {
     inner: Svc,
     guard: Arc<Guard<S, Mode>>,
 }
@@ -187,7 +191,7 @@ pub enum GuardedError<E> {
     /// The store could not say whether to run (the inner service was not
     /// called), or claim mode parked the request
     /// ([`is_parked`](StoreError::is_parked)), or, with
-    /// [`OnRememberFailure::ReturnError`](crate::OnRememberFailure::ReturnError),
+    /// [`OnRememberFailure::ReturnError`](crate::guard::OnRememberFailure::ReturnError),
     /// the id could not be marked done.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -246,7 +250,13 @@ where
 mod sealed {
     use std::future::Future;
 
-    use crate::{ClaimStore, DedupeKey, Guard, Leased, MessageId, SeenSet, Store, StoreError};
+    use crate::guard::{Guard, Leased, SeenSet};
+
+    use crate::key::DedupeKey;
+
+    use crate::message::MessageId;
+
+    use crate::store::{ClaimStore, Store, StoreError};
 
     /// The guard modes a layer runs: seen-set and claim. Not implementable
     /// outside the crate; the decision stays the guard's.

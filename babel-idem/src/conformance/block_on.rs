@@ -1,6 +1,6 @@
 //! A minimal executor, so the runner needs no async runtime.
 //!
-//! The runner drives [`InMemoryStore`](crate::InMemoryStore), whose futures
+//! The runner drives [`InMemoryStore`](crate::store::InMemoryStore), whose futures
 //! are ready on their first poll, so one poll nearly always finishes a
 //! delivery. The loop below is still a correct executor for any future: when
 //! a poll returns `Pending` the thread parks until the future's waker unparks

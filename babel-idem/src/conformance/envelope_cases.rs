@@ -5,7 +5,7 @@ use serde_json::{Map, Value};
 
 use super::manifest::{EnvelopeCase, Expect, ExpectDeadLetter};
 use super::report::{Block, CaseOutcome};
-use crate::{Envelope, EnvelopeError};
+use crate::envelope::{Envelope, EnvelopeError};
 
 /// Checks one case against the fixture's bytes.
 pub(super) fn check(case: &EnvelopeCase, bytes: &[u8]) -> CaseOutcome {
@@ -124,7 +124,7 @@ fn expect_problems(envelope: &Envelope, expect: &Expect, problems: &mut Vec<Stri
 }
 
 fn dead_letter_problems(
-    block: &crate::DeadLetter,
+    block: &crate::envelope::DeadLetter,
     expected: &ExpectDeadLetter,
     problems: &mut Vec<String>,
 ) {

@@ -8,7 +8,10 @@ use serde_json::{Map, Value, json};
 use super::block_on::block_on;
 use super::manifest::{DedupKey, Delivery, Effect, Outcome, Sequence};
 use super::report::{Block, CaseOutcome};
-use crate::{Envelope, InMemoryStore, MessageId, Store, StoreError, wrap};
+use crate::envelope::Envelope;
+use crate::guard::wrap;
+use crate::message::MessageId;
+use crate::store::{InMemoryStore, Store, StoreError};
 
 /// The trace every envelope of a sequence shares. One trace for all of them
 /// is deliberate: distinct ids in one causal chain must still run each.
@@ -64,7 +67,7 @@ pub(super) fn check_dedup_key(dedup: &DedupKey, bytes: &[u8]) -> CaseOutcome {
     if envelope.message_id() == Some(envelope.trace_id.as_str()) {
         problems.push("message_id() is the trace_id".to_owned());
     }
-    let guard_key = crate::Guard::new(InMemoryStore::new()).key(&envelope);
+    let guard_key = crate::guard::Guard::new(InMemoryStore::new()).key(&envelope);
     if guard_key.as_str() != Some(expected) {
         problems.push(format!(
             "the guard keys on {:?}, expected {expected:?}",

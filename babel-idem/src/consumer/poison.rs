@@ -13,7 +13,7 @@ use std::fmt;
 
 use serde::de::{Deserializer as _, IgnoredAny, MapAccess, Visitor};
 
-use crate::DeadLetter;
+use crate::envelope::DeadLetter;
 
 /// JSON's four whitespace characters, the ones the record trims.
 const JSON_WHITESPACE: [char; 4] = [' ', '\t', '\r', '\n'];

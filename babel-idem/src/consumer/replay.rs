@@ -13,11 +13,11 @@ tokio::task_local! {
 
 /// Whether the delivery being handled is an intended replay: it carried the
 /// `bq-replay-bypass` header with a non-empty value. `false` outside a
-/// [`Consumer`](crate::Consumer)'s dispatch, and in tasks a handler spawns
+/// [`Consumer`](crate::consumer::Consumer)'s dispatch, and in tasks a handler spawns
 /// (the flag lives on the dispatching task).
 ///
 /// ```
-/// assert!(!babel_idem::is_replay());
+/// assert!(!babel_idem::consumer::is_replay());
 /// ```
 pub fn is_replay() -> bool {
     REPLAY.try_with(|replay| *replay).unwrap_or(false)
@@ -30,7 +30,7 @@ pub fn is_replay() -> bool {
 /// SDKs' `bypass_external_effects`.
 ///
 /// ```
-/// use babel_idem::bypass_external_effects;
+/// use babel_idem::consumer::bypass_external_effects;
 ///
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 /// // Outside a replay the effect runs.

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
-use crate::Delivery;
+use crate::router::Delivery;
 use crate::transport::{Reserved, Settlement, Transport};
 
 use super::settle::{self, Counters, Outcome};
@@ -165,8 +165,8 @@ impl<T: Transport> Consumer<T> {
                     // A retry waits its backoff, a parked claim its delay,
                     // before going back, so neither spins on the queue.
                     let wait = match &disposition {
-                        crate::Disposition::Retry(retry) => retry.backoff,
-                        crate::Disposition::Release { delay, .. } => *delay,
+                        crate::router::Disposition::Retry(retry) => retry.backoff,
+                        crate::router::Disposition::Release { delay, .. } => *delay,
                         _ => None,
                     };
                     let settlement =

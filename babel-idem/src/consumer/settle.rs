@@ -3,10 +3,11 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::envelope::DeadLetter;
 use crate::envelope::DeadLetterReason;
 use crate::router::DispatchError;
+use crate::router::Disposition;
 use crate::transport::Settlement;
-use crate::{DeadLetter, Disposition};
 
 use super::poison::poison_record;
 

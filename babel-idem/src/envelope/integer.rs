@@ -24,7 +24,7 @@ pub const MAX_INTEGER: u64 = u64::MAX;
 /// - `-0` is read as 0, as Python (`int("-0")`) and Go read it. Only the
 ///   byte decoders see that spelling: serde_json has already read `-0` as the
 ///   float `-0.0` in a [`Value`](serde_json::Value), so
-///   [`Envelope::from_value`](crate::Envelope::from_value) refuses it as a
+///   [`Envelope::from_value`](crate::envelope::Envelope::from_value) refuses it as a
 ///   fraction.
 ///
 /// ```

@@ -9,9 +9,11 @@ use std::pin::pin;
 use std::task::Poll;
 
 use super::{Guard, SeenSet, mark_failed, report, store_failed};
+use crate::key::DedupeKey;
+use crate::message::MessageId;
 use crate::metrics::{Decision, timed};
 use crate::store::StoreOperation;
-use crate::{DedupeKey, MessageId, Store, StoreError};
+use crate::store::{Store, StoreError};
 
 /// What [`Guard::run_batch`] did with one message: the decision, and the
 /// result a single [`Guard::run`] would have returned for it.
@@ -57,7 +59,7 @@ impl<S: Store> Guard<S, SeenSet> {
     /// [`remember_many`](Store::remember_many) after the last (none when no
     /// message has an id, or no handler succeeded).
     ///
-    /// The contract of [`guard`](crate::guard) holds for every message, and
+    /// The contract of [`guard`](crate::guard::guard) holds for every message, and
     /// the outcomes come back in the messages' order:
     ///
     /// - a failed handler leaves only its own id unmarked;
@@ -71,7 +73,7 @@ impl<S: Store> Guard<S, SeenSet> {
     ///   backend refuses) fails alone;
     /// - when `remember_many` fails, each id is remembered on its own, and
     ///   the ones that still fail are reported by the guard's
-    ///   [`OnRememberFailure`](crate::OnRememberFailure) (`mark_failed`).
+    ///   [`OnRememberFailure`](crate::guard::OnRememberFailure) (`mark_failed`).
     ///
     /// Handlers run one after the other, in order. If one panics, the ids of
     /// the handlers that succeeded before it are remembered, then the panic
@@ -80,7 +82,8 @@ impl<S: Store> Guard<S, SeenSet> {
     /// `remember` does: they run again when redelivered.
     ///
     /// ```
-    /// use babel_idem::{Decision, Envelope, Guard, InMemoryStore, MessageId};
+    /// use babel_idem::{Envelope, Guard, InMemoryStore, MessageId};
+    /// use babel_idem::metrics::Decision;
     /// use serde_json::json;
     ///
     /// #[derive(Debug)]

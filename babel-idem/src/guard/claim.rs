@@ -10,10 +10,11 @@ use std::time::{Duration, Instant};
 
 use super::timer::Sleep;
 use super::{OnRememberFailure, fence, mark_failed, report, store_failed};
+use crate::key::DedupeKey;
 use crate::metrics::{self, Decision, Timed, claim_mode, timed};
 use crate::store::StoreFuture;
 use crate::store::{Claim, ClaimToken, StoreOperation};
-use crate::{ClaimStore, DedupeKey, StoreError};
+use crate::store::{ClaimStore, StoreError};
 
 /// | state of the id | the guard |
 /// |---|---|

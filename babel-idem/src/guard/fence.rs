@@ -23,10 +23,11 @@ thread_local! {
 /// The value is read from the handler's own future: a task the handler
 /// spawns does not inherit it, so pass the number along.
 ///
-/// [`Guard::lease`]: crate::Guard::lease
+/// [`Guard::lease`]: crate::guard::Guard::lease
 ///
 /// ```
-/// use babel_idem::{fence, Envelope, Guard, InMemoryStore, StoreError};
+/// use babel_idem::{Envelope, Guard, InMemoryStore, StoreError};
+/// use babel_idem::guard::fence;
 /// use serde_json::json;
 /// use std::time::Duration;
 ///

@@ -7,9 +7,10 @@ use std::task::{Context, Poll};
 use pin_project_lite::pin_project;
 
 use super::{OnRememberFailure, mark_failed, report, report_key, store_failed};
+use crate::key::DedupeKey;
 use crate::metrics::{Decision, timed, timed_now};
 use crate::store::StoreOperation;
-use crate::{DedupeKey, Store, StoreError};
+use crate::store::{Store, StoreError};
 
 /// The decision itself; every public entry point ends here, returning this
 /// future as it is. It owns the key, so a caller's future does not borrow
@@ -251,9 +252,12 @@ mod tests {
 
     use serde_json::json;
 
+    use crate::envelope::Envelope;
+    use crate::guard::guard;
+    use crate::key::DedupeKey;
     use crate::metrics::Timed;
+    use crate::store::{InMemoryStore, Store, StoreError};
     use crate::store::{StoreFuture, StoreOperation};
-    use crate::{DedupeKey, Envelope, InMemoryStore, Store, StoreError, guard};
 
     /// A store that answers `seen` at once with `answer`, and counts the
     /// calls that the first poll must not make.

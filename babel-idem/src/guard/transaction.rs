@@ -6,9 +6,11 @@
 use std::future::Future;
 
 use super::{Guard, report, store_failed};
+use crate::key::DedupeKey;
+use crate::message::MessageId;
 use crate::metrics::Decision;
 use crate::store::{AsConnection, TransactionalStore};
-use crate::{DedupeKey, MessageId, Store, StoreError};
+use crate::store::{Store, StoreError};
 
 /// Transactional mode, made by [`Guard::transactional`]: the mark is a row
 /// inserted on the handler's connection before the body runs, so it commits
@@ -40,19 +42,20 @@ impl<S: Store, Mode> Guard<S, Mode> {
     /// only protects effects written in that same transaction; a call to
     /// another system from the body can still happen twice.
     ///
-    /// [`OnRememberFailure`](crate::OnRememberFailure) has no say here: a
+    /// [`OnRememberFailure`](crate::guard::OnRememberFailure) has no say here: a
     /// mark that fails is known before the body runs.
     ///
     /// # From a broker loop
     ///
     /// The handler that runs the guard is given the transaction; whoever
-    /// calls it (a [`Router`](crate::Router) handler, a consumer loop)
+    /// calls it (a [`Router`](crate::router::Router) handler, a consumer loop)
     /// begins it, commits on `Ok`, drops (rolls back) on `Err`, and acks
     /// only after the commit. `examples/ledger.rs` does this through a
     /// `Router` end to end.
     ///
     /// ```
-    /// use babel_idem::{Envelope, Guard, SqliteStore, StoreError};
+    /// use babel_idem::{Envelope, Guard, StoreError};
+    /// use babel_idem::store::SqliteStore;
     /// use serde_json::json;
     ///
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {

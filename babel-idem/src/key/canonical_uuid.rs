@@ -316,8 +316,8 @@ mod tests {
     /// the key's mark of bytes that are not a canonical UUID, is `None`
     /// unless the id is the nil UUID, which reads as `[0, 0]`.
     fn key_words(id: &str) -> Option<Uuid> {
-        let message = crate::Envelope::new("urn:babel:tests:uuid", serde_json::json!({}));
-        let guard = crate::Guard::new(crate::InMemoryStore::new());
+        let message = crate::envelope::Envelope::new("urn:babel:tests:uuid", serde_json::json!({}));
+        let guard = crate::guard::Guard::new(crate::store::InMemoryStore::new());
         let words = guard.key(&message.with_id(id)).uuid_words()?;
         let nil = id == "00000000-0000-0000-0000-000000000000";
         (words != [0, 0] || nil).then_some(words)

@@ -12,8 +12,8 @@ use std::time::Instant;
 
 use ::metrics::{Key, Label, Level, Metadata};
 
-use crate::StoreError;
 use crate::metrics::Decision;
+use crate::store::StoreError;
 use crate::store::StoreFuture;
 use crate::store::StoreOperation;
 
@@ -24,7 +24,7 @@ pub const DECISIONS_TOTAL: &str = "babel_idem_decisions_total";
 /// Histogram, in seconds: how long each store call the guard awaited took,
 /// labelled `operation` ([`StoreOperation::as_str`]: `seen`, `remember`,
 /// `claim`, `commit`, `release`, `renew`, and `seen_many`, `remember_many`
-/// from [`Guard::run_batch`](crate::Guard::run_batch)) and `backend` (`memory`, `sqlite`,
+/// from [`Guard::run_batch`](crate::guard::Guard::run_batch)) and `backend` (`memory`, `sqlite`,
 /// `redis`, `postgres`; `dyn` for a `dyn Store`; another store's type name).
 pub const STORE_DURATION_SECONDS: &str = "babel_idem_store_duration_seconds";
 
@@ -334,7 +334,7 @@ fn backend_label<S: ?Sized>() -> Backend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{InMemoryStore, Store};
+    use crate::store::{InMemoryStore, Store};
     use std::sync::Arc;
 
     #[test]
@@ -349,11 +349,20 @@ mod tests {
         assert_eq!(label(backend_label::<Arc<dyn Store>>()), "dyn");
         assert_eq!(label(backend_label::<dyn Store>()), "dyn");
         #[cfg(feature = "sqlite")]
-        assert_eq!(label(backend_label::<crate::SqliteStore>()), "sqlite");
+        assert_eq!(
+            label(backend_label::<crate::store::SqliteStore>()),
+            "sqlite"
+        );
         #[cfg(feature = "redis")]
-        assert_eq!(label(backend_label::<Arc<crate::RedisStore>>()), "redis");
+        assert_eq!(
+            label(backend_label::<Arc<crate::store::RedisStore>>()),
+            "redis"
+        );
         #[cfg(feature = "postgres")]
-        assert_eq!(label(backend_label::<&crate::PostgresStore>()), "postgres");
+        assert_eq!(
+            label(backend_label::<&crate::store::PostgresStore>()),
+            "postgres"
+        );
         struct TinyStore;
         assert_eq!(backend_label::<TinyStore>(), Backend::Named("TinyStore"));
         assert_eq!(

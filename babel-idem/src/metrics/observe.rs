@@ -8,7 +8,7 @@
 use crate::metrics::Decision;
 
 /// The consumer span's field that carries the guard's decision (the span is
-/// opened by [`Router::dispatch`](crate::Router::dispatch)).
+/// opened by [`Router::dispatch`](crate::router::Router::dispatch)).
 pub(crate) const DECISION_FIELD: &str = "messaging.babelqueue.idempotency.decision";
 
 /// Records `decision` on the current span, and in the `metrics` facade;
@@ -62,8 +62,8 @@ pub(crate) fn timed<S: ?Sized, F>(
 #[allow(clippy::extra_unused_type_parameters)]
 pub(crate) fn timed_now<S: ?Sized, T>(
     _operation: crate::store::StoreOperation,
-    call: impl FnOnce() -> Option<Result<T, crate::StoreError>>,
-) -> Option<Result<T, crate::StoreError>> {
+    call: impl FnOnce() -> Option<Result<T, crate::store::StoreError>>,
+) -> Option<Result<T, crate::store::StoreError>> {
     call()
 }
 

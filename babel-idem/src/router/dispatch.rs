@@ -4,7 +4,7 @@
 //! unknown-URN strategy), run the handler with panics caught, and turn a
 //! failure into a retry or, once the attempts run out, a dead letter.
 //! Deduplication is not decided here: it belongs to the handler's guard
-//! (`#[idempotent]`, [`wrap`](crate::wrap)), which reports a duplicate as
+//! (`#[idempotent]`, [`wrap`](crate::guard::wrap)), which reports a duplicate as
 //! success, so a duplicate is simply acked.
 
 use std::any::Any;
@@ -17,8 +17,8 @@ use std::time::Duration;
 use tracing::Instrument;
 
 use crate::envelope::DeadLetterReason;
+use crate::envelope::{DeadLetter, Envelope, EnvelopeError};
 use crate::store::claim::parked_in;
-use crate::{DeadLetter, Envelope, EnvelopeError};
 
 use super::handler::HandlerFuture;
 use super::routes::Route;
@@ -43,7 +43,7 @@ impl Router {
     /// | not a valid envelope | `DeadLetter`, reason `poison`, the bytes unchanged |
     /// | no handler for its URN | by [`UnknownUrnStrategy`] |
     /// | the handler returns `Ok` | `Ack` |
-    /// | claim mode: another owner is running the id ([`StoreError::is_parked`](crate::StoreError::is_parked) anywhere in the error's source chain) | `Release`, reason `Parked`, `delay` the other lease's time left (1 s if the store does not know it); no attempt counted |
+    /// | claim mode: another owner is running the id ([`StoreError::is_parked`](crate::store::StoreError::is_parked) anywhere in the error's source chain) | `Release`, reason `Parked`, `delay` the other lease's time left (1 s if the store does not know it); no attempt counted |
     /// | the handler returns `Err` or panics, attempts + 1 < max | `Retry` with attempts + 1 |
     /// | the same, attempts + 1 reaches max | `DeadLetter`, reason `failed` |
     ///

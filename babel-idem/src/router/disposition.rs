@@ -5,11 +5,11 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::envelope::DeadLetterReason;
-use crate::{Envelope, EnvelopeError};
+use crate::envelope::{Envelope, EnvelopeError};
 
 use super::HandlerError;
 
-/// The outcome of [`Router::dispatch`](crate::Router::dispatch), and the
+/// The outcome of [`Router::dispatch`](crate::router::Router::dispatch), and the
 /// broker loop's instructions. Every variant ends with the original delivery
 /// acknowledged; they differ in what is published first.
 ///
@@ -145,7 +145,7 @@ pub enum ReleaseReason {
     /// ([`UnknownUrnStrategy::Release`](crate::router::UnknownUrnStrategy::Release)).
     UnknownUrn,
     /// Claim mode: another owner holds a live claim on the message's id
-    /// ([`StoreError::is_parked`](crate::StoreError::is_parked)).
+    /// ([`StoreError::is_parked`](crate::store::StoreError::is_parked)).
     Parked,
 }
 

@@ -1,4 +1,4 @@
-//! [`Handler`]: the shapes of function a [`Router`](crate::Router) accepts,
+//! [`Handler`]: the shapes of function a [`Router`](crate::router::Router) accepts,
 //! checked by the compiler.
 //!
 //! Two shapes, for `async fn`s and for closures that return a future:
@@ -8,7 +8,7 @@
 //!   the delivery's attempts or the transport headers.
 //!
 //! `E` is any error that converts into `Box<dyn Error + Send + Sync>`:
-//! `anyhow::Error`, [`StoreError`](crate::StoreError), your own error type. A
+//! `anyhow::Error`, [`StoreError`](crate::store::StoreError), your own error type. A
 //! function of any other shape does not compile, and the error lists these
 //! shapes (`#[diagnostic::on_unimplemented]`).
 
@@ -17,7 +17,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 
-use crate::Envelope;
+use crate::envelope::Envelope;
 use crate::store::BoxError;
 
 use super::Delivery;
@@ -25,7 +25,7 @@ use super::Delivery;
 /// The future a [`Handler`] returns once its error type is erased.
 pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<(), HandlerError>> + Send + 'static>>;
 
-/// Something a [`Router`](crate::Router) can call for a message.
+/// Something a [`Router`](crate::router::Router) can call for a message.
 ///
 /// Implemented for every `async fn` and closure of the two accepted shapes;
 /// `Args` only tells the shapes apart (it is `(Envelope,)` or

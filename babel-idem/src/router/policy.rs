@@ -19,7 +19,7 @@ use std::time::Duration;
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum UnknownUrnStrategy {
-    /// Treat it as a failed delivery: [`Retry`](crate::Disposition::Retry)
+    /// Treat it as a failed delivery: [`Retry`](crate::router::Disposition::Retry)
     /// while attempts are left, then dead-letter with reason `unknown_urn`.
     /// Gives a deploy that adds the handler time to arrive. The default, as in
     /// the Go SDK.
@@ -27,9 +27,9 @@ pub enum UnknownUrnStrategy {
     Fail,
     /// Dead-letter it at once with reason `unknown_urn`.
     DeadLetter,
-    /// Ack and drop it ([`Disposition::Delete`](crate::Disposition::Delete)).
+    /// Ack and drop it ([`Disposition::Delete`](crate::router::Disposition::Delete)).
     Delete,
-    /// Put it back unchanged ([`Disposition::Release`](crate::Disposition::Release))
+    /// Put it back unchanged ([`Disposition::Release`](crate::router::Disposition::Release))
     /// for another consumer to take.
     Release,
 }

@@ -6,7 +6,7 @@ use std::fmt;
 
 use super::handler::{Handler, HandlerFuture};
 use super::{Backoff, Delivery, UnknownUrnStrategy, Urn};
-use crate::Envelope;
+use crate::envelope::Envelope;
 
 /// The default number of attempts a message gets before it is dead-lettered,
 /// as in the other BabelQueue SDKs.

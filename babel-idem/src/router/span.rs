@@ -21,7 +21,11 @@ use std::fmt;
 
 use tracing::Span;
 
-use crate::{Delivery, Envelope, MessageId};
+use crate::envelope::Envelope;
+
+use crate::message::MessageId;
+
+use crate::router::Delivery;
 
 /// Opens (but does not enter) the consumer span of one delivery. Its fields
 /// are computed only when a subscriber wants the span.

@@ -15,7 +15,7 @@ use crate::coalesce::Coalescer;
 ///
 /// This is how a [`Consumer`](crate::consumer) that reserves many
 /// deliveries at once asks about all of them in one round trip: each
-/// delivery's guard (`#[idempotent]`, [`guard`](crate::guard())) makes its
+/// delivery's guard (`#[idempotent]`, [`guard`](crate::guard::guard())) makes its
 /// own call, unchanged, and the calls that meet are answered by one batch.
 /// A lone call (concurrency 1) is sent as it is, with no wait added; under
 /// load the batches grow to what arrives during one round trip (group
@@ -25,10 +25,10 @@ use crate::coalesce::Coalescer;
 /// decision is unchanged. When a batch fails as a whole, each of its calls
 /// is asked again on its own, so an error reaches only the calls the store
 /// cannot answer (a poison id fails alone, as with
-/// [`Guard::run_batch`](crate::Guard::run_batch)). `forget` goes straight
+/// [`Guard::run_batch`](crate::guard::Guard::run_batch)). `forget` goes straight
 /// to the inner store.
 ///
-/// Claim mode ([`Guard::lease`](crate::Guard::lease)) is batched the same
+/// Claim mode ([`Guard::lease`](crate::guard::Guard::lease)) is batched the same
 /// way: concurrent `claim` calls meet in one
 /// [`claim_many`](ClaimStore::claim_many), concurrent `commit` calls in one
 /// [`commit_many`](ClaimStore::commit_many), each entry with its own owner
@@ -43,8 +43,8 @@ use crate::coalesce::Coalescer;
 /// wait for each other: do not wrap such a store in claim mode. Clones
 /// share their batches.
 ///
-/// [`RedisStore`]: crate::RedisStore
-/// [`InMemoryStore`]: crate::InMemoryStore
+/// [`RedisStore`]: crate::store::RedisStore
+/// [`InMemoryStore`]: crate::store::InMemoryStore
 ///
 /// ```
 /// use babel_idem::store::Batched;

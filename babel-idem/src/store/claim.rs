@@ -99,7 +99,7 @@ pub enum Claim {
     Won {
         /// The claim's fencing token, from 1 up. `0` means the store keeps
         /// no fence (an unfenced layout such as the PHP SDK's): a guard then
-        /// offers the handler no fence ([`fence`](crate::fence) is `None`).
+        /// offers the handler no fence ([`fence`](crate::guard::fence) is `None`).
         fence: u64,
     },
     /// Another owner holds a live lease.
@@ -175,11 +175,11 @@ pub trait ClaimStore: Store {
     /// by its first owner when its second entry is claimed).
     ///
     /// The default calls [`claim`](ClaimStore::claim) once per entry, in
-    /// turn (what the [`InMemoryStore`](crate::InMemoryStore) keeps: it
+    /// turn (what the [`InMemoryStore`](crate::store::InMemoryStore) keeps: it
     /// answers at once); the server-backed stores answer a whole batch
-    /// together ([`RedisStore`](crate::RedisStore): one script per 512
-    /// entries; [`PostgresStore`](crate::PostgresStore): one statement;
-    /// [`SqliteStore`](crate::SqliteStore): one read, then one write
+    /// together ([`RedisStore`](crate::store::RedisStore): one script per 512
+    /// entries; [`PostgresStore`](crate::store::PostgresStore): one statement;
+    /// [`SqliteStore`](crate::store::SqliteStore): one read, then one write
     /// transaction for the entries that look free).
     /// [`Batched`](crate::store::Batched) sends concurrent claims through
     /// it. On an `Err` some entries may have been claimed and others not
@@ -216,9 +216,9 @@ pub trait ClaimStore: Store {
     /// done.
     ///
     /// The default calls [`commit`](ClaimStore::commit) once per entry, in
-    /// turn; [`RedisStore`](crate::RedisStore) answers a whole batch with
-    /// one script, [`PostgresStore`](crate::PostgresStore) with one
-    /// statement, [`SqliteStore`](crate::SqliteStore) in one transaction. On
+    /// turn; [`RedisStore`](crate::store::RedisStore) answers a whole batch with
+    /// one script, [`PostgresStore`](crate::store::PostgresStore) with one
+    /// statement, [`SqliteStore`](crate::store::SqliteStore) in one transaction. On
     /// an `Err` some entries may have been committed and others not (the SQL
     /// stores commit none).
     ///
@@ -313,7 +313,7 @@ pub(crate) fn server_lease_ms(
 }
 
 /// A lease no store can hold: under 1 ms or over [`MAX_LEASE`]. Refused when
-/// a claim-mode guard is built ([`Guard::lease`](crate::Guard::lease)), and by
+/// a claim-mode guard is built ([`Guard::lease`](crate::guard::Guard::lease)), and by
 /// a store asked to claim with it.
 ///
 /// ```
@@ -415,7 +415,7 @@ impl StoreError {
     /// Whether a claim-mode guard parked this delivery: another owner holds a
     /// live claim on its id, so the handler did not run. Put the delivery
     /// back without spending an attempt (as
-    /// [`Router::dispatch`](crate::Router::dispatch) does), after
+    /// [`Router::dispatch`](crate::router::Router::dispatch) does), after
     /// [`retry_after`](StoreError::retry_after).
     ///
     /// ```

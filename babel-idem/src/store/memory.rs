@@ -24,7 +24,7 @@ use hashbrown::HashTable;
 
 use super::settings::optional_ttl_millis;
 use super::{Store, StoreError, StoreFuture, StoreOperation, failed};
-use crate::DedupeKey;
+use crate::key::DedupeKey;
 
 mod claims;
 #[cfg(all(test, loom))]
@@ -836,9 +836,11 @@ mod tests {
             "00000000-0000-0000-0000-000000000000",
             "short",
         ];
-        let guard = crate::Guard::new(InMemoryStore::new());
+        let guard = crate::guard::Guard::new(InMemoryStore::new());
         let key = |id: &'static str| {
-            guard.key(&crate::Envelope::new("urn:babel:a:b", serde_json::json!({})).with_id(id))
+            guard.key(
+                &crate::envelope::Envelope::new("urn:babel:a:b", serde_json::json!({})).with_id(id),
+            )
         };
         for id in ids {
             let by_key = InMemoryStore::new();

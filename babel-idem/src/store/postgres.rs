@@ -73,7 +73,8 @@ const PROGRAM_LIMIT_EXCEEDED: &str = "54000";
 /// fails with a [`StoreError`] until the server answers.
 ///
 /// ```no_run
-/// use babel_idem::{PostgresStore, Store};
+/// use babel_idem::Store;
+/// use babel_idem::store::PostgresStore;
 /// use std::time::Duration;
 ///
 /// # async fn run() -> Result<(), babel_idem::StoreError> {
@@ -203,7 +204,7 @@ impl PostgresStore {
     /// A store over an existing pool, default table, no TTL.
     ///
     /// ```no_run
-    /// use babel_idem::PostgresStore;
+    /// use babel_idem::store::PostgresStore;
     /// use sqlx::postgres::PgPoolOptions;
     ///
     /// # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {

@@ -52,7 +52,7 @@ const DEFAULT_PREFIX: &str = "bq:idemp:";
 /// Nesting between two prefixes of your own (`billing:` and
 /// `billing:eu:`) cannot be seen from one store: give each seen-set a
 /// sibling prefix (`billing:idemp:`, `shipping:idemp:`), or share one
-/// prefix and keep services apart with [`Guard::scope`](crate::Guard::scope),
+/// prefix and keep services apart with [`Guard::scope`](crate::guard::Guard::scope),
 /// whose keys never collide.
 ///
 /// # Runtime
@@ -67,7 +67,7 @@ const DEFAULT_PREFIX: &str = "bq:idemp:";
 /// when the store is built, not at the first delivery.)
 ///
 /// Claim mode keeps its claims beside these keys (or in the PHP SDK's
-/// layout): see the [`ClaimStore`](crate::ClaimStore) impl below.
+/// layout): see the [`ClaimStore`](crate::store::ClaimStore) impl below.
 ///
 /// # One server, not Redis Cluster
 ///
@@ -81,7 +81,8 @@ const DEFAULT_PREFIX: &str = "bq:idemp:";
 /// unreachable, and the same store works again once it answers.
 ///
 /// ```no_run
-/// use babel_idem::{RedisStore, Store};
+/// use babel_idem::Store;
+/// use babel_idem::store::RedisStore;
 /// use std::time::Duration;
 ///
 /// # async fn run() -> Result<(), babel_idem::StoreError> {
@@ -258,7 +259,7 @@ impl RedisStore {
     /// [`RedisStoreBuilder::connect_lazy`].
     ///
     /// ```
-    /// use babel_idem::RedisStore;
+    /// use babel_idem::store::RedisStore;
     ///
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
     /// let cluster = RedisStore::connect_lazy("redis+cluster://10.0.0.1:7000,10.0.0.2:7000/");

@@ -50,7 +50,8 @@ const NOW_MS: &str = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
 /// takes one statement per 32,766 ids.
 ///
 /// ```
-/// use babel_idem::{SqliteStore, Store};
+/// use babel_idem::Store;
+/// use babel_idem::store::SqliteStore;
 /// use std::time::Duration;
 ///
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
@@ -207,7 +208,8 @@ impl SqliteStore {
     /// A private in-memory database with the default settings.
     ///
     /// ```
-    /// use babel_idem::{SqliteStore, Store};
+    /// use babel_idem::Store;
+    /// use babel_idem::store::SqliteStore;
     ///
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
     /// let store = SqliteStore::in_memory().await?;
@@ -224,7 +226,8 @@ impl SqliteStore {
     /// [`SqliteStoreBuilder::from_pool`].
     ///
     /// ```
-    /// use babel_idem::{SqliteStore, Store};
+    /// use babel_idem::Store;
+    /// use babel_idem::store::SqliteStore;
     /// use sqlx::sqlite::SqlitePoolOptions;
     ///
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {

@@ -19,13 +19,13 @@ use super::{Store, StoreFuture};
 /// connection, so the mark commits or rolls back with the handler's effect.
 ///
 /// The decision (insert, then run or skip) is the guard's
-/// ([`Guard::transactional`](crate::Guard::transactional)); a store only
+/// ([`Guard::transactional`](crate::guard::Guard::transactional)); a store only
 /// translates [`mark_in`](TransactionalStore::mark_in) into its database's
 /// statement.
 ///
 /// ```
 /// use babel_idem::store::TransactionalStore;
-/// use babel_idem::SqliteStore;
+/// use babel_idem::store::SqliteStore;
 ///
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 /// let store = SqliteStore::in_memory().await?;
@@ -42,7 +42,7 @@ use super::{Store, StoreFuture};
     message = "`{Self}` cannot mark a message inside a database transaction",
     label = "not a store with a SQL table",
     note = "`transaction = ...` (and `Guard::transactional`) needs a store whose table the \
-            handler's connection can write: `babel_idem::PostgresStore` or `babel_idem::SqliteStore` \
+            handler's connection can write: `babel_idem::store::PostgresStore` or `babel_idem::store::SqliteStore` \
             (or a reference / `Arc` to one)"
 )]
 pub trait TransactionalStore: Store {

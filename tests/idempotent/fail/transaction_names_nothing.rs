@@ -1,5 +1,6 @@
 //! `transaction = x` must name a parameter of the handler.
-use babel_idem::{Envelope, SqliteStore, StoreError, idempotent};
+use babel_idem::{Envelope, StoreError, idempotent};
+use babel_idem::store::SqliteStore;
 use sqlx::SqliteConnection;
 
 #[idempotent(store = store, transaction = txn)]

@@ -1,5 +1,6 @@
 //! The transaction parameter is a `&mut` connection, not a value.
-use babel_idem::{Envelope, SqliteStore, StoreError, idempotent};
+use babel_idem::{Envelope, StoreError, idempotent};
+use babel_idem::store::SqliteStore;
 
 #[idempotent(store = store, transaction = tx)]
 async fn on_credit(store: &SqliteStore, env: Envelope, tx: sqlx::SqlitePool) -> Result<(), StoreError> {

@@ -1,7 +1,9 @@
 //! `transaction` and `lease` are two modes: asking for both is one error.
 use std::time::Duration;
 
-use babel_idem::{Envelope, SqliteStore, StoreError, idempotent};
+use babel_idem::{Envelope, StoreError, idempotent};
+
+use babel_idem::store::SqliteStore;
 use sqlx::SqliteConnection;
 
 #[idempotent(store = store, lease = Duration::from_secs(30), transaction = tx)]

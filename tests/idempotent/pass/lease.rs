@@ -10,7 +10,9 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use babel_idem::store::{Claim, ClaimToken};
-use babel_idem::{ClaimStore, DedupeKey, Envelope, InMemoryStore, MessageId, fence, idempotent};
+use babel_idem::{ClaimStore, Envelope, InMemoryStore, MessageId, idempotent};
+use babel_idem::guard::fence;
+use babel_idem::key::DedupeKey;
 use support::{HandlerError, Runs};
 
 static STORE: LazyLock<InMemoryStore> = LazyLock::new(InMemoryStore::new);

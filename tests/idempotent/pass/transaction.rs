@@ -10,7 +10,8 @@ use std::future::Future;
 use std::sync::OnceLock;
 
 use babel_idem::store::TransactionalStore;
-use babel_idem::{Envelope, SqliteStore, idempotent};
+use babel_idem::{Envelope, idempotent};
+use babel_idem::store::SqliteStore;
 use sqlx::{Sqlite, SqliteConnection, Transaction};
 use support::{HandlerError, Runs};
 

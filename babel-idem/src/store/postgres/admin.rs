@@ -22,7 +22,7 @@ use crate::store::{StoreError, StoreOperation, StoreStats, failed};
 /// | [`purge_expired_batch`](Self::purge_expired_batch) | `DELETE ... WHERE message_id IN (SELECT message_id ... WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED)` |
 ///
 /// ```no_run
-/// use babel_idem::PostgresStore;
+/// use babel_idem::store::PostgresStore;
 ///
 /// # async fn run() -> Result<(), babel_idem::StoreError> {
 /// let store = PostgresStore::connect_lazy("postgres://app@db.internal/app")?;
@@ -51,7 +51,7 @@ impl PostgresStore {
     }
 
     /// Counts the marks whose key starts with `key_prefix` (`""`: all of
-    /// them; a [`Guard::scope`](crate::Guard::scope)'s keys start with
+    /// them; a [`Guard::scope`](crate::guard::Guard::scope)'s keys start with
     /// `<length>:<scope>:`), how many have expired, and when the oldest and
     /// newest were written (Unix milliseconds).
     pub async fn stats(&self, key_prefix: &str) -> Result<StoreStats, StoreError> {
@@ -96,7 +96,7 @@ impl PostgresStore {
 
     /// Forgets every key in `keys` in one statement and returns how many
     /// rows went (unknown keys are not an error, as with
-    /// [`forget`](crate::Store::forget)).
+    /// [`forget`](crate::store::Store::forget)).
     pub async fn forget_many(&self, keys: &[&str]) -> Result<u64, StoreError> {
         let table = &self.settings.table;
         let done = sqlx::query(&format!("DELETE FROM {table} WHERE message_id = ANY($1)"))

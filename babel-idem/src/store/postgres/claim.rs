@@ -215,7 +215,7 @@ impl PostgresStore {
     /// it only reclaims space.
     ///
     /// ```no_run
-    /// # async fn nightly(store: babel_idem::PostgresStore) -> Result<(), babel_idem::StoreError> {
+    /// # async fn nightly(store: babel_idem::store::PostgresStore) -> Result<(), babel_idem::StoreError> {
     /// let deleted = store.purge_claims().await?;
     /// println!("{deleted} claim rows purged");
     /// # Ok(())

@@ -20,7 +20,8 @@ const SCAN_COUNT: usize = 1_000;
 /// | [`count_expired`](Self::count_expired), [`purge_expired`](Self::purge_expired) | none: Redis deletes expired keys itself (`PX`) |
 ///
 /// ```no_run
-/// use babel_idem::{RedisStore, Store};
+/// use babel_idem::Store;
+/// use babel_idem::store::RedisStore;
 ///
 /// # async fn run() -> Result<(), babel_idem::StoreError> {
 /// let store = RedisStore::builder()
@@ -47,7 +48,7 @@ impl RedisStore {
 
     /// Counts the keys under the store's prefix whose id starts with
     /// `key_prefix` (`""`: all of them; a
-    /// [`Guard::scope`](crate::Guard::scope)'s keys start with
+    /// [`Guard::scope`](crate::guard::Guard::scope)'s keys start with
     /// `<length>:<scope>:`), walking the keyspace with `SCAN`.
     ///
     /// `expired` is always 0 (an expired key is gone) and Redis keeps no
@@ -109,7 +110,7 @@ impl RedisStore {
 
     /// Forgets every key in `keys` with one `DEL` and returns how many keys
     /// went (unknown keys are not an error, as with
-    /// [`forget`](crate::Store::forget)).
+    /// [`forget`](crate::store::Store::forget)).
     pub async fn forget_many(&self, keys: &[&str]) -> Result<u64, StoreError> {
         if keys.is_empty() {
             return Ok(0);

@@ -92,7 +92,7 @@ impl RedisStoreBuilder {
     /// worker took since. Commit refuses only an id that is already done.
     ///
     /// ```
-    /// use babel_idem::RedisStore;
+    /// use babel_idem::store::RedisStore;
     ///
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
     /// let store = RedisStore::builder().php_claims().connect_lazy("redis://127.0.0.1:6379/")?;
@@ -114,7 +114,7 @@ impl RedisStore {
     /// in the PHP layout.
     ///
     /// ```
-    /// use babel_idem::RedisStore;
+    /// use babel_idem::store::RedisStore;
     ///
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
     /// let store = RedisStore::connect_lazy("redis://127.0.0.1:6379/")?;

@@ -33,7 +33,7 @@ impl SqliteStoreBuilder {
     /// [`SqliteStore::table_exists`].
     ///
     /// ```
-    /// use babel_idem::SqliteStore;
+    /// use babel_idem::store::SqliteStore;
     ///
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
     /// # let dir = std::env::temp_dir().join(format!("babel-idem-doc-existing-{}", std::process::id()));
@@ -75,7 +75,7 @@ impl SqliteStore {
     /// migrated has none). Fails when the database cannot be opened.
     ///
     /// ```
-    /// use babel_idem::SqliteStore;
+    /// use babel_idem::store::SqliteStore;
     /// use sqlx::sqlite::SqlitePoolOptions;
     ///
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
@@ -99,12 +99,13 @@ impl SqliteStore {
     }
 
     /// Counts the marks whose key starts with `key_prefix` (`""`: all of
-    /// them; a [`Guard::scope`](crate::Guard::scope)'s keys start with
+    /// them; a [`Guard::scope`](crate::guard::Guard::scope)'s keys start with
     /// `<length>:<scope>:`), how many have expired, and when the oldest and
     /// newest were written.
     ///
     /// ```
-    /// use babel_idem::{SqliteStore, Store};
+    /// use babel_idem::Store;
+    /// use babel_idem::store::SqliteStore;
     ///
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
     /// let store = SqliteStore::in_memory().await?;
@@ -142,7 +143,8 @@ impl SqliteStore {
     /// [`forget_many`](Self::forget_many) would delete.
     ///
     /// ```
-    /// use babel_idem::{SqliteStore, Store};
+    /// use babel_idem::Store;
+    /// use babel_idem::store::SqliteStore;
     ///
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
     /// let store = SqliteStore::in_memory().await?;
@@ -174,10 +176,11 @@ impl SqliteStore {
 
     /// Forgets every key in `keys`, 500 to a statement, and returns
     /// how many rows went (unknown keys are not an error, as with
-    /// [`forget`](crate::Store::forget)).
+    /// [`forget`](crate::store::Store::forget)).
     ///
     /// ```
-    /// use babel_idem::{SqliteStore, Store};
+    /// use babel_idem::Store;
+    /// use babel_idem::store::SqliteStore;
     ///
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
     /// let store = SqliteStore::in_memory().await?;
@@ -213,7 +216,7 @@ impl SqliteStore {
     /// would delete now.
     ///
     /// ```
-    /// use babel_idem::SqliteStore;
+    /// use babel_idem::store::SqliteStore;
     ///
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
     /// let store = SqliteStore::in_memory().await?;
@@ -237,7 +240,7 @@ impl SqliteStore {
     /// consumers writing to the file wait for one batch, not the whole purge.
     ///
     /// ```
-    /// use babel_idem::SqliteStore;
+    /// use babel_idem::store::SqliteStore;
     ///
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
     /// let store = SqliteStore::in_memory().await?;

@@ -3,7 +3,7 @@
 //!
 //! The consumer reserves deliveries from a [`Transport`], runs
 //! [`Router::dispatch`] on each with bounded concurrency and settles each by
-//! its [`Disposition`](crate::Disposition):
+//! its [`Disposition`](crate::router::Disposition):
 //!
 //! | disposition | settlement |
 //! |---|---|
@@ -22,7 +22,7 @@
 //!   broker's recovery (the Redis sweep), never lost.
 //! - A broker that fails (a restart, a network cut) is retried with backoff,
 //!   for reservations and settlements alike; a settlement is never skipped.
-//! - Transport headers reach the handler through [`Delivery`](crate::Delivery);
+//! - Transport headers reach the handler through [`Delivery`](crate::router::Delivery);
 //!   `bq-replay-bypass` turns [`is_replay`] on for that delivery.
 
 mod poison;
@@ -35,7 +35,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use crate::Router;
+use crate::router::Router;
 use crate::transport::{Transport, TransportError};
 
 pub use replay::{HEADER_REPLAY_BYPASS, bypass_external_effects, is_replay};

@@ -3,9 +3,9 @@
 //!
 //! - [`tower`] (feature `tower`): [`IdempotencyLayer`](tower::IdempotencyLayer),
 //!   the guard as a tower `Layer` in front of any `Service` whose request
-//!   carries a [`MessageId`](crate::MessageId).
+//!   carries a [`MessageId`](crate::message::MessageId).
 //!
-//! The consumer span is opened by [`Router::dispatch`](crate::Router::dispatch)
+//! The consumer span is opened by [`Router::dispatch`](crate::router::Router::dispatch)
 //! (W3C `traceparent` continuation with the feature `opentelemetry`), and the
 //! `metrics` facade is fed by [`metrics`](crate::metrics) (feature `metrics`):
 //! both record where the delivery is dispatched and decided, not here.

@@ -1,4 +1,4 @@
-//! Transports: how a [`Consumer`](crate::Consumer) reserves deliveries from a
+//! Transports: how a [`Consumer`](crate::consumer::Consumer) reserves deliveries from a
 //! broker and settles them (feature `consumer`; each broker binding behind its
 //! own feature).
 //!

@@ -4,7 +4,11 @@
 use std::borrow::Cow;
 use std::future::Future;
 
-use crate::{Guard, MessageId, OnRememberFailure, Store, StoreError};
+use crate::guard::{Guard, OnRememberFailure};
+
+use crate::message::MessageId;
+
+use crate::store::{Store, StoreError};
 
 /// Wraps `handler` so each call goes through a [`Guard`] over `store`.
 ///
