@@ -39,6 +39,7 @@ mod delivery;
 mod dispatch;
 mod disposition;
 mod handler;
+pub(crate) mod parked;
 mod policy;
 mod routes;
 mod span;

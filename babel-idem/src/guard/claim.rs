@@ -1,5 +1,8 @@
-//! Claim mode's decision table (DESIGN section 8.1): claim the id, run the
-//! handler while renewing the lease, then commit or release.
+//! Claim mode's decision table: claim the id, run the handler while
+//! renewing the lease, then commit or release. Every claim decision is also
+//! recorded for the delivery being dispatched, if any
+//! ([`parked::record`]), so the router releases a parked delivery whatever
+//! the handler's error type keeps of the parked error.
 
 use std::any::Any;
 use std::future::{Future, poll_fn};
@@ -12,6 +15,7 @@ use super::timer::Sleep;
 use super::{OnRememberFailure, fence, mark_failed, report, store_failed};
 use crate::key::DedupeKey;
 use crate::metrics::{self, Decision, Timed, claim_mode, timed};
+use crate::router::parked::{self, LastClaim};
 use crate::store::StoreFuture;
 use crate::store::{Claim, ClaimToken, StoreOperation};
 use crate::store::{ClaimStore, StoreError};
@@ -21,7 +25,7 @@ use crate::store::{ClaimStore, StoreError};
 /// | no usable id | runs the handler unclaimed (`fail_open`) |
 /// | done | skips (`skipped`) |
 /// | `claim` fails | does not run, returns the store error (`store_failed`) |
-/// | held by a live owner | does not run, returns a parked error (`parked`) |
+/// | held by a live owner | does not run, returns a parked error and records the park for the delivery (`parked`) |
 /// | absent or lapsed: won | runs the handler, renewing the lease |
 /// | `Ok`, commit succeeds | marked done, claim dropped (`ran`) |
 /// | `Ok`, claim lost | not marked, returns a lost-claim error (`lost_claim`) |
@@ -41,14 +45,22 @@ where
     E: From<StoreError>,
 {
     let Some(id) = key.as_str() else {
+        parked::record(LastClaim::NotParked);
         claim_mode(|| report(Decision::FailOpen, ""));
         return handler.await;
     };
 
     let owner = ClaimToken::random();
-    let fence = match store_answer!(timed::<S, _>(StoreOperation::Claim, || {
+    let answer = store_answer!(timed::<S, _>(StoreOperation::Claim, || {
         store.claim(id, owner, lease)
-    })) {
+    }));
+    // Recorded before the handler runs: a guard nested in it decides later,
+    // and its decision is the one that counts for the delivery.
+    parked::record(match answer {
+        Ok(Claim::Held { retry_after }) => LastClaim::Parked { retry_after },
+        _ => LastClaim::NotParked,
+    });
+    let fence = match answer {
         Ok(Claim::Won { fence }) => fence,
         Ok(Claim::Done) => {
             claim_mode(|| report(Decision::Skipped, id));

@@ -1,8 +1,10 @@
 //! [`Router::dispatch`]: from raw bytes to a [`Disposition`].
 //!
 //! Decode and check the envelope (else `poison`), route by URN (else the
-//! unknown-URN strategy), run the handler with panics caught, and turn a
-//! failure into a retry or, once the attempts run out, a dead letter.
+//! unknown-URN strategy), run the handler with panics caught and its claim
+//! decisions recorded, and turn a failure into a release when the
+//! handler's claim was parked (see `parked`), else into a retry or, once
+//! the attempts run out, a dead letter.
 //! Deduplication is not decided here: it belongs to the handler's guard
 //! (`#[idempotent]`, [`wrap`](crate::guard::wrap)), which reports a duplicate as
 //! success, so a duplicate is simply acked.
@@ -12,25 +14,20 @@ use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use tracing::Instrument;
 
 use crate::envelope::DeadLetterReason;
 use crate::envelope::{DeadLetter, Envelope, EnvelopeError};
-use crate::store::claim::parked_in;
 
 use super::handler::HandlerFuture;
+use super::parked::{self, LastClaim};
 use super::routes::Route;
 use super::span;
 use super::{
     DeadLettered, Delivery, DispatchError, Disposition, ReleaseReason, Retry, Router,
     UnknownUrnStrategy,
 };
-
-/// How long a parked delivery waits when its store cannot say how long the
-/// other owner's lease has left.
-const DEFAULT_PARKED_DELAY: Duration = Duration::from_secs(1);
 
 impl Router {
     /// Handles one delivery: `bytes` is the message body as the broker gave
@@ -43,9 +40,17 @@ impl Router {
     /// | not a valid envelope | `DeadLetter`, reason `poison`, the bytes unchanged |
     /// | no handler for its URN | by [`UnknownUrnStrategy`] |
     /// | the handler returns `Ok` | `Ack` |
-    /// | claim mode: another owner is running the id ([`StoreError::is_parked`](crate::store::StoreError::is_parked) anywhere in the error's source chain) | `Release`, reason `Parked`, `delay` the other lease's time left (1 s if the store does not know it); no attempt counted |
+    /// | claim mode: the handler returns `Err` after its last claim-mode guard found the id held by another owner (whatever the error type keeps of the parked [`StoreError`](crate::store::StoreError)) | `Release`, reason `Parked`, `delay` the other lease's time left (1 s if the store does not know it); no attempt counted |
     /// | the handler returns `Err` or panics, attempts + 1 < max | `Retry` with attempts + 1 |
     /// | the same, attempts + 1 reaches max | `DeadLetter`, reason `failed` |
+    ///
+    /// A parked claim is read from the delivery, not from the error: each
+    /// claim-mode guard polled in the handler's future records its decision
+    /// for this dispatch, and the last one counts. A guard whose future the
+    /// handler does not poll itself (one in a spawned task) records nothing,
+    /// so a parked error it returns is an ordinary failure here; a handler
+    /// that swallows a park and then fails with no claim decided since is
+    /// released as parked.
     ///
     /// The handler runs in a CONSUMER span (`tracing`, level INFO) with the
     /// BabelQueue SDKs' `messaging.*` attributes and the guard's decision;
@@ -111,10 +116,10 @@ impl Router {
 
         // The handler (and so its guard) runs in the delivery's consumer span.
         let span = span::consumer(&envelope, &delivery);
-        let error = match run_catching_panics(route, envelope, delivery)
+        let (result, last_claim) = run_catching_panics(route, envelope, delivery)
             .instrument(span)
-            .await
-        {
+            .await;
+        let error = match result {
             Ok(()) => return Disposition::Ack,
             Err(error) => error,
         };
@@ -123,8 +128,8 @@ impl Router {
         // decoded a moment ago, so this cannot fail, and if it somehow did the
         // bytes would be poison.
         match Envelope::from_slice(bytes) {
-            Ok(mut envelope) => match parked_delay(&error) {
-                Some(delay) => park(envelope, delay),
+            Ok(mut envelope) => match last_claim.parked_delay(&error) {
+                Some(delay) => parked::release(envelope.job, delay),
                 None => {
                     envelope.attempts = attempts;
                     self.fail(envelope, error, fallback_queue)
@@ -182,31 +187,6 @@ impl Router {
     }
 }
 
-/// How long to hold back a delivery whose handler was parked (claim mode),
-/// or `None` when the error is anything else.
-fn parked_delay(error: &DispatchError) -> Option<Duration> {
-    match error {
-        DispatchError::Handler(error) => {
-            parked_in(error.error()).map(|retry_after| retry_after.unwrap_or(DEFAULT_PARKED_DELAY))
-        }
-        _ => None,
-    }
-}
-
-/// A parked delivery goes back unchanged: it was not attempted.
-fn park(envelope: Envelope, delay: Duration) -> Disposition {
-    tracing::debug!(
-        urn = envelope.urn(),
-        ?delay,
-        "babel-idem: delivery parked, releasing it"
-    );
-    Disposition::Release {
-        urn: envelope.job,
-        reason: ReleaseReason::Parked,
-        delay: Some(delay),
-    }
-}
-
 /// The original envelope plus its `dead_letter` block, encoded for the DLQ.
 fn dead_letter(
     mut envelope: Envelope,
@@ -258,35 +238,51 @@ fn poison(bytes: &[u8], error: EnvelopeError) -> Disposition {
 
 /// Runs the handler; a panic while building or polling its future becomes
 /// [`DispatchError::Panicked`] instead of unwinding through the consumer.
+/// Beside the result, the last claim decision a guard made in the handler's
+/// future.
 async fn run_catching_panics(
     route: &Route,
     envelope: Envelope,
     delivery: Delivery,
-) -> Result<(), DispatchError> {
-    let future =
-        catch_unwind(AssertUnwindSafe(|| route.call(envelope, delivery))).map_err(panicked)?;
-    match (CatchUnwind { future }).await {
-        Ok(result) => result.map_err(DispatchError::Handler),
-        Err(payload) => Err(panicked(payload)),
+) -> (Result<(), DispatchError>, LastClaim) {
+    let future = match catch_unwind(AssertUnwindSafe(|| route.call(envelope, delivery))) {
+        Ok(future) => future,
+        Err(payload) => return (Err(panicked(payload)), LastClaim::NotParked),
+    };
+    let watched = Watched {
+        future,
+        last_claim: LastClaim::NotParked,
+    };
+    match watched.await {
+        (Ok(result), last_claim) => (result.map_err(DispatchError::Handler), last_claim),
+        (Err(payload), last_claim) => (Err(panicked(payload)), last_claim),
     }
 }
 
-/// Polls a handler future inside `catch_unwind`. The future is dropped after
-/// a panic (it is never polled again); `AssertUnwindSafe` is sound here
+/// Polls a handler future inside `catch_unwind`, with the delivery's claim
+/// record current ([`parked::watching`]). The future is dropped after a
+/// panic (it is never polled again); `AssertUnwindSafe` is sound here
 /// because nothing of it is observed afterwards.
-struct CatchUnwind {
+struct Watched {
     future: HandlerFuture,
+    last_claim: LastClaim,
 }
 
-impl Future for CatchUnwind {
-    type Output = Result<<HandlerFuture as Future>::Output, Box<dyn Any + Send>>;
+impl Future for Watched {
+    type Output = (
+        Result<<HandlerFuture as Future>::Output, Box<dyn Any + Send>>,
+        LastClaim,
+    );
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let future = &mut self.future;
-        match catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx))) {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let Watched { future, last_claim } = self.get_mut();
+        let polled = parked::watching(last_claim, || {
+            catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx)))
+        });
+        match polled {
             Ok(Poll::Pending) => Poll::Pending,
-            Ok(Poll::Ready(output)) => Poll::Ready(Ok(output)),
-            Err(payload) => Poll::Ready(Err(payload)),
+            Ok(Poll::Ready(output)) => Poll::Ready((Ok(output), *last_claim)),
+            Err(payload) => Poll::Ready((Err(payload), *last_claim)),
         }
     }
 }

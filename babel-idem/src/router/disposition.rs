@@ -144,8 +144,11 @@ pub enum ReleaseReason {
     /// No handler is registered for the URN
     /// ([`UnknownUrnStrategy::Release`](crate::router::UnknownUrnStrategy::Release)).
     UnknownUrn,
-    /// Claim mode: another owner holds a live claim on the message's id
-    /// ([`StoreError::is_parked`](crate::store::StoreError::is_parked)).
+    /// Claim mode: the handler failed after its last claim-mode guard found
+    /// the message's id held by another owner (the guard returned a
+    /// [`StoreError::is_parked`](crate::store::StoreError::is_parked) error
+    /// and recorded the park for the delivery, so what the handler's error
+    /// type keeps of that error does not matter).
     Parked,
 }
 

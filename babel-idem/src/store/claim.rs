@@ -1,4 +1,4 @@
-//! [`ClaimStore`]: the capability behind claim mode (DESIGN section 8.1).
+//! [`ClaimStore`]: the capability behind claim mode.
 //!
 //! A claim is a lease on one id, held by one owner ([`ClaimToken`]) and
 //! numbered by a fencing token that grows with every claim of that id. The
@@ -414,9 +414,14 @@ impl StoreError {
 
     /// Whether a claim-mode guard parked this delivery: another owner holds a
     /// live claim on its id, so the handler did not run. Put the delivery
-    /// back without spending an attempt (as
-    /// [`Router::dispatch`](crate::router::Router::dispatch) does), after
+    /// back without spending an attempt, after
     /// [`retry_after`](StoreError::retry_after).
+    ///
+    /// [`Router::dispatch`](crate::router::Router::dispatch) does so without
+    /// reading this error: the guard also records the park for the delivery
+    /// it runs in, so a handler error type that drops the `StoreError`'s
+    /// source still gets the delivery released. Ask this where a guard runs
+    /// outside a router (a loop of one's own, a tower service).
     ///
     /// ```
     /// use babel_idem::store::ClaimToken;
@@ -460,28 +465,6 @@ impl StoreError {
     }
 }
 
-/// If `error` or any error in its source chain is a parked delivery, how
-/// long to wait (`Some(retry_after)`); `None` for any other error.
-///
-/// The chain is searched for the parked refusal itself as well as for the
-/// [`StoreError`] around it, so a handler error type that wraps a
-/// `StoreError` transparently (`thiserror`'s `#[error(transparent)]`,
-/// `anyhow`) is still recognised.
-pub(crate) fn parked_in(error: &(dyn StdError + 'static)) -> Option<Option<Duration>> {
-    let mut next = Some(error);
-    while let Some(error) = next {
-        let refusal = match error.downcast_ref::<StoreError>() {
-            Some(store_error) => store_error.refusal(),
-            None => error.downcast_ref::<Refusal>().copied(),
-        };
-        if let Some(Refusal::Parked { retry_after }) = refusal {
-            return Some(retry_after);
-        }
-        next = error.source();
-    }
-    None
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -521,36 +504,6 @@ mod tests {
         ] {
             assert_eq!(lease_millis(refused), Err(InvalidLease { lease: refused }));
         }
-    }
-
-    #[test]
-    fn a_parked_error_is_found_through_wrappers() {
-        #[derive(Debug)]
-        struct Transparent(StoreError);
-        impl fmt::Display for Transparent {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                self.0.fmt(f)
-            }
-        }
-        // Like `#[error(transparent)]`: the source is the inner error's source.
-        impl StdError for Transparent {
-            fn source(&self) -> Option<&(dyn StdError + 'static)> {
-                self.0.source()
-            }
-        }
-
-        let after = Some(Duration::from_millis(40));
-        let direct = StoreError::parked(after);
-        assert_eq!(parked_in(&direct), Some(after));
-        let wrapped = Transparent(StoreError::parked(None));
-        assert_eq!(parked_in(&wrapped), Some(None));
-        let through_anyhow = anyhow::Error::from(StoreError::parked(after));
-        let boxed: Box<dyn StdError + Send + Sync> = through_anyhow.into();
-        assert_eq!(parked_in(&*boxed), Some(after));
-
-        assert_eq!(parked_in(&StoreError::lost_claim()), None);
-        let outage = StoreError::new(StoreOperation::Claim, "redis", "connection refused");
-        assert_eq!(parked_in(&outage), None);
     }
 
     #[test]
