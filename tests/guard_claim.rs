@@ -1,6 +1,7 @@
-//! Claim mode (DESIGN section 8.1): every row of its table, driven through
-//! `Guard::lease` over a real `InMemoryStore`, plus concurrency, renewal,
-//! stale owners, fences and the router's handling of a parked delivery.
+//! Claim mode: every row of its table, driven through `Guard::lease` over a
+//! real `InMemoryStore`, plus concurrency, renewal, stale owners, fences and
+//! the router's handling of a parked delivery (on every claim store, and
+//! whatever the handler's error type keeps: `tests/router_parked.rs`).
 //!
 //! Leases are real and short; the tests assert outcomes, never durations.
 
