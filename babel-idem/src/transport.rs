@@ -7,6 +7,9 @@
 //! the guard's) nor what a failure means (that is the router's).
 //!
 //! - [`Transport`]: the trait a broker binding implements.
+//! - [`TransportBuilder`]: configures a binding before it connects; the
+//!   settings every binding shares (timeouts, reconnects) live there, the
+//!   binding's own beside them.
 //! - `RedisTransport` (feature `redis-transport`): the BabelQueue Redis
 //!   binding, legacy layout, byte-compatible with the Python SDK.
 //! - `AmqpTransport` (feature `amqp-transport`): the BabelQueue RabbitMQ
@@ -22,13 +25,13 @@ use std::time::Duration;
 mod redis;
 
 #[cfg(feature = "redis-transport")]
-pub use self::redis::{RedisHandle, RedisTransport, RedisTransportBuilder};
+pub use self::redis::{RedisHandle, RedisOptions, RedisTransport, RedisTransportBuilder};
 
 #[cfg(feature = "amqp-transport")]
 mod amqp;
 
 #[cfg(feature = "amqp-transport")]
-pub use self::amqp::{AmqpHandle, AmqpTransport, AmqpTransportBuilder};
+pub use self::amqp::{AmqpHandle, AmqpOptions, AmqpTransport, AmqpTransportBuilder};
 
 /// The future a [`Transport`] operation returns.
 pub type TransportFuture<'a, T> =
@@ -74,6 +77,63 @@ pub trait Transport: Send + Sync + 'static {
     }
 }
 
+/// Configures a transport before it connects: the settings every broker
+/// binding shares, and the binding's own (`O`: `RedisOptions` for
+/// `RedisTransportBuilder`, `AmqpOptions` for `AmqpTransportBuilder`, whose
+/// setters are methods of this type too).
+///
+/// Made by `RedisTransport::builder()` or `AmqpTransport::builder()`; the
+/// shared setters and the binding's own chain in any order.
+///
+/// ```no_run
+/// # #[cfg(feature = "redis-transport")]
+/// # async fn run() -> Result<(), babel_idem::transport::TransportError> {
+/// use babel_idem::transport::RedisTransport;
+/// use std::time::Duration;
+///
+/// let transport = RedisTransport::builder()
+///     .timeout(Duration::from_secs(2)) // shared by every binding
+///     .reconnect_attempts(5) // shared by every binding
+///     .retry_after(Duration::from_secs(30)) // the Redis binding's own
+///     .connect("redis://127.0.0.1:6379/0")
+///     .await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct TransportBuilder<O> {
+    timeout: Duration,
+    reconnect_attempts: usize,
+    options: O,
+}
+
+impl<O: Default> Default for TransportBuilder<O> {
+    /// A 5 s timeout, 3 reconnect attempts, the binding's own defaults.
+    fn default() -> Self {
+        TransportBuilder {
+            timeout: Duration::from_secs(5),
+            reconnect_attempts: 3,
+            options: O::default(),
+        }
+    }
+}
+
+impl<O> TransportBuilder<O> {
+    /// How long connecting, and then each broker operation, may take
+    /// (default 5 s).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// How many times a lost connection is re-opened, with backoff, before an
+    /// operation fails (default 3). The next operation tries again.
+    pub fn reconnect_attempts(mut self, attempts: usize) -> Self {
+        self.reconnect_attempts = attempts;
+        self
+    }
+}
+
 /// One reserved delivery.
 #[derive(Debug)]
 pub struct Reserved<H> {
@@ -105,6 +165,21 @@ pub enum Settlement {
 }
 
 impl Settlement {
+    /// Where the settlement appends a body, and which: `None` for an ack,
+    /// `origin` (the queue the delivery came from) for a requeue, the
+    /// dead-letter queue for a dead-letter record.
+    #[cfg_attr(
+        not(any(feature = "redis-transport", feature = "amqp-transport")),
+        allow(dead_code)
+    )]
+    fn destination<'a>(&'a self, origin: &'a str) -> Option<(&'a str, &'a [u8])> {
+        match self {
+            Settlement::Ack => None,
+            Settlement::Requeue(body) => Some((origin, body)),
+            Settlement::DeadLetter { queue, body } => Some((queue, body)),
+        }
+    }
+
     /// A short name for logs: `ack`, `requeue` or `dead_letter`.
     ///
     /// ```
@@ -168,6 +243,66 @@ impl StdError for TransportError {
     }
 }
 
+impl TransportError {
+    /// [`TransportError::InvalidUrl`] for `url`, without its password.
+    #[cfg_attr(
+        not(any(feature = "redis-transport", feature = "amqp-transport")),
+        allow(dead_code)
+    )]
+    fn invalid_url(url: &str, reason: impl Into<String>) -> Self {
+        TransportError::InvalidUrl {
+            url: redact(url),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// The queue names a binding's layout can hold: never empty, at most
+/// `max_len` bytes, no character `refused` matches, and whatever the
+/// binding's `own_rule` adds. Each refusal says which rule the name broke.
+#[cfg_attr(
+    not(any(feature = "redis-transport", feature = "amqp-transport")),
+    allow(dead_code)
+)]
+struct QueueNames {
+    /// The longest name, in bytes.
+    max_len: usize,
+    /// The reason given for a longer name.
+    too_long: &'static str,
+    /// The characters a name cannot hold.
+    refused: fn(char) -> bool,
+    /// The reason given for a name holding one.
+    refused_reason: &'static str,
+    /// The binding's own rule: why `queue` breaks it, if it does.
+    own_rule: fn(&str) -> Option<&'static str>,
+}
+
+#[cfg_attr(
+    not(any(feature = "redis-transport", feature = "amqp-transport")),
+    allow(dead_code)
+)]
+impl QueueNames {
+    /// `Ok` when `queue` follows every rule, else the first it breaks.
+    fn check(&self, queue: &str) -> Result<(), TransportError> {
+        let broken = if queue.is_empty() {
+            Some("a queue name cannot be empty")
+        } else if queue.len() > self.max_len {
+            Some(self.too_long)
+        } else if queue.chars().any(self.refused) {
+            Some(self.refused_reason)
+        } else {
+            (self.own_rule)(queue)
+        };
+        match broken {
+            None => Ok(()),
+            Some(reason) => Err(TransportError::InvalidQueue {
+                queue: queue.to_owned(),
+                reason,
+            }),
+        }
+    }
+}
+
 /// `url` with its password replaced, for error messages.
 #[cfg_attr(
     not(any(feature = "redis-transport", feature = "amqp-transport")),
@@ -188,7 +323,53 @@ fn redact(url: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::redact;
+    use super::{QueueNames, Settlement, TransportError, redact};
+
+    #[test]
+    fn a_refused_queue_name_says_which_rule_it_broke() {
+        let names = QueueNames {
+            max_len: 3,
+            too_long: "too long",
+            refused: char::is_whitespace,
+            refused_reason: "whitespace",
+            own_rule: |queue| queue.starts_with('x').then_some("the binding's own"),
+        };
+        for (queue, reason) in [
+            ("", "a queue name cannot be empty"),
+            ("abcd", "too long"),
+            ("a b", "whitespace"),
+            ("xy", "the binding's own"),
+        ] {
+            match names.check(queue) {
+                Err(TransportError::InvalidQueue {
+                    queue: name,
+                    reason: got,
+                }) => {
+                    assert_eq!((name.as_str(), got), (queue, reason));
+                }
+                other => panic!("{queue:?} refused: {other:?}"),
+            }
+        }
+        names.check("abc").unwrap();
+    }
+
+    #[test]
+    fn a_settlement_appends_its_body_to_the_queue_it_names() {
+        let body = b"{}".to_vec();
+        assert_eq!(Settlement::Ack.destination("orders"), None);
+        assert_eq!(
+            Settlement::Requeue(body.clone()).destination("orders"),
+            Some(("orders", &body[..]))
+        );
+        let dead_letter = Settlement::DeadLetter {
+            queue: "orders.dlq".to_owned(),
+            body: body.clone(),
+        };
+        assert_eq!(
+            dead_letter.destination("orders"),
+            Some(("orders.dlq", &body[..]))
+        );
+    }
 
     #[test]
     fn passwords_never_reach_error_messages() {
