@@ -101,6 +101,10 @@ pub trait Transport: Send + Sync + 'static {
 /// # }
 /// ```
 #[derive(Debug, Clone)]
+#[cfg_attr(
+    not(any(feature = "redis-transport", feature = "amqp-transport")),
+    allow(dead_code, reason = "only a broker binding reads its settings")
+)]
 pub struct TransportBuilder<O> {
     timeout: Duration,
     reconnect_attempts: usize,

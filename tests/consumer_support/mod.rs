@@ -454,17 +454,31 @@ impl SharedSeenSet {
 impl Drop for SharedSeenSet {
     /// Deletes the seen-set and the effects, also when the test failed.
     fn drop(&mut self) {
-        let Ok(client) = redis::Client::open(self.redis_url.as_str()) else {
-            return;
-        };
-        let Ok(mut connection) = client.get_connection() else {
-            return;
-        };
-        let mut keys: Vec<String> = redis::cmd("KEYS")
-            .arg(format!("{}*", self.seen_prefix))
-            .query(&mut connection)
-            .unwrap_or_default();
-        keys.push(self.effects.clone());
+        let seen_set = format!("{}*", self.seen_prefix);
+        delete_keys(&self.redis_url, &[&seen_set, &self.effects]);
+    }
+}
+
+/// Deletes the keys of the Redis server `url` that match any of `patterns`
+/// (`KEYS` patterns), without waiting on a runtime: for a test's `Drop`.
+/// Best effort: a server gone already keeps them.
+pub fn delete_keys(url: &str, patterns: &[&str]) {
+    let Ok(client) = redis::Client::open(url) else {
+        return;
+    };
+    let Ok(mut connection) = client.get_connection() else {
+        return;
+    };
+    let keys: Vec<String> = patterns
+        .iter()
+        .flat_map(|pattern| {
+            redis::cmd("KEYS")
+                .arg(pattern)
+                .query::<Vec<String>>(&mut connection)
+                .unwrap_or_default()
+        })
+        .collect();
+    if !keys.is_empty() {
         let _: redis::RedisResult<()> = redis::cmd("DEL").arg(keys).query(&mut connection);
     }
 }

@@ -242,8 +242,8 @@ impl TransportBuilder<AmqpOptions> {
 }
 
 impl AmqpTransport {
-    /// A transport with the default settings; see
-    /// [`AmqpTransportBuilder::connect`].
+    /// A transport with the default settings; see `connect`
+    /// on [`AmqpTransportBuilder`].
     pub async fn connect(url: &str) -> Result<Self, TransportError> {
         Self::builder().connect(url).await
     }

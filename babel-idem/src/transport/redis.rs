@@ -245,8 +245,8 @@ impl TransportBuilder<RedisOptions> {
 }
 
 impl RedisTransport {
-    /// A transport with the default settings; see
-    /// [`RedisTransportBuilder::connect`].
+    /// A transport with the default settings; see `connect`
+    /// on [`RedisTransportBuilder`].
     pub async fn connect(url: &str) -> Result<Self, TransportError> {
         Self::builder().connect(url).await
     }
