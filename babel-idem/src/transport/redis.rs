@@ -15,9 +15,8 @@ use ::redis::{Client, Cmd, RedisError, Script};
 use self::token::Tokens;
 use crate::coalesce::Coalescer;
 
-use super::{
-    QueueNames, Reserved, Settlement, Transport, TransportBuilder, TransportError, TransportFuture,
-};
+use super::binding::QueueNames;
+use super::{Reserved, Settlement, Transport, TransportBuilder, TransportError, TransportFuture};
 
 /// How long a reservation lasts before the sweep takes it back: the Python
 /// SDK's default (`retry_after`, 90 s).
