@@ -13,34 +13,36 @@
 mod consumer_support;
 mod store_contract;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use babel_idem::consumer::ConsumerError;
-use babel_idem::consumer::is_replay;
 use babel_idem::router::Backoff;
-use babel_idem::store::RedisStore;
-use babel_idem::transport::{AmqpTransport, Transport, TransportError};
-use babel_idem::{Consumer, Delivery, Envelope, InMemoryStore, Router, guard, urn};
+use babel_idem::transport::{AmqpTransport, Transport};
+use babel_idem::{Consumer, Envelope, InMemoryStore, Router, guard, urn};
 use consumer_support::{
-    PATIENCE, QUIET, URN, dead_letter_block, effect_router, envelope_with_id, eventually, python,
-    run_until_idle,
+    PATIENCE, QUIET, SeenLog, SharedSeenSet, URN, assert_cannot_connect, assert_invalid_url,
+    assert_poison_records_as_python_writes, assert_queue_names_refused, closed_port,
+    envelope_with_id, eventually, python, python_consumes, python_publishes, python_received,
+    recording_router, run_until_idle, seen_as_python_sent,
 };
 use lapin::options::{BasicGetOptions, QueueDeclareOptions, QueueDeleteOptions};
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Connection, ConnectionProperties};
-use redis::AsyncCommands;
 use serde_json::{Value, json};
 use store_contract::servers::{REDIS_URL, server_url, unique_suffix};
 
 const AMQP_URL: &str = "BABEL_IDEM_AMQP_URL";
 
-/// Runs one subcommand of `tests/python/amqp_peer.py`; its JSON answer.
+/// The Python peer of these tests: `tests/python/amqp_peer.py`.
+const PEER: &str = "amqp_peer.py";
+
+/// Runs one subcommand of the Python peer; its JSON answer.
 async fn peer(python: &Path, args: Vec<String>, stdin: Option<Value>) -> Value {
-    consumer_support::peer(python, "amqp_peer.py", args, stdin).await
+    consumer_support::peer(python, PEER, args, stdin).await
 }
 
 // ---------------------------------------------------------------- fixtures
@@ -141,50 +143,6 @@ async fn raw_connection(url: &str) -> Connection {
         .expect("connect to the test's broker")
 }
 
-/// What a handler saw, kept for the assertions.
-#[derive(Debug, Clone, PartialEq)]
-struct Seen {
-    id: String,
-    urn: String,
-    data: Value,
-    attempts: u64,
-    headers: BTreeMap<String, String>,
-    replay: bool,
-}
-
-type SeenLog = Arc<Mutex<Vec<Seen>>>;
-
-/// A router whose one handler records every delivery it runs, and fails it
-/// while `fail` says so.
-fn recording_router(log: SeenLog, fail: bool) -> Router {
-    Router::builder()
-        .route(
-            urn!("urn:babel:interop:created"),
-            move |env: Envelope, delivery: Delivery| {
-                log.lock().unwrap().push(Seen {
-                    id: env.meta.id.clone().unwrap_or_default(),
-                    urn: env.job.clone(),
-                    data: Value::Object(env.data.clone()),
-                    attempts: delivery.attempts(),
-                    headers: delivery
-                        .headers()
-                        .map(|(n, v)| (n.to_owned(), v.to_owned()))
-                        .collect(),
-                    replay: is_replay(),
-                });
-                async move {
-                    if fail {
-                        return Err(std::io::Error::other("payment gateway timeout"));
-                    }
-                    Ok(())
-                }
-            },
-        )
-        .max_attempts(3)
-        .build()
-        .unwrap()
-}
-
 fn header<'p>(properties: &'p BasicProperties, name: &str) -> Option<&'p AMQPValue> {
     properties.headers().as_ref()?.inner().get(name)
 }
@@ -198,20 +156,7 @@ async fn python_publishes_and_babel_idem_consumes_ids_urns_data_and_headers() {
         return;
     };
     let queue = Queue::new(&url);
-    let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-    let sent = peer(
-        &python,
-        vec![
-            "publish".into(),
-            url.clone(),
-            queue.name.clone(),
-            "25".into(),
-            "--header".into(),
-            format!("traceparent={traceparent}"),
-        ],
-        None,
-    )
-    .await;
+    let sent = python_publishes(&python, PEER, &url, &queue.name, 25).await;
 
     let log = SeenLog::default();
     let transport = queue.transport(8).await;
@@ -226,21 +171,13 @@ async fn python_publishes_and_babel_idem_consumes_ids_urns_data_and_headers() {
     let report = run_until_idle(&consumer, QUIET).await;
     transport.close().await;
 
-    let seen = log.lock().unwrap().clone();
-    let sent = sent.as_array().unwrap();
-    assert_eq!((seen.len(), report.acked), (25, 25), "{report:?}");
-    let by_id: HashMap<&str, &Seen> = seen.iter().map(|s| (s.id.as_str(), s)).collect();
-    for message in sent {
-        let got = by_id[message["id"].as_str().unwrap()];
-        assert_eq!(got.urn, message["urn"].as_str().unwrap());
-        assert_eq!(got.data, message["data"]);
+    assert_eq!(report.acked, 25, "{report:?}");
+    for got in seen_as_python_sent(&sent, &log.lock().unwrap()) {
         let header = |name: &str| got.headers.get(name).map(String::as_str);
-        assert_eq!(header("traceparent"), Some(traceparent));
         // The contract headers reach the handler too, as Python's pop maps them.
         assert_eq!(header("x-attempts"), Some("0"));
         assert_eq!(header("x-schema-version"), Some("1"));
         assert_eq!(header("x-source-lang"), Some("python"));
-        assert!(!got.replay);
     }
     assert_eq!(queue.ready(&queue.name).await, 0);
 }
@@ -272,29 +209,9 @@ async fn babel_idem_publishes_and_python_consumes_with_headers_and_the_replay_ma
         .unwrap();
     transport.close().await;
 
-    let out = peer(
-        &python,
-        vec![
-            "consume".into(),
-            url.clone(),
-            queue.name.clone(),
-            "0.5".into(),
-        ],
-        None,
-    )
-    .await;
-    let received = out["received"].as_array().unwrap();
-    assert_eq!(received.len(), 21, "{out}");
-    let by_id: HashMap<&str, &Value> = received
-        .iter()
-        .map(|r| (r["id"].as_str().unwrap(), r))
-        .collect();
-    for envelope in sent.iter().chain([&replayed]) {
-        let got = by_id[envelope.meta.id.as_deref().unwrap()];
-        assert_eq!(got["urn"], URN);
-        assert_eq!(got["data"], Value::Object(envelope.data.clone()));
-        assert_eq!(got["lang"], "rust");
-        assert_eq!(got["attempts"], 0);
+    let out = python_consumes(&python, PEER, &url, &queue.name).await;
+    let by_id = python_received(&out, &sent.iter().chain([&replayed]).collect::<Vec<_>>());
+    for got in by_id.values() {
         assert_eq!(got["headers"]["x-source-lang"], "rust");
     }
     let marked = by_id[replayed.meta.id.as_deref().unwrap()];
@@ -507,29 +424,13 @@ async fn poison_bodies_end_in_the_dlq_byte_for_byte_as_python_writes_them() {
     );
     assert_eq!(report.dead_lettered as usize, bodies.len(), "{report:?}");
 
-    let records = queue.drain(&queue.dlq()).await;
-    assert_eq!(records.len(), bodies.len());
-    for (original, (_, record)) in bodies.iter().zip(&records) {
-        let block_json = dead_letter_block(record);
-        let block: Value = serde_json::from_str(&block_json).unwrap();
-        assert_eq!(block["reason"], "poison");
-        assert_eq!(block["original_queue"], queue.name.as_str());
-        let python_record = peer(
-            &python,
-            vec!["poison-record".into()],
-            Some(json!({"body": original, "block_json": block_json})),
-        )
-        .await;
-        let python_record: Vec<u8> =
-            serde_json::from_value(python_record["record"].clone()).unwrap();
-        assert_eq!(
-            &python_record,
-            record,
-            "the record of {:?} differs from Python's:\n ours: {}",
-            String::from_utf8_lossy(original),
-            String::from_utf8_lossy(record)
-        );
-    }
+    let records: Vec<Vec<u8>> = queue
+        .drain(&queue.dlq())
+        .await
+        .into_iter()
+        .map(|(_, record)| record)
+        .collect();
+    assert_poison_records_as_python_writes(&python, PEER, &queue.name, &bodies, &records).await;
     assert_eq!(queue.ready(&queue.name).await, 0);
 }
 
@@ -547,118 +448,27 @@ async fn python_and_babel_idem_workers_share_one_seen_set_and_run_each_message_o
     };
     let queue = Queue::new(&url);
     let transport = queue.transport(8).await;
-    // 900 messages, then 100 redeliveries of the first 100 ids, published
-    // once those ids have their effect (the seen-set is post-success
-    // dedupe, not a lock: a redelivery taken while its original still runs
-    // in the other worker would run too).
-    let ids: Vec<String> = (0..900).map(|n| format!("mixed-{n}")).collect();
-    let bodies: Vec<Vec<u8>> = ids
-        .iter()
-        .enumerate()
-        .map(|(n, id)| envelope_with_id(id, &queue.name, n as u64).to_vec())
-        .collect();
-    transport.publish_many(&queue.name, &bodies).await.unwrap();
-    let seen_prefix = format!("{}:bq:idemp:", queue.name);
-    let effects = format!("{}:effects", queue.name);
+    let scenario = SharedSeenSet::new(&queue.name, &redis_url);
+    transport
+        .publish_many(&queue.name, &scenario.bodies(&queue.name))
+        .await
+        .unwrap();
     let redeliveries = async {
-        let redis = redis::Client::open(redis_url.as_str())
-            .unwrap()
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap();
-        let (ids, effects) = (&ids, &effects);
-        eventually("the first 100 ids ran", || {
-            let mut redis = redis.clone();
-            async move {
-                let counts: HashMap<String, i64> = redis.hgetall(effects).await.unwrap();
-                ids[..100].iter().all(|id| counts.contains_key(id))
-            }
-        })
-        .await;
-        let again: Vec<Vec<u8>> = ids[..100]
-            .iter()
-            .enumerate()
-            .map(|(n, id)| envelope_with_id(id, &queue.name, (900 + n) as u64).to_vec())
-            .collect();
+        let again = scenario.redeliveries(&queue.name).await;
         transport.publish_many(&queue.name, &again).await.unwrap();
     };
-
-    let python_worker = peer(
-        &python,
-        vec![
-            "consume".into(),
-            url.clone(),
-            queue.name.clone(),
-            "1.0".into(),
-            "--redis".into(),
-            redis_url.clone(),
-            "--seen-prefix".into(),
-            seen_prefix.clone(),
-            "--effects".into(),
-            effects.clone(),
-        ],
-        None,
-    );
-    let store = RedisStore::builder()
-        .prefix(&seen_prefix)
-        .connect_lazy(&redis_url)
-        .unwrap();
-    let consumer = Consumer::builder(
-        effect_router(store, &redis_url, effects.clone()),
-        transport.clone(),
-        &queue.name,
-    )
-    .concurrency(4)
-    .build()
-    .unwrap();
+    let seen_set_server = ["--redis", redis_url.as_str()];
+    let python_worker = scenario.python_worker(&python, PEER, &url, &queue.name, &seen_set_server);
+    let consumer = scenario.consumer(transport.clone(), &queue.name);
     let rust_worker = async {
-        // Python first: started alone, the Rust worker would take every
-        // message before Python's interpreter is up.
-        eventually("the Python worker ran a first message", || async {
-            let mut redis = redis::Client::open(redis_url.as_str())
-                .unwrap()
-                .get_multiplexed_async_connection()
-                .await
-                .unwrap();
-            redis.hlen::<_, usize>(&effects).await.unwrap() > 0
-        })
-        .await;
-        let report = run_until_idle(&consumer, QUIET).await;
+        let report = scenario.run_after_python(&consumer).await;
         // Anything pushed to us and not reserved goes back for Python.
         transport.close().await;
         report
     };
     let (python_out, report, ()) = tokio::join!(python_worker, rust_worker, redeliveries);
 
-    let mut redis = redis::Client::open(redis_url.as_str())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let counts: HashMap<String, i64> = redis.hgetall(&effects).await.unwrap();
-    let marker: Option<String> = redis.get(format!("{seen_prefix}mixed-0")).await.unwrap();
-    let mut keys: Vec<String> = redis.keys(format!("{}*", queue.name)).await.unwrap();
-    keys.push(effects.clone());
-    let _: () = redis.del(keys).await.unwrap();
-
-    assert_eq!(counts.len(), ids.len(), "every id ran");
-    assert!(
-        counts.values().all(|&n| n == 1),
-        "an id ran twice: {:?}",
-        counts.iter().filter(|(_, n)| **n != 1).collect::<Vec<_>>()
-    );
-    let python_processed = python_out["processed"].as_u64().unwrap();
-    assert_eq!(
-        python_processed + report.acked,
-        1000,
-        "every delivery was handled or skipped once: {report:?}"
-    );
-    assert!(
-        python_processed > 0 && report.acked > 0,
-        "both workers took part: python {python_processed}, rust {report:?}"
-    );
-    // The seen-set is the Go layout: `<prefix><id>` = "1".
-    assert_eq!(marker.as_deref(), Some("1"));
+    scenario.assert_each_id_ran_once(&python_out, &report).await;
     assert_eq!(queue.ready(&queue.name).await, 0);
 }
 
@@ -841,27 +651,17 @@ async fn bad_urls_queue_names_and_refused_connections_are_clear_errors_at_start(
         "amqp://127.0.0.1:notaport/%2f",
         "amqps://guest:guest@127.0.0.1:5671/%2f",
     ] {
-        let error = AmqpTransport::connect(url).await.unwrap_err();
-        assert!(
-            matches!(error, TransportError::InvalidUrl { .. }),
-            "{url}: {error}"
-        );
-        assert!(error.to_string().contains("invalid broker URL"), "{error}");
-        assert!(!error.to_string().contains(":guest@"), "{error}");
+        assert_invalid_url(url, AmqpTransport::connect(url).await);
     }
 
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let error = AmqpTransport::builder()
+    let refused = AmqpTransport::builder()
         .reconnect_attempts(0)
-        .connect(&format!("amqp://guest:guest@127.0.0.1:{port}/%2f"))
-        .await
-        .unwrap_err();
-    assert!(matches!(error, TransportError::Connect(_)), "{error}");
-    assert!(error.to_string().contains("cannot connect"), "{error}");
+        .connect(&format!(
+            "amqp://guest:guest@127.0.0.1:{}/%2f",
+            closed_port()
+        ))
+        .await;
+    assert_cannot_connect(refused);
 }
 
 #[tokio::test]
@@ -875,20 +675,10 @@ async fn a_wrong_password_and_a_bad_queue_name_are_refused_at_start() {
         "amqp://{}:not-the-password@{}:{}/%2f",
         uri.authority.userinfo.username, uri.authority.host, uri.authority.port
     );
-    let error = AmqpTransport::connect(&wrong).await.unwrap_err();
-    assert!(matches!(error, TransportError::Connect(_)), "{error}");
+    assert_cannot_connect(AmqpTransport::connect(&wrong).await);
 
     let transport = AmqpTransport::connect(&url).await.unwrap();
-    for bad in ["", "amq.reserved", "line\nbreak"] {
-        let error = Consumer::builder(Router::builder().build().unwrap(), transport.clone(), bad)
-            .build()
-            .err()
-            .expect("refused");
-        assert!(
-            error.to_string().contains("invalid queue name"),
-            "{bad:?}: {error}"
-        );
-    }
+    assert_queue_names_refused(&transport, &["", "amq.reserved", "line\nbreak"]);
     transport.close().await;
 }
 

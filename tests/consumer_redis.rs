@@ -11,18 +11,17 @@
 mod consumer_support;
 mod store_contract;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use babel_idem::consumer::ConsumerError;
-use babel_idem::consumer::is_replay;
 use babel_idem::envelope::DeadLetter;
 use babel_idem::router::Backoff;
-use babel_idem::store::{RedisStore, SqliteStore};
-use babel_idem::transport::{RedisTransport, Settlement, Transport, TransportError};
+use babel_idem::store::SqliteStore;
+use babel_idem::transport::{RedisTransport, Settlement, Transport};
 use babel_idem::{Consumer, Delivery, Envelope, Router, guard, urn};
 use redis::AsyncCommands;
 use serde_json::{Value, json};
@@ -31,13 +30,18 @@ use store_contract::spawned::OwnRedis;
 
 use consumer_support::redis_queue::Queue;
 use consumer_support::{
-    PATIENCE, QUIET, URN, dead_letter_block, effect_router, envelope_with_id, eventually, python,
-    run_until_idle,
+    PATIENCE, QUIET, SeenLog, SharedSeenSet, URN, assert_cannot_connect, assert_invalid_url,
+    assert_poison_records_as_python_writes, assert_queue_names_refused, closed_port, effect_router,
+    envelope_with_id, eventually, python, python_consumes, python_publishes, python_received,
+    recording_router, run_until_idle, seen_as_python_sent,
 };
 
-/// Runs one subcommand of `tests/python/consumer_peer.py`; its JSON answer.
+/// The Python peer of these tests: `tests/python/consumer_peer.py`.
+const PEER: &str = "consumer_peer.py";
+
+/// Runs one subcommand of the Python peer; its JSON answer.
 async fn peer(python: &Path, args: Vec<String>, stdin: Option<Value>) -> Value {
-    consumer_support::peer(python, "consumer_peer.py", args, stdin).await
+    consumer_support::peer(python, PEER, args, stdin).await
 }
 
 // ---------------------------------------------------------------- fixtures
@@ -59,44 +63,6 @@ async fn lapsing_transport(url: &str, seconds: u64) -> RedisTransport {
         .unwrap()
 }
 
-/// What a handler saw, kept for the assertions.
-#[derive(Debug, Clone, PartialEq)]
-struct Seen {
-    id: String,
-    urn: String,
-    data: Value,
-    headers: BTreeMap<String, String>,
-    replay: bool,
-}
-
-type SeenLog = Arc<Mutex<Vec<Seen>>>;
-
-/// A router whose one handler records every delivery it runs.
-fn recording_router(log: SeenLog) -> Router {
-    Router::builder()
-        .route(
-            urn!("urn:babel:interop:created"),
-            move |env: Envelope, delivery: Delivery| {
-                let log = Arc::clone(&log);
-                async move {
-                    log.lock().unwrap().push(Seen {
-                        id: env.meta.id.clone().unwrap_or_default(),
-                        urn: env.job.clone(),
-                        data: Value::Object(env.data.clone()),
-                        headers: delivery
-                            .headers()
-                            .map(|(n, v)| (n.to_owned(), v.to_owned()))
-                            .collect(),
-                        replay: is_replay(),
-                    });
-                    Ok::<(), anyhow::Error>(())
-                }
-            },
-        )
-        .build()
-        .unwrap()
-}
-
 async fn effect_counts(queue: &Queue, effects: &str) -> HashMap<String, i64> {
     queue.raw().await.hgetall(effects).await.unwrap()
 }
@@ -110,23 +76,11 @@ async fn python_publishes_and_babel_idem_consumes_ids_urns_data_and_headers() {
         return;
     };
     let queue = Queue::new(&url);
-    let sent = peer(
-        &python,
-        vec![
-            "publish".into(),
-            url.clone(),
-            queue.name.clone(),
-            "25".into(),
-            "--header".into(),
-            "traceparent=00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into(),
-        ],
-        None,
-    )
-    .await;
+    let sent = python_publishes(&python, PEER, &url, &queue.name, 25).await;
 
     let log = SeenLog::default();
     let consumer = Consumer::builder(
-        recording_router(Arc::clone(&log)),
+        recording_router(Arc::clone(&log), false),
         queue.transport().await,
         &queue.name,
     )
@@ -135,21 +89,8 @@ async fn python_publishes_and_babel_idem_consumes_ids_urns_data_and_headers() {
     .unwrap();
     let report = run_until_idle(&consumer, QUIET).await;
 
-    let seen = log.lock().unwrap().clone();
-    let sent = sent.as_array().unwrap();
-    assert_eq!(seen.len(), sent.len(), "{report:?}");
-    assert_eq!(report.acked, 25);
-    let by_id: HashMap<&str, &Seen> = seen.iter().map(|s| (s.id.as_str(), s)).collect();
-    for message in sent {
-        let got = by_id[message["id"].as_str().unwrap()];
-        assert_eq!(got.urn, message["urn"].as_str().unwrap());
-        assert_eq!(got.data, message["data"]);
-        assert_eq!(
-            got.headers.get("traceparent").map(String::as_str),
-            Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
-        );
-        assert!(!got.replay);
-    }
+    assert_eq!(report.acked, 25, "{report:?}");
+    seen_as_python_sent(&sent, &log.lock().unwrap());
     assert!(queue.drained().await);
 }
 
@@ -183,30 +124,8 @@ async fn babel_idem_publishes_and_python_consumes_with_headers_and_the_replay_ma
         .unwrap();
     sent.push(replayed);
 
-    let out = peer(
-        &python,
-        vec![
-            "consume".into(),
-            url.clone(),
-            queue.name.clone(),
-            "0.5".into(),
-        ],
-        None,
-    )
-    .await;
-    let received = out["received"].as_array().unwrap();
-    assert_eq!(received.len(), sent.len(), "{out}");
-    let by_id: HashMap<&str, &Value> = received
-        .iter()
-        .map(|r| (r["id"].as_str().unwrap(), r))
-        .collect();
-    for envelope in &sent {
-        let got = by_id[envelope.meta.id.as_deref().unwrap()];
-        assert_eq!(got["urn"], URN);
-        assert_eq!(got["data"], Value::Object(envelope.data.clone()));
-        assert_eq!(got["lang"], "rust");
-        assert_eq!(got["attempts"], 0);
-    }
+    let out = python_consumes(&python, PEER, &url, &queue.name).await;
+    let by_id = python_received(&out, &sent.iter().collect::<Vec<_>>());
     let framed = by_id[sent.last().unwrap().meta.id.as_deref().unwrap()];
     assert_eq!(framed["replay"], true);
     assert_eq!(
@@ -241,9 +160,13 @@ async fn a_replay_marker_reaches_the_handler_as_is_replay() {
         .unwrap();
 
     let log = SeenLog::default();
-    let consumer = Consumer::builder(recording_router(Arc::clone(&log)), transport, &queue.name)
-        .build()
-        .unwrap();
+    let consumer = Consumer::builder(
+        recording_router(Arc::clone(&log), false),
+        transport,
+        &queue.name,
+    )
+    .build()
+    .unwrap();
     run_until_idle(&consumer, QUIET).await;
     let seen = log.lock().unwrap().clone();
     let replay_of = |id: &Option<String>| {
@@ -402,11 +325,15 @@ async fn poison_ends_in_the_dlq_byte_for_byte_as_python_writes_it_and_the_worker
 
     let log = SeenLog::default();
     // One at a time, so the DLQ holds the records in the order of the bodies.
-    let consumer = Consumer::builder(recording_router(Arc::clone(&log)), transport, &queue.name)
-        .concurrency(1)
-        .max_body_bytes(4096)
-        .build()
-        .unwrap();
+    let consumer = Consumer::builder(
+        recording_router(Arc::clone(&log), false),
+        transport,
+        &queue.name,
+    )
+    .concurrency(1)
+    .max_body_bytes(4096)
+    .build()
+    .unwrap();
     let report = run_until_idle(&consumer, QUIET).await;
     assert_eq!(
         log.lock().unwrap().len(),
@@ -423,30 +350,12 @@ async fn poison_ends_in_the_dlq_byte_for_byte_as_python_writes_it_and_the_worker
     assert_eq!(records.len(), bodies.len() + 2);
     let mut originals = bodies.clone();
     originals.push(oversized.to_vec());
-    for (original, record) in originals.iter().zip(&records) {
-        let block_json = dead_letter_block(record);
-        let block: Value = serde_json::from_str(&block_json).unwrap();
-        assert_eq!(
-            block["reason"],
-            "poison",
-            "{}",
-            String::from_utf8_lossy(record)
-        );
-        assert_eq!(block["original_queue"], queue.name.as_str());
-        assert_eq!(block["attempts"], 0);
-        let python_record = peer(
-            &python,
-            vec!["poison-record".into()],
-            Some(json!({"body_b64": base64(original), "block_json": block_json})),
-        )
-        .await;
-        assert_eq!(
-            python_record["record_b64"].as_str().unwrap(),
-            base64(record),
-            "record of {:?} differs from Python's:\n ours: {}",
-            String::from_utf8_lossy(original),
-            String::from_utf8_lossy(record)
-        );
+    let (poison, _) = records.split_at(originals.len());
+    assert_poison_records_as_python_writes(&python, PEER, &queue.name, &originals, poison).await;
+    for record in poison {
+        let block: Value =
+            serde_json::from_str(&consumer_support::dead_letter_block(record)).unwrap();
+        assert_eq!(block["attempts"], 0, "{}", String::from_utf8_lossy(record));
     }
     // The unknown URN took the failure path: retried, then dead-lettered as unknown_urn.
     let last: Envelope = Envelope::from_slice(records.last().unwrap()).unwrap();
@@ -454,26 +363,6 @@ async fn poison_ends_in_the_dlq_byte_for_byte_as_python_writes_it_and_the_worker
     assert_eq!(block.reason.as_str(), "unknown_urn");
     assert_eq!(last.meta.id, unknown.meta.id);
     assert!(queue.drained().await);
-}
-
-fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    bytes
-        .chunks(3)
-        .flat_map(|chunk| {
-            let n = chunk
-                .iter()
-                .enumerate()
-                .fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
-            (0..4).map(move |k| {
-                if k <= chunk.len() {
-                    ALPHABET[(n >> (18 - 6 * k)) as usize & 63] as char
-                } else {
-                    '='
-                }
-            })
-        })
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -484,102 +373,21 @@ async fn python_and_babel_idem_workers_share_one_seen_set_and_run_each_message_o
     };
     let queue = Queue::new(&url);
     let transport = queue.transport().await;
-    // 900 messages, then 100 redeliveries of the first 100 ids, published
-    // once those ids have their effect (the seen-set is post-success
-    // dedupe, not a lock: a redelivery taken while its original still runs
-    // in the other worker would run too).
-    let ids: Vec<String> = (0..900).map(|n| format!("mixed-{n}")).collect();
-    for (n, id) in ids.iter().enumerate() {
-        transport
-            .publish(
-                &queue.name,
-                &envelope_with_id(id, &queue.name, n as u64).to_vec(),
-            )
-            .await
-            .unwrap();
+    let scenario = SharedSeenSet::new(&queue.name, &url);
+    for body in scenario.bodies(&queue.name) {
+        transport.publish(&queue.name, &body).await.unwrap();
     }
-    let seen_prefix = format!("{}:bq:idemp:", queue.name);
-    let effects = queue.key("effects");
     let redeliveries = async {
-        eventually("the first 100 ids ran", || async {
-            let counts = effect_counts(&queue, &effects).await;
-            ids[..100].iter().all(|id| counts.contains_key(id))
-        })
-        .await;
-        for (n, id) in ids[..100].iter().enumerate() {
-            transport
-                .publish(
-                    &queue.name,
-                    &envelope_with_id(id, &queue.name, (900 + n) as u64).to_vec(),
-                )
-                .await
-                .unwrap();
+        for body in scenario.redeliveries(&queue.name).await {
+            transport.publish(&queue.name, &body).await.unwrap();
         }
     };
-
-    let python_worker = peer(
-        &python,
-        vec![
-            "consume".into(),
-            url.clone(),
-            queue.name.clone(),
-            "1.0".into(),
-            "--seen-prefix".into(),
-            seen_prefix.clone(),
-            "--effects".into(),
-            effects.clone(),
-        ],
-        None,
-    );
-    let store = RedisStore::builder()
-        .prefix(&seen_prefix)
-        .connect_lazy(&url)
-        .unwrap();
-    let consumer = Consumer::builder(
-        effect_router(store, &url, effects.clone()),
-        transport.clone(),
-        &queue.name,
-    )
-    .concurrency(4)
-    .build()
-    .unwrap();
-    let rust_worker = async {
-        // Python first: started alone, the Rust worker could take every
-        // message before Python's interpreter is up, and Python would have
-        // taken no part.
-        eventually("the Python worker ran a first message", || async {
-            queue.len(&effects).await > 0
-        })
-        .await;
-        run_until_idle(&consumer, QUIET).await
-    };
+    let python_worker = scenario.python_worker(&python, PEER, &url, &queue.name, &[]);
+    let consumer = scenario.consumer(transport.clone(), &queue.name);
+    let rust_worker = scenario.run_after_python(&consumer);
     let (python_out, report, ()) = tokio::join!(python_worker, rust_worker, redeliveries);
 
-    let counts = effect_counts(&queue, &effects).await;
-    assert_eq!(counts.len(), ids.len(), "every id ran");
-    assert!(
-        counts.values().all(|&n| n == 1),
-        "an id ran twice: {:?}",
-        counts.iter().filter(|(_, n)| **n != 1).collect::<Vec<_>>()
-    );
-    let python_processed = python_out["processed"].as_u64().unwrap();
-    assert_eq!(
-        python_processed + report.acked,
-        1000,
-        "every delivery was handled or skipped once: {report:?}"
-    );
-    assert!(
-        python_processed > 0 && report.acked > 0,
-        "both workers took part: python {python_processed}, rust {report:?}"
-    );
-    // The seen-set is the Go layout: `<prefix><id>` = "1".
-    let marker: String = queue
-        .raw()
-        .await
-        .get(format!("{seen_prefix}mixed-0"))
-        .await
-        .unwrap();
-    assert_eq!(marker, "1");
+    scenario.assert_each_id_ran_once(&python_out, &report).await;
     assert!(queue.drained().await);
 }
 
@@ -588,11 +396,11 @@ async fn python_and_babel_idem_workers_share_one_seen_set_and_run_each_message_o
 /// The env var that turns [`crash_worker_process`] into a worker.
 const CHILD: &str = "BABEL_IDEM_CONSUMER_CRASH_CHILD";
 
-/// How long the crashed worker's reservations last: several seconds for it
-/// to take all 150 before the kill on a loaded machine (the sweep in a later
+/// How long the crashed worker's reservations last: long enough for it to
+/// take all 150 before the kill even under load (the sweep in a later
 /// reserve would otherwise hand some back while their handlers still hold
-/// them; CI once failed so with 2 s), and what the restarted worker waits
-/// (up to two seconds more: deadlines are whole seconds) before its sweep.
+/// them), and what the restarted worker waits (up to two seconds more:
+/// deadlines are whole seconds) before its sweep.
 const CRASHED_WORKER_RESERVATION: Duration = Duration::from_secs(8);
 
 /// Not a test of its own: the worker process `kill_9_with_100_in_flight...`
@@ -762,9 +570,9 @@ async fn redis_restarted_mid_run_the_consumer_reconnects_and_finishes_with_each_
     let url = server.url();
     let queue = Queue::new(&url);
     // The deliveries whose settles the outage refused come back once their
-    // reservations lapse. Not sooner than a loaded machine's pause in a
-    // running handler: a reservation swept while its handler still runs
-    // would run a second time.
+    // reservations lapse. Not sooner than a pause under load in a running
+    // handler: a reservation swept while its handler still runs would run a
+    // second time.
     let transport = RedisTransport::builder()
         .retry_after(Duration::from_secs(5))
         .timeout(Duration::from_secs(1))
@@ -889,7 +697,7 @@ async fn deliveries_still_running_at_the_shutdown_timeout_are_left_for_the_sweep
     };
     let queue = Queue::new(&url);
     // The consumer's own reserve calls sweep too: the reservations must not
-    // lapse before the stop has run, even with a loaded machine's pauses.
+    // lapse before the stop has run, even with the pauses of a run under load.
     let transport = lapsing_transport(&url, 5).await;
     publish_numbered(&transport, &queue.name, "s", 3).await;
     let router = Router::builder()
@@ -1046,26 +854,14 @@ async fn bad_urls_queue_names_and_refused_connections_are_clear_errors_at_start(
         "redis://127.0.0.1:6379/0?laravel=1",
         "redis://127.0.0.1:notaport/",
     ] {
-        let error = RedisTransport::connect(url).await.unwrap_err();
-        assert!(
-            matches!(error, TransportError::InvalidUrl { .. }),
-            "{url}: {error}"
-        );
-        assert!(error.to_string().contains("invalid broker URL"), "{error}");
+        assert_invalid_url(url, RedisTransport::connect(url).await);
     }
 
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let error = RedisTransport::builder()
+    let refused = RedisTransport::builder()
         .reconnect_attempts(0)
-        .connect(&format!("redis://127.0.0.1:{port}/"))
-        .await
-        .unwrap_err();
-    assert!(matches!(error, TransportError::Connect(_)), "{error}");
-    assert!(error.to_string().contains("cannot connect"), "{error}");
+        .connect(&format!("redis://127.0.0.1:{}/", closed_port()))
+        .await;
+    assert_cannot_connect(refused);
 }
 
 /// A retry waits with its delivery reserved: a backoff as long as the
@@ -1154,17 +950,7 @@ async fn a_queue_name_the_layout_cannot_hold_is_refused_when_the_consumer_is_bui
         return;
     };
     let transport = RedisTransport::connect(&url).await.unwrap();
-    for bad in ["", "two words", "orders:processing"] {
-        let router = Router::builder().build().unwrap();
-        let error = Consumer::builder(router, transport.clone(), bad)
-            .build()
-            .err()
-            .expect("refused");
-        assert!(
-            error.to_string().contains("invalid queue name"),
-            "{bad:?}: {error}"
-        );
-    }
+    assert_queue_names_refused(&transport, &["", "two words", "orders:processing"]);
     let zero = Consumer::builder(Router::builder().build().unwrap(), transport, "orders")
         .concurrency(0)
         .build();

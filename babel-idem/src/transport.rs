@@ -7,6 +7,9 @@
 //! the guard's) nor what a failure means (that is the router's).
 //!
 //! - [`Transport`]: the trait a broker binding implements.
+//! - [`TransportBuilder`]: configures a binding before it connects; the
+//!   settings every binding shares (timeouts, reconnects) live there, the
+//!   binding's own beside them.
 //! - `RedisTransport` (feature `redis-transport`): the BabelQueue Redis
 //!   binding, legacy layout, byte-compatible with the Python SDK.
 //! - `AmqpTransport` (feature `amqp-transport`): the BabelQueue RabbitMQ
@@ -18,17 +21,20 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
+#[cfg(any(feature = "redis-transport", feature = "amqp-transport"))]
+mod binding;
+
 #[cfg(feature = "redis-transport")]
 mod redis;
 
 #[cfg(feature = "redis-transport")]
-pub use self::redis::{RedisHandle, RedisTransport, RedisTransportBuilder};
+pub use self::redis::{RedisHandle, RedisOptions, RedisTransport, RedisTransportBuilder};
 
 #[cfg(feature = "amqp-transport")]
 mod amqp;
 
 #[cfg(feature = "amqp-transport")]
-pub use self::amqp::{AmqpHandle, AmqpTransport, AmqpTransportBuilder};
+pub use self::amqp::{AmqpHandle, AmqpOptions, AmqpTransport, AmqpTransportBuilder};
 
 /// The future a [`Transport`] operation returns.
 pub type TransportFuture<'a, T> =
@@ -71,6 +77,67 @@ pub trait Transport: Send + Sync + 'static {
     /// refuses a router whose longest backoff is as long.
     fn reservation_lifetime(&self) -> Option<Duration> {
         None
+    }
+}
+
+/// Configures a transport before it connects: the settings every broker
+/// binding shares, and the binding's own (`O`: `RedisOptions` for
+/// `RedisTransportBuilder`, `AmqpOptions` for `AmqpTransportBuilder`, whose
+/// setters are methods of this type too).
+///
+/// Made by `RedisTransport::builder()` or `AmqpTransport::builder()`; the
+/// shared setters and the binding's own chain in any order.
+///
+/// ```no_run
+/// # #[cfg(feature = "redis-transport")]
+/// # async fn run() -> Result<(), babel_idem::transport::TransportError> {
+/// use babel_idem::transport::RedisTransport;
+/// use std::time::Duration;
+///
+/// let transport = RedisTransport::builder()
+///     .timeout(Duration::from_secs(2)) // shared by every binding
+///     .reconnect_attempts(5) // shared by every binding
+///     .retry_after(Duration::from_secs(30)) // the Redis binding's own
+///     .connect("redis://127.0.0.1:6379/0")
+///     .await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+#[cfg_attr(
+    not(any(feature = "redis-transport", feature = "amqp-transport")),
+    allow(dead_code, reason = "only a broker binding reads its settings")
+)]
+pub struct TransportBuilder<O> {
+    timeout: Duration,
+    reconnect_attempts: usize,
+    options: O,
+}
+
+impl<O: Default> Default for TransportBuilder<O> {
+    /// A 5 s timeout, 3 reconnect attempts, the binding's own defaults.
+    fn default() -> Self {
+        TransportBuilder {
+            timeout: Duration::from_secs(5),
+            reconnect_attempts: 3,
+            options: O::default(),
+        }
+    }
+}
+
+impl<O> TransportBuilder<O> {
+    /// How long connecting, and then each broker operation, may take
+    /// (default 5 s).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// How many times a lost connection is re-opened, with backoff, before an
+    /// operation fails (default 3). The next operation tries again.
+    pub fn reconnect_attempts(mut self, attempts: usize) -> Self {
+        self.reconnect_attempts = attempts;
+        self
     }
 }
 
@@ -165,41 +232,5 @@ impl StdError for TransportError {
             TransportError::Connect(error) | TransportError::Broker(error) => Some(&**error),
             TransportError::InvalidUrl { .. } | TransportError::InvalidQueue { .. } => None,
         }
-    }
-}
-
-/// `url` with its password replaced, for error messages.
-#[cfg_attr(
-    not(any(feature = "redis-transport", feature = "amqp-transport")),
-    allow(dead_code)
-)]
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let credentials = &url[scheme + 3..at];
-            match credentials.split_once(':') {
-                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
-                None => url.to_owned(),
-            }
-        }
-        _ => url.to_owned(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::redact;
-
-    #[test]
-    fn passwords_never_reach_error_messages() {
-        assert_eq!(
-            redact("redis://user:secret@h:6379/0"),
-            "redis://user:***@h:6379/0"
-        );
-        assert_eq!(
-            redact("amqp://guest:guest@h:5672/%2f"),
-            "amqp://guest:***@h:5672/%2f"
-        );
-        assert_eq!(redact("redis://h:6379/0"), "redis://h:6379/0");
     }
 }

@@ -1,20 +1,23 @@
-//! What the consumer tests share: the Python peer, patience, the effect
-//! counting router. A module of the test crates that `mod` it.
+//! What the consumer tests share, whatever the broker: the Python peer and
+//! the checks of what it sent, received and wrote, patience, the recording
+//! and the effect counting routers, the shared seen-set and parked-claim
+//! scenarios, the start-up errors. A module of the test crates that `mod` it.
 #![allow(dead_code)]
 
 #[cfg(feature = "redis-transport")]
 pub mod redis_queue;
 
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use babel_idem::consumer::ConsumerReport;
+use babel_idem::consumer::{ConsumerReport, is_replay};
 use babel_idem::guard::fence;
-use babel_idem::store::{Claim, ClaimToken};
-use babel_idem::transport::Transport;
+use babel_idem::store::{Claim, ClaimToken, RedisStore};
+use babel_idem::transport::{Transport, TransportError};
 use babel_idem::{
     ClaimStore, Consumer, Delivery, Envelope, Guard, InMemoryStore, Router, Store, StoreError,
     guard, urn,
@@ -31,9 +34,9 @@ pub const URN: &str = "urn:babel:interop:created";
 pub const PATIENCE: Duration = Duration::from_secs(120);
 
 /// How long a consumer must stay idle (nothing reserved, nothing in flight)
-/// before a test stops it as drained. Longer than any pause a loaded machine
-/// puts between two deliveries: a shorter one could stop a consumer that
-/// still has work, e.g. before its first reserve returned.
+/// before a test stops it as drained. Longer than any pause between two
+/// deliveries under load: a shorter one could stop a consumer that still has
+/// work, e.g. before its first reserve returned.
 pub const QUIET: Duration = Duration::from_secs(2);
 
 /// The peer's python, or `None` after a `skipped:` line.
@@ -109,6 +112,160 @@ pub async fn run_until_idle<T: Transport>(
         .expect("the consumer drains the queue")
 }
 
+/// The `traceparent` the Python peer publishes beside each message.
+pub const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+/// The Python peer `script` publishes `count` messages to `queue` with a
+/// [`TRACEPARENT`] header each; what it sent (`id`, `urn`, `data` each).
+pub async fn python_publishes(
+    python: &Path,
+    script: &str,
+    url: &str,
+    queue: &str,
+    count: u64,
+) -> Value {
+    let args = ["publish", url, queue, &count.to_string(), "--header"]
+        .map(str::to_owned)
+        .into_iter()
+        .chain([format!("traceparent={TRACEPARENT}")])
+        .collect();
+    peer(python, script, args, None).await
+}
+
+/// The Python peer `script` consumes `queue` as a worker until it is idle;
+/// its answer: `processed`, and `received` (what each handler run saw).
+pub async fn python_consumes(python: &Path, script: &str, url: &str, queue: &str) -> Value {
+    let args = ["consume", url, queue, "0.5"].map(str::to_owned).to_vec();
+    peer(python, script, args, None).await
+}
+
+/// What a handler saw, kept for the assertions.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Seen {
+    pub id: String,
+    pub urn: String,
+    pub data: Value,
+    pub attempts: u64,
+    pub headers: BTreeMap<String, String>,
+    pub replay: bool,
+}
+
+pub type SeenLog = Arc<Mutex<Vec<Seen>>>;
+
+/// A router whose one handler records every delivery it runs, and fails it
+/// when `fail` says so; a failed delivery is tried 3 times.
+pub fn recording_router(log: SeenLog, fail: bool) -> Router {
+    Router::builder()
+        .route(
+            urn!("urn:babel:interop:created"),
+            move |env: Envelope, delivery: Delivery| {
+                log.lock().unwrap().push(Seen {
+                    id: env.meta.id.clone().unwrap_or_default(),
+                    urn: env.job.clone(),
+                    data: Value::Object(env.data.clone()),
+                    attempts: delivery.attempts(),
+                    headers: delivery
+                        .headers()
+                        .map(|(n, v)| (n.to_owned(), v.to_owned()))
+                        .collect(),
+                    replay: is_replay(),
+                });
+                async move {
+                    if fail {
+                        return Err(std::io::Error::other("payment gateway timeout"));
+                    }
+                    Ok(())
+                }
+            },
+        )
+        .max_attempts(3)
+        .build()
+        .unwrap()
+}
+
+/// Checks that the handler saw each message the Python peer `sent` (as
+/// [`python_publishes`] answers) once, with its URN, data and
+/// [`TRACEPARENT`], not as a replay; what it saw of each, in the order sent.
+pub fn seen_as_python_sent<'s>(sent: &Value, seen: &'s [Seen]) -> Vec<&'s Seen> {
+    let sent = sent.as_array().unwrap();
+    assert_eq!(seen.len(), sent.len(), "one run a message: {seen:?}");
+    let by_id: HashMap<&str, &Seen> = seen.iter().map(|s| (s.id.as_str(), s)).collect();
+    sent.iter()
+        .map(|message| {
+            let got = by_id[message["id"].as_str().unwrap()];
+            assert_eq!(got.urn, message["urn"].as_str().unwrap());
+            assert_eq!(got.data, message["data"]);
+            assert_eq!(
+                got.headers.get("traceparent").map(String::as_str),
+                Some(TRACEPARENT)
+            );
+            assert!(!got.replay);
+            got
+        })
+        .collect()
+}
+
+/// Checks that the Python worker's answer `out` (as [`python_consumes`]
+/// answers) holds each of `sent` once, with its URN and data, written by Rust
+/// with no attempt spent; what it received of each, by id.
+pub fn python_received<'o>(out: &'o Value, sent: &[&Envelope]) -> HashMap<&'o str, &'o Value> {
+    let received = out["received"].as_array().unwrap();
+    assert_eq!(received.len(), sent.len(), "{out}");
+    let by_id: HashMap<&str, &Value> = received
+        .iter()
+        .map(|r| (r["id"].as_str().unwrap(), r))
+        .collect();
+    for envelope in sent {
+        let got = by_id[envelope.meta.id.as_deref().unwrap()];
+        assert_eq!(got["urn"], URN);
+        assert_eq!(got["data"], Value::Object(envelope.data.clone()));
+        assert_eq!(got["lang"], "rust");
+        assert_eq!(got["attempts"], 0);
+    }
+    by_id
+}
+
+/// Checks each dead-letter record of `records` against the poison record
+/// the Python peer `script` writes for the same body and block, byte for
+/// byte: one record a body of `originals`, in order, each a `poison` record
+/// of `queue`.
+pub async fn assert_poison_records_as_python_writes(
+    python: &Path,
+    script: &str,
+    queue: &str,
+    originals: &[Vec<u8>],
+    records: &[Vec<u8>],
+) {
+    assert_eq!(records.len(), originals.len());
+    for (original, record) in originals.iter().zip(records) {
+        let block_json = dead_letter_block(record);
+        let block: Value = serde_json::from_str(&block_json).unwrap();
+        assert_eq!(
+            block["reason"],
+            "poison",
+            "{}",
+            String::from_utf8_lossy(record)
+        );
+        assert_eq!(block["original_queue"], queue);
+        let python_record = peer(
+            python,
+            script,
+            vec!["poison-record".into()],
+            Some(json!({"body": original, "block_json": block_json})),
+        )
+        .await;
+        let python_record: Vec<u8> =
+            serde_json::from_value(python_record["record"].clone()).unwrap();
+        assert_eq!(
+            &python_record,
+            record,
+            "the record of {:?} differs from Python's:\n ours: {}",
+            String::from_utf8_lossy(original),
+            String::from_utf8_lossy(record)
+        );
+    }
+}
+
 pub fn envelope_with_id(id: &str, queue: &str, n: u64) -> Envelope {
     Envelope::new(URN, json!({"n": n}))
         .with_id(id)
@@ -134,6 +291,241 @@ pub fn effect_router<S: Store + Clone + 'static>(store: S, url: &str, effects: S
         })
         .build()
         .unwrap()
+}
+
+/// A Python and a Rust worker on one queue with one seen-set on a Redis
+/// server (the Go layout, `<prefix><id>` = "1"), each counting its effects in
+/// one Redis hash: 900 messages, then 100 redeliveries of the first 100 ids,
+/// published once those ids have their effect (the seen-set is post-success
+/// dedupe, not a lock: a redelivery taken while its original still runs in
+/// the other worker would run too). Every id must run once, by either worker.
+pub struct SharedSeenSet {
+    /// The 900 ids.
+    pub ids: Vec<String>,
+    /// The seen-set's key prefix, under the queue's name.
+    pub seen_prefix: String,
+    /// The Redis hash of the effects: a count per id.
+    pub effects: String,
+    /// The Redis server of the seen-set and the effects.
+    pub redis_url: String,
+}
+
+impl SharedSeenSet {
+    /// How many deliveries the workers get in all: the 900 and the 100 again.
+    pub const DELIVERIES: u64 = 1000;
+
+    /// The scenario's names for `queue`, its seen-set and effects on the
+    /// Redis server `redis_url`.
+    pub fn new(queue: &str, redis_url: &str) -> Self {
+        SharedSeenSet {
+            ids: (0..900).map(|n| format!("mixed-{n}")).collect(),
+            seen_prefix: format!("{queue}:bq:idemp:"),
+            effects: format!("{queue}:effects"),
+            redis_url: redis_url.to_owned(),
+        }
+    }
+
+    /// The 900 bodies, for `queue`.
+    pub fn bodies(&self, queue: &str) -> Vec<Vec<u8>> {
+        self.ids
+            .iter()
+            .enumerate()
+            .map(|(n, id)| envelope_with_id(id, queue, n as u64).to_vec())
+            .collect()
+    }
+
+    /// Waits until the first 100 ids have their effect; then their
+    /// redeliveries, for `queue`.
+    pub async fn redeliveries(&self, queue: &str) -> Vec<Vec<u8>> {
+        eventually("the first 100 ids ran", || async {
+            let counts = self.effect_counts().await;
+            self.ids[..100].iter().all(|id| counts.contains_key(id))
+        })
+        .await;
+        self.ids[..100]
+            .iter()
+            .enumerate()
+            .map(|(n, id)| envelope_with_id(id, queue, (900 + n) as u64).to_vec())
+            .collect()
+    }
+
+    /// The Python worker of peer `script` on `queue` of the broker `url`,
+    /// with `extra` arguments before the seen-set's; its answer.
+    pub async fn python_worker(
+        &self,
+        python: &Path,
+        script: &str,
+        url: &str,
+        queue: &str,
+        extra: &[&str],
+    ) -> Value {
+        let args = ["consume", url, queue, "1.0"]
+            .iter()
+            .chain(extra)
+            .chain(&[
+                "--seen-prefix",
+                self.seen_prefix.as_str(),
+                "--effects",
+                self.effects.as_str(),
+            ])
+            .map(|arg| (*arg).to_owned())
+            .collect();
+        peer(python, script, args, None).await
+    }
+
+    /// The Rust worker on `transport`, with four handlers at a time.
+    pub fn consumer<T: Transport>(&self, transport: T, queue: &str) -> Consumer<T> {
+        let store = RedisStore::builder()
+            .prefix(&self.seen_prefix)
+            .connect_lazy(&self.redis_url)
+            .unwrap();
+        Consumer::builder(
+            effect_router(store, &self.redis_url, self.effects.clone()),
+            transport,
+            queue,
+        )
+        .concurrency(4)
+        .build()
+        .unwrap()
+    }
+
+    /// Runs the Rust `consumer` until it is idle, once the Python worker has
+    /// run a first message: started alone, the Rust worker could take every
+    /// message before Python's interpreter is up, and Python would take no
+    /// part.
+    pub async fn run_after_python<T: Transport>(&self, consumer: &Consumer<T>) -> ConsumerReport {
+        eventually("the Python worker ran a first message", || async {
+            self.redis()
+                .await
+                .hlen::<_, usize>(&self.effects)
+                .await
+                .unwrap()
+                > 0
+        })
+        .await;
+        run_until_idle(consumer, QUIET).await
+    }
+
+    /// The effects so far: how many times each id ran.
+    pub async fn effect_counts(&self) -> HashMap<String, i64> {
+        self.redis().await.hgetall(&self.effects).await.unwrap()
+    }
+
+    /// Checks that every id ran once, that both workers took part and
+    /// handled or skipped every delivery once between them (`python_out`,
+    /// the Python worker's answer; `report`, the Rust worker's), and that
+    /// the seen-set is the Go layout.
+    pub async fn assert_each_id_ran_once(&self, python_out: &Value, report: &ConsumerReport) {
+        let counts = self.effect_counts().await;
+        assert_eq!(counts.len(), self.ids.len(), "every id ran");
+        assert!(
+            counts.values().all(|&n| n == 1),
+            "an id ran twice: {:?}",
+            counts.iter().filter(|(_, n)| **n != 1).collect::<Vec<_>>()
+        );
+        let python_processed = python_out["processed"].as_u64().unwrap();
+        assert_eq!(
+            python_processed + report.acked,
+            Self::DELIVERIES,
+            "every delivery was handled or skipped once: {report:?}"
+        );
+        assert!(
+            python_processed > 0 && report.acked > 0,
+            "both workers took part: python {python_processed}, rust {report:?}"
+        );
+        let marker: Option<String> = self
+            .redis()
+            .await
+            .get(format!("{}{}", self.seen_prefix, self.ids[0]))
+            .await
+            .unwrap();
+        assert_eq!(marker.as_deref(), Some("1"));
+    }
+
+    async fn redis(&self) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(self.redis_url.as_str())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect to the test's Redis")
+    }
+}
+
+impl Drop for SharedSeenSet {
+    /// Deletes the seen-set and the effects, also when the test failed.
+    fn drop(&mut self) {
+        let seen_set = format!("{}*", self.seen_prefix);
+        delete_keys(&self.redis_url, &[&seen_set, &self.effects]);
+    }
+}
+
+/// Deletes the keys of the Redis server `url` that match any of `patterns`
+/// (`KEYS` patterns), without waiting on a runtime: for a test's `Drop`.
+/// Best effort: a server gone already keeps them.
+pub fn delete_keys(url: &str, patterns: &[&str]) {
+    let Ok(client) = redis::Client::open(url) else {
+        return;
+    };
+    let Ok(mut connection) = client.get_connection() else {
+        return;
+    };
+    let keys: Vec<String> = patterns
+        .iter()
+        .flat_map(|pattern| {
+            redis::cmd("KEYS")
+                .arg(pattern)
+                .query::<Vec<String>>(&mut connection)
+                .unwrap_or_default()
+        })
+        .collect();
+    if !keys.is_empty() {
+        let _: redis::RedisResult<()> = redis::cmd("DEL").arg(keys).query(&mut connection);
+    }
+}
+
+/// A local port nothing listens on (bound, then let go).
+pub fn closed_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Checks that connecting to `url` failed as a malformed URL, with the
+/// error saying so and keeping the password out.
+pub fn assert_invalid_url<T: std::fmt::Debug>(url: &str, connected: Result<T, TransportError>) {
+    let error = connected.unwrap_err();
+    assert!(
+        matches!(error, TransportError::InvalidUrl { .. }),
+        "{url}: {error}"
+    );
+    assert!(error.to_string().contains("invalid broker URL"), "{error}");
+    assert!(!error.to_string().contains(":guest@"), "{error}");
+}
+
+/// Checks that connecting failed because nothing answered, with the error
+/// saying so.
+pub fn assert_cannot_connect<T: std::fmt::Debug>(connected: Result<T, TransportError>) {
+    let error = connected.unwrap_err();
+    assert!(matches!(error, TransportError::Connect(_)), "{error}");
+    assert!(error.to_string().contains("cannot connect"), "{error}");
+}
+
+/// Checks that a consumer of `transport` is not built for any queue of
+/// `bad`, the error naming the queue name as the cause.
+pub fn assert_queue_names_refused<T: Transport + Clone>(transport: &T, bad: &[&str]) {
+    for bad in bad {
+        let router = Router::builder().build().unwrap();
+        let error = Consumer::builder(router, transport.clone(), *bad)
+            .build()
+            .err()
+            .expect("refused");
+        assert!(
+            error.to_string().contains("invalid queue name"),
+            "{bad:?}: {error}"
+        );
+    }
 }
 
 /// The `dead_letter` member of a record as written (its key order matters to
@@ -169,7 +561,7 @@ pub async fn a_parked_delivery_goes_back_unchanged_and_runs_once_freed<T: Transp
 ) {
     // The other worker's lease is short, so the parked delivery waits at most
     // that long; it keeps it alive until the consumer has parked the delivery
-    // (a loaded machine may take longer than one lease to get there).
+    // (under load it may take longer than one lease to get there).
     const OTHER_LEASE: Duration = Duration::from_secs(2);
     let store = Arc::new(InMemoryStore::new());
     let other = ClaimToken::random();

@@ -75,20 +75,8 @@ impl Queue {
 }
 
 impl Drop for Queue {
+    /// Deletes every key of this test's queue.
     fn drop(&mut self) {
-        let Ok(client) = redis::Client::open(self.url.as_str()) else {
-            return;
-        };
-        let Ok(mut connection) = client.get_connection() else {
-            return;
-        };
-        let pattern = format!("{}*", self.name);
-        let keys: Vec<String> = redis::cmd("KEYS")
-            .arg(&pattern)
-            .query(&mut connection)
-            .unwrap_or_default();
-        if !keys.is_empty() {
-            let _: redis::RedisResult<()> = redis::cmd("DEL").arg(keys).query(&mut connection);
-        }
+        super::delete_keys(&self.url, &[&format!("{}*", self.name)]);
     }
 }

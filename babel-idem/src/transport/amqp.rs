@@ -17,10 +17,22 @@ use lapin::uri::{AMQPScheme, AMQPUri};
 
 use self::acks::{AckWindow, Acked};
 use self::session::{Connector, Sessions};
-use super::{Reserved, Settlement, Transport, TransportError, TransportFuture, redact};
+use super::binding::QueueNames;
+use super::{Reserved, Settlement, Transport, TransportBuilder, TransportError, TransportFuture};
 
-/// The longest queue name AMQP can carry (a short string).
-const MAX_QUEUE_LEN: usize = 255;
+/// The queue names AMQP can carry: at most 255 bytes (a short string), no
+/// control characters, and none starting with `amq.`, the broker's own.
+const QUEUE_NAMES: QueueNames = QueueNames {
+    max_len: 255,
+    too_long: "an AMQP queue name is at most 255 bytes",
+    refused: char::is_control,
+    refused_reason: "a queue name cannot hold control characters",
+    own_rule: |queue| {
+        queue
+            .starts_with("amq.")
+            .then_some("queue names starting with amq. are reserved by the broker")
+    },
+};
 
 /// The BabelQueue RabbitMQ binding, shared with the Python (and PHP, Go)
 /// SDKs' workers and producers on the same queue:
@@ -32,7 +44,7 @@ const MAX_QUEUE_LEN: usize = 255;
 ///   the body as the Python SDK derives them. Every publish waits for the
 ///   broker's publisher confirm.
 /// - Consuming is push-based with manual ack: one `basic.consume` per queue
-///   on its own channel, with [`prefetch`](AmqpTransportBuilder::prefetch)
+///   on its own channel, with [`prefetch`](TransportBuilder::prefetch)
 ///   deliveries unacked at most (`basic.qos`). (The Python worker polls with
 ///   `basic.get`, one round trip per message; both share a queue fine.)
 /// - Deliveries that settle together are acked with one `basic.ack`
@@ -49,7 +61,7 @@ const MAX_QUEUE_LEN: usize = 255;
 /// - Every header of a delivery reaches the handler as a string, the contract
 ///   ones included, as Python's `pop` maps them.
 /// - A dropped connection is re-opened by the next operation (with backoff,
-///   [`reconnect_attempts`](AmqpTransportBuilder::reconnect_attempts) times,
+///   [`reconnect_attempts`](TransportBuilder::reconnect_attempts) times,
 ///   and the consumer's own backoff beyond). The broker puts every unacked
 ///   delivery of the lost connection back; settling one of them afterwards
 ///   touches nothing and answers `Ok(false)` (counted as lapsed). The broker
@@ -78,14 +90,33 @@ pub struct AmqpTransport {
     consumer_timeout: Option<Duration>,
 }
 
-/// Configures an [`AmqpTransport`]; made by [`AmqpTransport::builder`].
+/// Configures an [`AmqpTransport`]; made by [`AmqpTransport::builder`]. The
+/// settings every binding shares are [`TransportBuilder`]'s; the AMQP
+/// binding's own are [`prefetch`](TransportBuilder::prefetch),
+/// [`reserve_wait`](TransportBuilder::reserve_wait),
+/// [`consumer_timeout`](TransportBuilder::consumer_timeout) and
+/// [`no_consumer_timeout`](TransportBuilder::no_consumer_timeout).
+pub type AmqpTransportBuilder = TransportBuilder<AmqpOptions>;
+
+/// The AMQP binding's own settings in an [`AmqpTransportBuilder`], set by its
+/// [`prefetch`](TransportBuilder::prefetch),
+/// [`reserve_wait`](TransportBuilder::reserve_wait) and
+/// [`consumer_timeout`](TransportBuilder::consumer_timeout).
 #[derive(Debug, Clone)]
-pub struct AmqpTransportBuilder {
+pub struct AmqpOptions {
     prefetch: u16,
-    timeout: Duration,
-    reconnect_attempts: usize,
     reserve_wait: Duration,
     consumer_timeout: Option<Duration>,
+}
+
+impl Default for AmqpOptions {
+    fn default() -> Self {
+        AmqpOptions {
+            prefetch: 64,
+            reserve_wait: Duration::from_millis(200),
+            consumer_timeout: Some(RABBITMQ_CONSUMER_TIMEOUT),
+        }
+    }
 }
 
 /// RabbitMQ's own default `consumer_timeout` (since 3.8.15).
@@ -126,37 +157,12 @@ impl fmt::Debug for AmqpHandle {
     }
 }
 
-impl Default for AmqpTransportBuilder {
-    fn default() -> Self {
-        AmqpTransportBuilder {
-            prefetch: 64,
-            timeout: Duration::from_secs(5),
-            reconnect_attempts: 3,
-            reserve_wait: Duration::from_millis(200),
-            consumer_timeout: Some(RABBITMQ_CONSUMER_TIMEOUT),
-        }
-    }
-}
-
-impl AmqpTransportBuilder {
+impl TransportBuilder<AmqpOptions> {
     /// How many deliveries the broker pushes ahead of their acks (`basic.qos`
     /// per consumer; default 64, at least 1). Keep it at or above the
     /// consumer's concurrency, or handlers wait for deliveries.
     pub fn prefetch(mut self, prefetch: u16) -> Self {
-        self.prefetch = prefetch.max(1);
-        self
-    }
-
-    /// How long connecting, and then each broker reply, may take (default 5 s).
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// How many times a lost connection is re-opened, with backoff, before an
-    /// operation fails (default 3). The next operation tries again.
-    pub fn reconnect_attempts(mut self, attempts: usize) -> Self {
-        self.reconnect_attempts = attempts;
+        self.options.prefetch = prefetch.max(1);
         self
     }
 
@@ -164,7 +170,7 @@ impl AmqpTransportBuilder {
     /// a first delivery before it answers "empty" (default 200 ms). Longer
     /// saves idle polls; a graceful stop may wait this long once.
     pub fn reserve_wait(mut self, wait: Duration) -> Self {
-        self.reserve_wait = wait;
+        self.options.reserve_wait = wait;
         self
     }
 
@@ -190,7 +196,7 @@ impl AmqpTransportBuilder {
     /// # }
     /// ```
     pub fn consumer_timeout(mut self, timeout: Duration) -> Self {
-        self.consumer_timeout = Some(timeout);
+        self.options.consumer_timeout = Some(timeout);
         self
     }
 
@@ -198,7 +204,7 @@ impl AmqpTransportBuilder {
     /// (`consumer_timeout = 0` or `undefined`): a delivery stays with its
     /// channel until it is settled.
     pub fn no_consumer_timeout(mut self) -> Self {
-        self.consumer_timeout = None;
+        self.options.consumer_timeout = None;
         self
     }
 
@@ -221,22 +227,22 @@ impl AmqpTransportBuilder {
         let uri = parse_url(url)?;
         let connector = Connector {
             uri,
-            prefetch: self.prefetch,
+            prefetch: self.options.prefetch,
             timeout: self.timeout,
             reconnect_attempts: self.reconnect_attempts,
         };
         let sessions = Sessions::open(connector).await?;
         Ok(AmqpTransport {
             sessions: Arc::new(sessions),
-            reserve_wait: self.reserve_wait,
-            consumer_timeout: self.consumer_timeout,
+            reserve_wait: self.options.reserve_wait,
+            consumer_timeout: self.options.consumer_timeout,
         })
     }
 }
 
 impl AmqpTransport {
-    /// A transport with the default settings; see
-    /// [`AmqpTransportBuilder::connect`].
+    /// A transport with the default settings; see `connect`
+    /// on [`AmqpTransportBuilder`].
     pub async fn connect(url: &str) -> Result<Self, TransportError> {
         Self::builder().connect(url).await
     }
@@ -336,12 +342,7 @@ impl AmqpTransport {
         handle: &AmqpHandle,
         settlement: &Settlement,
     ) -> Result<bool, TransportError> {
-        let target = match settlement {
-            Settlement::Ack => None,
-            Settlement::Requeue(body) => Some((&*handle.queue, body)),
-            Settlement::DeadLetter { queue, body } => Some((queue.as_str(), body)),
-        };
-        if let Some((target, body)) = target {
+        if let Some((target, body)) = settlement.destination(&handle.queue) {
             // Publish first, on the delivery's own connection: once that is
             // gone the broker has put the delivery back, and a copy
             // published now would be a second one.
@@ -349,7 +350,7 @@ impl AmqpTransport {
                 .sessions
                 .publish(
                     target,
-                    std::iter::once((body.as_slice(), &handle.headers)),
+                    std::iter::once((body, &handle.headers)),
                     Some(handle.generation),
                 )
                 .await;
@@ -400,12 +401,12 @@ impl Transport for AmqpTransport {
     /// string), with no control characters; names starting with `amq.` are
     /// the broker's own.
     fn check_queue(&self, queue: &str) -> Result<(), TransportError> {
-        check_queue_name(queue)
+        QUEUE_NAMES.check(queue)
     }
 
-    /// The builder's [`consumer_timeout`](AmqpTransportBuilder::consumer_timeout):
+    /// The builder's [`consumer_timeout`](TransportBuilder::consumer_timeout):
     /// 30 minutes unless set, `None` with
-    /// [`no_consumer_timeout`](AmqpTransportBuilder::no_consumer_timeout).
+    /// [`no_consumer_timeout`](TransportBuilder::no_consumer_timeout).
     fn reservation_lifetime(&self) -> Option<Duration> {
         self.consumer_timeout
     }
@@ -441,35 +442,9 @@ impl fmt::Debug for AmqpTransport {
     }
 }
 
-/// See [`Transport::check_queue`] on [`AmqpTransport`].
-fn check_queue_name(queue: &str) -> Result<(), TransportError> {
-    let invalid = |reason| {
-        Err(TransportError::InvalidQueue {
-            queue: queue.to_owned(),
-            reason,
-        })
-    };
-    if queue.is_empty() {
-        return invalid("a queue name cannot be empty");
-    }
-    if queue.len() > MAX_QUEUE_LEN {
-        return invalid("an AMQP queue name is at most 255 bytes");
-    }
-    if queue.chars().any(char::is_control) {
-        return invalid("a queue name cannot hold control characters");
-    }
-    if queue.starts_with("amq.") {
-        return invalid("queue names starting with amq. are reserved by the broker");
-    }
-    Ok(())
-}
-
 /// Parses an `amqp://` URL; the reason says what is wrong with it.
 fn parse_url(url: &str) -> Result<AMQPUri, TransportError> {
-    let invalid = |reason: String| TransportError::InvalidUrl {
-        url: redact(url),
-        reason,
-    };
+    let invalid = |reason: String| TransportError::invalid_url(url, reason);
     if !(url.starts_with("amqp://") || url.starts_with("amqps://")) {
         return Err(invalid(
             "expected amqp://user:password@host:port/vhost".to_owned(),
@@ -491,9 +466,9 @@ mod tests {
     #[test]
     fn queue_names_amqp_cannot_hold_are_refused() {
         for bad in ["", "line\nbreak", "amq.gen-1"] {
-            assert!(check_queue_name(bad).is_err(), "{bad:?}");
+            assert!(QUEUE_NAMES.check(bad).is_err(), "{bad:?}");
         }
-        assert!(check_queue_name(&"q".repeat(256)).is_err());
+        assert!(QUEUE_NAMES.check(&"q".repeat(256)).is_err());
         for good in [
             "orders",
             "orders.dlq",
@@ -501,7 +476,7 @@ mod tests {
             "é-queue",
             "two words",
         ] {
-            check_queue_name(good).unwrap();
+            QUEUE_NAMES.check(good).unwrap();
         }
     }
 

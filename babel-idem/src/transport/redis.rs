@@ -15,17 +15,30 @@ use ::redis::{Client, Cmd, RedisError, Script};
 use self::token::Tokens;
 use crate::coalesce::Coalescer;
 
-use super::{Reserved, Settlement, Transport, TransportError, TransportFuture, redact};
+use super::binding::QueueNames;
+use super::{Reserved, Settlement, Transport, TransportBuilder, TransportError, TransportFuture};
 
 /// How long a reservation lasts before the sweep takes it back: the Python
 /// SDK's default (`retry_after`, 90 s).
 const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(90);
 
-/// The longest queue name accepted: the layout appends suffixes to it.
-const MAX_QUEUE_LEN: usize = 512;
-
 const PROCESSING_SUFFIX: &str = ":processing";
 const DEADLINES_SUFFIX: &str = ":processing:deadlines";
+
+/// The queue names the layout can hold: at most 512 bytes (the layout
+/// appends suffixes to it), no whitespace or control characters, and none
+/// ending in the layout's own suffixes, whose keys it would collide with.
+const QUEUE_NAMES: QueueNames = QueueNames {
+    max_len: 512,
+    too_long: "a queue name is at most 512 bytes",
+    refused: |c| c.is_whitespace() || c.is_control(),
+    refused_reason: "a queue name cannot hold whitespace or control characters",
+    own_rule: |queue| {
+        (queue.ends_with(PROCESSING_SUFFIX) || queue.ends_with(DEADLINES_SUFFIX)).then_some(
+            "a queue name cannot end in :processing or :processing:deadlines, the layout's own keys",
+        )
+    },
+};
 
 /// The BabelQueue Redis binding, legacy layout, shared with the Python (and
 /// PHP, Go) SDKs' workers and producers on the same queue:
@@ -82,12 +95,26 @@ struct Scripts {
     settle: Script,
 }
 
-/// Configures a [`RedisTransport`]; made by [`RedisTransport::builder`].
+/// Configures a [`RedisTransport`]; made by [`RedisTransport::builder`]. The
+/// settings every binding shares are [`TransportBuilder`]'s; the Redis
+/// binding's own are [`retry_after`](TransportBuilder::retry_after) and
+/// [`no_recovery`](TransportBuilder::no_recovery).
+pub type RedisTransportBuilder = TransportBuilder<RedisOptions>;
+
+/// The Redis binding's own settings in a [`RedisTransportBuilder`], set by
+/// its [`retry_after`](TransportBuilder::retry_after) and
+/// [`no_recovery`](TransportBuilder::no_recovery).
 #[derive(Debug, Clone)]
-pub struct RedisTransportBuilder {
+pub struct RedisOptions {
     retry_after: Option<Duration>,
-    timeout: Duration,
-    reconnect_attempts: usize,
+}
+
+impl Default for RedisOptions {
+    fn default() -> Self {
+        RedisOptions {
+            retry_after: Some(DEFAULT_RETRY_AFTER),
+        }
+    }
 }
 
 /// What [`RedisTransport`] needs to settle one reservation: the queue, the
@@ -112,23 +139,13 @@ impl RedisHandle {
     }
 }
 
-impl Default for RedisTransportBuilder {
-    fn default() -> Self {
-        RedisTransportBuilder {
-            retry_after: Some(DEFAULT_RETRY_AFTER),
-            timeout: Duration::from_secs(5),
-            reconnect_attempts: 3,
-        }
-    }
-}
-
-impl RedisTransportBuilder {
+impl TransportBuilder<RedisOptions> {
     /// How long a reservation lasts at least before the sweep returns it to
     /// the queue (default 90 s). Deadlines are whole seconds, rounded up, so
     /// it may last less than two seconds longer, never shorter. Keep it above the
     /// longest handler run: a reservation that lapses is delivered again.
     pub fn retry_after(mut self, retry_after: Duration) -> Self {
-        self.retry_after = Some(retry_after);
+        self.options.retry_after = Some(retry_after);
         self
     }
 
@@ -136,20 +153,7 @@ impl RedisTransportBuilder {
     /// `retry_after=None`): a crashed worker's deliveries stay in
     /// `:processing` until an operator moves them.
     pub fn no_recovery(mut self) -> Self {
-        self.retry_after = None;
-        self
-    }
-
-    /// How long connecting, and then each command, may take (default 5 s).
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// How many times a lost connection is retried, with backoff, before an
-    /// operation fails (default 3). The next operation tries again.
-    pub fn reconnect_attempts(mut self, attempts: usize) -> Self {
-        self.reconnect_attempts = attempts;
+        self.options.retry_after = None;
         self
     }
 
@@ -171,10 +175,8 @@ impl RedisTransportBuilder {
     /// ```
     pub async fn connect(self, url: &str) -> Result<RedisTransport, TransportError> {
         let (address, retry_after) = self.parse_url(url)?;
-        let client = Client::open(address).map_err(|e| TransportError::InvalidUrl {
-            url: redact(url),
-            reason: e.to_string(),
-        })?;
+        let client =
+            Client::open(address).map_err(|e| TransportError::invalid_url(url, e.to_string()))?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(self.timeout))
             .set_response_timeout(Some(self.timeout))
@@ -199,17 +201,14 @@ impl RedisTransportBuilder {
 
     /// Splits the Python SDK's query parameters off `url`.
     fn parse_url<'u>(&self, url: &'u str) -> Result<(&'u str, Option<Duration>), TransportError> {
-        let invalid = |reason: String| TransportError::InvalidUrl {
-            url: redact(url),
-            reason,
-        };
+        let invalid = |reason: String| TransportError::invalid_url(url, reason);
         if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
             return Err(invalid(
                 "expected redis://host:port/db or rediss://host:port/db".to_owned(),
             ));
         }
         let (address, query) = url.split_once('?').unwrap_or((url, ""));
-        let mut retry_after = self.retry_after;
+        let mut retry_after = self.options.retry_after;
         for pair in query.split('&').filter(|pair| !pair.is_empty()) {
             let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
             match name {
@@ -245,8 +244,8 @@ impl RedisTransportBuilder {
 }
 
 impl RedisTransport {
-    /// A transport with the default settings; see
-    /// [`RedisTransportBuilder::connect`].
+    /// A transport with the default settings; see `connect`
+    /// on [`RedisTransportBuilder`].
     pub async fn connect(url: &str) -> Result<Self, TransportError> {
         Self::builder().connect(url).await
     }
@@ -374,11 +373,7 @@ impl RedisTransport {
     /// third key receives the requeued or dead-lettered value.
     fn settle_command(&self, handle: &RedisHandle, settlement: &Settlement) -> Cmd {
         let queue = &*handle.queue;
-        let target = match settlement {
-            Settlement::Ack => None,
-            Settlement::Requeue(body) => Some((queue, body)),
-            Settlement::DeadLetter { queue, body } => Some((queue.as_str(), body)),
-        };
+        let target = settlement.destination(queue);
         let mut command = ::redis::cmd("EVALSHA");
         command
             .arg(self.scripts.settle.get_hash())
@@ -462,11 +457,11 @@ impl Transport for RedisTransport {
     /// or control characters, and must not end in the layout's own suffixes
     /// (`:processing`, `:processing:deadlines`), whose keys it would collide with.
     fn check_queue(&self, queue: &str) -> Result<(), TransportError> {
-        check_queue_name(queue)
+        QUEUE_NAMES.check(queue)
     }
 
-    /// The builder's [`retry_after`](RedisTransportBuilder::retry_after)
-    /// (or the URL's), `None` with [`no_recovery`](RedisTransportBuilder::no_recovery).
+    /// The builder's [`retry_after`](TransportBuilder::retry_after)
+    /// (or the URL's), `None` with [`no_recovery`](TransportBuilder::no_recovery).
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), babel_idem::transport::TransportError> {
@@ -510,31 +505,6 @@ impl fmt::Debug for RedisTransport {
             .field("retry_after", &self.retry_after)
             .finish_non_exhaustive()
     }
-}
-
-/// See [`Transport::check_queue`] on [`RedisTransport`].
-fn check_queue_name(queue: &str) -> Result<(), TransportError> {
-    let invalid = |reason| {
-        Err(TransportError::InvalidQueue {
-            queue: queue.to_owned(),
-            reason,
-        })
-    };
-    if queue.is_empty() {
-        return invalid("a queue name cannot be empty");
-    }
-    if queue.len() > MAX_QUEUE_LEN {
-        return invalid("a queue name is at most 512 bytes");
-    }
-    if queue.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return invalid("a queue name cannot hold whitespace or control characters");
-    }
-    if queue.ends_with(PROCESSING_SUFFIX) || queue.ends_with(DEADLINES_SUFFIX) {
-        return invalid(
-            "a queue name cannot end in :processing or :processing:deadlines, the layout's own keys",
-        );
-    }
-    Ok(())
 }
 
 fn processing(queue: &str) -> String {
@@ -610,15 +580,15 @@ mod tests {
             "q:processing",
             "q:processing:deadlines",
         ] {
-            let error = check_queue_name(bad).unwrap_err();
+            let error = QUEUE_NAMES.check(bad).unwrap_err();
             assert!(
                 matches!(error, TransportError::InvalidQueue { .. }),
                 "{bad:?}"
             );
         }
-        assert!(check_queue_name(&"q".repeat(513)).is_err());
+        assert!(QUEUE_NAMES.check(&"q".repeat(513)).is_err());
         for good in ["orders", "billing.invoices", "queues:orders", "é-queue"] {
-            check_queue_name(good).unwrap();
+            QUEUE_NAMES.check(good).unwrap();
         }
     }
 
