@@ -7,10 +7,10 @@ mod token;
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use ::redis::{Client, Cmd, RedisError, Script};
+use ::redis::{Client, Cmd, RedisError, RedisResult, Script};
 
 use self::token::Tokens;
 use crate::coalesce::Coalescer;
@@ -47,7 +47,7 @@ const QUEUE_NAMES: QueueNames = QueueNames {
 /// |---|---|---|
 /// | `<queue>` | list | ready deliveries; producers `RPUSH` |
 /// | `<queue>:processing` | list | reserved deliveries, raw values |
-/// | `<queue>:processing:deadlines` | sorted set | one member `<token>:<raw>` per reservation, scored by its deadline (whole seconds) |
+/// | `<queue>:processing:deadlines` | sorted set | one member `<token>:<raw>` per reservation, scored by its deadline (whole Unix seconds, by the server's clock) |
 /// | `<queue>.dlq` | list | dead-letter records (the consumer names it) |
 ///
 /// - Reserve (one round trip for a whole batch): the sweep, then a script
@@ -57,9 +57,14 @@ const QUEUE_NAMES: QueueNames = QueueNames {
 /// - The sweep returns reservations whose deadline lapsed to the *end* of
 ///   `<queue>`, unchanged: a worker killed with deliveries in flight loses
 ///   none of them, and recovery is not counted as an attempt.
+/// - Deadlines are written and swept by the Redis server's clock (`TIME`
+///   inside the scripts), never a worker's: a worker whose clock runs ahead
+///   cannot take the others' reservations back early.
 /// - Settle (ack, requeue, dead-letter) is one script gated on the
 ///   reservation's own deadline member, so a late settle of a reservation
-///   the sweep took back touches nothing.
+///   the sweep took back touches nothing. A settle that fails (a key of the
+///   wrong type, say) changes nothing and is an error
+///   ([`TransportError::Broker`]): the reservation stays as it was.
 /// - A value stored with headers is a `__bq_frame` frame
 ///   ([`publish_with_headers`](Self::publish_with_headers)); a requeue or a
 ///   dead-letter record keeps the delivery's headers, framed the same way.
@@ -85,14 +90,25 @@ pub struct RedisTransport {
     retry_after: Option<Duration>,
     scripts: Arc<Scripts>,
     tokens: Arc<Tokens>,
-    /// Settles that meet go out in one pipeline.
-    settles: Arc<Coalescer<Cmd, bool>>,
+    /// Settles that meet go out in one pipeline, each with its own outcome.
+    settles: Arc<Coalescer<Cmd, RedisResult<bool>>>,
 }
 
 struct Scripts {
     reserve: Script,
     sweep: Script,
     settle: Script,
+}
+
+/// One of the layout's scripts, `redis/<file>`, behind the key-type checks
+/// of `redis/keys.lua` that each script runs before it writes anything.
+macro_rules! layout_script {
+    ($file:literal) => {
+        Script::new(concat!(
+            include_str!("redis/keys.lua"),
+            include_str!(concat!("redis/", $file))
+        ))
+    };
 }
 
 /// Configures a [`RedisTransport`]; made by [`RedisTransport::builder`]. The
@@ -141,9 +157,10 @@ impl RedisHandle {
 
 impl TransportBuilder<RedisOptions> {
     /// How long a reservation lasts at least before the sweep returns it to
-    /// the queue (default 90 s). Deadlines are whole seconds, rounded up, so
-    /// it may last less than two seconds longer, never shorter. Keep it above the
-    /// longest handler run: a reservation that lapses is delivered again.
+    /// the queue (default 90 s). Deadlines are whole seconds of the Redis
+    /// server's clock, rounded up, so it may last less than two seconds
+    /// longer, never shorter. Keep it above the longest handler run: a
+    /// reservation that lapses is delivered again.
     pub fn retry_after(mut self, retry_after: Duration) -> Self {
         self.options.retry_after = Some(retry_after);
         self
@@ -190,9 +207,9 @@ impl TransportBuilder<RedisOptions> {
             connection,
             retry_after,
             scripts: Arc::new(Scripts {
-                reserve: Script::new(include_str!("redis/reserve.lua")),
-                sweep: Script::new(include_str!("redis/sweep.lua")),
-                settle: Script::new(include_str!("redis/settle.lua")),
+                reserve: layout_script!("reserve.lua"),
+                sweep: layout_script!("sweep.lua"),
+                settle: layout_script!("settle.lua"),
             }),
             tokens: Arc::new(Tokens::new()),
             settles: Arc::new(Coalescer::new()),
@@ -292,18 +309,19 @@ impl RedisTransport {
             .key(queue)
             .key(processing(queue))
             .key(deadlines(queue))
-            .arg(now_seconds())
             .arg(-1)
             .invoke_async(&mut connection)
             .await
             .map_err(broker)
     }
 
-    /// The deadline score of a reservation made now.
-    fn deadline_score(&self) -> String {
+    /// How long a reservation lasts, as the reserve script takes it: whole
+    /// seconds, rounded up, or `+inf`. The script adds it to the server's
+    /// clock.
+    fn lifetime_argument(&self) -> String {
         match self.retry_after {
             None => "+inf".to_owned(),
-            Some(retry_after) => deadline_at(since_epoch(), retry_after).to_string(),
+            Some(retry_after) => whole_seconds_up(retry_after).to_string(),
         }
     }
 
@@ -321,7 +339,6 @@ impl RedisTransport {
             .arg(queue)
             .arg(&processing)
             .arg(&deadlines)
-            .arg(now_seconds())
             .arg(-1)
             .ignore();
         pipe.cmd("EVALSHA")
@@ -330,17 +347,14 @@ impl RedisTransport {
             .arg(queue)
             .arg(&processing)
             .arg(&deadlines)
-            .arg(self.deadline_score())
+            .arg(self.lifetime_argument())
             .arg(&tokens);
         let mut connection = self.connection.clone();
         let raws: Vec<Vec<u8>> = match pipe.query_async::<(Vec<Vec<u8>>,)>(&mut connection).await {
             Ok((raws,)) => raws,
             // A restarted server has forgotten the scripts; neither ran, so
             // loading them and asking again is safe.
-            Err(error)
-                if error.kind()
-                    == ::redis::ErrorKind::Server(::redis::ServerErrorKind::NoScript) =>
-            {
+            Err(error) if is_no_script(&error) => {
                 self.scripts.sweep.load_async(&mut connection).await?;
                 self.scripts.reserve.load_async(&mut connection).await?;
                 pipe.query_async::<(Vec<Vec<u8>>,)>(&mut connection)
@@ -395,27 +409,31 @@ impl RedisTransport {
         command
     }
 
-    /// Runs settle commands in one pipeline: whether each settled.
-    async fn settle_pipeline(&self, commands: Vec<Cmd>) -> Result<Vec<bool>, RedisError> {
-        let mut pipeline = ::redis::pipe();
-        for command in commands {
-            pipeline.add_command(command);
-        }
+    /// Runs settle commands in one pipeline: whether each settled, or the
+    /// error the script answered for it (a settle that fails changes
+    /// nothing). `Err` when the pipeline as a whole failed.
+    async fn settle_pipeline(
+        &self,
+        commands: Vec<Cmd>,
+    ) -> Result<Vec<RedisResult<bool>>, RedisError> {
         let mut connection = self.connection.clone();
-        let settled: Vec<i64> = match pipeline.query_async(&mut connection).await {
-            Ok(settled) => settled,
-            // A restarted server has forgotten the script, so none of the
-            // pipeline ran: load it and send it again.
-            Err(error)
-                if error.kind()
-                    == ::redis::ErrorKind::Server(::redis::ServerErrorKind::NoScript) =>
-            {
-                self.scripts.settle.load_async(&mut connection).await?;
-                pipeline.query_async(&mut connection).await?
+        let pipeline = settle_pipe(commands);
+        let mut settled = settle_each(&pipeline, &mut connection).await?;
+        // A restarted server has forgotten the script: the settles it
+        // refused did not run, so load it and send those again.
+        let forgotten: Vec<usize> = (0..settled.len())
+            .filter(|&i| matches!(&settled[i], Err(error) if is_no_script(error)))
+            .collect();
+        if !forgotten.is_empty() {
+            self.scripts.settle.load_async(&mut connection).await?;
+            let commands: Vec<&Cmd> = pipeline.cmd_iter().collect();
+            let again = settle_pipe(forgotten.iter().map(|&i| commands[i].clone()));
+            let answers = settle_each(&again, &mut connection).await?;
+            for (i, answer) in forgotten.into_iter().zip(answers) {
+                settled[i] = answer;
             }
-            Err(error) => return Err(error),
-        };
-        Ok(settled.into_iter().map(|settled| settled == 1).collect())
+        }
+        Ok(settled)
     }
 
     /// Settles one reservation; the settles that meet share one pipeline.
@@ -436,10 +454,16 @@ impl RedisTransport {
             // The shared pipeline failed: this settle alone, for its own error.
             None => {
                 let command = self.settle_command(handle, settlement);
-                let settled = self.settle_pipeline(vec![command]).await.map_err(broker)?;
-                settled.first() == Some(&true)
+                let mut settled = self.settle_pipeline(vec![command]).await.map_err(broker)?;
+                settled.pop().unwrap_or_else(|| {
+                    Err(RedisError::from((
+                        ::redis::ErrorKind::Parse,
+                        "the server sent no answer to the settle",
+                    )))
+                })
             }
-        };
+        }
+        .map_err(broker)?;
         if !settled {
             tracing::warn!(
                 queue = &*handle.queue,
@@ -515,27 +539,42 @@ fn deadlines(queue: &str) -> String {
     format!("{queue}{DEADLINES_SUFFIX}")
 }
 
-/// Now, since the Unix epoch.
-fn since_epoch() -> Duration {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-}
-
-/// Whole Unix seconds, the unit of every score in the layout.
-fn now_seconds() -> u64 {
-    since_epoch().as_secs()
-}
-
-/// The deadline score, in whole seconds, of a reservation made at `now`
-/// that lasts `retry_after`: both rounded up. A sweep at `now_seconds()`
-/// takes it back once that reaches the score, so the reservation lasts at
-/// least `retry_after` (and less than two seconds more), which is what
+/// `time` in whole seconds, rounded up. The reserve script adds it to the
+/// server's clock, also rounded up, and the sweep takes a reservation back
+/// once the server's whole seconds reach that score: the reservation lasts
+/// at least `retry_after` (and less than two seconds more), which is what
 /// [`Transport::reservation_lifetime`] promises the consumer. The Python SDK
 /// writes `floor(now) + retry_after`, which can lapse up to a second early.
-fn deadline_at(now: Duration, retry_after: Duration) -> u64 {
-    let up = |time: Duration| time.as_secs() + u64::from(time.subsec_nanos() > 0);
-    up(now).saturating_add(up(retry_after))
+fn whole_seconds_up(time: Duration) -> u64 {
+    time.as_secs() + u64::from(time.subsec_nanos() > 0)
+}
+
+/// Settle commands in one pipeline that answers for each command apart: an
+/// error in one leaves the others' answers.
+fn settle_pipe(commands: impl IntoIterator<Item = Cmd>) -> ::redis::Pipeline {
+    let mut pipeline = ::redis::pipe();
+    for command in commands {
+        pipeline.add_command(command);
+    }
+    pipeline.ignore_errors();
+    pipeline
+}
+
+/// Sends a [`settle_pipe`]: each settle's answer, `1` settled, `0` lapsed,
+/// or the error it met.
+async fn settle_each(
+    pipeline: &::redis::Pipeline,
+    connection: &mut ConnectionManager,
+) -> Result<Vec<RedisResult<bool>>, RedisError> {
+    let answers: Vec<RedisResult<i64>> = pipeline.query_async(connection).await?;
+    Ok(answers
+        .into_iter()
+        .map(|answer| answer.map(|settled| settled == 1))
+        .collect())
+}
+
+fn is_no_script(error: &RedisError) -> bool {
+    error.kind() == ::redis::ErrorKind::Server(::redis::ServerErrorKind::NoScript)
 }
 
 fn broker(error: RedisError) -> TransportError {
@@ -546,28 +585,29 @@ fn broker(error: RedisError) -> TransportError {
 mod tests {
     use super::*;
 
-    /// A sweep at whole second `s` takes a reservation back once `s` reaches
-    /// its score: that moment may never come before `retry_after` has passed.
+    /// The script adds this to the server's clock rounded up: rounding
+    /// `retry_after` down would let a reservation lapse before it.
     #[test]
-    fn a_reservation_lapses_no_sooner_than_retry_after_and_under_two_seconds_later() {
-        for retry_after_ms in [1, 999, 1_000, 1_001, 2_000, 2_500, 90_000] {
-            let retry_after = Duration::from_millis(retry_after_ms);
-            for now_ms in (1_700_000_000_000..1_700_000_003_000).step_by(125) {
-                let now = Duration::from_millis(now_ms);
-                let lapses_at = Duration::from_secs(deadline_at(now, retry_after));
-                assert!(
-                    lapses_at >= now + retry_after,
-                    "{retry_after:?} from {now:?} lapses at {lapses_at:?}"
-                );
-                assert!(
-                    lapses_at < now + retry_after + Duration::from_secs(2),
-                    "{retry_after:?} from {now:?} lapses at {lapses_at:?}"
-                );
-            }
+    fn retry_after_goes_to_the_reserve_script_in_whole_seconds_rounded_up() {
+        for (millis, seconds) in [
+            (0, 0),
+            (1, 1),
+            (999, 1),
+            (1_000, 1),
+            (1_001, 2),
+            (90_000, 90),
+        ] {
+            assert_eq!(
+                whole_seconds_up(Duration::from_millis(millis)),
+                seconds,
+                "{millis} ms"
+            );
         }
-        // On whole seconds, the Python SDK's score exactly.
-        let (now, thirty) = (Duration::from_secs(1_700_000_000), Duration::from_secs(30));
-        assert_eq!(deadline_at(now, thirty), 1_700_000_030);
+        assert_eq!(
+            whole_seconds_up(Duration::from_secs(u64::MAX)),
+            u64::MAX,
+            "the largest lifetime does not overflow"
+        );
     }
 
     #[test]

@@ -1,15 +1,36 @@
 -- Reserve up to #ARGV - 1 deliveries (BabelQueue Redis binding, legacy layout).
 -- KEYS[1] ready list, KEYS[2] <queue>:processing, KEYS[3] <queue>:processing:deadlines.
--- ARGV[1] the deadline score (whole seconds, or +inf); ARGV[2..] one 32-hex token per delivery.
+-- ARGV[1] how long a reservation lasts, whole seconds, or '+inf' (it never lapses);
+-- ARGV[2..] one 32-hex token per delivery.
 -- Each delivery moves from the head of the ready list to the tail of :processing, and its
 -- deadline member "<token>:<raw>" goes into the deadline set. Returns the raw values reserved.
+-- The deadline is the server's clock (TIME) rounded up to the whole second, plus ARGV[1]: the
+-- sweep reads the same clock, so a worker whose own clock runs ahead cannot take another's
+-- reservation back early, and a reservation lasts at least ARGV[1] seconds. Scores stay whole
+-- Unix seconds, the unit the Python SDK writes and sweeps.
+-- The keys' types are checked first: a deadline set of another type would otherwise fail the
+-- ZADD after the LMOVE, leaving a value in :processing that no sweep ever returns.
+local refused = wrong_type(KEYS[1], 'list') or wrong_type(KEYS[2], 'list')
+    or wrong_type(KEYS[3], 'zset')
+if refused then
+    return redis.error_reply(refused)
+end
+local deadline = '+inf'
+if ARGV[1] ~= '+inf' then
+    local now = redis.call('TIME')
+    local seconds = tonumber(now[1])
+    if tonumber(now[2]) > 0 then
+        seconds = seconds + 1
+    end
+    deadline = string.format('%.17g', seconds + tonumber(ARGV[1]))
+end
 local reserved = {}
 for i = 2, #ARGV do
     local raw = redis.call('LMOVE', KEYS[1], KEYS[2], 'LEFT', 'RIGHT')
     if not raw then
         break
     end
-    redis.call('ZADD', KEYS[3], ARGV[1], ARGV[i] .. ':' .. raw)
+    redis.call('ZADD', KEYS[3], deadline, ARGV[i] .. ':' .. raw)
     reserved[#reserved + 1] = raw
 end
 return reserved
