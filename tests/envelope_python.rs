@@ -6,8 +6,9 @@
 //!   and encoded BY THE PYTHON SDK; decoded and re-encoded here, they come
 //!   back byte for byte; with `attempts + 1` or a `dead_letter` block they
 //!   come back as the SDK writes the same change;
-//! - every valid envelope of the upstream conformance suite re-encodes to the
-//!   SDK's own compact encoding of it.
+//! - every valid envelope of this repository's conformance fixtures (and of
+//!   the upstream BabelQueue suite, when `BABEL_IDEM_CONFORMANCE_DIR` names
+//!   its folder) re-encodes to the SDK's own compact encoding of it.
 //!
 //! Without `BABEL_IDEM_PYTHON` each test prints `skipped:` and passes
 //! (fails with `BABEL_IDEM_REQUIRE_SERVERS=1`).
@@ -18,7 +19,7 @@ mod envelope_gen;
 mod servers;
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use babel_idem::Envelope;
@@ -269,22 +270,26 @@ fn envelopes_made_by_the_python_sdk_re_encode_byte_for_byte() {
     eprintln!("{test}: {CASES} Python-made envelopes re-encoded byte for byte");
 }
 
-fn conformance_dir() -> PathBuf {
-    match std::env::var_os("BABEL_IDEM_CONFORMANCE_DIR") {
-        Some(dir) => PathBuf::from(dir),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/conformance"),
-    }
+#[test]
+fn the_own_valid_fixtures_re_encode_as_the_python_sdk_encodes_them() {
+    let test = "the_own_valid_fixtures_re_encode_as_the_python_sdk_encodes_them";
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/conformance");
+    valid_fixtures_re_encode_as_the_python_sdk_encodes_them(test, &dir);
 }
 
 #[test]
 fn the_upstream_valid_fixtures_re_encode_as_the_python_sdk_encodes_them() {
     let test = "the_upstream_valid_fixtures_re_encode_as_the_python_sdk_encodes_them";
+    match std::env::var_os("BABEL_IDEM_CONFORMANCE_DIR") {
+        Some(dir) => valid_fixtures_re_encode_as_the_python_sdk_encodes_them(test, Path::new(&dir)),
+        None => eprintln!("skipping upstream conformance: BABEL_IDEM_CONFORMANCE_DIR is unset"),
+    }
+}
+
+fn valid_fixtures_re_encode_as_the_python_sdk_encodes_them(test: &str, dir: &Path) {
     let Some(python) = python(test) else { return };
-    let dir = conformance_dir();
-    let Ok(manifest) = std::fs::read_to_string(dir.join("manifest.json")) else {
-        servers::skip_or_fail(test, &format!("no conformance suite at {}", dir.display()));
-        return;
-    };
+    let manifest = std::fs::read_to_string(dir.join("manifest.json"))
+        .unwrap_or_else(|e| panic!("{test}: read {}/manifest.json: {e}", dir.display()));
     let manifest: Value = serde_json::from_str(&manifest).unwrap();
     let fixtures: Vec<(String, String)> = manifest["cases"]
         .as_array()
