@@ -1,4 +1,4 @@
-//! Claim mode (DESIGN section 8.1): every row of its table, driven through
+//! Claim mode (see `babel_idem::guide::modes`): every row of its table, driven through
 //! `Guard::lease` over a real `InMemoryStore`, plus concurrency, renewal,
 //! stale owners, fences and the router's handling of a parked delivery.
 //!

@@ -1,4 +1,4 @@
-//! Claim mode's decision table (DESIGN section 8.1): claim the id, run the
+//! Claim mode's decision table (see [`guide::modes`](crate::guide::modes)): claim the id, run the
 //! handler while renewing the lease, then commit or release.
 
 use std::any::Any;
