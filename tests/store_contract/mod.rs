@@ -137,8 +137,7 @@ fn conformance_dirs() -> Vec<PathBuf> {
             // Straight to stderr, past the harness's capture: shown when the test passes.
             let _ = std::io::Write::write_all(
                 &mut std::io::stderr(),
-                b"skipping upstream conformance: BABEL_IDEM_CONFORMANCE_DIR is unset
-",
+                b"skipping upstream conformance: BABEL_IDEM_CONFORMANCE_DIR is unset\n",
             );
         }
     }
