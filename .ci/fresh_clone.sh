@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A fresh clone passes its own tests: clones this checkout (its committed
 # HEAD) into an empty temporary folder, with nothing beside it, and runs the
-# README's `cargo test` there with no server, no Python peer and no upstream
+# README's `cargo test` there (every binary, even after a failure) with no server, no Python peer and no upstream
 # conformance suite configured. Then checks, from the output, that every test
 # binary ran (one `Running` line per test target `cargo metadata` lists) and
 # that the suites which need what is not there said so with their skip lines.
@@ -22,7 +22,7 @@ echo "fresh clone: $clone (HEAD $(git rev-parse --short HEAD)), nothing beside i
 env -u BABEL_IDEM_REDIS_URL -u BABEL_IDEM_POSTGRES_URL -u BABEL_IDEM_AMQP_URL \
   -u BABEL_IDEM_REQUIRE_SERVERS -u BABEL_IDEM_PYTHON -u BABEL_IDEM_CONFORMANCE_DIR \
   CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}" CARGO_TERM_COLOR=never \
-  cargo test 2>&1 | tee "$log"
+  cargo test --no-fail-fast 2>&1 | tee "$log"
 
 # The test binaries `cargo test` must run: each lib, proc-macro, bin and test
 # target that has tests, by crate name.
