@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # A fresh clone passes its own tests: clones this checkout (its committed
 # HEAD) into an empty temporary folder, with nothing beside it, and runs the
-# README's `cargo test` there (every binary, even after a failure) with no server, no Python peer and no upstream
-# conformance suite configured. Then checks, from the output, that every test
+# README's `cargo test` there (every binary, even after a failure) with no
+# server, no Python peer and no upstream conformance suite configured. Then checks, from the output, that every test
 # binary ran (one `Running` line per test target `cargo metadata` lists) and
 # that the suites which need what is not there said so with their skip lines.
 #
