@@ -1,4 +1,4 @@
-//! Every row of the contract table (DESIGN section 1), driven through `guard`,
+//! Every row of the contract table (see `babel_idem::guide::modes`), driven through `guard`,
 //! `Guard` and `wrap` over a real `InMemoryStore`.
 
 mod support;

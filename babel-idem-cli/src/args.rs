@@ -14,7 +14,7 @@ use clap::{Args, Parser, Subcommand};
         include_str!("exit_codes.txt")
     )
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     pub command: Command,
     #[command(flatten)]
@@ -23,7 +23,7 @@ pub struct Cli {
 
 /// The store's settings, as the consumers that write to it configure them.
 #[derive(Debug, Args)]
-pub struct StoreOptions {
+pub(crate) struct StoreOptions {
     /// SQL stores: the table (default `babelqueue_idempotency`).
     #[arg(long, global = true, value_name = "TABLE")]
     pub table: Option<String>,
@@ -41,7 +41,7 @@ pub struct StoreOptions {
 
 /// The ids of `seen` and `forget`, and the scope they were marked under.
 #[derive(Debug, Args)]
-pub struct IdArgs {
+pub(crate) struct IdArgs {
     /// The store URL.
     pub url: String,
     /// Message ids (`meta.id`); `-` reads ids from stdin, one per line.
@@ -54,7 +54,7 @@ pub struct IdArgs {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Whether each id is marked processed (exit 0: all are; 1: some are not).
     Seen(IdArgs),
     /// Forget ids, so their next delivery runs again (manual replay).

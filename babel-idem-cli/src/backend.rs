@@ -14,7 +14,7 @@ use crate::target::Target;
 
 /// The operator's store settings.
 #[derive(Debug, Clone)]
-pub struct Settings {
+pub(crate) struct Settings {
     pub table: Option<String>,
     pub prefix: Option<String>,
     pub timeout: Duration,
@@ -27,7 +27,7 @@ enum Create {
     No,
 }
 
-pub enum Backend {
+pub(crate) enum Backend {
     Sqlite(SqliteStore),
     Redis(RedisStore),
     Postgres(PostgresStore),
@@ -41,7 +41,7 @@ fn refused(error: StoreError) -> CliError {
 impl Backend {
     /// The store `target` names, reached and ready: its table is there.
     /// A missing SQLite file is not created (see [`Backend::migrate`]).
-    pub async fn ready(target: &Target, settings: &Settings) -> Result<Backend, CliError> {
+    pub(crate) async fn ready(target: &Target, settings: &Settings) -> Result<Backend, CliError> {
         if let Target::Sqlite(path) = target
             && !path.exists()
         {
@@ -69,7 +69,10 @@ impl Backend {
     /// Creates the table and its index where they are missing (and the
     /// SQLite file); `None` for Redis, which has nothing to create (it is
     /// pinged, so bad credentials still fail).
-    pub async fn migrate(target: &Target, settings: &Settings) -> Result<Option<String>, CliError> {
+    pub(crate) async fn migrate(
+        target: &Target,
+        settings: &Settings,
+    ) -> Result<Option<String>, CliError> {
         match Backend::open(target, settings, Create::Yes).await? {
             // Opening the file created it and its table.
             Backend::Sqlite(store) => Ok(Some(store.table().to_owned())),
@@ -143,7 +146,7 @@ impl Backend {
         }
     }
 
-    pub fn store(&self) -> &dyn Store {
+    pub(crate) fn store(&self) -> &dyn Store {
         match self {
             Backend::Sqlite(store) => store,
             Backend::Redis(store) => store,
@@ -160,11 +163,11 @@ impl Backend {
         }
     }
 
-    pub fn is_redis(&self) -> bool {
+    pub(crate) fn is_redis(&self) -> bool {
         matches!(self, Backend::Redis(_))
     }
 
-    pub async fn stored_many(&self, keys: &[&str]) -> Result<Vec<bool>, CliError> {
+    pub(crate) async fn stored_many(&self, keys: &[&str]) -> Result<Vec<bool>, CliError> {
         match self {
             Backend::Sqlite(store) => store.stored_many(keys).await,
             Backend::Redis(store) => store.stored_many(keys).await,
@@ -173,7 +176,7 @@ impl Backend {
         .map_err(store_failed)
     }
 
-    pub async fn forget_many(&self, keys: &[&str]) -> Result<u64, CliError> {
+    pub(crate) async fn forget_many(&self, keys: &[&str]) -> Result<u64, CliError> {
         match self {
             Backend::Sqlite(store) => store.forget_many(keys).await,
             Backend::Redis(store) => store.forget_many(keys).await,
@@ -182,7 +185,7 @@ impl Backend {
         .map_err(store_failed)
     }
 
-    pub async fn stats(&self, key_prefix: &str) -> Result<StoreStats, CliError> {
+    pub(crate) async fn stats(&self, key_prefix: &str) -> Result<StoreStats, CliError> {
         match self {
             Backend::Sqlite(store) => store.stats(key_prefix).await,
             Backend::Redis(store) => store.stats(key_prefix).await,
@@ -191,7 +194,7 @@ impl Backend {
         .map_err(store_failed)
     }
 
-    pub async fn count_expired(&self) -> Result<u64, CliError> {
+    pub(crate) async fn count_expired(&self) -> Result<u64, CliError> {
         match self {
             Backend::Sqlite(store) => store.count_expired().await,
             Backend::Redis(store) => store.count_expired().await,
@@ -201,7 +204,7 @@ impl Backend {
     }
 
     /// Deletes up to `limit` expired marks; Redis has none waiting.
-    pub async fn purge_expired_batch(&self, limit: u32) -> Result<u64, CliError> {
+    pub(crate) async fn purge_expired_batch(&self, limit: u32) -> Result<u64, CliError> {
         match self {
             Backend::Sqlite(store) => store.purge_expired_batch(limit).await,
             Backend::Redis(store) => store.purge_expired().await,

@@ -12,13 +12,17 @@ use crate::ids::{Ids, key, scope_prefix};
 use crate::output::{Output, rfc3339_ms};
 
 /// Ids read (from stdin, too) and sent to the store at a time.
-pub const CHUNK: usize = 1_000;
+pub(crate) const CHUNK: usize = 1_000;
 
 /// Expired marks deleted per statement by `purge-expired`.
-pub const PURGE_BATCH: u32 = 10_000;
+pub(crate) const PURGE_BATCH: u32 = 10_000;
 
 /// Prints `seen` or `unseen` for each id; [`Exit::NotSeen`] if any is unseen.
-pub async fn seen(backend: &Backend, args: IdArgs, out: &mut Output) -> Result<Exit, CliError> {
+pub(crate) async fn seen(
+    backend: &Backend,
+    args: IdArgs,
+    out: &mut Output,
+) -> Result<Exit, CliError> {
     let scope = args.scope.as_deref();
     let mut ids = Ids::new(args.ids);
     let mut all_seen = true;
@@ -46,7 +50,7 @@ pub async fn seen(backend: &Backend, args: IdArgs, out: &mut Output) -> Result<E
 
 /// Forgets the ids, [`CHUNK`] at a time; with `dry_run`, lists the ids
 /// that are stored instead and removes nothing.
-pub async fn forget(
+pub(crate) async fn forget(
     backend: &Backend,
     args: IdArgs,
     dry_run: bool,
@@ -92,7 +96,7 @@ pub async fn forget(
 
 /// Deletes the expired marks in batches of [`PURGE_BATCH`], with a
 /// progress bar on a terminal; with `dry_run`, counts them.
-pub async fn purge_expired(
+pub(crate) async fn purge_expired(
     backend: &Backend,
     dry_run: bool,
     out: &mut Output,
@@ -148,7 +152,7 @@ fn progress_bar(total: u64) -> ProgressBar {
 }
 
 /// Creates what the store needs; says so when it needs nothing (Redis).
-pub fn migrated(display: &str, table: Option<String>, out: &mut Output) -> Exit {
+pub(crate) fn migrated(display: &str, table: Option<String>, out: &mut Output) -> Exit {
     match table {
         Some(table) => out.emit(
             || format!("{display}: table {table} is ready"),
@@ -163,7 +167,7 @@ pub fn migrated(display: &str, table: Option<String>, out: &mut Output) -> Exit 
 }
 
 /// Prints the marks' count, expired count, oldest and newest.
-pub async fn stats(
+pub(crate) async fn stats(
     backend: &Backend,
     scope: Option<&str>,
     out: &mut Output,

@@ -17,7 +17,11 @@ use babel_idem::store::{PostgresStore, RedisStore, SqliteStore};
 use serde_json::{Value, json};
 use sqlx::Connection;
 
-#[allow(dead_code, reason = "the shared helpers; this file uses some")]
+#[allow(
+    dead_code,
+    unreachable_pub,
+    reason = "the shared helpers, public for the root package's tests; this file uses some"
+)]
 #[path = "../../tests/store_contract/servers.rs"]
 mod servers;
 

@@ -170,7 +170,7 @@ pub struct Guard<S, Mode = SeenSet> {
     mode: Mode,
 }
 
-/// Seen-set mode, the default: `seen`, run, `remember` (DESIGN section 1).
+/// Seen-set mode, the default: `seen`, run, `remember` (see [`guide::modes`](crate::guide::modes)).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SeenSet;
 
@@ -262,7 +262,7 @@ impl<S: Store> Guard<S> {
 }
 
 impl<S: Store, Mode> Guard<S, Mode> {
-    /// Turns on claim mode (DESIGN section 8.1): before the handler runs, the
+    /// Turns on claim mode (see [`guide::modes`](crate::guide::modes)): before the handler runs, the
     /// guard claims the id for `lease`, so one delivery of an id runs at a
     /// time across every worker sharing the store.
     ///
@@ -326,7 +326,7 @@ impl<S: Store, Mode> Guard<S, Mode> {
     }
 
     /// Namespaces every key as `<scope length>:<scope>:<id>` (see
-    /// [`DedupeKey`](crate::key::DedupeKey)), so services sharing one store do
+    /// [`DedupeKey`]), so services sharing one store do
     /// not skip each other's messages.
     ///
     /// Every scope is accepted: the length in front keeps any two

@@ -1,6 +1,6 @@
 //! Seen-set mode over a batch of messages ([`Guard::run_batch`]): one
 //! `seen_many`, the handlers, one `remember_many`, and the decision of
-//! DESIGN section 1 for every message.
+//! seen-set table of [`guide::modes`](crate::guide::modes) for every message.
 
 use std::collections::HashMap;
 use std::future::{Future, poll_fn};

@@ -1,4 +1,4 @@
-//! Seen-set mode's decision table (DESIGN section 1): `seen`, run, `remember`.
+//! Seen-set mode's decision table (see [`guide::modes`](crate::guide::modes)): `seen`, run, `remember`.
 
 use std::future::Future;
 use std::pin::Pin;

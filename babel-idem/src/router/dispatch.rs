@@ -55,7 +55,7 @@ impl Router {
     /// The handler runs in a CONSUMER span (`tracing`, level INFO) with the
     /// BabelQueue SDKs' `messaging.*` attributes and the guard's decision;
     /// with the feature `opentelemetry` a W3C `traceparent` header continues
-    /// the producer's trace (see the README's "Spans and metrics").
+    /// the producer's trace (see [`guide::observability`](crate::guide::observability)).
     ///
     /// "attempts" are the attempts made before this delivery:
     /// [`Delivery::with_attempts`] when the transport gave them, else the

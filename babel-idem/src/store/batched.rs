@@ -13,7 +13,7 @@ use crate::coalesce::Coalescer;
 /// to the server go out together in one [`seen_many`](Store::seen_many),
 /// and likewise `remember` in one [`remember_many`](Store::remember_many).
 ///
-/// This is how a [`Consumer`](crate::consumer) that reserves many
+/// This is how a `Consumer` that reserves many
 /// deliveries at once asks about all of them in one round trip: each
 /// delivery's guard (`#[idempotent]`, [`guard`](crate::guard::guard())) makes its
 /// own call, unchanged, and the calls that meet are answered by one batch.

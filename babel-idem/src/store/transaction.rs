@@ -1,4 +1,4 @@
-//! What transactional mode needs from a store (DESIGN section 8.2): the
+//! What transactional mode needs from a store (see [`guide::modes`](crate::guide::modes)): the
 //! connection type its table lives behind, and one statement that marks an
 //! id on a connection the caller holds, inside the caller's transaction.
 //!
