@@ -254,6 +254,69 @@ impl SqlSettings {
     }
 }
 
+/// What both SQL builders are given: the table, the TTL and the size of
+/// the pool the store opens.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+#[derive(Debug, Clone)]
+pub(crate) struct SqlBuilder {
+    pub(crate) table: String,
+    pub(crate) ttl: Option<Duration>,
+    pub(crate) max_connections: u32,
+}
+
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+impl SqlBuilder {
+    /// The defaults: the Go SDK's table, no TTL, `max_connections`.
+    pub(crate) fn new(max_connections: u32) -> Self {
+        SqlBuilder {
+            table: DEFAULT_TABLE.to_owned(),
+            ttl: None,
+            max_connections,
+        }
+    }
+
+    /// [`SqlSettings::check`] of these settings.
+    pub(crate) fn check(
+        &self,
+        backend: &'static str,
+        dialect: fn(&str) -> Statements,
+        drivers: Drivers,
+    ) -> Result<SqlSettings, StoreError> {
+        SqlSettings::check(backend, &self.table, self.ttl, dialect, drivers)
+    }
+}
+
+/// The setters both SQL builders share, over their `sql: SqlBuilder` field;
+/// `$connections` is the builder's default pool size, for the docs.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+macro_rules! sql_builder_setters {
+    ($connections:literal) => {
+        /// The table to use (default `babelqueue_idempotency`). It must match
+        /// `[A-Za-z_][A-Za-z0-9_]{0,47}`, or building the store fails.
+        pub fn table(mut self, table: impl Into<String>) -> Self {
+            self.sql.table = table.into();
+            self
+        }
+
+        /// Forget each id this long after it was first remembered: at least
+        /// 1 ms and at most [`MAX_TTL`](crate::store::MAX_TTL) (about 100
+        /// years), counted in whole milliseconds; checked when the store is
+        /// built.
+        pub fn ttl(mut self, ttl: Duration) -> Self {
+            self.sql.ttl = Some(ttl);
+            self
+        }
+
+        #[doc = concat!("The most connections the store's own pool opens (default ", $connections, ").")]
+        pub fn max_connections(mut self, max: u32) -> Self {
+            self.sql.max_connections = max.max(1);
+            self
+        }
+    };
+}
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) use sql_builder_setters;
+
 /// The statements a SQL store runs, written out once for its table.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 #[derive(Debug, Clone)]
@@ -268,8 +331,10 @@ pub(crate) struct Statements {
     pub(crate) remember: String,
     /// Deletes the id given as the first parameter.
     pub(crate) forget: String,
-    /// Deletes every expired row.
-    pub(crate) purge: String,
+    /// Counts the expired rows.
+    pub(crate) count_expired: String,
+    /// Deletes at most the first parameter's number of expired rows.
+    pub(crate) purge_expired: String,
 }
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
