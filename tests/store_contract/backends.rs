@@ -30,6 +30,22 @@ pub trait Backend {
     /// setting refused.
     async fn build(&self, space: &str, ttl: Option<Duration>) -> Result<Self::Store, StoreError>;
 
+    /// [`open`](Backend::open), then what claim mode needs beside the
+    /// seen-set (the SQL stores' `migrate_claims`).
+    async fn open_claims(&self, space: &str, ttl: Option<Duration>) -> Self::Store {
+        let store = self.open(space, ttl).await;
+        self.migrate_claims(&store)
+            .await
+            .unwrap_or_else(|e| panic!("migrate claim mode on {space}: {e}"));
+        store
+    }
+
+    /// Creates claim mode's tables for `store`, where the backend has any.
+    async fn migrate_claims(&self, store: &Self::Store) -> Result<(), StoreError> {
+        let _ = store;
+        Ok(())
+    }
+
     /// Whether the backend stores ids containing NUL. PostgreSQL `TEXT`
     /// cannot, and `PostgresStore` refuses them with a `StoreError`.
     fn stores_nul(&self) -> bool {
@@ -132,6 +148,10 @@ mod sqlite {
                 builder = builder.ttl(ttl);
             }
             builder.open(self.database()).await
+        }
+
+        async fn migrate_claims(&self, store: &SqliteStore) -> Result<(), StoreError> {
+            store.migrate_claims().await
         }
     }
 
@@ -325,6 +345,10 @@ mod postgres_backend {
             let store = self.build_unmigrated(space, ttl)?;
             store.migrate().await?;
             Ok(store)
+        }
+
+        async fn migrate_claims(&self, store: &PostgresStore) -> Result<(), StoreError> {
+            store.migrate_claims().await
         }
 
         fn stores_nul(&self) -> bool {

@@ -241,7 +241,7 @@ impl PostgresStore {
             .execute(&mut *tx)
             .await
             .map_err(open)?;
-        sqlx::raw_sql(ddl).execute(&mut *tx).await.map_err(open)?;
+        sqlx::Executor::execute(&mut *tx, ddl).await.map_err(open)?;
         tx.commit().await.map_err(open)
     }
 

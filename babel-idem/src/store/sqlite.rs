@@ -267,7 +267,7 @@ impl SqliteStore {
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(open)?;
-        sqlx::raw_sql(ddl).execute(&mut *tx).await.map_err(open)?;
+        sqlx::Executor::execute(&mut *tx, ddl).await.map_err(open)?;
         tx.commit().await.map_err(open)
     }
 
