@@ -248,7 +248,11 @@ async fn purge_finished_claims_deletes_only_old_claim_rows() {
     .unwrap();
 
     assert_eq!(store.count_finished_claims().await.unwrap(), 2);
-    assert_eq!(store.purge_finished_claims(1).await.unwrap(), 1, "at most the limit");
+    assert_eq!(
+        store.purge_finished_claims(1).await.unwrap(),
+        1,
+        "at most the limit"
+    );
     assert_eq!(store.purge_finished_claims(10).await.unwrap(), 1);
     let left: Vec<String> = sqlx::query_scalar(&format!(
         "SELECT message_id FROM {}_claims ORDER BY message_id",
@@ -510,7 +514,9 @@ async fn eighty_concurrent_migrations_of_a_fresh_table_all_succeed() {
             })
             .collect();
         for run in runs {
-            run.await.unwrap().unwrap_or_else(|e| panic!("claims: {claims}: {e}"));
+            run.await
+                .unwrap()
+                .unwrap_or_else(|e| panic!("claims: {claims}: {e}"));
         }
     }
     let store = &pools[0];

@@ -287,7 +287,10 @@ async fn migrate_makes_the_seen_set_only_and_migrate_claims_claim_modes_tables()
     store.migrate_claims().await.unwrap();
     assert!(store.claims_table_exists().await.unwrap());
     assert!(matches!(
-        store.claim("id-A", ClaimToken::random(), lease).await.unwrap(),
+        store
+            .claim("id-A", ClaimToken::random(), lease)
+            .await
+            .unwrap(),
         Claim::Won { .. }
     ));
 }

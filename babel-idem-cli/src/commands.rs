@@ -212,7 +212,10 @@ fn progress_bar(total: u64, kind: Purged) -> ProgressBar {
         return ProgressBar::hidden();
     }
     let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
-    let template = format!("purging {{bar:40}} {{pos}}/{{len}} {} ({{eta}})", kind.what());
+    let template = format!(
+        "purging {{bar:40}} {{pos}}/{{len}} {} ({{eta}})",
+        kind.what()
+    );
     if let Ok(style) = ProgressStyle::with_template(&template) {
         bar.set_style(style);
     }

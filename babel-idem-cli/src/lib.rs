@@ -106,7 +106,12 @@ async fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::Migrate { url, claims } => {
             let target = Target::parse(&url)?;
             let migration = backend::migrate(&target, &settings, claims, dry_run).await?;
-            Ok(commands::migrated(&target.display(), migration, dry_run, &mut out))
+            Ok(commands::migrated(
+                &target.display(),
+                migration,
+                dry_run,
+                &mut out,
+            ))
         }
         Command::Stats { url, scope } => {
             let opened = backend::open(&Target::parse(&url)?, &settings).await?;

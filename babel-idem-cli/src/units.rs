@@ -92,7 +92,9 @@ fn rfc3339_ms(text: &str) -> Option<i64> {
         }
     };
     let separators = [(4, b'-'), (7, b'-'), (13, b':'), (16, b':')];
-    if separators.iter().any(|&(at, byte)| bytes.get(at) != Some(&byte))
+    if separators
+        .iter()
+        .any(|&(at, byte)| bytes.get(at) != Some(&byte))
         || !matches!(bytes.get(10), Some(b'T' | b't' | b' '))
     {
         return None;
@@ -174,7 +176,16 @@ mod tests {
         assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
         assert_eq!(parse_duration("7d"), Ok(Duration::from_secs(7 * 86_400)));
         assert_eq!(parse_duration("1"), Ok(Duration::from_secs(1)));
-        for bad in ["", "s", "-5s", "1.5s", "5 s", "5sec", "5S", "99999999999999999999d"] {
+        for bad in [
+            "",
+            "s",
+            "-5s",
+            "1.5s",
+            "5 s",
+            "5sec",
+            "5S",
+            "99999999999999999999d",
+        ] {
             assert!(parse_duration(bad).is_err(), "{bad:?}");
         }
         assert!(positive_duration("0s").is_err());

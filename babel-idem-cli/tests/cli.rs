@@ -428,7 +428,11 @@ async fn sqlite_bad_input_is_one_line_and_a_documented_code() {
         assert_eq!(run.code, 2, "{run:?}");
         assert!(!run.stderr.contains("panicked"), "{run:?}");
     }
-    assert!(cli(&["stats", &url, "--timeout", "5x"]).stderr.contains("30s, 5m, 2h"));
+    assert!(
+        cli(&["stats", &url, "--timeout", "5x"])
+            .stderr
+            .contains("30s, 5m, 2h")
+    );
     cli(&["stats", &url, "--timeout", "2m"]).ok();
     cli(&["stats", &url, "--php-claims"]).refused(2, "--php-claims is a Redis layout");
     let help = cli(&["--help"]);
@@ -674,7 +678,10 @@ async fn sqlite_migrate_claims_and_dry_run() {
     );
     assert!(store.claims_table_exists().await.unwrap());
     let run = cli(&["migrate", &url, "--claims", "--dry-run"]);
-    assert!(run.ok().stdout.contains("nothing to create (dry run)"), "{run:?}");
+    assert!(
+        run.ok().stdout.contains("nothing to create (dry run)"),
+        "{run:?}"
+    );
 }
 
 /// Claims `id` for a running handler (a long lease), so it is claimed, not done.
@@ -693,7 +700,10 @@ async fn hold(store: &dyn ClaimStore, id: &str) {
 async fn claimed_ids_are_reported_claimed(url: &str, opts: &[&str], store: &dyn ClaimStore) {
     store.remember("done-1").await.unwrap();
     hold(store, "running-1").await;
-    let run = cli(&with(&["seen", url, "done-1", "running-1", "never-1"], opts));
+    let run = cli(&with(
+        &["seen", url, "done-1", "running-1", "never-1"],
+        opts,
+    ));
     assert_eq!(run.code, 1, "{run:?}");
     assert_eq!(
         run.stdout_lines(),
@@ -704,7 +714,10 @@ async fn claimed_ids_are_reported_claimed(url: &str, opts: &[&str], store: &dyn 
         run.json(),
         json!({"id": "running-1", "seen": false, "state": "claimed"})
     );
-    let run = cli(&with(&["forget", url, "--dry-run", "done-1", "running-1"], opts));
+    let run = cli(&with(
+        &["forget", url, "--dry-run", "done-1", "running-1"],
+        opts,
+    ));
     assert_eq!(
         run.ok().stdout_lines(),
         [
@@ -753,13 +766,19 @@ async fn sqlite_seen_reports_claimed_and_purge_removes_finished_claims() {
     );
     assert_eq!(store.count_finished_claims().await.unwrap(), 0);
     let run = cli(&["seen", &url, "running-1"]);
-    assert_eq!(run.stdout_lines(), ["claimed\trunning-1"], "a live claim stays");
+    assert_eq!(
+        run.stdout_lines(),
+        ["claimed\trunning-1"],
+        "a live claim stays"
+    );
 }
 
 #[tokio::test]
 async fn redis_seen_reports_claimed_in_both_claim_layouts() {
-    let Some(url) = server_url(REDIS_URL, "redis_seen_reports_claimed_in_both_claim_layouts")
-    else {
+    let Some(url) = server_url(
+        REDIS_URL,
+        "redis_seen_reports_claimed_in_both_claim_layouts",
+    ) else {
         return;
     };
     let prefix = format!("clitest{}:", unique_suffix());
@@ -795,8 +814,10 @@ async fn redis_seen_reports_claimed_in_both_claim_layouts() {
 
 #[tokio::test]
 async fn postgres_migrate_claims_and_seen_reports_claimed() {
-    let Some(url) = server_url(POSTGRES_URL, "postgres_migrate_claims_and_seen_reports_claimed")
-    else {
+    let Some(url) = server_url(
+        POSTGRES_URL,
+        "postgres_migrate_claims_and_seen_reports_claimed",
+    ) else {
         return;
     };
     let table = format!("cli_{}", unique_suffix());

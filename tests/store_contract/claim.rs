@@ -114,7 +114,9 @@ where
     B: Backend,
     B::Store: ClaimStore,
 {
-    let store = Arc::new(Batched::new(backend.open_claims("claim_race_batched", None).await));
+    let store = Arc::new(Batched::new(
+        backend.open_claims("claim_race_batched", None).await,
+    ));
     let winner = the_one_winner_of_64_claims(&store, true).await;
     let commits: Vec<_> = (0..8)
         .map(|_| {

@@ -150,7 +150,8 @@ impl PostgresStoreBuilder {
 
     /// Every setting checked, and the runtime, before anything is built.
     fn checked(&self) -> Result<SqlSettings, StoreError> {
-        self.sql.check(BACKEND, postgres_statements, Drivers::TimeAndIo)
+        self.sql
+            .check(BACKEND, postgres_statements, Drivers::TimeAndIo)
     }
 }
 

@@ -165,12 +165,9 @@ impl Admin for RedisStore {
                     invocation.key(self.key(id));
                 }
                 let mut connection = self.connection.clone();
-                return invocation
-                    .invoke_async(&mut connection)
-                    .await
-                    .map_err(|e| {
-                        failed(BACKEND, StoreOperation::Forget)(RedisCommandError::from(e))
-                    });
+                return invocation.invoke_async(&mut connection).await.map_err(|e| {
+                    failed(BACKEND, StoreOperation::Forget)(RedisCommandError::from(e))
+                });
             }
             let mut command = ::redis::cmd("DEL");
             for id in ids {

@@ -10,9 +10,9 @@ use sqlx::SqliteConnection;
 use super::{
     BACKEND, CACHED_BATCH, MAX_VARIABLES, NOW_MS, SqliteStore, mark_many_sql, numbered, variables,
 };
+use crate::store::admin::IdState;
 use crate::store::claim::{Claim, ClaimStore, ClaimToken, server_lease_ms, won_or_held};
 use crate::store::settings::DEFAULT_TABLE;
-use crate::store::admin::IdState;
 use crate::store::{StoreError, StoreFuture, StoreOperation, failed};
 
 /// The claims DDL, for the default table names.
