@@ -479,6 +479,13 @@ pub(crate) fn postgres_statements(table: &str) -> Statements {
                  WHERE {table}.expires_at IS NOT NULL AND {table}.expires_at <= now()"
         ),
         forget: format!("DELETE FROM {table} WHERE message_id = $1"),
+        stats: format!(
+            "SELECT count(*),
+                    count(*) FILTER (WHERE expires_at IS NOT NULL AND expires_at <= now()),
+                    floor(extract(epoch FROM min(created_at)) * 1000)::bigint,
+                    floor(extract(epoch FROM max(created_at)) * 1000)::bigint
+             FROM {table} WHERE left(message_id, length($1)) = $1"
+        ),
         count_expired: format!(
             "SELECT count(*) FROM {table} WHERE expires_at IS NOT NULL AND expires_at <= now()"
         ),

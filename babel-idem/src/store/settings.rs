@@ -331,6 +331,9 @@ pub(crate) struct Statements {
     pub(crate) remember: String,
     /// Deletes the id given as the first parameter.
     pub(crate) forget: String,
+    /// The marks whose key starts with the first parameter: how many, how
+    /// many expired, the oldest and newest write times in Unix ms.
+    pub(crate) stats: String,
     /// Counts the expired rows.
     pub(crate) count_expired: String,
     /// Deletes at most the first parameter's number of expired rows.
@@ -346,6 +349,126 @@ impl Statements {
     pub(crate) fn ddl_for(ddl: &str, table: &str) -> String {
         ddl.replace(DEFAULT_TABLE, table)
     }
+}
+
+/// The answer of a statement that writes: how many rows it changed.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) trait RowsAffected {
+    fn rows_affected(&self) -> u64;
+}
+
+#[cfg(feature = "sqlite")]
+impl RowsAffected for sqlx::sqlite::SqliteQueryResult {
+    fn rows_affected(&self) -> u64 {
+        sqlx::sqlite::SqliteQueryResult::rows_affected(self)
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl RowsAffected for sqlx::postgres::PgQueryResult {
+    fn rows_affected(&self) -> u64 {
+        sqlx::postgres::PgQueryResult::rows_affected(self)
+    }
+}
+
+/// Runs a statement that answers one count (`SELECT count(*) ...`), as a
+/// maintenance operation of `backend`.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) async fn run_count<'e, DB, E>(
+    executor: E,
+    backend: &'static str,
+    sql: &'e str,
+) -> Result<u64, StoreError>
+where
+    DB: sqlx::Database,
+    E: sqlx::Executor<'e, Database = DB>,
+    (i64,): for<'r> sqlx::FromRow<'r, DB::Row>,
+    for<'q> DB::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
+{
+    let count: i64 = sqlx::query_scalar(sql)
+        .fetch_one(executor)
+        .await
+        .map_err(failed(backend, StoreOperation::Maintenance))?;
+    Ok(count.max(0) as u64)
+}
+
+/// Runs a store's `stats` statement for the marks under `key_prefix`.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) async fn run_stats<'e, DB, E>(
+    executor: E,
+    backend: &'static str,
+    sql: &'e str,
+    key_prefix: &'e str,
+) -> Result<crate::store::StoreStats, StoreError>
+where
+    DB: sqlx::Database,
+    E: sqlx::Executor<'e, Database = DB>,
+    for<'q> &'q str: sqlx::Type<DB> + sqlx::Encode<'q, DB>,
+    (i64, i64, Option<i64>, Option<i64>): for<'r> sqlx::FromRow<'r, DB::Row>,
+    for<'q> DB::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
+{
+    let (marks, expired, oldest_ms, newest_ms) =
+        sqlx::query_as::<_, (i64, i64, Option<i64>, Option<i64>)>(sql)
+            .bind(key_prefix)
+            .fetch_one(executor)
+            .await
+            .map_err(failed(backend, StoreOperation::Maintenance))?;
+    Ok(crate::store::StoreStats {
+        marks: marks.max(0) as u64,
+        expired: expired.max(0) as u64,
+        oldest_ms,
+        newest_ms,
+    })
+}
+
+/// Runs a statement that deletes at most its first parameter's number of
+/// rows, as a maintenance operation of `backend`: how many went.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) async fn run_purge<'e, DB, E>(
+    executor: E,
+    backend: &'static str,
+    sql: &'e str,
+    limit: u32,
+) -> Result<u64, StoreError>
+where
+    DB: sqlx::Database,
+    DB::QueryResult: RowsAffected,
+    E: sqlx::Executor<'e, Database = DB>,
+    i64: sqlx::Type<DB> + for<'q> sqlx::Encode<'q, DB>,
+    for<'q> DB::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
+{
+    let done = sqlx::query(sql)
+        .bind(i64::from(limit))
+        .execute(executor)
+        .await
+        .map_err(failed(backend, StoreOperation::Maintenance))?;
+    Ok(done.rows_affected())
+}
+
+/// Runs a store's `remember` statement (`id`, then the TTL in ms or `NULL`)
+/// on `executor`: whether it marked the id (inserted it, or took over an
+/// expired mark) rather than finding a live mark there.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) async fn run_mark<'e, DB, E>(
+    executor: E,
+    sql: &'e str,
+    id: &'e str,
+    ttl_ms: Option<i64>,
+) -> Result<bool, sqlx::Error>
+where
+    DB: sqlx::Database,
+    DB::QueryResult: RowsAffected,
+    E: sqlx::Executor<'e, Database = DB>,
+    for<'q> &'q str: sqlx::Type<DB> + sqlx::Encode<'q, DB>,
+    Option<i64>: sqlx::Type<DB> + for<'q> sqlx::Encode<'q, DB>,
+    for<'q> DB::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
+{
+    let done = sqlx::query(sql)
+        .bind(id)
+        .bind(ttl_ms)
+        .execute(executor)
+        .await?;
+    Ok(done.rows_affected() == 1)
 }
 
 #[cfg(test)]

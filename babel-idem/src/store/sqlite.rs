@@ -461,6 +461,12 @@ pub(crate) fn sqlite_statements(table: &str) -> Statements {
                  WHERE {table}.expires_at IS NOT NULL AND {table}.expires_at <= excluded.created_at"
         ),
         forget: format!("DELETE FROM {table} WHERE message_id = ?1"),
+        stats: format!(
+            "SELECT COUNT(*),
+                    COUNT(CASE WHEN expires_at IS NOT NULL AND expires_at <= {NOW_MS} THEN 1 END),
+                    MIN(created_at), MAX(created_at)
+             FROM {table} WHERE substr(message_id, 1, length(?1)) = ?1"
+        ),
         count_expired: format!(
             "SELECT COUNT(*) FROM {table} WHERE expires_at IS NOT NULL AND expires_at <= {NOW_MS}"
         ),

@@ -8,6 +8,7 @@ use std::collections::HashSet;
 
 use super::{BACKEND, PostgresStore, UnstorableId};
 use crate::store::admin::{Admin, IdState, StoreStats};
+use crate::store::settings::{run_count, run_purge, run_stats};
 use crate::store::{StoreError, StoreFuture, StoreOperation, failed};
 
 /// # Admin operations
@@ -73,25 +74,6 @@ impl PostgresStore {
         self.claims.ready(operation).map(Some)
     }
 
-    /// A count statement's answer.
-    async fn count(&self, sql: &str) -> Result<u64, StoreError> {
-        let count = sqlx::query_scalar::<_, i64>(sql)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(failed(BACKEND, StoreOperation::Maintenance))?;
-        Ok(count.max(0) as u64)
-    }
-
-    /// A purge statement, `limit` bound to `$1`: the rows it deleted.
-    async fn purge(&self, sql: &str, limit: u32) -> Result<u64, StoreError> {
-        let done = sqlx::query(sql)
-            .bind(i64::from(limit))
-            .execute(&self.pool)
-            .await
-            .map_err(failed(BACKEND, StoreOperation::Maintenance))?;
-        Ok(done.rows_affected())
-    }
-
     /// The ids of `ids` that `sql` (over a `text[]`) answers.
     async fn found(&self, sql: &str, ids: &[&str]) -> Result<HashSet<String>, StoreError> {
         let found = sqlx::query_scalar::<_, String>(sql)
@@ -106,27 +88,9 @@ impl PostgresStore {
 impl Admin for PostgresStore {
     fn stats<'a>(&'a self, key_prefix: &'a str) -> StoreFuture<'a, StoreStats> {
         StoreFuture::new(async move {
-            let table = &self.settings.table;
             UnstorableId::check(key_prefix)
                 .map_err(failed(BACKEND, StoreOperation::Maintenance))?;
-            let (marks, expired, oldest_ms, newest_ms) =
-                sqlx::query_as::<_, (i64, i64, Option<i64>, Option<i64>)>(&format!(
-                    "SELECT count(*),
-                            count(*) FILTER (WHERE expires_at IS NOT NULL AND expires_at <= now()),
-                            floor(extract(epoch FROM min(created_at)) * 1000)::bigint,
-                            floor(extract(epoch FROM max(created_at)) * 1000)::bigint
-                     FROM {table} WHERE left(message_id, length($1)) = $1"
-                ))
-                .bind(key_prefix)
-                .fetch_one(&self.pool)
-                .await
-                .map_err(failed(BACKEND, StoreOperation::Maintenance))?;
-            Ok(StoreStats {
-                marks: marks.max(0) as u64,
-                expired: expired.max(0) as u64,
-                oldest_ms,
-                newest_ms,
-            })
+            run_stats(&self.pool, BACKEND, &self.settings.sql.stats, key_prefix).await
         })
     }
 
@@ -169,17 +133,28 @@ impl Admin for PostgresStore {
     }
 
     fn count_expired(&self) -> StoreFuture<'_, u64> {
-        StoreFuture::new(self.count(&self.settings.sql.count_expired))
+        StoreFuture::new(run_count(
+            &self.pool,
+            BACKEND,
+            &self.settings.sql.count_expired,
+        ))
     }
 
     fn purge_expired(&self, limit: u32) -> StoreFuture<'_, u64> {
-        StoreFuture::new(self.purge(&self.settings.sql.purge_expired, limit))
+        StoreFuture::new(run_purge(
+            &self.pool,
+            BACKEND,
+            &self.settings.sql.purge_expired,
+            limit,
+        ))
     }
 
     fn count_finished_claims(&self) -> StoreFuture<'_, u64> {
         StoreFuture::new(async move {
             match self.claims_made().await? {
-                Some(statements) => self.count(&statements.count_finished).await,
+                Some(statements) => {
+                    run_count(&self.pool, BACKEND, &statements.count_finished).await
+                }
                 None => Ok(0),
             }
         })
@@ -188,7 +163,9 @@ impl Admin for PostgresStore {
     fn purge_finished_claims(&self, limit: u32) -> StoreFuture<'_, u64> {
         StoreFuture::new(async move {
             match self.claims_made().await? {
-                Some(statements) => self.purge(&statements.purge_finished, limit).await,
+                Some(statements) => {
+                    run_purge(&self.pool, BACKEND, &statements.purge_finished, limit).await
+                }
                 None => Ok(0),
             }
         })

@@ -8,8 +8,9 @@ use std::path::Path;
 
 use sqlx::sqlite::SqlitePoolOptions;
 
-use super::{BACKEND, NOW_MS, SqliteStore, SqliteStoreBuilder, numbered};
+use super::{BACKEND, SqliteStore, SqliteStoreBuilder, numbered};
 use crate::store::admin::{Admin, IdState, StoreStats};
+use crate::store::settings::{run_count, run_purge, run_stats};
 use crate::store::{Store, StoreError, StoreFuture, StoreOperation, failed};
 
 /// The most ids one statement binds: far under SQLite's parameter limit
@@ -88,25 +89,6 @@ impl SqliteStore {
         .await
         .map_err(failed(BACKEND, StoreOperation::Open))
     }
-
-    /// A count statement's answer.
-    async fn count(&self, sql: &str) -> Result<u64, StoreError> {
-        let count = sqlx::query_scalar::<_, i64>(sql)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(failed(BACKEND, StoreOperation::Maintenance))?;
-        Ok(count.max(0) as u64)
-    }
-
-    /// A purge statement, `limit` bound to `?1`: the rows it deleted.
-    async fn purge(&self, sql: &str, limit: u32) -> Result<u64, StoreError> {
-        let done = sqlx::query(sql)
-            .bind(i64::from(limit))
-            .execute(&self.pool)
-            .await
-            .map_err(failed(BACKEND, StoreOperation::Maintenance))?;
-        Ok(done.rows_affected())
-    }
 }
 
 /// # Admin operations
@@ -142,26 +124,12 @@ impl SqliteStore {
 /// ```
 impl Admin for SqliteStore {
     fn stats<'a>(&'a self, key_prefix: &'a str) -> StoreFuture<'a, StoreStats> {
-        StoreFuture::new(async move {
-            let table = &self.settings.table;
-            let (marks, expired, oldest_ms, newest_ms) =
-                sqlx::query_as::<_, (i64, i64, Option<i64>, Option<i64>)>(&format!(
-                    "SELECT COUNT(*),
-                            COUNT(CASE WHEN expires_at IS NOT NULL AND expires_at <= {NOW_MS} THEN 1 END),
-                            MIN(created_at), MAX(created_at)
-                     FROM {table} WHERE substr(message_id, 1, length(?1)) = ?1"
-                ))
-                .bind(key_prefix)
-                .fetch_one(&self.pool)
-                .await
-                .map_err(failed(BACKEND, StoreOperation::Maintenance))?;
-            Ok(StoreStats {
-                marks: marks.max(0) as u64,
-                expired: expired.max(0) as u64,
-                oldest_ms,
-                newest_ms,
-            })
-        })
+        StoreFuture::new(run_stats(
+            &self.pool,
+            BACKEND,
+            &self.settings.sql.stats,
+            key_prefix,
+        ))
     }
 
     fn states<'a>(&'a self, ids: &'a [&'a str]) -> StoreFuture<'a, Vec<IdState>> {
@@ -206,11 +174,20 @@ impl Admin for SqliteStore {
     }
 
     fn count_expired(&self) -> StoreFuture<'_, u64> {
-        StoreFuture::new(self.count(&self.settings.sql.count_expired))
+        StoreFuture::new(run_count(
+            &self.pool,
+            BACKEND,
+            &self.settings.sql.count_expired,
+        ))
     }
 
     fn purge_expired(&self, limit: u32) -> StoreFuture<'_, u64> {
-        StoreFuture::new(self.purge(&self.settings.sql.purge_expired, limit))
+        StoreFuture::new(run_purge(
+            &self.pool,
+            BACKEND,
+            &self.settings.sql.purge_expired,
+            limit,
+        ))
     }
 
     fn count_finished_claims(&self) -> StoreFuture<'_, u64> {
@@ -218,7 +195,7 @@ impl Admin for SqliteStore {
             if !self.claims_table_exists().await? {
                 return Ok(0);
             }
-            self.count(&self.claims.count_finished).await
+            run_count(&self.pool, BACKEND, &self.claims.count_finished).await
         })
     }
 
@@ -227,7 +204,7 @@ impl Admin for SqliteStore {
             if !self.claims_table_exists().await? {
                 return Ok(0);
             }
-            self.purge(&self.claims.purge_finished, limit).await
+            run_purge(&self.pool, BACKEND, &self.claims.purge_finished, limit).await
         })
     }
 }

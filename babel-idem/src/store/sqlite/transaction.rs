@@ -4,6 +4,7 @@
 use sqlx::{Sqlite, SqliteConnection};
 
 use super::{BACKEND, SqliteStore};
+use crate::store::settings::run_mark;
 use crate::store::transaction::{AsConnection, TransactionalStore};
 use crate::store::{StoreFuture, StoreOperation, failed};
 
@@ -59,14 +60,11 @@ impl TransactionalStore for SqliteStore {
         connection: &'a mut SqliteConnection,
         id: &'a str,
     ) -> StoreFuture<'a, bool> {
+        let sql = &self.settings.sql.remember;
         StoreFuture::new(async move {
-            let done = sqlx::query(&self.settings.sql.remember)
-                .bind(id)
-                .bind(self.settings.ttl_ms)
-                .execute(connection)
+            run_mark(connection, sql, id, self.settings.ttl_ms)
                 .await
-                .map_err(failed(BACKEND, StoreOperation::Remember))?;
-            Ok(done.rows_affected() == 1)
+                .map_err(failed(BACKEND, StoreOperation::Remember))
         })
     }
 }
