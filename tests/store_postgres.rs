@@ -15,6 +15,7 @@ use sqlx::Row;
 use store_contract::{Backend, PostgresBackend, assert_refused_when_built};
 
 store_contract_tests!(PostgresBackend::create);
+admin_contract_tests!(PostgresBackend::create);
 store_settings_tests!(server PostgresBackend::create);
 
 /// `migrate` creates the Go SDK's table: the columns, types, defaults and
@@ -479,7 +480,7 @@ async fn a_table_name_whose_index_name_would_be_truncated_is_refused() {
 /// concurrent `migrate_claims()` calls, on a table name no one made yet, all
 /// succeed (`CREATE ... IF NOT EXISTS` alone fails some of them on a
 /// catalog's unique index). The calls share 20 one-connection pools, so 20
-/// sessions race at the server, as separate processes would, without
+/// connections race at the server, as separate processes would, without
 /// taking most of the shared server's connection slots.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn eighty_concurrent_migrations_of_a_fresh_table_all_succeed() {

@@ -16,6 +16,7 @@ use babel_idem::{ClaimStore, Store};
 use store_contract::{Backend, SqliteBackend, assert_refused_when_built};
 
 store_contract_tests!(SqliteBackend::create);
+admin_contract_tests!(SqliteBackend::create);
 store_settings_tests!(SqliteBackend::create);
 
 #[tokio::test]

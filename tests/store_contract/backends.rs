@@ -46,6 +46,12 @@ pub trait Backend {
         Ok(())
     }
 
+    /// Whether the server deletes expired marks by itself (Redis), so none
+    /// waits for a purge.
+    fn self_expiring(&self) -> bool {
+        false
+    }
+
     /// Whether the backend stores ids containing NUL. PostgreSQL `TEXT`
     /// cannot, and `PostgresStore` refuses them with a `StoreError`.
     fn stores_nul(&self) -> bool {
@@ -223,6 +229,10 @@ mod redis_backend {
                 builder = builder.ttl(ttl);
             }
             builder.connect_lazy(&self.url)
+        }
+
+        fn self_expiring(&self) -> bool {
+            true
         }
     }
 

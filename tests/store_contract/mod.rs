@@ -7,6 +7,8 @@
 //! `BABEL_IDEM_REQUIRE_SERVERS=1`).
 #![allow(dead_code, unused_imports)]
 
+#[macro_use]
+pub mod admin;
 pub mod backends;
 pub mod batch;
 #[macro_use]

@@ -202,7 +202,7 @@ impl PostgresStore {
     /// nothing else: the Go SDK's layout.
     ///
     /// Safe when a whole fleet runs it at once: `CREATE ... IF NOT EXISTS`
-    /// alone races (two sessions both find the table missing, and one fails
+    /// alone races (two connections both find the table missing, and one fails
     /// on a catalog's unique index), so the statements run in a transaction
     /// that first takes a transaction-scoped advisory lock keyed by the
     /// table's name; the others wait, then find the table made.

@@ -42,9 +42,8 @@ impl AsConnection<SqliteConnection> for sqlx::Transaction<'_, Sqlite> {
 ///
 /// What the mark costs is mostly pages, not the statement: its row lands on
 /// a leaf of the table (ordered by id, so a random one) and on the
-/// `expires_at` index, so a commit writes about 2.7 more WAL pages than the
-/// effect alone (3.7 instead of 1 for a one-row effect), and the WAL fills
-/// and is checkpointed (synced) that much sooner.
+/// `expires_at` index, so a commit writes those pages to the WAL beside the
+/// effect's own, and the WAL fills and is checkpointed (synced) sooner.
 ///
 /// The store's `synchronous = NORMAL` keeps each commit atomic (the effect
 /// and the mark survive or vanish together, whatever crashes), but a power
