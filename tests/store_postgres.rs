@@ -12,7 +12,7 @@ use babel_idem::store::PostgresStore;
 use babel_idem::store::{Admin, Claim, ClaimToken, IdState, StoreOperation};
 use babel_idem::{ClaimStore, Store};
 use sqlx::Row;
-use store_contract::{Backend, PostgresBackend, assert_refused_when_built};
+use store_contract::{Backend, PostgresBackend, assert_refused_when_built, migrate_concurrently};
 
 store_contract_tests!(PostgresBackend::create);
 admin_contract_tests!(PostgresBackend::create);
@@ -501,25 +501,13 @@ async fn eighty_concurrent_migrations_of_a_fresh_table_all_succeed() {
             Arc::new(store)
         })
         .collect();
-    for claims in [false, true] {
-        let runs: Vec<_> = (0..80)
-            .map(|n| {
-                let store = Arc::clone(&pools[n % pools.len()]);
-                tokio::spawn(async move {
-                    if claims {
-                        store.migrate_claims().await
-                    } else {
-                        store.migrate().await
-                    }
-                })
-            })
-            .collect();
-        for run in runs {
-            run.await
-                .unwrap()
-                .unwrap_or_else(|e| panic!("claims: {claims}: {e}"));
-        }
-    }
+    migrate_concurrently(&pools, 80, |store| async move { store.migrate().await }).await;
+    migrate_concurrently(
+        &pools,
+        80,
+        |store| async move { store.migrate_claims().await },
+    )
+    .await;
     let store = &pools[0];
     assert!(store.table_exists().await.unwrap());
     assert!(store.claims_table_exists().await.unwrap());

@@ -13,7 +13,7 @@ use std::time::Duration;
 use babel_idem::store::SqliteStore;
 use babel_idem::store::{Admin, Claim, ClaimToken, IdState, StoreOperation};
 use babel_idem::{ClaimStore, Store};
-use store_contract::{Backend, SqliteBackend, assert_refused_when_built};
+use store_contract::{Backend, SqliteBackend, assert_refused_when_built, migrate_concurrently};
 
 store_contract_tests!(SqliteBackend::create);
 admin_contract_tests!(SqliteBackend::create);
@@ -316,26 +316,13 @@ async fn eighty_concurrent_migrations_of_a_fresh_table_all_succeed() {
             Arc::new(store)
         })
         .collect();
-    for claims in [false, true] {
-        let runs: Vec<_> = stores
-            .iter()
-            .map(|store| {
-                let store = Arc::clone(store);
-                tokio::spawn(async move {
-                    if claims {
-                        store.migrate_claims().await
-                    } else {
-                        store.migrate().await
-                    }
-                })
-            })
-            .collect();
-        for run in runs {
-            run.await
-                .unwrap()
-                .unwrap_or_else(|e| panic!("claims: {claims}: {e}"));
-        }
-    }
+    migrate_concurrently(&stores, 80, |store| async move { store.migrate().await }).await;
+    migrate_concurrently(
+        &stores,
+        80,
+        |store| async move { store.migrate_claims().await },
+    )
+    .await;
     let store = &stores[0];
     assert!(store.table_exists().await.unwrap());
     assert!(store.claims_table_exists().await.unwrap());
