@@ -65,6 +65,10 @@ impl StdError for InvalidTtl {}
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Drivers {
     /// Timers only: SQLite runs its I/O on its own threads.
+    #[cfg_attr(
+        not(feature = "sqlite"),
+        allow(dead_code, reason = "only SQLite asks for timers alone")
+    )]
     Time,
     /// Timers and sockets: the server clients.
     #[cfg_attr(
