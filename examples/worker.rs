@@ -4,7 +4,7 @@
 //! ```text
 //! cargo run --example worker --features redis-transport,amqp-transport,sqlite,redis,postgres -- \
 //!     --redis redis://127.0.0.1:6379/0 --queue orders --concurrency 32 \
-//!     --until-idle 2 --store sqlite:target/worker.sqlite
+//!     --until-idle 2s --store sqlite:target/worker.sqlite
 //! ```
 //!
 //! The broker is `--redis URL` or `--amqp URL` (RabbitMQ,
@@ -13,7 +13,11 @@
 //!
 //! `--store` is the seen-set: `sqlite:PATH` (the default,
 //! `sqlite:target/worker-seen.sqlite`), `redis://URL` (the Go SDK's
-//! `bq:idemp:` keys) or `postgres://URL`. Without `--until-idle` the worker
+//! `bq:idemp:` keys) or `postgres://URL`; the worker migrates what seen-set
+//! mode needs, the seen-set table. `--until-idle` takes a duration as the
+//! `babel-idem` CLI writes one (`500ms`, `30s`, `5m`, `2h`; a bare number is
+//! seconds): the worker stops once it has been idle that long. Without
+//! `--until-idle` the worker
 //! runs until Ctrl-C or SIGTERM: it then stops reserving and lets the
 //! deliveries in flight finish (within the consumer's shutdown timeout; what
 //! is left stays reserved, and a worker's sweep returns it after its
@@ -52,7 +56,7 @@ struct Options {
     store: String,
 }
 
-const USAGE: &str = "usage: worker (--redis URL | --amqp URL) --queue NAME [--concurrency N] [--until-idle SECS] \
+const USAGE: &str = "usage: worker (--redis URL | --amqp URL) --queue NAME [--concurrency N] [--until-idle DURATION] \
                      [--store sqlite:PATH|redis://URL|postgres://URL]";
 
 fn parse_options() -> Result<Options, String> {
@@ -77,15 +81,7 @@ fn parse_options() -> Result<Options, String> {
                     .parse()
                     .map_err(|_| format!("--concurrency must be a whole number, got {text:?}"))?;
             }
-            "--until-idle" => {
-                let text = value()?;
-                let seconds: f64 = text
-                    .parse()
-                    .ok()
-                    .filter(|s: &f64| s.is_finite() && *s >= 0.0)
-                    .ok_or_else(|| format!("--until-idle must be seconds, got {text:?}"))?;
-                options.until_idle = Some(Duration::from_secs_f64(seconds));
-            }
+            "--until-idle" => options.until_idle = Some(duration("--until-idle", &value()?)?),
             "--store" => options.store = value()?,
             "--help" | "-h" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown flag {other:?}\n{USAGE}")),
@@ -97,6 +93,25 @@ fn parse_options() -> Result<Options, String> {
         ));
     }
     Ok(options)
+}
+
+/// A duration written as the `babel-idem` CLI writes one: a whole number
+/// and a unit, `ms`, `s`, `m`, `h` or `d` (`500ms`, `30s`, `5m`, `2h`); a
+/// bare number is seconds.
+fn duration(flag: &str, text: &str) -> Result<Duration, String> {
+    let refused = || format!("{flag} takes a duration such as 500ms, 30s, 5m or 2h, got {text:?}");
+    let digits = text.bytes().take_while(u8::is_ascii_digit).count();
+    let number: u64 = text[..digits].parse().map_err(|_| refused())?;
+    let millis_per_unit: u64 = match &text[digits..] {
+        "ms" => 1,
+        "" | "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return Err(refused()),
+    };
+    let millis = number.checked_mul(millis_per_unit).ok_or_else(refused)?;
+    Ok(Duration::from_millis(millis))
 }
 
 /// The seen-set in [`Batched`]: the deliveries in flight together ask the
@@ -112,6 +127,7 @@ async fn open_store(spec: &str) -> Result<Arc<dyn Store>, StoreError> {
         Arc::new(Batched::new(RedisStore::connect_lazy(spec)?))
     } else if spec.starts_with("postgres://") || spec.starts_with("postgresql://") {
         let store = PostgresStore::connect_lazy(spec)?;
+        // Seen-set mode: the seen-set table, nothing of claim mode's.
         store.migrate().await?;
         Arc::new(Batched::new(store))
     } else {

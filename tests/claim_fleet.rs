@@ -1002,7 +1002,11 @@ mod postgres_fleet {
             self.store
                 .migrate()
                 .await
-                .expect("create the store's tables");
+                .expect("create the store's table");
+            self.store
+                .migrate_claims()
+                .await
+                .expect("create claim mode's tables");
             let t = &self.board.table;
             self.board
                 .exec(&format!(

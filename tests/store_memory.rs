@@ -115,14 +115,14 @@ fn text_id(n: usize) -> String {
 }
 
 const CAPACITY: usize = 1000;
-/// The figure in release builds; scaled down to run in seconds in debug.
+/// Three million pairs in release builds; scaled down to run in seconds in debug.
 const CHURN_PAIRS: usize = if cfg!(debug_assertions) {
     200_000
 } else {
     3_000_000
 };
 
-/// The repro: one pinned id, then many (remember, forget) pairs.
+/// One pinned id, then many (remember, forget) pairs.
 /// The store's memory afterwards must stay within twice what the same
 /// store needs to hold `CAPACITY` ids.
 fn churn_behind_a_pinned_id_stays_within_twice_the_memory_at_capacity(

@@ -188,7 +188,7 @@ async fn the_worker_runs_each_order_once_across_two_runs_and_dead_letters_poison
         .await
         .unwrap();
 
-    let output = run_worker(fixture.args(&["--until-idle", "1"])).await;
+    let output = run_worker(fixture.args(&["--until-idle", "1s"])).await;
     assert!(output.status.success(), "{output:?}");
     assert_eq!(final_line(&output), counts(31, 20, 10, 1));
     assert!(fixture.queue.drained().await);
@@ -201,7 +201,7 @@ async fn the_worker_runs_each_order_once_across_two_runs_and_dead_letters_poison
     let mut second = ids(&prefix, 15..20);
     second.extend(ids(&prefix, 20..21));
     fixture.publish(&second).await;
-    let output = run_worker(fixture.args(&["--until-idle", "1"])).await;
+    let output = run_worker(fixture.args(&["--until-idle", "1s"])).await;
     assert!(output.status.success(), "{output:?}");
     assert_eq!(final_line(&output), counts(6, 1, 5, 0));
     assert!(fixture.queue.drained().await);
@@ -257,7 +257,7 @@ async fn sigterm_stops_the_worker_with_its_counts() {
 #[tokio::test]
 async fn bad_flags_and_unreachable_brokers_are_clear_errors_without_a_panic() {
     // (flags, exit code, what stderr says)
-    let cases: [(&[&str], i32, &str); 7] = [
+    let cases: [(&[&str], i32, &str); 8] = [
         (&["--queue", "q"], 2, "exactly one of --redis and --amqp"),
         (
             &[
@@ -283,6 +283,18 @@ async fn bad_flags_and_unreachable_brokers_are_clear_errors_without_a_panic() {
             ],
             2,
             "--concurrency must be a whole number",
+        ),
+        (
+            &[
+                "--redis",
+                "redis://h/",
+                "--queue",
+                "q",
+                "--until-idle",
+                "2 seconds",
+            ],
+            2,
+            "--until-idle takes a duration such as 500ms, 30s, 5m or 2h",
         ),
         (
             &["--redis", "not a url", "--queue", "q"],

@@ -30,7 +30,7 @@ mod settings;
 mod sqlite;
 mod transaction;
 
-pub use admin::StoreStats;
+pub use admin::{Admin, IdState, StoreStats};
 pub use batched::Batched;
 pub use claim::{Claim, ClaimStore, ClaimToken, InvalidLease, MAX_LEASE};
 pub use memory::{InMemoryStore, InMemoryStoreBuilder};

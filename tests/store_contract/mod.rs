@@ -7,6 +7,8 @@
 //! `BABEL_IDEM_REQUIRE_SERVERS=1`).
 #![allow(dead_code, unused_imports)]
 
+#[macro_use]
+pub mod admin;
 pub mod backends;
 pub mod batch;
 #[macro_use]
@@ -509,4 +511,22 @@ fn assert_refused_on<B: Backend>(mut builder: tokio::runtime::Builder, backend: 
     let runtime = builder.build().expect("a runtime");
     let built = runtime.block_on(backend.build("unfit_runtime", None));
     assert_refused_when_built(built, format!("a runtime without {missing}"), &[missing]);
+}
+
+/// A fleet starting at once: `calls` concurrent runs of `migrate` (each
+/// given one of `stores`, in turn), each of which must succeed.
+pub async fn migrate_concurrently<S, F, Fut>(stores: &[Arc<S>], calls: usize, migrate: F)
+where
+    S: Send + Sync + 'static,
+    F: Fn(Arc<S>) -> Fut,
+    Fut: std::future::Future<Output = Result<(), StoreError>> + Send + 'static,
+{
+    let runs: Vec<_> = (0..calls)
+        .map(|n| tokio::spawn(migrate(Arc::clone(&stores[n % stores.len()]))))
+        .collect();
+    for (n, run) in runs.into_iter().enumerate() {
+        run.await
+            .expect("the migration task ran")
+            .unwrap_or_else(|e| panic!("migration {n} of {calls}: {e}"));
+    }
 }
