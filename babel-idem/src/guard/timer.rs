@@ -34,6 +34,16 @@ impl Sleep {
     /// wakes the task by itself (the caller is polled again by its other
     /// work), and `timer_unavailable` is reported once.
     pub(super) fn poll_elapsed(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        self.poll_on(cx, timer)
+    }
+
+    /// [`poll_elapsed`](Self::poll_elapsed) registering with the timer
+    /// `timer` returns.
+    fn poll_on(
+        &mut self,
+        cx: &mut Context<'_>,
+        timer: impl FnOnce() -> Option<&'static Timer>,
+    ) -> Poll<()> {
         if Instant::now() >= self.deadline {
             self.slot = None;
             return Poll::Ready(());
@@ -121,10 +131,25 @@ struct Timer {
     changed: Condvar,
 }
 
+/// The process-wide timer once first asked for: `None` inside if its thread
+/// could not be started.
+static TIMER: OnceLock<Option<&'static Timer>> = OnceLock::new();
+
 /// The process-wide timer, or `None` if its thread could not be started.
 fn timer() -> Option<&'static Timer> {
-    static TIMER: OnceLock<Option<&'static Timer>> = OnceLock::new();
-    *TIMER.get_or_init(|| {
+    *TIMER.get_or_init(Timer::start)
+}
+
+/// How many entries the process-wide timer's queue holds (0 before the
+/// timer starts).
+pub(crate) fn queued() -> usize {
+    TIMER.get().copied().flatten().map_or(0, Timer::len)
+}
+
+impl Timer {
+    /// A timer with its own thread, or `None` (reported) if the thread could
+    /// not be started.
+    fn start() -> Option<&'static Timer> {
         let timer: &'static Timer = Box::leak(Box::new(Timer {
             queue: Mutex::new(BinaryHeap::new()),
             changed: Condvar::new(),
@@ -144,10 +169,12 @@ fn timer() -> Option<&'static Timer> {
                 None
             }
         }
-    })
-}
+    }
 
-impl Timer {
+    fn len(&self) -> usize {
+        self.lock().len()
+    }
+
     /// Nothing panics while the queue is held, so a poisoned one is whole.
     fn lock(&self) -> MutexGuard<'_, BinaryHeap<Reverse<Entry>>> {
         self.queue
