@@ -20,9 +20,6 @@
 //! for another count). Linux only for the memory figures (others print
 //! `n/a`).
 
-use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use babel_idem::__private::queued_lease_timers;
@@ -37,22 +34,6 @@ struct Delivery(String);
 impl MessageId for Delivery {
     fn message_id(&self) -> Option<&str> {
         Some(&self.0)
-    }
-}
-
-/// Pending on its first poll (waking its task at once), ready on the next.
-struct YieldOnce(bool);
-
-impl Future for YieldOnce {
-    type Output = ();
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if self.0 {
-            return Poll::Ready(());
-        }
-        self.0 = true;
-        cx.waker().wake_by_ref();
-        Poll::Pending
     }
 }
 
@@ -128,7 +109,7 @@ fn main() {
                 guard
                     .run(&delivery, async {
                         if pending_once {
-                            YieldOnce(false).await;
+                            tokio::task::yield_now().await;
                         }
                         Ok::<(), StoreError>(())
                     })

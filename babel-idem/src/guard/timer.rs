@@ -276,6 +276,12 @@ mod tests {
         }
     }
 
+    /// A waker that counts its wakes.
+    fn counting_waker() -> (Arc<Count>, Waker) {
+        let woken = Arc::new(Count(AtomicUsize::new(0)));
+        (woken.clone(), Waker::from(woken))
+    }
+
     fn wait_for(count: &Count, at_least: usize) {
         for _ in 0..2_000 {
             if count.0.load(SeqCst) >= at_least {
@@ -288,8 +294,7 @@ mod tests {
 
     #[test]
     fn wakes_at_the_deadline_in_deadline_order_and_not_after_drop() {
-        let woken = Arc::new(Count(AtomicUsize::new(0)));
-        let waker = Waker::from(woken.clone());
+        let (woken, waker) = counting_waker();
         let mut cx = Context::from_waker(&waker);
         let start = Instant::now();
         let mut late = Sleep::until(start + Duration::from_millis(30));
@@ -311,8 +316,7 @@ mod tests {
     #[test]
     fn the_queue_holds_no_entry_once_its_sleeps_are_dropped() {
         let timer = Timer::start().expect("the test's own timer thread starts");
-        let woken = Arc::new(Count(AtomicUsize::new(0)));
-        let waker = Waker::from(woken.clone());
+        let (woken, waker) = counting_waker();
         let mut cx = Context::from_waker(&waker);
         let deadline = Instant::now() + Duration::from_secs(3_600);
         let mut sleeps: Vec<Sleep> = (0..1_000).map(|_| Sleep::until(deadline)).collect();
@@ -334,8 +338,7 @@ mod tests {
     #[test]
     fn an_elapsed_sleep_leaves_no_entry() {
         let timer = Timer::start().expect("the test's own timer thread starts");
-        let woken = Arc::new(Count(AtomicUsize::new(0)));
-        let waker = Waker::from(woken.clone());
+        let (woken, waker) = counting_waker();
         let mut cx = Context::from_waker(&waker);
         let mut sleep = Sleep::until(Instant::now() + Duration::from_millis(5));
         assert!(sleep.poll_on(&mut cx, || Some(timer)).is_pending());
