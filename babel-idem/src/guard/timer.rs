@@ -75,8 +75,9 @@ impl Sleep {
             return;
         };
         // Cleared first: the timer thread may have taken the entry out
-        // already and be about to wake it.
-        drop(slot.lock().take());
+        // already and be about to wake it. Dropped with no lock held.
+        let waker = slot.lock().take();
+        drop(waker);
         if let Some(timer) = slot.timer {
             timer.remove(self.deadline, slot.key);
         }
