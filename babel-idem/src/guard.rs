@@ -49,7 +49,7 @@ mod batch;
 mod claim;
 mod fence;
 mod seen_set;
-mod timer;
+pub(crate) mod timer;
 mod transaction;
 mod wrap;
 
