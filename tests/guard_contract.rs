@@ -205,7 +205,7 @@ async fn scopes_do_not_skip_each_others_messages() {
     );
 }
 
-/// The three messages: their scope and id joined with a bare `:`
+/// Three messages whose scope and id joined with a bare `:`
 /// read alike (`orders:eu:123`), yet they are three messages and each runs.
 #[tokio::test]
 async fn scope_and_id_pairs_that_join_alike_are_three_messages() {

@@ -256,7 +256,7 @@ impl<S: Store, Mode> Guard<S, Mode> {
     }
 
     /// Namespaces every key as `<scope length>:<scope>:<id>` (see
-    /// [`DedupeKey`](crate::key::DedupeKey)), so services sharing one store do
+    /// [`DedupeKey`]), so services sharing one store do
     /// not skip each other's messages.
     ///
     /// Every scope is accepted: the length in front keeps any two

@@ -2,7 +2,7 @@
 //! handler runs.
 //!
 //! A key is copied out of the message (a handler may move or mutate the
-//! message), so it must be cheap: keys up to [`INLINE_CAPACITY`] bytes, which
+//! message), so it must be cheap: keys up to 62 bytes, which
 //! covers a UUID with a scope of up to 22 bytes in front, live inline and
 //! cost no allocation.
 
