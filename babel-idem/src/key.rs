@@ -56,31 +56,10 @@ const SEPARATOR: char = ':';
 #[derive(Clone)]
 pub struct DedupeKey(Repr);
 
-/// An inline key whose text starts on a 16-byte boundary, so that each
-/// 16-byte piece of it a store reads at once lies within one 16-byte piece
-/// of the key as it is copied.
-#[derive(Clone)]
-#[repr(C, align(16))]
-struct Aligned {
-    /// Written, so that a copy never reads bytes that were never stored.
-    _before_the_length: [u8; 12],
-    text: ArrayString<INLINE_CAPACITY>,
-}
-
-impl Aligned {
-    #[inline]
-    fn new(text: ArrayString<INLINE_CAPACITY>) -> Self {
-        Aligned {
-            _before_the_length: [0; 12],
-            text,
-        }
-    }
-}
-
 #[derive(Clone)]
 enum Repr {
     Missing,
-    Inline(Aligned),
+    Inline(ArrayString<INLINE_CAPACITY>),
     Heap(Box<str>),
 }
 
@@ -95,7 +74,7 @@ impl DedupeKey {
                 // the compiler knows, so the copy is inlined.
                 let mut inline = ArrayString::new();
                 inline.push_str(id);
-                DedupeKey(Repr::Inline(Aligned::new(inline)))
+                DedupeKey(Repr::Inline(inline))
             }
             Some(id) => Self::from_parts(scope, id),
         }
@@ -107,7 +86,7 @@ impl DedupeKey {
     fn from_parts(scope: Option<&str>, id: &str) -> Self {
         let mut inline = ArrayString::new();
         if write_key(&mut inline, scope, id).is_ok() {
-            return DedupeKey(Repr::Inline(Aligned::new(inline)));
+            return DedupeKey(Repr::Inline(inline));
         }
         let mut heap = String::new();
         // Writing to a `String` cannot fail.
@@ -133,7 +112,7 @@ impl DedupeKey {
     pub fn as_str(&self) -> Option<&str> {
         match &self.0 {
             Repr::Missing => None,
-            Repr::Inline(key) => Some(&key.text),
+            Repr::Inline(key) => Some(key),
             Repr::Heap(key) => Some(key),
         }
     }

@@ -533,7 +533,7 @@ mod tests {
     #[test]
     fn seen_now_is_none_by_default_even_where_seen_would_answer_true() {
         assert!(Remote.seen_now("id-A").is_none());
-        assert!((&Remote).seen_now("id-A").is_none());
+        assert!(<&Remote as Store>::seen_now(&&Remote, "id-A").is_none());
         let shared: Arc<dyn Store> = Arc::new(Remote);
         assert!(shared.seen_now("id-A").is_none());
         assert!(Batched::new(Remote).seen_now("id-A").is_none());
@@ -548,8 +548,9 @@ mod tests {
             Ok(Ok(()))
         ));
         let answers = [
-            (&*store).seen_now("id-A"),
-            (&store).seen_now("id-A"),
+            <InMemoryStore as Store>::seen_now(&store, "id-A"),
+            <&InMemoryStore as Store>::seen_now(&&*store, "id-A"),
+            <Arc<InMemoryStore> as Store>::seen_now(&store, "id-A"),
             Arc::clone(&store).seen_now("id-A"),
             (Box::new(&*store) as Box<dyn Store + '_>).seen_now("id-A"),
             (&*store as &dyn Store).seen_now("id-A"),
