@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::claim::{Claim, ClaimStore, ClaimToken};
-use super::{Store, StoreFuture};
+use super::{Store, StoreError, StoreFuture};
 use crate::coalesce::Coalescer;
 
 /// Wraps a store so that the `seen` calls made while another is on its way
@@ -25,8 +25,8 @@ use crate::coalesce::Coalescer;
 /// decision is unchanged. When a batch fails as a whole, each of its calls
 /// is asked again on its own, so an error reaches only the calls the store
 /// cannot answer (a poison id fails alone, as with
-/// [`Guard::run_batch`](crate::guard::Guard::run_batch)). `forget` goes straight
-/// to the inner store.
+/// [`Guard::run_batch`](crate::guard::Guard::run_batch)). `forget`, and
+/// [`seen_now`](Store::seen_now), go straight to the inner store.
 ///
 /// Claim mode ([`Guard::lease`](crate::guard::Guard::lease)) is batched the same
 /// way: concurrent `claim` calls meet in one
@@ -153,6 +153,12 @@ impl<S: Store> Store for Batched<S> {
 
     fn forget<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
         self.inner.store.forget(id)
+    }
+
+    /// The inner store's own answer without waiting: an answer at hand
+    /// needs no batch.
+    fn seen_now(&self, id: &str) -> Option<Result<bool, StoreError>> {
+        self.inner.store.seen_now(id)
     }
 
     fn seen_many<'a>(&'a self, ids: &'a [&'a str]) -> StoreFuture<'a, Vec<bool>> {
