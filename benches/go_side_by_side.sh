@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The guard's three paths beside the Go SDK's `idempotency.Wrap` + its
-# `InMemoryStore`, measured in one run on this machine, printed side by side.
+# `InMemoryStore`, measured in one run on the machine that runs it, printed side by side.
 #
 #   BABEL_IDEM_GO_SDK=/path/to/babelqueue-go bash benches/go_side_by_side.sh
 #
@@ -226,7 +226,7 @@ elif ! [[ $cpu =~ ^[0-9]+$ ]]; then
 elif ! command -v taskset >/dev/null 2>&1; then
     where="unpinned: no taskset (util-linux)"
 elif ! taskset -c "$cpu" true 2>/dev/null; then
-    echo "go_side_by_side: cannot pin to CPU $cpu (BABEL_IDEM_SIDE_BY_SIDE_CPU); this machine has $(nproc)"
+    echo "go_side_by_side: cannot pin to CPU $cpu (BABEL_IDEM_SIDE_BY_SIDE_CPU); it has $(nproc)"
     exit 2
 else
     pinned=(taskset -c "$cpu")
