@@ -86,6 +86,12 @@ impl IdState {
 /// up, forget them (manual replay), and purge what no delivery needs any
 /// more. [`SqliteStore`], [`RedisStore`] and [`PostgresStore`] implement it.
 ///
+/// [`InMemoryStore`](crate::store::InMemoryStore) does not: its marks live
+/// inside one process, out of an operator's reach, and the process itself
+/// has [`Store::forget`](crate::store::Store::forget),
+/// [`InMemoryStore::len`](crate::store::InMemoryStore::len) and
+/// [`InMemoryStore::clear`](crate::store::InMemoryStore::clear).
+///
 /// Object safe, like [`Store`](crate::store::Store): every operation
 /// returns a [`StoreFuture`], so a tool picks the backend once, from
 /// configuration, and works through `Box<dyn Admin>`.
