@@ -18,6 +18,7 @@ use std::time::Duration;
 use crate::key::DedupeKey;
 use crate::message::MessageId;
 use crate::metrics::{self, Decision};
+use crate::router::parked::{self, LastClaim};
 use crate::store::InvalidLease;
 use crate::store::claim::lease_millis;
 use crate::store::{ClaimStore, Store, StoreError};
@@ -468,6 +469,8 @@ fn store_failed<E: From<StoreError>>(id: &str, error: StoreError) -> Result<(), 
         "store unavailable; the message was not run and goes back for retry",
     );
     metrics::record(Decision::StoreFailed);
+    // The delivery being dispatched, if any, is an outage, not a failure.
+    parked::record(LastClaim::StoreFailed);
     Err(E::from(error))
 }
 

@@ -78,6 +78,29 @@ pub trait Transport: Send + Sync + 'static {
     fn reservation_lifetime(&self) -> Option<Duration> {
         None
     }
+
+    /// Whether [`extend`](Transport::extend) can keep a reservation alive
+    /// (default `false`). A consumer on a transport that cannot refuses, at
+    /// build, a configuration under which it could hold a delivery longer
+    /// than [`reservation_lifetime`](Transport::reservation_lifetime).
+    fn extends_reservations(&self) -> bool {
+        false
+    }
+
+    /// Moves a reservation's deadline a whole
+    /// [`reservation_lifetime`](Transport::reservation_lifetime) past now,
+    /// never earlier than it was. `Ok(true)` when it did; `Ok(false)` when
+    /// the reservation had already lapsed. The consumer calls it while a
+    /// handler runs and while a delivery waits out a delay. The default
+    /// fails with [`TransportError::Unsupported`].
+    fn extend<'a>(&'a self, handle: &'a Self::Handle) -> TransportFuture<'a, bool> {
+        let _ = handle;
+        Box::pin(async {
+            Err(TransportError::Unsupported {
+                operation: "extend",
+            })
+        })
+    }
 }
 
 /// Configures a transport before it connects: the settings every broker
@@ -209,6 +232,12 @@ pub enum TransportError {
     /// The broker failed one operation (a lost connection, a timeout, an
     /// error reply); the operation may be tried again.
     Broker(Box<dyn StdError + Send + Sync>),
+    /// The transport cannot carry out this operation (see
+    /// [`Transport::extends_reservations`]).
+    Unsupported {
+        /// The operation asked for.
+        operation: &'static str,
+    },
 }
 
 impl fmt::Display for TransportError {
@@ -222,6 +251,9 @@ impl fmt::Display for TransportError {
             }
             TransportError::Connect(error) => write!(f, "cannot connect to the broker: {error}"),
             TransportError::Broker(error) => write!(f, "broker operation failed: {error}"),
+            TransportError::Unsupported { operation } => {
+                write!(f, "this transport does not support {operation}")
+            }
         }
     }
 }
@@ -230,7 +262,9 @@ impl StdError for TransportError {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
         match self {
             TransportError::Connect(error) | TransportError::Broker(error) => Some(&**error),
-            TransportError::InvalidUrl { .. } | TransportError::InvalidQueue { .. } => None,
+            TransportError::InvalidUrl { .. }
+            | TransportError::InvalidQueue { .. }
+            | TransportError::Unsupported { .. } => None,
         }
     }
 }
