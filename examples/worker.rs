@@ -231,7 +231,11 @@ async fn serve<T: Transport>(
         return Ok(());
     }
     println!(r#","error":{}}}"#, serde_json::Value::from(error.as_str()));
-    Err(format!("stopped while the {} was failing: {error}", report.failing.map_or_else(String::new, |f| f.to_string())).into())
+    Err(format!(
+        "stopped while the {} was failing: {error}",
+        report.failing.map_or_else(String::new, |f| f.to_string())
+    )
+    .into())
 }
 
 /// How long a run to the end of the queue waits out a failing broker or

@@ -899,8 +899,8 @@ async fn a_retry_backoff_as_long_as_a_reservation_is_accepted_as_the_reservation
         (exponential, 8),
         (Backoff::fixed(Duration::from_secs(3600)), 3),
     ] {
-        let built = Consumer::builder(router(backoff, max_attempts), lapsing.clone(), "orders")
-            .build();
+        let built =
+            Consumer::builder(router(backoff, max_attempts), lapsing.clone(), "orders").build();
         assert!(
             built.is_ok(),
             "{backoff:?}, {max_attempts}: {:?}",

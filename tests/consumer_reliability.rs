@@ -416,8 +416,11 @@ async fn a_failing_broker_is_never_reported_as_a_drained_queue() {
     broker.kill();
 
     let counts = consumer_support::RunCounts::default();
-    let router =
-        consumer_support::counting_router(RedisStore::connect_lazy(&broker.url()).unwrap(), counts, Duration::ZERO);
+    let router = consumer_support::counting_router(
+        RedisStore::connect_lazy(&broker.url()).unwrap(),
+        counts,
+        Duration::ZERO,
+    );
     let consumer = Consumer::builder(router, transport, &queue.name)
         .build()
         .unwrap();
@@ -442,7 +445,10 @@ async fn a_failing_broker_is_never_reported_as_a_drained_queue() {
     assert_eq!(report.failing, Some(Failing::Broker), "{report:?}");
     assert_eq!(report.delivered, 0);
     assert!(report.broker_errors > 0);
-    let why = consumer.progress().reserve_error().expect("the error is kept");
+    let why = consumer
+        .progress()
+        .reserve_error()
+        .expect("the error is kept");
     assert!(why.contains("broker"), "{why}");
     broker.start();
     assert_eq!(queue.len(&queue.name).await, 50, "still queued");

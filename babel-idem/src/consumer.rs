@@ -37,7 +37,6 @@
 //! - Transport headers reach the handler through [`Delivery`](crate::router::Delivery);
 //!   `bq-replay-bypass` turns [`is_replay`] on for that delivery.
 
-mod inflight;
 mod outage;
 mod poison;
 mod replay;
@@ -492,7 +491,11 @@ impl Progress {
         let c = &*self.counters;
         let busy = || {
             let now = self.report();
-            (now.delivered, now.broker_errors, now.in_flight > 0 || now.failing.is_some())
+            (
+                now.delivered,
+                now.broker_errors,
+                now.in_flight > 0 || now.failing.is_some(),
+            )
         };
         let mut last = busy();
         let mut quiet_since = tokio::time::Instant::now();

@@ -49,6 +49,7 @@ macro_rules! store_answer {
 mod batch;
 mod claim;
 mod fence;
+pub(crate) mod inflight;
 mod seen_set;
 mod timer;
 mod transaction;

@@ -666,7 +666,12 @@ pub struct RunCounts {
 impl RunCounts {
     /// Bodies run, all ids together.
     pub fn ran(&self) -> u64 {
-        self.ran.lock().unwrap().values().map(|&n| u64::from(n)).sum()
+        self.ran
+            .lock()
+            .unwrap()
+            .values()
+            .map(|&n| u64::from(n))
+            .sum()
     }
 
     /// Deliveries the guard skipped: handled, body not run.

@@ -11,10 +11,10 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::envelope::{DeadLetterReason, Envelope};
+use crate::guard::inflight::{InFlight, Running};
 use crate::router::{Delivery, Disposition, ReleaseReason, Router};
 use crate::transport::{Reserved, Settlement, Transport};
 
-use super::inflight::{Entered, InFlight, Running};
 use super::settle::{self, Counters, Outcome};
 use super::{Consumer, ConsumerReport, MAX_BATCH, replay};
 
@@ -286,43 +286,37 @@ async fn take_turn<T: Transport>(
     id: &str,
     slot: &mut Option<OwnedSemaphorePermit>,
 ) -> Option<Running> {
-    let give_up = shared.delivery_timeout.map(|timeout| Instant::now() + timeout);
-    let mut counted = false;
-    loop {
-        match shared.inflight.enter(id) {
-            Entered::Running(running) => {
-                if slot.is_none() {
-                    let permit = Arc::clone(&shared.slots).acquire_owned().await;
-                    *slot = Some(permit.expect("the consumer never closes its semaphore"));
-                }
-                return Some(running);
-            }
-            Entered::Busy(busy) => {
-                if !counted {
-                    counted = true;
-                    shared.counters.waited_for_id.fetch_add(1, Ordering::Relaxed);
-                }
-                let ended = without_slot(shared, slot, async {
-                    match give_up {
-                        Some(at) => tokio::time::timeout_at(at, busy.ended()).await.is_ok(),
-                        None => {
-                            busy.ended().await;
-                            true
-                        }
-                    }
-                })
-                .await;
-                if !ended {
-                    tracing::warn!(
-                        queue = &*shared.queue,
-                        message_id = id,
-                        "babel-idem: another delivery of this id ran past the timeout; handing this one back"
-                    );
-                    return None;
-                }
-            }
+    let give_up = shared
+        .delivery_timeout
+        .map(|timeout| Instant::now() + timeout);
+    let turn = match shared.inflight.enter(id) {
+        Ok(running) => return Some(running),
+        Err(turn) => turn,
+    };
+    shared
+        .counters
+        .waited_for_id
+        .fetch_add(1, Ordering::Relaxed);
+    let running = without_slot(shared, slot, async {
+        match give_up {
+            Some(at) => tokio::time::timeout_at(at, turn).await.ok(),
+            None => Some(turn.await),
         }
+    })
+    .await;
+    let Some(running) = running else {
+        tracing::warn!(
+            queue = &*shared.queue,
+            message_id = id,
+            "babel-idem: another delivery of this id ran past the timeout; handing this one back"
+        );
+        return None;
+    };
+    if slot.is_none() {
+        let permit = Arc::clone(&shared.slots).acquire_owned().await;
+        *slot = Some(permit.expect("the consumer never closes its semaphore"));
     }
+    Some(running)
 }
 
 /// Runs `wait` without holding a handler slot, when a waiting place is
@@ -367,7 +361,10 @@ async fn kept_alive<T: Transport, F: Future>(
                     std::future::pending::<()>().await;
                 }
                 Err(error) => {
-                    shared.counters.broker_errors.fetch_add(1, Ordering::Relaxed);
+                    shared
+                        .counters
+                        .broker_errors
+                        .fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(queue = &*shared.queue, %error, "babel-idem: extending a reservation failed; trying again");
                 }
             }

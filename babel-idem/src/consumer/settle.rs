@@ -132,14 +132,20 @@ impl Counters {
             self.empty_reserves.fetch_add(1, Ordering::Relaxed);
         }
         if self.reserve_failing.swap(false, Ordering::Relaxed) {
-            *self.reserve_error.lock().unwrap_or_else(PoisonError::into_inner) = None;
+            *self
+                .reserve_error
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = None;
         }
     }
 
     /// A reservation failed with `error`.
     pub(super) fn reserve_failed(&self, error: &TransportError) {
         self.broker_errors.fetch_add(1, Ordering::Relaxed);
-        *self.reserve_error.lock().unwrap_or_else(PoisonError::into_inner) = Some(error.to_string());
+        *self
+            .reserve_error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(error.to_string());
         self.reserve_failing.store(true, Ordering::Relaxed);
     }
 }

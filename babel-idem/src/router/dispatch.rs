@@ -14,7 +14,6 @@ use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use tracing::Instrument;
 
@@ -158,7 +157,13 @@ impl Router {
     /// The disposition of a delivery whose handler ran longer than `after`
     /// and was dropped: a failed attempt, retried or dead-lettered as any
     /// other failure.
-    pub(crate) fn timed_out(&self, bytes: &[u8], delivery: &Delivery, after: Duration) -> Disposition {
+    #[cfg(feature = "consumer")]
+    pub(crate) fn timed_out(
+        &self,
+        bytes: &[u8],
+        delivery: &Delivery,
+        after: std::time::Duration,
+    ) -> Disposition {
         let mut envelope = match Envelope::from_slice(bytes) {
             Ok(envelope) => envelope,
             Err(error) => return poison(bytes, error),
@@ -169,7 +174,11 @@ impl Router {
         } else {
             None
         };
-        tracing::warn!(urn = envelope.urn(), ?after, "babel-idem: a handler ran longer than its timeout and was dropped");
+        tracing::warn!(
+            urn = envelope.urn(),
+            ?after,
+            "babel-idem: a handler ran longer than its timeout and was dropped"
+        );
         self.fail(envelope, DispatchError::TimedOut { after }, fallback_queue)
     }
 

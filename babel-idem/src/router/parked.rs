@@ -90,7 +90,10 @@ impl LastClaim {
 /// A delivery whose guard's store failed goes back unchanged, with no
 /// attempt counted: the consumer pauses until the store answers again.
 pub(super) fn store_unavailable(urn: String) -> Disposition {
-    tracing::debug!(urn, "babel-idem: the guard's store failed, releasing the delivery");
+    tracing::debug!(
+        urn,
+        "babel-idem: the guard's store failed, releasing the delivery"
+    );
     Disposition::Release {
         urn,
         reason: ReleaseReason::StoreUnavailable,
