@@ -10,7 +10,7 @@
 //! | `Ack`, `Delete` | ack |
 //! | `Retry` | wait the router's backoff, then requeue the body with `attempts + 1` |
 //! | `DeadLetter` | the record to `<queue>.dlq`: the envelope with its `dead_letter` block, or for poison the ADR-0035 record that keeps the body byte for byte |
-//! | `Release` | requeue the body unchanged, no attempt counted |
+//! | `Release` | wait its delay (the [`release_delay`](ConsumerBuilder::release_delay) when it has none; none for a store outage), then requeue the body unchanged, no attempt counted |
 //!
 //! Deduplication is the handler's guard's (`#[idempotent]`); the consumer
 //! and its transport never decide it.

@@ -72,9 +72,12 @@ pub trait Transport: Send + Sync + 'static {
 
     /// How long a reservation lasts at least before the broker takes it
     /// back for redelivery, or `None` (the default) when it does not lapse
-    /// on its own. The consumer holds a delivery through its retry backoff, so
+    /// on its own. The consumer's default per-delivery timeout is taken from
+    /// it; on a transport that cannot [`extend`](Transport::extend) a
+    /// reservation,
     /// [`ConsumerBuilder::build`](crate::consumer::ConsumerBuilder::build)
-    /// refuses a router whose longest backoff is as long.
+    /// refuses a timeout and a longest wait (retry backoff, release delay)
+    /// that together do not fit in it.
     fn reservation_lifetime(&self) -> Option<Duration> {
         None
     }

@@ -60,6 +60,10 @@ const QUEUE_NAMES: QueueNames = QueueNames {
 /// - Settle (ack, requeue, dead-letter) is one script gated on the
 ///   reservation's own deadline member, so a late settle of a reservation
 ///   the sweep took back touches nothing.
+/// - Extend (the consumer keeps a reservation alive while its handler runs
+///   and while it waits a backoff or a delay) is one script gated the same
+///   way: it moves the member's score to the server's `TIME` plus
+///   `retry_after`, never earlier.
 /// - A value stored with headers is a `__bq_frame` frame
 ///   ([`publish_with_headers`](Self::publish_with_headers)); a requeue or a
 ///   dead-letter record keeps the delivery's headers, framed the same way.
