@@ -28,7 +28,7 @@ use serde_json::{Value, json};
 use store_contract::servers::{REDIS_URL, server_url, unique_suffix};
 use store_contract::spawned::OwnRedis;
 
-use consumer_support::redis_queue::Queue;
+use consumer_support::redis_queue::{Queue, publish_numbered};
 use consumer_support::{
     PATIENCE, QUIET, SeenLog, SharedSeenSet, URN, assert_cannot_connect, assert_invalid_url,
     assert_poison_records_as_python_writes, assert_queue_names_refused, closed_port, effect_router,
@@ -45,14 +45,6 @@ async fn peer(python: &Path, args: Vec<String>, stdin: Option<Value>) -> Value {
 }
 
 // ---------------------------------------------------------------- fixtures
-
-/// Publishes `count` envelopes with the ids `<prefix>-0`, `<prefix>-1`, ...
-async fn publish_numbered(transport: &RedisTransport, queue: &str, prefix: &str, count: u64) {
-    for n in 0..count {
-        let body = envelope_with_id(&format!("{prefix}-{n}"), queue, n).to_vec();
-        transport.publish(queue, &body).await.unwrap();
-    }
-}
 
 /// A transport whose reservations lapse after `seconds`.
 async fn lapsing_transport(url: &str, seconds: u64) -> RedisTransport {

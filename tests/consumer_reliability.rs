@@ -27,19 +27,11 @@ use serde_json::{Value, json};
 use store_contract::servers::{REDIS_URL, server_url};
 use store_contract::spawned::OwnRedis;
 
-use consumer_support::redis_queue::Queue;
+use consumer_support::redis_queue::{Queue, publish_numbered};
 use consumer_support::{
     PATIENCE, QUIET, assert_each_id_runs_once_in_one_process, envelope_with_id, eventually,
     run_until_idle, twice_in_a_row,
 };
-
-/// Publishes `count` envelopes with the ids `<prefix>-0`, `<prefix>-1`, ...
-async fn publish_numbered(transport: &RedisTransport, queue: &str, prefix: &str, count: u64) {
-    for n in 0..count {
-        let body = envelope_with_id(&format!("{prefix}-{n}"), queue, n).to_vec();
-        transport.publish(queue, &body).await.unwrap();
-    }
-}
 
 /// The `dead_letter` blocks of the records in `queue`'s DLQ.
 async fn dead_letters(queue: &Queue) -> Vec<Value> {
