@@ -21,17 +21,24 @@
 //! runs until Ctrl-C or SIGTERM: it then stops reserving and lets the
 //! deliveries in flight finish (within the consumer's shutdown timeout; what
 //! is left stays reserved, and a worker's sweep returns it after its
-//! deadline). It prints progress every second on stderr and, last,
-//! one JSON line on stdout:
+//! deadline). With `--until-idle`, a broker or store that keeps failing
+//! (for the idle time, at least 10 s) ends the run too: a failing broker is
+//! not an empty queue. It prints progress every second on stderr and, last,
+//! one JSON line on stdout that says why it stopped (`idle`, `signal`,
+//! `broker_failing`, `store_failing`, the last with the `error`):
 //!
 //! ```text
-//! {"delivered":1000,"ran":900,"skipped":100,"retried":0,"dead_lettered":0}
+//! {"delivered":1000,"ran":900,"skipped":100,"retried":0,"dead_lettered":0,"stopped":"idle"}
 //! ```
+//!
+//! It exits with 0 when it stopped idle or on a signal with its broker and
+//! store answering, and with 1 when it stopped while either was failing.
 
 use std::process::ExitCode;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use babel_idem::consumer::Failing;
 use babel_idem::store::Batched;
 use babel_idem::store::{PostgresStore, RedisStore, SqliteStore};
 use babel_idem::transport::{AmqpTransport, RedisTransport, Transport};
@@ -180,35 +187,76 @@ async fn serve<T: Transport>(
             );
         }
     });
-    let idle = consumer.progress();
+    let (idle, failing) = (consumer.progress(), consumer.progress());
     let before = metrics::counts();
+    let stopped = OnceLock::new();
     let report = consumer
-        .run_until(async move {
+        .run_until(async {
             let idle = async {
                 match options.until_idle {
                     Some(quiet) => idle.idle_for(quiet).await,
                     None => std::future::pending().await,
                 }
             };
-            tokio::select! {
-                () = idle => {}
-                () = stop_signal() => eprintln!("worker: stopping; in-flight deliveries finish"),
-            }
+            // A run to the end of the queue ends, with an error, when its
+            // broker or store keeps failing instead; a worker that runs
+            // until stopped waits the outage out.
+            let failing = async {
+                match options.until_idle {
+                    Some(quiet) => failing.failing_for(quiet.max(FAILING_PATIENCE)).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let why = tokio::select! {
+                () = idle => "idle",
+                () = failing => "failing",
+                () = stop_signal() => {
+                    eprintln!("worker: stopping; in-flight deliveries finish");
+                    "signal"
+                }
+            };
+            let _ = stopped.set(why);
         })
         .await;
     printer.abort();
     let decided = metrics::counts().since(&before);
+    let stopped = match (report.failing, stopped.get().copied().unwrap_or("signal")) {
+        (Some(Failing::Broker), _) => "broker_failing",
+        (Some(Failing::Store), _) => "store_failing",
+        (_, why) => why,
+    };
+    let error = match report.failing {
+        Some(Failing::Broker) => consumer
+            .progress()
+            .reserve_error()
+            .unwrap_or_else(|| "reserving failed".to_owned()),
+        Some(_) => "the seen-set store does not answer".to_owned(),
+        None => String::new(),
+    };
     // Written by hand to keep the documented key order.
-    println!(
-        r#"{{"delivered":{},"ran":{},"skipped":{},"retried":{},"dead_lettered":{}}}"#,
+    print!(
+        r#"{{"delivered":{},"ran":{},"skipped":{},"retried":{},"dead_lettered":{},"stopped":"{stopped}""#,
         report.delivered,
         decided.get(metrics::Decision::Ran),
         decided.get(metrics::Decision::Skipped),
         report.retried,
         report.dead_lettered,
     );
-    Ok(())
+    if error.is_empty() {
+        println!("}}");
+        return Ok(());
+    }
+    println!(r#","error":{}}}"#, serde_json::Value::from(error.as_str()));
+    Err(format!(
+        "stopped while the {} was failing: {error}",
+        report.failing.map_or_else(String::new, |f| f.to_string())
+    )
+    .into())
 }
+
+/// How long a run to the end of the queue waits out a failing broker or
+/// store, at least, before it gives up.
+const FAILING_PATIENCE: Duration = Duration::from_secs(10);
 
 /// Ctrl-C, or SIGTERM (what a process manager sends). A signal that cannot
 /// be listened for never fires: the worker then runs until it is killed.

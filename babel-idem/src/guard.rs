@@ -18,6 +18,7 @@ use std::time::Duration;
 use crate::key::DedupeKey;
 use crate::message::MessageId;
 use crate::metrics::{self, Decision};
+use crate::router::parked::{self, LastClaim};
 use crate::store::InvalidLease;
 use crate::store::claim::lease_millis;
 use crate::store::{ClaimStore, Store, StoreError};
@@ -41,6 +42,7 @@ macro_rules! store_answer {
 mod batch;
 mod claim;
 mod fence;
+pub(crate) mod inflight;
 mod seen_set;
 pub(crate) mod timer;
 mod transaction;
@@ -402,6 +404,8 @@ fn store_failed<E: From<StoreError>>(id: &str, error: StoreError) -> Result<(), 
         "store unavailable; the message was not run and goes back for retry",
     );
     metrics::record(Decision::StoreFailed);
+    // The delivery being dispatched, if any, is an outage, not a failure.
+    parked::record(LastClaim::StoreFailed);
     Err(E::from(error))
 }
 

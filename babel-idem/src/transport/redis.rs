@@ -60,6 +60,10 @@ const QUEUE_NAMES: QueueNames = QueueNames {
 /// - Settle (ack, requeue, dead-letter) is one script gated on the
 ///   reservation's own deadline member, so a late settle of a reservation
 ///   the sweep took back touches nothing.
+/// - Extend (the consumer keeps a reservation alive while its handler runs
+///   and while it waits a backoff or a delay) is one script gated the same
+///   way: it moves the member's score to the server's `TIME` plus
+///   `retry_after`, never earlier.
 /// - A value stored with headers is a `__bq_frame` frame
 ///   ([`publish_with_headers`](Self::publish_with_headers)); a requeue or a
 ///   dead-letter record keeps the delivery's headers, framed the same way.
@@ -93,6 +97,7 @@ struct Scripts {
     reserve: Script,
     sweep: Script,
     settle: Script,
+    extend: Script,
 }
 
 /// Configures a [`RedisTransport`]; made by [`RedisTransport::builder`]. The
@@ -193,6 +198,7 @@ impl TransportBuilder<RedisOptions> {
                 reserve: Script::new(include_str!("redis/reserve.lua")),
                 sweep: Script::new(include_str!("redis/sweep.lua")),
                 settle: Script::new(include_str!("redis/settle.lua")),
+                extend: Script::new(include_str!("redis/extend.lua")),
             }),
             tokens: Arc::new(Tokens::new()),
             settles: Arc::new(Coalescer::new()),
@@ -450,6 +456,29 @@ impl RedisTransport {
     }
 }
 
+impl RedisTransport {
+    /// Moves a reservation's deadline `retry_after` past the server's now
+    /// (`extend.lua`); with no recovery its deadline is `+inf` already.
+    async fn extend_reservation(&self, handle: &RedisHandle) -> Result<bool, TransportError> {
+        let Some(retry_after) = self.retry_after else {
+            return Ok(true);
+        };
+        let seconds = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+        let mut connection = self.connection.clone();
+        let extended: i64 = self
+            .scripts
+            .extend
+            .key(deadlines(&handle.queue))
+            .arg(&handle.token)
+            .arg(&handle.raw)
+            .arg(seconds)
+            .invoke_async(&mut connection)
+            .await
+            .map_err(broker)?;
+        Ok(extended == 1)
+    }
+}
+
 impl Transport for RedisTransport {
     type Handle = RedisHandle;
 
@@ -475,6 +504,19 @@ impl Transport for RedisTransport {
     /// ```
     fn reservation_lifetime(&self) -> Option<Duration> {
         self.retry_after
+    }
+
+    /// `true`: a reservation's deadline member is moved forward by
+    /// [`extend`](Transport::extend), on the server's clock.
+    fn extends_reservations(&self) -> bool {
+        true
+    }
+
+    /// Moves the reservation's deadline to the server's `TIME` plus
+    /// `retry_after`, gated on its deadline member as a settle is: a
+    /// reservation the sweep took back is not revived.
+    fn extend<'a>(&'a self, handle: &'a RedisHandle) -> TransportFuture<'a, bool> {
+        Box::pin(self.extend_reservation(handle))
     }
 
     fn reserve<'a>(
