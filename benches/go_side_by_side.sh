@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The guard's three paths beside the Go SDK's `idempotency.Wrap` + its
-# `InMemoryStore`, measured in one run on this machine, printed side by side.
+# `InMemoryStore`, measured in one run on the machine that runs it, printed side by side.
 #
 #   BABEL_IDEM_GO_SDK=/path/to/babelqueue-go bash benches/go_side_by_side.sh
 #
@@ -15,33 +15,26 @@
 # (1,000,000 fresh ids into a new store each), every slice through a func
 # value (Go) or a `&dyn Fn` (benches/guard.rs), and followed by a probe: a
 # few milliseconds of independent adds, whose rate falls while another
-# hardware thread shares the core (on a cloud guest, another tenant's vCPU
-# on the SMT sibling, which comes and goes over seconds and slows both
-# sides' duplicates by half or more). The duplicate path over 100,000 ids
-# also reads memory beyond the caches, and its cost moves from one process
-# to the next, so the two sides run in alternating rounds, fresh processes
-# each (BABEL_IDEM_SIDE_BY_SIDE_ROUNDS, default 3): a line per round, then
-# two tables over every slice of every round: the medians of the slices
-# whose probe ran at 90% or more of that side's full rate (the core was
-# the process's own), and the medians of all slices.
+# hardware thread shares the core, which slows both sides' duplicates too.
+# The duplicate path over 100,000 ids also reads memory beyond the caches,
+# and its cost moves from one process to the next, so the two sides run in
+# alternating rounds, fresh processes each (BABEL_IDEM_SIDE_BY_SIDE_ROUNDS,
+# default 3): a line per round, then two tables over every slice of every
+# round: the medians of the slices whose probe ran at 90% or more of that
+# side's full rate (the core was the process's own), and the medians of
+# all slices.
 #
 # Both sides first run the duplicate path for BABEL_IDEM_GUARD_WARMUP_SECS
-# (default 8) in the process that then times it. A fresh process's
-# duplicate at 100,000 ids took 62 to 130 ns on an Intel Xeon guest and
-# fell to 47 to 52 after 8 seconds of running in 6 of 8 runs (Go's from
-# about 69 to 60 over 6 seconds), where a sleep did not do it; without the warm-up the Rust side,
-# timed after its criterion runs, was warm and the Go side was not.
+# (default 8) in the process that then times it, so that neither side is
+# timed cold while the other is warm.
 #
 # Both sides run pinned to one CPU (BABEL_IDEM_SIDE_BY_SIDE_CPU, default 0;
-# `none` leaves them unpinned): on a machine whose CPUs run at different
-# speeds, a process that the scheduler happened to place on the slower one
-# was a third slower (seen on a 2-vCPU AMD EPYC guest), whichever side it was.
+# `none` leaves them unpinned), so that CPUs of different speeds do not
+# favour one side.
 #
 # The Go benchmark is written to a temporary directory outside the repo and
 # deleted afterwards; no Go SDK code is copied. Not part of CI: without `go`
 # or the SDK it says what is missing and exits 0.
-#
-# What it measured, machine by machine, and what was tried: go_side_by_side.md.
 set -euo pipefail
 
 get_it="get Go with 'apt-get install -y golang-go' and the SDK with 'git clone https://github.com/BabelQueue/babelqueue-go /path/to/babelqueue-go', then set BABEL_IDEM_GO_SDK=/path/to/babelqueue-go"
@@ -233,7 +226,7 @@ elif ! [[ $cpu =~ ^[0-9]+$ ]]; then
 elif ! command -v taskset >/dev/null 2>&1; then
     where="unpinned: no taskset (util-linux)"
 elif ! taskset -c "$cpu" true 2>/dev/null; then
-    echo "go_side_by_side: cannot pin to CPU $cpu (BABEL_IDEM_SIDE_BY_SIDE_CPU); this machine has $(nproc)"
+    echo "go_side_by_side: cannot pin to CPU $cpu (BABEL_IDEM_SIDE_BY_SIDE_CPU); it has $(nproc)"
     exit 2
 else
     pinned=(taskset -c "$cpu")
@@ -309,13 +302,9 @@ echo "== load after the run: $(uptime)"
 # that side's full rate, the 90th percentile of its probes over the run),
 # and the medians over all slices.
 #
-# Why: on a cloud guest the core's other hardware thread may belong to
-# another tenant, whose load comes and goes over seconds. While it runs, a
-# probe of independent adds runs at two thirds of its rate or less, and
-# both sides' duplicates slow down (at 1,000 ids on an AMD EPYC guest,
-# medians of 21.7 to 32.1 ns for Go's and 13.9 to 23.2 ns for ours); a
-# side measured in such a stretch and the other not were set beside each
-# other as if the machine had been the same.
+# A slice timed while another hardware thread shared the core is slower on
+# both sides; the first table sets beside each other only slices for which
+# each side had the core to itself.
 #
 # Portable awk (mawk has no sort of its own): sorting is left to sort.
 for side in go rust; do

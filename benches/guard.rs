@@ -1,5 +1,5 @@
-//! What the guard costs over calling the handler directly, on the paths the
-//! issue names, against baselines measured in the same run:
+//! What the guard costs over calling the handler directly, against baselines
+//! measured in the same run:
 //!
 //! - latency (criterion): the bare call, the duplicate path over 100,000
 //!   remembered ids (through `&InMemoryStore` and through `&dyn Store`), and
@@ -34,8 +34,8 @@
 //! ids), e.g.
 //! `valgrind --tool=callgrind --toggle-collect=*profiled_deliveries* <bench binary>`:
 //! the instructions per delivery are that function's inclusive count / 1,000,000.
-//! Add `--cache-sim=yes --LL=524288,8,64` for the cache misses per delivery of
-//! an L1 and of this machine's 512 KiB L2 (compare `duplicate` with `bare`).
+//! Add `--cache-sim=yes` (and `--LL=` for the last-level cache to model) for
+//! the cache misses per delivery (compare `duplicate` with `bare`).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashSet;
@@ -102,11 +102,8 @@ static ALLOCATOR: Counting = Counting;
 /// Polls a future that never waits (every store here answers from memory)
 /// once, so the figures hold the guard's cost and no executor's. A macro,
 /// not a function, so that the future is polled where it is built, as an
-/// executor polls a task's future where the task keeps it: whether a
-/// function taking the future by value moved it first (which cost 5 to 11
-/// ns a delivery when the move came right before the first poll) was up to
-/// the compiler's inlining, and changed from one build of the same code to
-/// the next.
+/// executor polls a task's future where the task keeps it, and no build
+/// adds a move of the future that another build leaves out.
 macro_rules! ready {
     ($future:expr) => {
         match pin!($future).poll(&mut Context::from_waker(Waker::noop())) {
@@ -154,8 +151,8 @@ fn remembered(envelopes: &[Envelope]) -> InMemoryStore {
 
 // ---------------------------------------------------------------- the naive design
 
-/// The straightforward version the issue measured: a `String` key per call,
-/// a boxed future per store call, one mutex around a `HashSet<String>`.
+/// The straightforward design: a `String` key per call, a boxed future per
+/// store call, one mutex around a `HashSet<String>`.
 #[derive(Default)]
 struct NaiveStore(Mutex<HashSet<String>>);
 
@@ -341,13 +338,10 @@ struct Slice {
 /// chains of add, shift and xor), timed: operations per nanosecond.
 ///
 /// It slows down while another hardware thread shares this core (an SMT
-/// sibling; on a cloud guest, another tenant's vCPU, which comes and goes
-/// over seconds). That sharing slows the guard's duplicate path, which runs
-/// at 4 to 5 instructions per cycle, by two thirds, and Go's `Wrap` by half
-/// (at 1,000 ids on an AMD EPYC guest: 13.9 to 23.2 ns, and 21.7 to
-/// 32.1). `go_side_by_side.sh` runs the same probe on the Go side after
-/// each slice, so that it can set each side's figures beside the other's
-/// taken while the core was its own.
+/// sibling), which slows the duplicate path of both sides too.
+/// `go_side_by_side.sh` runs the same probe on the Go side after each
+/// slice, so that it can set each side's figures beside the other's taken
+/// while the core was its own.
 #[inline(never)]
 fn core_width_probe() -> f64 {
     const STEPS: u64 = 2_000_000;
@@ -426,9 +420,8 @@ fn go_comparison(working_set: &[Envelope], store: &InMemoryStore) {
 }
 
 /// Runs the duplicate path for `BABEL_IDEM_GUARD_WARMUP_SECS` (none when
-/// unset), as `go_side_by_side.sh` has both sides do before they time it:
-/// a fresh process's duplicate at 100,000 ids ran at up to 2.7 times the
-/// cost it settled at after seconds of running (a sleep did not do it).
+/// unset), as `go_side_by_side.sh` has both sides do before they time it,
+/// so that a fresh process is not timed before it settles.
 fn warm_up(working_set: &[Envelope], store: &InMemoryStore) {
     let seconds = match std::env::var("BABEL_IDEM_GUARD_WARMUP_SECS") {
         Err(_) => return,
@@ -558,7 +551,7 @@ fn allocations_per_duplicate(working_set: &[Envelope], store: &InMemoryStore) {
     println!("  &InMemoryStore              {concrete:.3}");
     println!("  &dyn Store                  {through_dyn:.3}");
     println!("  claim mode, &InMemoryStore  {claim_mode:.3}");
-    // The issue's goal, held here rather than only printed.
+    // The duplicate path allocates nothing: held here, not only printed.
     assert_eq!(concrete, 0.0, "a duplicate delivery allocated");
     assert_eq!(
         through_dyn, 0.0,

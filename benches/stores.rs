@@ -710,6 +710,10 @@ mod sqlite {
         let store = SqliteStore::open(dir.join("seen.db"))
             .await
             .expect("open SQLite");
+        store
+            .migrate_claims()
+            .await
+            .expect("create claim mode's tables");
         let raw = Raw {
             pool: store.pool().clone(),
             seen: store.seen_statement().to_owned(),
@@ -1283,6 +1287,10 @@ mod postgres_backend {
             .from_pool(pool.clone())
             .expect("a PostgreSQL store");
         store.migrate().await.expect("create the bench table");
+        store
+            .migrate_claims()
+            .await
+            .expect("create claim mode's tables");
         let raw = Raw::new(pool.clone(), &store);
         let store = Arc::new(Counted::new(store));
         bench_backend(

@@ -1,4 +1,4 @@
-//! Transactional mode's cost (DESIGN section 8.2): deliveries per second of
+//! Transactional mode's cost (see `babel_idem::guide::modes`): deliveries per second of
 //! a handler that writes in its own transaction (begin, the effect, commit),
 //! with the guard's mark in that transaction (`Guard::transactional`) and
 //! without it, at concurrency 1 and 16, on real PostgreSQL

@@ -3,13 +3,14 @@
 //! with each.
 //!
 //! ```text
-//! cargo run --example router                      # built-in deliveries + ../shared/conformance
+//! cargo run --example router                      # built-in deliveries + tests/fixtures/conformance
 //! cargo run --example router -- path/to/conformance
 //! ```
 //!
-//! The conformance folder is the first argument, else
-//! `BABEL_IDEM_CONFORMANCE_DIR`, else `../shared/conformance`; when it does
-//! not exist only the built-in deliveries run.
+//! The conformance folder is the first argument, else this repository's own
+//! fixtures (`tests/fixtures/conformance`); the upstream BabelQueue suite's
+//! folder can be passed the same way. When the folder has no manifest only
+//! the built-in deliveries run.
 
 use std::path::PathBuf;
 use std::sync::LazyLock;
@@ -133,7 +134,8 @@ async fn deliver(router: &Router, label: &str, bytes: &[u8]) {
 fn conformance_dir() -> PathBuf {
     std::env::args_os()
         .nth(1)
-        .or_else(|| std::env::var_os("BABEL_IDEM_CONFORMANCE_DIR"))
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/conformance"))
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/conformance")
+        })
 }

@@ -4,7 +4,7 @@
 //! ```text
 //! cargo run --example worker --features redis-transport,amqp-transport,sqlite,redis,postgres -- \
 //!     --redis redis://127.0.0.1:6379/0 --queue orders --concurrency 32 \
-//!     --until-idle 2 --store sqlite:target/worker.sqlite
+//!     --until-idle 2s --store sqlite:target/worker.sqlite
 //! ```
 //!
 //! The broker is `--redis URL` or `--amqp URL` (RabbitMQ,
@@ -13,21 +13,32 @@
 //!
 //! `--store` is the seen-set: `sqlite:PATH` (the default,
 //! `sqlite:target/worker-seen.sqlite`), `redis://URL` (the Go SDK's
-//! `bq:idemp:` keys) or `postgres://URL`. Without `--until-idle` the worker
+//! `bq:idemp:` keys) or `postgres://URL`; the worker migrates what seen-set
+//! mode needs, the seen-set table. `--until-idle` takes a duration as the
+//! `babel-idem` CLI writes one (`500ms`, `30s`, `5m`, `2h`; a bare number is
+//! seconds): the worker stops once it has been idle that long. Without
+//! `--until-idle` the worker
 //! runs until Ctrl-C or SIGTERM: it then stops reserving and lets the
 //! deliveries in flight finish (within the consumer's shutdown timeout; what
 //! is left stays reserved, and a worker's sweep returns it after its
-//! deadline). It prints progress every second on stderr and, last,
-//! one JSON line on stdout:
+//! deadline). With `--until-idle`, a broker or store that keeps failing
+//! (for the idle time, at least 10 s) ends the run too: a failing broker is
+//! not an empty queue. It prints progress every second on stderr and, last,
+//! one JSON line on stdout that says why it stopped (`idle`, `signal`,
+//! `broker_failing`, `store_failing`, the last with the `error`):
 //!
 //! ```text
-//! {"delivered":1000,"ran":900,"skipped":100,"retried":0,"dead_lettered":0}
+//! {"delivered":1000,"ran":900,"skipped":100,"retried":0,"dead_lettered":0,"stopped":"idle"}
 //! ```
+//!
+//! It exits with 0 when it stopped idle or on a signal with its broker and
+//! store answering, and with 1 when it stopped while either was failing.
 
 use std::process::ExitCode;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use babel_idem::consumer::Failing;
 use babel_idem::store::Batched;
 use babel_idem::store::{PostgresStore, RedisStore, SqliteStore};
 use babel_idem::transport::{AmqpTransport, RedisTransport, Transport};
@@ -52,7 +63,7 @@ struct Options {
     store: String,
 }
 
-const USAGE: &str = "usage: worker (--redis URL | --amqp URL) --queue NAME [--concurrency N] [--until-idle SECS] \
+const USAGE: &str = "usage: worker (--redis URL | --amqp URL) --queue NAME [--concurrency N] [--until-idle DURATION] \
                      [--store sqlite:PATH|redis://URL|postgres://URL]";
 
 fn parse_options() -> Result<Options, String> {
@@ -77,15 +88,7 @@ fn parse_options() -> Result<Options, String> {
                     .parse()
                     .map_err(|_| format!("--concurrency must be a whole number, got {text:?}"))?;
             }
-            "--until-idle" => {
-                let text = value()?;
-                let seconds: f64 = text
-                    .parse()
-                    .ok()
-                    .filter(|s: &f64| s.is_finite() && *s >= 0.0)
-                    .ok_or_else(|| format!("--until-idle must be seconds, got {text:?}"))?;
-                options.until_idle = Some(Duration::from_secs_f64(seconds));
-            }
+            "--until-idle" => options.until_idle = Some(duration("--until-idle", &value()?)?),
             "--store" => options.store = value()?,
             "--help" | "-h" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown flag {other:?}\n{USAGE}")),
@@ -97,6 +100,25 @@ fn parse_options() -> Result<Options, String> {
         ));
     }
     Ok(options)
+}
+
+/// A duration written as the `babel-idem` CLI writes one: a whole number
+/// and a unit, `ms`, `s`, `m`, `h` or `d` (`500ms`, `30s`, `5m`, `2h`); a
+/// bare number is seconds.
+fn duration(flag: &str, text: &str) -> Result<Duration, String> {
+    let refused = || format!("{flag} takes a duration such as 500ms, 30s, 5m or 2h, got {text:?}");
+    let digits = text.bytes().take_while(u8::is_ascii_digit).count();
+    let number: u64 = text[..digits].parse().map_err(|_| refused())?;
+    let millis_per_unit: u64 = match &text[digits..] {
+        "ms" => 1,
+        "" | "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return Err(refused()),
+    };
+    let millis = number.checked_mul(millis_per_unit).ok_or_else(refused)?;
+    Ok(Duration::from_millis(millis))
 }
 
 /// The seen-set in [`Batched`]: the deliveries in flight together ask the
@@ -112,6 +134,7 @@ async fn open_store(spec: &str) -> Result<Arc<dyn Store>, StoreError> {
         Arc::new(Batched::new(RedisStore::connect_lazy(spec)?))
     } else if spec.starts_with("postgres://") || spec.starts_with("postgresql://") {
         let store = PostgresStore::connect_lazy(spec)?;
+        // Seen-set mode: the seen-set table, nothing of claim mode's.
         store.migrate().await?;
         Arc::new(Batched::new(store))
     } else {
@@ -164,35 +187,76 @@ async fn serve<T: Transport>(
             );
         }
     });
-    let idle = consumer.progress();
+    let (idle, failing) = (consumer.progress(), consumer.progress());
     let before = metrics::counts();
+    let stopped = OnceLock::new();
     let report = consumer
-        .run_until(async move {
+        .run_until(async {
             let idle = async {
                 match options.until_idle {
                     Some(quiet) => idle.idle_for(quiet).await,
                     None => std::future::pending().await,
                 }
             };
-            tokio::select! {
-                () = idle => {}
-                () = stop_signal() => eprintln!("worker: stopping; in-flight deliveries finish"),
-            }
+            // A run to the end of the queue ends, with an error, when its
+            // broker or store keeps failing instead; a worker that runs
+            // until stopped waits the outage out.
+            let failing = async {
+                match options.until_idle {
+                    Some(quiet) => failing.failing_for(quiet.max(FAILING_PATIENCE)).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let why = tokio::select! {
+                () = idle => "idle",
+                () = failing => "failing",
+                () = stop_signal() => {
+                    eprintln!("worker: stopping; in-flight deliveries finish");
+                    "signal"
+                }
+            };
+            let _ = stopped.set(why);
         })
         .await;
     printer.abort();
     let decided = metrics::counts().since(&before);
+    let stopped = match (report.failing, stopped.get().copied().unwrap_or("signal")) {
+        (Some(Failing::Broker), _) => "broker_failing",
+        (Some(Failing::Store), _) => "store_failing",
+        (_, why) => why,
+    };
+    let error = match report.failing {
+        Some(Failing::Broker) => consumer
+            .progress()
+            .reserve_error()
+            .unwrap_or_else(|| "reserving failed".to_owned()),
+        Some(_) => "the seen-set store does not answer".to_owned(),
+        None => String::new(),
+    };
     // Written by hand to keep the documented key order.
-    println!(
-        r#"{{"delivered":{},"ran":{},"skipped":{},"retried":{},"dead_lettered":{}}}"#,
+    print!(
+        r#"{{"delivered":{},"ran":{},"skipped":{},"retried":{},"dead_lettered":{},"stopped":"{stopped}""#,
         report.delivered,
         decided.get(metrics::Decision::Ran),
         decided.get(metrics::Decision::Skipped),
         report.retried,
         report.dead_lettered,
     );
-    Ok(())
+    if error.is_empty() {
+        println!("}}");
+        return Ok(());
+    }
+    println!(r#","error":{}}}"#, serde_json::Value::from(error.as_str()));
+    Err(format!(
+        "stopped while the {} was failing: {error}",
+        report.failing.map_or_else(String::new, |f| f.to_string())
+    )
+    .into())
 }
+
+/// How long a run to the end of the queue waits out a failing broker or
+/// store, at least, before it gives up.
+const FAILING_PATIENCE: Duration = Duration::from_secs(10);
 
 /// Ctrl-C, or SIGTERM (what a process manager sends). A signal that cannot
 /// be listened for never fires: the worker then runs until it is killed.

@@ -1,4 +1,4 @@
-//! Claim mode across a fleet of real OS processes (DESIGN section 8.1).
+//! Claim mode across a fleet of real OS processes (see `babel_idem::guide::modes`).
 //!
 //! Three worker processes (this test binary, started again with
 //! `--ignored --exact fleet_worker`) run 16 tasks each against one real
@@ -1002,7 +1002,11 @@ mod postgres_fleet {
             self.store
                 .migrate()
                 .await
-                .expect("create the store's tables");
+                .expect("create the store's table");
+            self.store
+                .migrate_claims()
+                .await
+                .expect("create claim mode's tables");
             let t = &self.board.table;
             self.board
                 .exec(&format!(

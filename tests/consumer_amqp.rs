@@ -682,9 +682,35 @@ async fn a_wrong_password_and_a_bad_queue_name_are_refused_at_start() {
     transport.close().await;
 }
 
+/// The worker example's scenario at concurrency 64 (prefetch 64): 1,000
+/// ids, 100 of them published twice in a row. In seen-set mode the second
+/// copy waits for its original and is then skipped: 1,000 ran, 100 skipped,
+/// none twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_copies_of_one_id_never_run_at_once_in_one_consumer() {
+    const TEST: &str = "amqp_two_copies_of_one_id_never_run_at_once";
+    let Some(url) = server_url(AMQP_URL, TEST) else {
+        return;
+    };
+    let queue = Queue::new(&url);
+    let transport = queue.transport(64).await;
+    let bodies = consumer_support::twice_in_a_row(&queue.name, "twice", 1000, 100);
+    transport.publish_many(&queue.name, &bodies).await.unwrap();
+    consumer_support::assert_each_id_runs_once_in_one_process(
+        transport.clone(),
+        &queue.name,
+        1000,
+        100,
+    )
+    .await;
+    assert_eq!(queue.ready(&queue.name).await, 0);
+    transport.close().await;
+}
+
 /// An unacked delivery lives until the broker's `consumer_timeout` (30
 /// minutes by default) closes its channel; a retry waits with its delivery
-/// unacked, so a backoff that long is refused when the consumer is built.
+/// unacked, so a backoff that long, or a per-delivery timeout that with
+/// the backoff outlives it, is refused when the consumer is built.
 #[tokio::test]
 async fn a_retry_backoff_as_long_as_the_consumer_timeout_is_refused_at_start() {
     const TEST: &str = "amqp_a_retry_backoff_as_long_as_the_consumer_timeout";
@@ -704,16 +730,35 @@ async fn a_retry_backoff_as_long_as_the_consumer_timeout_is_refused_at_start() {
 
     let default = AmqpTransport::connect(&url).await.unwrap();
     assert_eq!(default.reservation_lifetime(), Some(minutes(30)));
-    assert!(build(&default, minutes(29)).is_ok());
+    assert!(!default.extends_reservations());
+    let within = build(&default, minutes(29)).unwrap();
+    // The default timeout takes 90 % of what the wait leaves.
+    assert_eq!(within.delivery_timeout(), Some(Duration::from_secs(54)));
     let error = build(&default, minutes(30)).err().expect("refused");
     assert!(
         matches!(
             error,
-            ConsumerError::BackoffOutlivesReservation { backoff, reservation }
-                if backoff == minutes(30) && reservation == minutes(30)
+            ConsumerError::OutlivesReservation { longest_wait, reservation, .. }
+                if longest_wait == minutes(30) && reservation == minutes(30)
         ),
         "{error:?}"
     );
+    // A timeout that with the backoff outlives the consumer timeout is
+    // refused, with the sum in the error.
+    let error = Consumer::builder(router(minutes(20)), default.clone(), "orders")
+        .delivery_timeout(minutes(10))
+        .build()
+        .err()
+        .expect("refused");
+    assert!(
+        matches!(
+            error,
+            ConsumerError::OutlivesReservation { delivery_timeout: Some(timeout), .. }
+                if timeout == minutes(10)
+        ),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("= 1800s"), "{error}");
 
     let short = AmqpTransport::builder()
         .consumer_timeout(Duration::from_secs(10))

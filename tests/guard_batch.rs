@@ -1,5 +1,5 @@
 //! `Guard::run_batch`: one `seen_many`, the handlers, one `remember_many`,
-//! and the per-message contract of DESIGN section 1 for every message, on
+//! and the per-message contract of seen-set table of `babel_idem::guide::modes` for every message, on
 //! the in-memory store and on real Redis.
 //!
 //! `store::Batched`: single guards running concurrently (a consumer's

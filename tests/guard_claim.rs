@@ -1,7 +1,8 @@
-//! Claim mode: every row of its table, driven through `Guard::lease` over a
-//! real `InMemoryStore`, plus concurrency, renewal, stale owners, fences and
-//! the router's handling of a parked delivery (on every claim store, and
-//! whatever the handler's error type keeps: `tests/router_parked.rs`).
+//! Claim mode (see `babel_idem::guide::modes`): every row of its table,
+//! driven through `Guard::lease` over a real `InMemoryStore`, plus
+//! concurrency, renewal, stale owners, fences and the router's handling of
+//! a parked delivery (on every claim store, and whatever the handler's error
+//! type keeps: `tests/router_parked.rs`).
 //!
 //! Leases are real and short; the tests assert outcomes, never durations.
 

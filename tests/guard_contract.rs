@@ -1,13 +1,16 @@
-//! Every row of the contract table (DESIGN section 1), driven through `guard`,
+//! Every row of the contract table (see `babel_idem::guide::modes`), driven through `guard`,
 //! `Guard` and `wrap` over a real `InMemoryStore`.
 
 mod support;
 
+use std::future::Future;
+use std::pin::pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use babel_idem::store::StoreOperation;
+use babel_idem::store::{StoreFuture, StoreOperation};
 use babel_idem::{
     Envelope, Guard, InMemoryStore, OnRememberFailure, Store, StoreError, guard, wrap,
 };
@@ -202,7 +205,7 @@ async fn scopes_do_not_skip_each_others_messages() {
     );
 }
 
-/// The three messages: their scope and id joined with a bare `:`
+/// Three messages whose scope and id joined with a bare `:`
 /// read alike (`orders:eu:123`), yet they are three messages and each runs.
 #[tokio::test]
 async fn scope_and_id_pairs_that_join_alike_are_three_messages() {
@@ -377,4 +380,125 @@ async fn workers_sharing_one_store_each_run_their_ids_once() {
     }
     assert_eq!(runs.load(Ordering::SeqCst), 8 * 500);
     assert_eq!(store.len(), 8 * 500);
+}
+
+/// A store with its answer at hand: `seen_now` gives `answer`, and `seen`
+/// is a future that never completes, so a guard that awaited it would
+/// never finish.
+struct AnswersNow {
+    answer: fn() -> Result<bool, StoreError>,
+    seen_asked: AtomicU32,
+    remembered: AtomicU32,
+}
+
+impl AnswersNow {
+    fn new(answer: fn() -> Result<bool, StoreError>) -> Self {
+        AnswersNow {
+            answer,
+            seen_asked: AtomicU32::new(0),
+            remembered: AtomicU32::new(0),
+        }
+    }
+}
+
+impl Store for AnswersNow {
+    fn seen<'a>(&'a self, _id: &'a str) -> StoreFuture<'a, bool> {
+        self.seen_asked.fetch_add(1, Ordering::SeqCst);
+        StoreFuture::new(std::future::pending())
+    }
+    fn seen_now(&self, _id: &str) -> Option<Result<bool, StoreError>> {
+        Some((self.answer)())
+    }
+    fn remember<'a>(&'a self, _id: &'a str) -> StoreFuture<'a, ()> {
+        self.remembered.fetch_add(1, Ordering::SeqCst);
+        StoreFuture::ready(Ok(()))
+    }
+    fn forget<'a>(&'a self, _id: &'a str) -> StoreFuture<'a, ()> {
+        StoreFuture::ready(Ok(()))
+    }
+}
+
+/// Polls `future` once, with a waker that does nothing.
+fn first_poll<F: Future>(future: F) -> Poll<F::Output> {
+    pin!(future).poll(&mut Context::from_waker(Waker::noop()))
+}
+
+#[test]
+fn a_duplicate_a_store_answers_now_is_skipped_in_the_first_poll_without_awaiting_seen() {
+    let store = AnswersNow::new(|| Ok(true));
+    let runs = AtomicU32::new(0);
+    let env = order("id-now");
+    let poll = first_poll(guard(&store, &env, counted(&runs)));
+    assert!(matches!(poll, Poll::Ready(Ok(()))), "{poll:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "the duplicate ran");
+    assert_eq!(store.seen_asked.load(Ordering::SeqCst), 0);
+    assert_eq!(store.remembered.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn a_first_delivery_a_store_answers_now_runs_and_is_remembered_without_asking_seen() {
+    let store = AnswersNow::new(|| Ok(false));
+    let runs = AtomicU32::new(0);
+    let env = order("id-now");
+    let poll = first_poll(Guard::new(&store).run(&env, counted(&runs)));
+    assert!(matches!(poll, Poll::Ready(Ok(()))), "{poll:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(store.seen_asked.load(Ordering::SeqCst), 0);
+    assert_eq!(store.remembered.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn an_error_from_seen_now_fails_the_delivery_without_running_the_handler() {
+    let store = AnswersNow::new(|| Err(StoreError::new(StoreOperation::Seen, "local", "down")));
+    let runs = AtomicU32::new(0);
+    let env = order("id-now");
+    let Poll::Ready(Err(HandlerError::Store(error))) =
+        first_poll(guard(&store, &env, counted(&runs)))
+    else {
+        panic!("an error from seen_now did not fail the delivery");
+    };
+    assert_eq!(error.operation(), StoreOperation::Seen);
+    assert_eq!(error.backend(), "local");
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "the handler ran");
+    assert_eq!(store.seen_asked.load(Ordering::SeqCst), 0);
+    assert_eq!(store.remembered.load(Ordering::SeqCst), 0);
+}
+
+/// A store that keeps the default `seen_now` (no answer at hand): its
+/// `seen` answers after one `Pending`, as a server's would.
+#[derive(Default)]
+struct AnswersLater {
+    seen_asked: AtomicU32,
+}
+
+impl Store for AnswersLater {
+    fn seen<'a>(&'a self, _id: &'a str) -> StoreFuture<'a, bool> {
+        self.seen_asked.fetch_add(1, Ordering::SeqCst);
+        StoreFuture::new(async {
+            tokio::task::yield_now().await;
+            Ok(true)
+        })
+    }
+    fn remember<'a>(&'a self, _id: &'a str) -> StoreFuture<'a, ()> {
+        StoreFuture::ready(Ok(()))
+    }
+    fn forget<'a>(&'a self, _id: &'a str) -> StoreFuture<'a, ()> {
+        StoreFuture::ready(Ok(()))
+    }
+}
+
+#[tokio::test]
+async fn a_store_without_an_answer_at_hand_is_asked_seen_and_awaited() {
+    let store = AnswersLater::default();
+    assert!(store.seen_now("id-later").is_none());
+    let runs = AtomicU32::new(0);
+    let env = order("id-later");
+    let mut delivery = pin!(guard(&store, &env, counted(&runs)));
+    assert!(
+        first_poll(delivery.as_mut()).is_pending(),
+        "the guard did not wait for seen"
+    );
+    delivery.await.unwrap();
+    assert_eq!(store.seen_asked.load(Ordering::SeqCst), 1);
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "a seen id ran");
 }

@@ -1,4 +1,4 @@
-//! Transactional mode (DESIGN section 8.2) on real databases: real
+//! Transactional mode (see `babel_idem::guide::modes`) on real databases: real
 //! PostgreSQL (`BABEL_IDEM_POSTGRES_URL`, a unique table per run, dropped
 //! after) and SQLite files in a temporary folder.
 //!

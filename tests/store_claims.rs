@@ -66,7 +66,14 @@ mod redis_php {
             }
             builder.connect_lazy(&self.0.url)
         }
+
+        fn self_expiring(&self) -> bool {
+            true
+        }
     }
+
+    // The operator's view of the PHP layout: `'1'` is claimed, never done.
+    admin_contract_tests!(PhpBackend::create);
 
     impl SeenSetReader for PhpBackend {
         /// The PHP SDK's `seen`: `GET <prefix><id> === '2'`.

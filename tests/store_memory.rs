@@ -115,14 +115,14 @@ fn text_id(n: usize) -> String {
 }
 
 const CAPACITY: usize = 1000;
-/// The figure in release builds; scaled down to run in seconds in debug.
+/// Pairs of the churn tests in release builds; fewer in debug, to run in seconds.
 const CHURN_PAIRS: usize = if cfg!(debug_assertions) {
     200_000
 } else {
     3_000_000
 };
 
-/// The repro: one pinned id, then many (remember, forget) pairs.
+/// One pinned id, then many (remember, forget) pairs.
 /// The store's memory afterwards must stay within twice what the same
 /// store needs to hold `CAPACITY` ids.
 fn churn_behind_a_pinned_id_stays_within_twice_the_memory_at_capacity(
@@ -273,4 +273,33 @@ fn one_shard_with_a_capacity_evicts_exactly_the_oldest() {
     for n in 0..12 {
         assert_eq!(now(store.seen(&mixed_id(n))), n >= 7, "id {n}");
     }
+}
+
+#[test]
+fn seen_now_answers_at_once_what_seen_answers_for_uuid_and_text_ids() {
+    let store = InMemoryStore::new();
+    let dynamic: &dyn Store = &store;
+    for id in [uuid_id(1), text_id(1)] {
+        assert!(matches!(store.seen_now(&id), Some(Ok(false))), "{id}");
+        now(store.remember(&id));
+        assert!(matches!(store.seen_now(&id), Some(Ok(true))), "{id}");
+        assert!(matches!(dynamic.seen_now(&id), Some(Ok(true))), "{id}");
+        assert!(now(store.seen(&id)), "{id}");
+        now(store.forget(&id));
+        assert!(matches!(store.seen_now(&id), Some(Ok(false))), "{id}");
+        assert!(!now(store.seen(&id)), "{id}");
+    }
+}
+
+#[test]
+fn seen_now_does_not_see_an_expired_id() {
+    let store = InMemoryStore::builder()
+        .ttl(Duration::from_millis(1))
+        .build()
+        .expect("1 ms is a valid TTL");
+    let id = uuid_id(2);
+    now(store.remember(&id));
+    std::thread::sleep(Duration::from_millis(5));
+    assert!(matches!(store.seen_now(&id), Some(Ok(false))));
+    assert!(!now(store.seen(&id)));
 }

@@ -9,16 +9,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use babel_idem::store::PostgresStore;
-use babel_idem::store::{Claim, ClaimToken, StoreOperation};
+use babel_idem::store::{Admin, Claim, ClaimToken, IdState, StoreOperation};
 use babel_idem::{ClaimStore, Store};
 use sqlx::Row;
-use store_contract::{Backend, PostgresBackend, assert_refused_when_built};
+use store_contract::{Backend, PostgresBackend, assert_refused_when_built, migrate_concurrently};
 
 store_contract_tests!(PostgresBackend::create);
+admin_contract_tests!(PostgresBackend::create);
 store_settings_tests!(server PostgresBackend::create);
 
 /// `migrate` creates the Go SDK's table: the columns, types, defaults and
-/// the index on `expires_at`; running it again changes nothing.
+/// the index on `expires_at`, and nothing of claim mode's; running it again
+/// changes nothing.
 #[tokio::test]
 async fn migrate_creates_the_go_sdk_table() {
     let Some(backend) = PostgresBackend::create("migrate_creates_the_go_sdk_table") else {
@@ -26,6 +28,11 @@ async fn migrate_creates_the_go_sdk_table() {
     };
     let store = backend.open("schema", None).await;
     store.migrate().await.expect("migrate twice");
+    assert!(store.table_exists().await.unwrap());
+    assert!(
+        !store.claims_table_exists().await.unwrap(),
+        "the seen-set's migration made claim mode's table"
+    );
     let mut raw = backend.raw().await;
     let columns = sqlx::query(
         "SELECT column_name::text, data_type::text, is_nullable::text, column_default::text
@@ -84,7 +91,7 @@ async fn claims_are_logged_and_an_unlogged_claims_table_works_alike() {
     else {
         return;
     };
-    let store = backend.open("persistence", None).await;
+    let store = backend.open_claims("persistence", None).await;
     let claims = format!("{}_claims", store.table());
     let mut raw = backend.raw().await;
     let persistence = "SELECT relpersistence::text FROM pg_class WHERE oid = to_regclass($1)";
@@ -136,7 +143,7 @@ async fn a_claim_racing_a_slow_commit_never_wins() {
     let Some(backend) = PostgresBackend::create("a_claim_racing_a_slow_commit_never_wins") else {
         return;
     };
-    let store = Arc::new(backend.open("slow_commit", None).await);
+    let store = Arc::new(backend.open_claims("slow_commit", None).await);
     let lease = Duration::from_secs(30);
     for batch in [false, true] {
         let id = if batch { "order-batch" } else { "order-single" };
@@ -207,14 +214,17 @@ async fn a_claim_racing_a_slow_commit_never_wins() {
     }
 }
 
-/// `purge_claims` deletes lapsed claims and tombstones once they are a
-/// minute old, and keeps live claims and fresh tombstones.
+/// `purge_finished_claims` deletes lapsed claims and tombstones once they
+/// are a minute old, and keeps live claims and fresh tombstones;
+/// `count_finished_claims` counts what it would delete.
 #[tokio::test]
-async fn purge_claims_deletes_only_old_claim_rows() {
-    let Some(backend) = PostgresBackend::create("purge_claims_deletes_only_old_claim_rows") else {
+async fn purge_finished_claims_deletes_only_old_claim_rows() {
+    let Some(backend) =
+        PostgresBackend::create("purge_finished_claims_deletes_only_old_claim_rows")
+    else {
         return;
     };
-    let store = backend.open("purge_claims", None).await;
+    let store = backend.open_claims("purge_claims", None).await;
     let lease = Duration::from_secs(30);
     let owners: Vec<ClaimToken> = (0..4).map(|_| ClaimToken::random()).collect();
     for (n, &owner) in owners.iter().enumerate() {
@@ -238,7 +248,13 @@ async fn purge_claims_deletes_only_old_claim_rows() {
     .await
     .unwrap();
 
-    assert_eq!(store.purge_claims().await.unwrap(), 2);
+    assert_eq!(store.count_finished_claims().await.unwrap(), 2);
+    assert_eq!(
+        store.purge_finished_claims(1).await.unwrap(),
+        1,
+        "at most the limit"
+    );
+    assert_eq!(store.purge_finished_claims(10).await.unwrap(), 1);
     let left: Vec<String> = sqlx::query_scalar(&format!(
         "SELECT message_id FROM {}_claims ORDER BY message_id",
         store.table()
@@ -257,7 +273,8 @@ async fn purge_claims_deletes_only_old_claim_rows() {
         store.claim("order-3", other, lease).await.unwrap(),
         Claim::Won { .. }
     ));
-    assert_eq!(store.purge_claims().await.unwrap(), 0);
+    assert_eq!(store.purge_finished_claims(10).await.unwrap(), 0);
+    assert_eq!(store.count_finished_claims().await.unwrap(), 0);
 }
 
 /// The expiry is `now() + ttl` by the database clock, written in the same
@@ -330,8 +347,9 @@ async fn purge_deletes_only_expired_rows() {
     expiring.remember("short-lived").await.unwrap();
     forever.remember("kept").await.unwrap();
     tokio::time::sleep(ttl + Duration::from_millis(100)).await;
-    assert_eq!(expiring.purge_expired().await.unwrap(), 1);
-    assert_eq!(expiring.purge_expired().await.unwrap(), 0);
+    assert_eq!(expiring.count_expired().await.unwrap(), 1);
+    assert_eq!(expiring.purge_expired(100).await.unwrap(), 1);
+    assert_eq!(expiring.purge_expired(100).await.unwrap(), 0);
     assert!(forever.seen("kept").await.unwrap());
 }
 
@@ -456,4 +474,46 @@ async fn a_table_name_whose_index_name_would_be_truncated_is_refused() {
         indexes,
         [format!("{table}_expires_at_idx"), format!("{table}_pkey")]
     );
+}
+
+/// A fleet starting at once: 80 concurrent `migrate()` calls, then 80
+/// concurrent `migrate_claims()` calls, on a table name no one made yet, all
+/// succeed (`CREATE ... IF NOT EXISTS` alone fails some of them on a
+/// catalog's unique index). The calls share 20 one-connection pools, so 20
+/// connections race at the server, as separate processes would, without
+/// taking most of the shared server's connection slots.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eighty_concurrent_migrations_of_a_fresh_table_all_succeed() {
+    let Some(backend) =
+        PostgresBackend::create("eighty_concurrent_migrations_of_a_fresh_table_all_succeed")
+    else {
+        return;
+    };
+    let table = backend.table("fleet");
+    let pools: Vec<Arc<PostgresStore>> = (0..20)
+        .map(|_| {
+            let store = PostgresStore::builder()
+                .table(&table)
+                .max_connections(1)
+                .acquire_timeout(Duration::from_secs(30))
+                .connect_lazy(&backend.url)
+                .unwrap();
+            Arc::new(store)
+        })
+        .collect();
+    migrate_concurrently(&pools, 80, |store| async move { store.migrate().await }).await;
+    migrate_concurrently(
+        &pools,
+        80,
+        |store| async move { store.migrate_claims().await },
+    )
+    .await;
+    let store = &pools[0];
+    assert!(store.table_exists().await.unwrap());
+    assert!(store.claims_table_exists().await.unwrap());
+    store.remember("id-A").await.unwrap();
+    assert_eq!(store.states(&["id-A"]).await.unwrap(), [IdState::Done]);
+    for store in &pools {
+        store.pool().close().await;
+    }
 }

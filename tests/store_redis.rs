@@ -15,6 +15,7 @@ use redis::AsyncCommands;
 use store_contract::{Backend, RedisBackend, assert_refused_when_built};
 
 store_contract_tests!(RedisBackend::create);
+admin_contract_tests!(RedisBackend::create);
 store_settings_tests!(server RedisBackend::create);
 
 /// A key written by `RedisStore` is the one the Go SDK's store reads:

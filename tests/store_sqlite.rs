@@ -11,11 +11,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use babel_idem::store::SqliteStore;
-use babel_idem::store::{Claim, ClaimToken, StoreOperation};
+use babel_idem::store::{Admin, Claim, ClaimToken, IdState, StoreOperation};
 use babel_idem::{ClaimStore, Store};
-use store_contract::{Backend, SqliteBackend, assert_refused_when_built};
+use store_contract::{Backend, SqliteBackend, assert_refused_when_built, migrate_concurrently};
 
 store_contract_tests!(SqliteBackend::create);
+admin_contract_tests!(SqliteBackend::create);
 store_settings_tests!(SqliteBackend::create);
 
 #[tokio::test]
@@ -126,7 +127,7 @@ async fn child_process_writer() {
 #[tokio::test]
 async fn marking_an_id_done_drops_its_claim_row() {
     let backend = SqliteBackend::create("claim_rows").unwrap();
-    let store = backend.open("claim_rows", None).await;
+    let store = backend.open_claims("claim_rows", None).await;
     let lease = Duration::from_secs(30);
     let claim_rows = || async {
         let count: i64 =
@@ -173,7 +174,7 @@ async fn marking_an_id_done_drops_its_claim_row() {
 #[tokio::test]
 async fn a_batch_whose_write_fails_changes_nothing() {
     let backend = SqliteBackend::create("batch_rollback").unwrap();
-    let store = backend.open("batch_rollback", None).await;
+    let store = backend.open_claims("batch_rollback", None).await;
     let lease = Duration::from_secs(30);
     let table = store.table().to_owned();
     for (name, on) in [("claim", format!("{table}_claims")), ("mark", table)] {
@@ -237,8 +238,9 @@ async fn purge_deletes_only_expired_ids() {
     expiring.remember("short-lived").await.unwrap();
     forever.remember("kept").await.unwrap();
     tokio::time::sleep(ttl + Duration::from_millis(100)).await;
-    assert_eq!(expiring.purge_expired().await.unwrap(), 1);
-    assert_eq!(expiring.purge_expired().await.unwrap(), 0);
+    assert_eq!(expiring.count_expired().await.unwrap(), 1);
+    assert_eq!(expiring.purge_expired(100).await.unwrap(), 1);
+    assert_eq!(expiring.purge_expired(100).await.unwrap(), 0);
     assert!(forever.seen("kept").await.unwrap());
     assert!(!forever.seen("short-lived").await.unwrap());
 }
@@ -266,6 +268,66 @@ async fn the_in_memory_database_keeps_its_ids_and_migrate_is_idempotent() {
     store.migrate().await.unwrap();
     assert!(store.seen("id-A").await.unwrap());
     assert_eq!(store.table(), "babelqueue_idempotency");
+}
+
+/// Opening a store (and `migrate`) creates the seen-set table only; claim
+/// mode's table comes from `migrate_claims`, which is idempotent too, and
+/// claims work once it ran.
+#[tokio::test]
+async fn migrate_makes_the_seen_set_only_and_migrate_claims_claim_modes_tables() {
+    let backend = SqliteBackend::create("migrations").unwrap();
+    let store = backend.open("migrations", None).await;
+    assert!(store.table_exists().await.unwrap());
+    assert!(!store.claims_table_exists().await.unwrap());
+    let lease = Duration::from_secs(30);
+    store
+        .claim("id-A", ClaimToken::random(), lease)
+        .await
+        .expect_err("no claims table yet");
+    store.migrate_claims().await.unwrap();
+    store.migrate_claims().await.unwrap();
+    assert!(store.claims_table_exists().await.unwrap());
+    assert!(matches!(
+        store
+            .claim("id-A", ClaimToken::random(), lease)
+            .await
+            .unwrap(),
+        Claim::Won { .. }
+    ));
+}
+
+/// A fleet starting at once on one file: 80 concurrent `migrate()` calls,
+/// then 80 concurrent `migrate_claims()` calls, on a table name no one made
+/// yet, each from a store (and pool) of its own, all succeed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eighty_concurrent_migrations_of_a_fresh_table_all_succeed() {
+    let backend = SqliteBackend::create("fleet").unwrap();
+    // The file exists (another table's store made it); the table does not.
+    backend.open("other", None).await;
+    let table = backend.table("fleet");
+    let stores: Vec<Arc<SqliteStore>> = (0..80)
+        .map(|_| {
+            let store = SqliteStore::builder()
+                .table(&table)
+                .busy_timeout(Duration::from_secs(30))
+                .max_connections(1)
+                .open_existing(backend.database())
+                .unwrap();
+            Arc::new(store)
+        })
+        .collect();
+    migrate_concurrently(&stores, 80, |store| async move { store.migrate().await }).await;
+    migrate_concurrently(
+        &stores,
+        80,
+        |store| async move { store.migrate_claims().await },
+    )
+    .await;
+    let store = &stores[0];
+    assert!(store.table_exists().await.unwrap());
+    assert!(store.claims_table_exists().await.unwrap());
+    store.remember("id-A").await.unwrap();
+    assert_eq!(store.states(&["id-A"]).await.unwrap(), [IdState::Done]);
 }
 
 #[tokio::test]

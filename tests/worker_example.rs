@@ -101,13 +101,15 @@ fn final_line(output: &Output) -> Value {
     serde_json::from_str(line).unwrap_or_else(|e| panic!("{line:?} is not JSON: {e}"))
 }
 
-fn counts(delivered: u64, ran: u64, skipped: u64, dead_lettered: u64) -> Value {
+/// The summary line of a worker that stopped for `stopped` (`idle`, `signal`).
+fn counts(delivered: u64, ran: u64, skipped: u64, dead_lettered: u64, stopped: &str) -> Value {
     json!({
         "delivered": delivered,
         "ran": ran,
         "skipped": skipped,
         "retried": 0,
         "dead_lettered": dead_lettered,
+        "stopped": stopped,
     })
 }
 
@@ -188,9 +190,9 @@ async fn the_worker_runs_each_order_once_across_two_runs_and_dead_letters_poison
         .await
         .unwrap();
 
-    let output = run_worker(fixture.args(&["--until-idle", "1"])).await;
+    let output = run_worker(fixture.args(&["--until-idle", "1s"])).await;
     assert!(output.status.success(), "{output:?}");
-    assert_eq!(final_line(&output), counts(31, 20, 10, 1));
+    assert_eq!(final_line(&output), counts(31, 20, 10, 1, "idle"));
     assert!(fixture.queue.drained().await);
     let dlq: Vec<String> = raw.lrange(fixture.queue.dlq(), 0, -1).await.unwrap();
     assert_eq!(dlq.len(), 1);
@@ -201,9 +203,9 @@ async fn the_worker_runs_each_order_once_across_two_runs_and_dead_letters_poison
     let mut second = ids(&prefix, 15..20);
     second.extend(ids(&prefix, 20..21));
     fixture.publish(&second).await;
-    let output = run_worker(fixture.args(&["--until-idle", "1"])).await;
+    let output = run_worker(fixture.args(&["--until-idle", "1s"])).await;
     assert!(output.status.success(), "{output:?}");
-    assert_eq!(final_line(&output), counts(6, 1, 5, 0));
+    assert_eq!(final_line(&output), counts(6, 1, 5, 0, "idle"));
     assert!(fixture.queue.drained().await);
 }
 
@@ -250,14 +252,14 @@ async fn sigterm_stops_the_worker_with_its_counts() {
     .unwrap();
     assert_no_panic(&output);
     assert!(output.status.success(), "{output:?}");
-    assert_eq!(final_line(&output), counts(12, 12, 0, 0));
+    assert_eq!(final_line(&output), counts(12, 12, 0, 0, "signal"));
     assert!(String::from_utf8_lossy(&output.stderr).contains("worker: stopping"));
 }
 
 #[tokio::test]
 async fn bad_flags_and_unreachable_brokers_are_clear_errors_without_a_panic() {
     // (flags, exit code, what stderr says)
-    let cases: [(&[&str], i32, &str); 7] = [
+    let cases: [(&[&str], i32, &str); 8] = [
         (&["--queue", "q"], 2, "exactly one of --redis and --amqp"),
         (
             &[
@@ -283,6 +285,18 @@ async fn bad_flags_and_unreachable_brokers_are_clear_errors_without_a_panic() {
             ],
             2,
             "--concurrency must be a whole number",
+        ),
+        (
+            &[
+                "--redis",
+                "redis://h/",
+                "--queue",
+                "q",
+                "--until-idle",
+                "2 seconds",
+            ],
+            2,
+            "--until-idle takes a duration such as 500ms, 30s, 5m or 2h",
         ),
         (
             &["--redis", "not a url", "--queue", "q"],

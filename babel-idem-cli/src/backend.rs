@@ -1,36 +1,41 @@
-//! The store a URL names, opened with the operator's settings. Every
-//! operation is the library's (the stores' `admin` operations and
-//! [`Store`]); this module only picks the backend and sorts failures into
-//! exit codes.
+//! The store a URL names, opened with the operator's settings: the one
+//! place the CLI looks at the backend. Every command then works on the
+//! store through [`Admin`], the library's; this module only opens,
+//! migrates, and sorts failures into exit codes.
 
 use std::time::Duration;
 
-use babel_idem::store::StoreStats;
-use babel_idem::store::{PostgresStore, RedisStore, SqliteStore};
-use babel_idem::{Store, StoreError};
+use babel_idem::StoreError;
+use babel_idem::store::{Admin, PostgresStore, RedisStore, SqliteStore, SqliteStoreBuilder};
 
 use crate::exit::{CliError, Exit, store_failed};
 use crate::target::Target;
 
 /// The operator's store settings.
 #[derive(Debug, Clone)]
-pub struct Settings {
+pub(crate) struct Settings {
     pub table: Option<String>,
     pub prefix: Option<String>,
+    pub php_claims: bool,
     pub timeout: Duration,
 }
 
-/// Whether opening a SQLite store may create its file and table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Create {
-    Yes,
-    No,
+/// A store, reached and set up, with what the commands say about it.
+pub(crate) struct Opened {
+    pub admin: Box<dyn Admin>,
+    /// The server deletes expired marks and finished claims itself, and
+    /// keeps no write time (Redis): nothing to purge, no oldest or newest.
+    pub self_expiring: bool,
 }
 
-pub enum Backend {
-    Sqlite(SqliteStore),
-    Redis(RedisStore),
-    Postgres(PostgresStore),
+/// What a migration made, or would make.
+pub(crate) struct Migration {
+    /// The seen-set table; `None` where there is no schema (Redis).
+    pub table: Option<String>,
+    /// Claim mode's table, when asked for.
+    pub claims_table: Option<String>,
+    /// With `--dry-run`: the tables missing, which a migration would create.
+    pub missing: Vec<String>,
 }
 
 /// Building the store refused a setting (a table name, a prefix, a URL).
@@ -38,180 +43,142 @@ fn refused(error: StoreError) -> CliError {
     CliError::usage(error.to_string())
 }
 
-impl Backend {
-    /// The store `target` names, reached and ready: its table is there.
-    /// A missing SQLite file is not created (see [`Backend::migrate`]).
-    pub async fn ready(target: &Target, settings: &Settings) -> Result<Backend, CliError> {
-        if let Target::Sqlite(path) = target
-            && !path.exists()
-        {
-            return Err(not_migrated(target, "no SQLite database at this path"));
-        }
-        let backend = Backend::open(target, settings, Create::No).await?;
-        let reached = match &backend {
-            Backend::Sqlite(store) => store.table_exists().await,
-            Backend::Postgres(store) => store.table_exists().await,
-            Backend::Redis(store) => store.ping().await.map(|()| true),
-        };
-        match reached {
-            Ok(true) => Ok(backend),
-            Ok(false) => Err(not_migrated(
-                target,
-                &format!(
-                    "table {} does not exist",
-                    backend.table().unwrap_or_default()
-                ),
-            )),
-            Err(error) => Err(cannot_reach(target, error)),
-        }
-    }
-
-    /// Creates the table and its index where they are missing (and the
-    /// SQLite file); `None` for Redis, which has nothing to create (it is
-    /// pinged, so bad credentials still fail).
-    pub async fn migrate(target: &Target, settings: &Settings) -> Result<Option<String>, CliError> {
-        match Backend::open(target, settings, Create::Yes).await? {
-            // Opening the file created it and its table.
-            Backend::Sqlite(store) => Ok(Some(store.table().to_owned())),
-            Backend::Postgres(store) => {
-                store
-                    .table_exists()
-                    .await
-                    .map_err(|e| cannot_reach(target, e))?;
-                store.migrate().await.map_err(store_failed)?;
-                Ok(Some(store.table().to_owned()))
+/// Opens the store `target` names, reached and ready: its table is there.
+/// A missing SQLite file is not created (see [`migrate`]).
+pub(crate) async fn open(target: &Target, settings: &Settings) -> Result<Opened, CliError> {
+    check_options(target, settings)?;
+    let reach = |e| cannot_reach(target, e);
+    match target {
+        Target::Sqlite(path) => {
+            if !path.exists() {
+                return Err(not_migrated(target, "no SQLite database at this path"));
             }
-            Backend::Redis(store) => {
-                store.ping().await.map_err(|e| cannot_reach(target, e))?;
-                Ok(None)
+            let store = sqlite_builder(settings)
+                .open_existing(path)
+                .map_err(refused)?;
+            if !store.table_exists().await.map_err(reach)? {
+                return Err(missing_table(target, store.table()));
             }
+            Ok(sql(store))
         }
-    }
-
-    /// The store, with its settings checked. Nothing is reached, except a
-    /// SQLite file that `create` asks to make (and migrate).
-    async fn open(
-        target: &Target,
-        settings: &Settings,
-        create: Create,
-    ) -> Result<Backend, CliError> {
-        match target {
-            Target::Sqlite(_) | Target::Postgres(_) if settings.prefix.is_some() => Err(
-                CliError::usage("--prefix is a Redis setting; SQL stores take --table"),
-            ),
-            Target::Redis(_) if settings.table.is_some() => Err(CliError::usage(
-                "--table is a SQL setting; Redis stores take --prefix",
-            )),
-            Target::Sqlite(path) => {
-                // Lazy: refuses a bad table name before the file is touched.
-                let store = sqlite_builder(settings)
-                    .open_existing(path)
-                    .map_err(refused)?;
-                if create == Create::No {
-                    return Ok(Backend::Sqlite(store));
-                }
-                sqlite_builder(settings)
-                    .open(path)
-                    .await
-                    .map(Backend::Sqlite)
-                    .map_err(|e| cannot_reach(target, e))
+        Target::Postgres(url) => {
+            let store = postgres_store(url, settings)?;
+            if !store.table_exists().await.map_err(reach)? {
+                return Err(missing_table(target, store.table()));
             }
-            Target::Postgres(url) => {
-                let mut builder = PostgresStore::builder()
-                    .acquire_timeout(settings.timeout)
-                    .max_connections(2);
-                if let Some(table) = &settings.table {
-                    builder = builder.table(table);
-                }
-                builder
-                    .connect_lazy(url)
-                    .map(Backend::Postgres)
-                    .map_err(refused)
-            }
-            Target::Redis(url) => {
-                let mut builder = RedisStore::builder()
-                    .timeout(settings.timeout)
-                    .reconnect_attempts(1);
-                if let Some(prefix) = &settings.prefix {
-                    builder = builder.prefix(prefix);
-                }
-                builder
-                    .connect_lazy(url)
-                    .map(Backend::Redis)
-                    .map_err(refused)
-            }
+            Ok(sql(store))
         }
-    }
-
-    pub fn store(&self) -> &dyn Store {
-        match self {
-            Backend::Sqlite(store) => store,
-            Backend::Redis(store) => store,
-            Backend::Postgres(store) => store,
+        Target::Redis(url) => {
+            let store = redis_store(url, settings)?;
+            store.ping().await.map_err(reach)?;
+            Ok(Opened {
+                admin: Box::new(store),
+                self_expiring: true,
+            })
         }
-    }
-
-    /// The SQL stores' table.
-    fn table(&self) -> Option<&str> {
-        match self {
-            Backend::Sqlite(store) => Some(store.table()),
-            Backend::Postgres(store) => Some(store.table()),
-            Backend::Redis(_) => None,
-        }
-    }
-
-    pub fn is_redis(&self) -> bool {
-        matches!(self, Backend::Redis(_))
-    }
-
-    pub async fn stored_many(&self, keys: &[&str]) -> Result<Vec<bool>, CliError> {
-        match self {
-            Backend::Sqlite(store) => store.stored_many(keys).await,
-            Backend::Redis(store) => store.stored_many(keys).await,
-            Backend::Postgres(store) => store.stored_many(keys).await,
-        }
-        .map_err(store_failed)
-    }
-
-    pub async fn forget_many(&self, keys: &[&str]) -> Result<u64, CliError> {
-        match self {
-            Backend::Sqlite(store) => store.forget_many(keys).await,
-            Backend::Redis(store) => store.forget_many(keys).await,
-            Backend::Postgres(store) => store.forget_many(keys).await,
-        }
-        .map_err(store_failed)
-    }
-
-    pub async fn stats(&self, key_prefix: &str) -> Result<StoreStats, CliError> {
-        match self {
-            Backend::Sqlite(store) => store.stats(key_prefix).await,
-            Backend::Redis(store) => store.stats(key_prefix).await,
-            Backend::Postgres(store) => store.stats(key_prefix).await,
-        }
-        .map_err(store_failed)
-    }
-
-    pub async fn count_expired(&self) -> Result<u64, CliError> {
-        match self {
-            Backend::Sqlite(store) => store.count_expired().await,
-            Backend::Redis(store) => store.count_expired().await,
-            Backend::Postgres(store) => store.count_expired().await,
-        }
-        .map_err(store_failed)
-    }
-
-    /// Deletes up to `limit` expired marks; Redis has none waiting.
-    pub async fn purge_expired_batch(&self, limit: u32) -> Result<u64, CliError> {
-        match self {
-            Backend::Sqlite(store) => store.purge_expired_batch(limit).await,
-            Backend::Redis(store) => store.purge_expired().await,
-            Backend::Postgres(store) => store.purge_expired_batch(limit).await,
-        }
-        .map_err(store_failed)
     }
 }
 
-fn sqlite_builder(settings: &Settings) -> babel_idem::store::SqliteStoreBuilder {
+/// Creates the seen-set table and its index where they are missing (and
+/// the SQLite file), and claim mode's tables with `claims`; with `dry_run`
+/// only says which are missing. Redis has nothing to create; it is pinged,
+/// so bad credentials still fail.
+pub(crate) async fn migrate(
+    target: &Target,
+    settings: &Settings,
+    claims: bool,
+    dry_run: bool,
+) -> Result<Migration, CliError> {
+    check_options(target, settings)?;
+    let reach = |e| cannot_reach(target, e);
+    match target {
+        Target::Sqlite(path) => {
+            // Lazy: refuses a bad table name before the file is touched.
+            let existing = sqlite_builder(settings)
+                .open_existing(path)
+                .map_err(refused)?;
+            let (table, claims_table) = (existing.table(), format!("{}_claims", existing.table()));
+            if dry_run {
+                let there = path.exists();
+                let mut missing = Vec::new();
+                if !there || !existing.table_exists().await.map_err(reach)? {
+                    missing.push(table.to_owned());
+                }
+                if claims && (!there || !existing.claims_table_exists().await.map_err(reach)?) {
+                    missing.push(claims_table.clone());
+                }
+                return Ok(migration(table, claims.then_some(claims_table), missing));
+            }
+            // Opening makes the file and the seen-set table.
+            let store = sqlite_builder(settings).open(path).await.map_err(reach)?;
+            if claims {
+                store.migrate_claims().await.map_err(store_failed)?;
+            }
+            Ok(migration(table, claims.then_some(claims_table), Vec::new()))
+        }
+        Target::Postgres(url) => {
+            let store = postgres_store(url, settings)?;
+            let (table, claims_table) = (store.table(), format!("{}_claims", store.table()));
+            let table_there = store.table_exists().await.map_err(reach)?;
+            if dry_run {
+                let mut missing = Vec::new();
+                if !table_there {
+                    missing.push(table.to_owned());
+                }
+                if claims && !store.claims_table_exists().await.map_err(store_failed)? {
+                    missing.push(claims_table.clone());
+                }
+                return Ok(migration(table, claims.then_some(claims_table), missing));
+            }
+            store.migrate().await.map_err(store_failed)?;
+            if claims {
+                store.migrate_claims().await.map_err(store_failed)?;
+            }
+            Ok(migration(table, claims.then_some(claims_table), Vec::new()))
+        }
+        Target::Redis(url) => {
+            redis_store(url, settings)?.ping().await.map_err(reach)?;
+            Ok(Migration {
+                table: None,
+                claims_table: None,
+                missing: Vec::new(),
+            })
+        }
+    }
+}
+
+fn migration(table: &str, claims_table: Option<String>, missing: Vec<String>) -> Migration {
+    Migration {
+        table: Some(table.to_owned()),
+        claims_table,
+        missing,
+    }
+}
+
+fn sql(store: impl Admin + 'static) -> Opened {
+    Opened {
+        admin: Box::new(store),
+        self_expiring: false,
+    }
+}
+
+/// Refuses a setting of another backend.
+fn check_options(target: &Target, settings: &Settings) -> Result<(), CliError> {
+    match target {
+        Target::Sqlite(_) | Target::Postgres(_) if settings.prefix.is_some() => Err(
+            CliError::usage("--prefix is a Redis setting; SQL stores take --table"),
+        ),
+        Target::Sqlite(_) | Target::Postgres(_) if settings.php_claims => Err(CliError::usage(
+            "--php-claims is a Redis layout; SQL stores have one layout",
+        )),
+        Target::Redis(_) if settings.table.is_some() => Err(CliError::usage(
+            "--table is a SQL setting; Redis stores take --prefix",
+        )),
+        _ => Ok(()),
+    }
+}
+
+fn sqlite_builder(settings: &Settings) -> SqliteStoreBuilder {
     let mut builder = SqliteStore::builder()
         .busy_timeout(settings.timeout)
         .max_connections(1);
@@ -219,6 +186,35 @@ fn sqlite_builder(settings: &Settings) -> babel_idem::store::SqliteStoreBuilder 
         builder = builder.table(table);
     }
     builder
+}
+
+/// A lazily connected store: nothing is reached yet.
+fn postgres_store(url: &str, settings: &Settings) -> Result<PostgresStore, CliError> {
+    let mut builder = PostgresStore::builder()
+        .acquire_timeout(settings.timeout)
+        .max_connections(2);
+    if let Some(table) = &settings.table {
+        builder = builder.table(table);
+    }
+    builder.connect_lazy(url).map_err(refused)
+}
+
+/// A lazily connected store: nothing is reached yet.
+fn redis_store(url: &str, settings: &Settings) -> Result<RedisStore, CliError> {
+    let mut builder = RedisStore::builder()
+        .timeout(settings.timeout)
+        .reconnect_attempts(1);
+    if settings.php_claims {
+        builder = builder.php_claims();
+    }
+    if let Some(prefix) = &settings.prefix {
+        builder = builder.prefix(prefix);
+    }
+    builder.connect_lazy(url).map_err(refused)
+}
+
+fn missing_table(target: &Target, table: &str) -> CliError {
+    not_migrated(target, &format!("table {table} does not exist"))
 }
 
 fn not_migrated(target: &Target, what: &str) -> CliError {

@@ -1,81 +1,97 @@
-//! One function per command: read the ids, call the store, print the outcome.
+//! One function per command, generic over the store: read the ids, call
+//! the store's [`Admin`] operations, print the outcome.
 
 use std::io::IsTerminal;
 
+use babel_idem::store::{Admin, IdState};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::json;
 
 use crate::args::IdArgs;
-use crate::backend::Backend;
+use crate::backend::{Migration, Opened};
 use crate::exit::{CliError, Exit, store_failed};
 use crate::ids::{Ids, key, scope_prefix};
 use crate::output::{Output, rfc3339_ms};
 
 /// Ids read (from stdin, too) and sent to the store at a time.
-pub const CHUNK: usize = 1_000;
+pub(crate) const CHUNK: usize = 1_000;
 
-/// Expired marks deleted per statement by `purge-expired`.
-pub const PURGE_BATCH: u32 = 10_000;
+/// Expired marks (or finished claims) deleted per statement by `purge-expired`.
+pub(crate) const PURGE_BATCH: u32 = 10_000;
 
-/// Prints `seen` or `unseen` for each id; [`Exit::NotSeen`] if any is unseen.
-pub async fn seen(backend: &Backend, args: IdArgs, out: &mut Output) -> Result<Exit, CliError> {
+/// The ids of `args` as the store's keys, [`CHUNK`] at a time, each chunk
+/// given to `each` with its ids and keys.
+async fn for_each_chunk<F>(args: IdArgs, mut each: F) -> Result<(), CliError>
+where
+    F: AsyncFnMut(&[String], &[&str]) -> Result<(), CliError>,
+{
     let scope = args.scope.as_deref();
     let mut ids = Ids::new(args.ids);
-    let mut all_seen = true;
     loop {
         let chunk = ids.next_chunk(CHUNK)?;
         if chunk.is_empty() {
-            break;
+            return Ok(());
         }
-        for id in &chunk {
-            let seen = backend
-                .store()
-                .seen(&key(scope, id))
-                .await
-                .map_err(store_failed)?;
-            all_seen &= seen;
-            let state = if seen { "seen" } else { "unseen" };
+        let keys: Vec<String> = chunk.iter().map(|id| key(scope, id)).collect();
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        each(&chunk, &keys).await?;
+    }
+}
+
+/// Prints `seen`, `claimed` or `unseen` for each id; [`Exit::NotSeen`]
+/// unless every id is seen (a claimed id's handler has not finished).
+pub(crate) async fn seen(
+    store: &dyn Admin,
+    args: IdArgs,
+    out: &mut Output,
+) -> Result<Exit, CliError> {
+    let mut all_seen = true;
+    for_each_chunk(args, async |ids, keys| {
+        let states = store.states(keys).await.map_err(store_failed)?;
+        for (id, state) in ids.iter().zip(states) {
+            all_seen &= state.is_done();
+            let word = match state {
+                IdState::Done => "seen",
+                IdState::Claimed => "claimed",
+                _ => "unseen",
+            };
             out.emit(
-                || format!("{state}\t{id}"),
-                || json!({ "id": id, "seen": seen }),
+                || format!("{word}\t{id}"),
+                || json!({ "id": id, "seen": state.is_done(), "state": state.as_str() }),
             );
         }
-    }
+        Ok(())
+    })
+    .await?;
     Ok(if all_seen { Exit::Ok } else { Exit::NotSeen })
 }
 
 /// Forgets the ids, [`CHUNK`] at a time; with `dry_run`, lists the ids
-/// that are stored instead and removes nothing.
-pub async fn forget(
-    backend: &Backend,
+/// that are seen instead and removes nothing.
+pub(crate) async fn forget(
+    store: &dyn Admin,
     args: IdArgs,
     dry_run: bool,
     out: &mut Output,
 ) -> Result<Exit, CliError> {
-    let scope = args.scope.as_deref();
-    let mut ids = Ids::new(args.ids);
     let (mut given, mut removed) = (0u64, 0u64);
-    loop {
-        let chunk = ids.next_chunk(CHUNK)?;
-        if chunk.is_empty() {
-            break;
-        }
-        given += chunk.len() as u64;
-        let keys: Vec<String> = chunk.iter().map(|id| key(scope, id)).collect();
-        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    for_each_chunk(args, async |ids, keys| {
+        given += ids.len() as u64;
         if !dry_run {
-            removed += backend.forget_many(&keys).await?;
-            continue;
+            removed += store.forget_ids(keys).await.map_err(store_failed)?;
+            return Ok(());
         }
-        let stored = backend.stored_many(&keys).await?;
-        for id in chunk.iter().zip(stored).filter(|(_, stored)| *stored) {
+        let states = store.states(keys).await.map_err(store_failed)?;
+        for (id, _) in ids.iter().zip(states).filter(|(_, state)| state.is_done()) {
             removed += 1;
             out.emit(
-                || format!("would forget\t{}", id.0),
-                || json!({ "id": id.0, "would_forget": true }),
+                || format!("would forget\t{id}"),
+                || json!({ "id": id, "would_forget": true }),
             );
         }
-    }
+        Ok(())
+    })
+    .await?;
     if dry_run {
         out.emit(
             || format!("would forget {removed} of {given} ids (dry run: nothing removed)"),
@@ -90,34 +106,99 @@ pub async fn forget(
     Ok(Exit::Ok)
 }
 
-/// Deletes the expired marks in batches of [`PURGE_BATCH`], with a
-/// progress bar on a terminal; with `dry_run`, counts them.
-pub async fn purge_expired(
-    backend: &Backend,
+/// What `purge-expired` deletes: expired marks, or finished claims.
+#[derive(Clone, Copy)]
+enum Purged {
+    Marks,
+    Claims,
+}
+
+impl Purged {
+    fn what(self) -> &'static str {
+        match self {
+            Purged::Marks => "expired marks",
+            Purged::Claims => "finished claims",
+        }
+    }
+
+    /// The JSON field of the count, `purged` or `claims_purged`.
+    fn field(self, dry_run: bool) -> &'static str {
+        match (self, dry_run) {
+            (Purged::Marks, false) => "purged",
+            (Purged::Marks, true) => "would_purge",
+            (Purged::Claims, false) => "claims_purged",
+            (Purged::Claims, true) => "claims_would_purge",
+        }
+    }
+}
+
+/// Deletes the expired marks (and with `claims` the finished claims) in
+/// batches of [`PURGE_BATCH`], with a progress bar on a terminal; with
+/// `dry_run`, counts them.
+pub(crate) async fn purge_expired(
+    opened: &Opened,
+    claims: bool,
     dry_run: bool,
     out: &mut Output,
 ) -> Result<Exit, CliError> {
-    if backend.is_redis() {
-        // The library's purge is a no-op on Redis; say why rather than "0".
-        let purged = backend.purge_expired_batch(PURGE_BATCH).await?;
+    if opened.self_expiring {
+        // The library's purge is a no-op there; say why rather than "0".
+        let purged = opened
+            .admin
+            .purge_expired(PURGE_BATCH)
+            .await
+            .map_err(store_failed)?;
         out.emit(
             || "nothing to purge: Redis deletes each mark itself when its TTL runs out".into(),
             || json!({ "purged": purged, "dry_run": dry_run, "note": "redis expires marks itself" }),
         );
         return Ok(Exit::Ok);
     }
-    let expired = backend.count_expired().await?;
-    if dry_run {
-        out.emit(
-            || format!("would purge {expired} expired marks (dry run: nothing removed)"),
-            || json!({ "would_purge": expired, "purged": 0, "dry_run": true }),
-        );
-        return Ok(Exit::Ok);
+    let kinds: &[Purged] = if claims {
+        &[Purged::Marks, Purged::Claims]
+    } else {
+        &[Purged::Marks]
+    };
+    let mut report = serde_json::Map::new();
+    let mut lines = Vec::new();
+    for &kind in kinds {
+        let store = &*opened.admin;
+        let waiting = match kind {
+            Purged::Marks => store.count_expired().await,
+            Purged::Claims => store.count_finished_claims().await,
+        }
+        .map_err(store_failed)?;
+        let count = if dry_run {
+            lines.push(format!(
+                "would purge {waiting} {} (dry run: nothing removed)",
+                kind.what()
+            ));
+            waiting
+        } else {
+            let purged = purge_all(store, kind, waiting).await?;
+            lines.push(format!("purged {purged} {}", kind.what()));
+            purged
+        };
+        report.insert(kind.field(dry_run).into(), count.into());
+        if dry_run {
+            report.insert(kind.field(false).into(), 0.into());
+        }
     }
-    let bar = progress_bar(expired);
+    report.insert("dry_run".into(), dry_run.into());
+    out.emit(|| lines.join("\n"), || report.into());
+    Ok(Exit::Ok)
+}
+
+/// Purges `kind` until a batch comes back short; `expected` sizes the bar.
+async fn purge_all(store: &dyn Admin, kind: Purged, expected: u64) -> Result<u64, CliError> {
+    let bar = progress_bar(expected, kind);
     let mut purged = 0;
     loop {
-        let batch = backend.purge_expired_batch(PURGE_BATCH).await?;
+        let batch = match kind {
+            Purged::Marks => store.purge_expired(PURGE_BATCH).await,
+            Purged::Claims => store.purge_finished_claims(PURGE_BATCH).await,
+        }
+        .map_err(store_failed)?;
         purged += batch;
         bar.inc(batch);
         if batch < u64::from(PURGE_BATCH) {
@@ -125,54 +206,80 @@ pub async fn purge_expired(
         }
     }
     bar.finish_and_clear();
-    out.emit(
-        || format!("purged {purged} expired marks"),
-        || json!({ "purged": purged, "dry_run": false }),
-    );
-    Ok(Exit::Ok)
+    Ok(purged)
 }
 
 /// A bar on stderr for a purge of more than one batch, drawn only when
 /// stderr is a terminal (never into a script's pipe or a log file).
-fn progress_bar(total: u64) -> ProgressBar {
+fn progress_bar(total: u64, kind: Purged) -> ProgressBar {
     if total <= u64::from(PURGE_BATCH) || !std::io::stderr().is_terminal() {
         return ProgressBar::hidden();
     }
     let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
-    if let Ok(style) =
-        ProgressStyle::with_template("purging {bar:40} {pos}/{len} expired marks ({eta})")
-    {
+    let template = format!(
+        "purging {{bar:40}} {{pos}}/{{len}} {} ({{eta}})",
+        kind.what()
+    );
+    if let Ok(style) = ProgressStyle::with_template(&template) {
         bar.set_style(style);
     }
     bar
 }
 
-/// Creates what the store needs; says so when it needs nothing (Redis).
-pub fn migrated(display: &str, table: Option<String>, out: &mut Output) -> Exit {
-    match table {
-        Some(table) => out.emit(
-            || format!("{display}: table {table} is ready"),
-            || json!({ "migrated": true, "table": table }),
-        ),
-        None => out.emit(
+/// Says what a migration made, or with `dry_run` what it would make; says
+/// so when the store needs nothing (Redis).
+pub(crate) fn migrated(
+    display: &str,
+    migration: Migration,
+    dry_run: bool,
+    out: &mut Output,
+) -> Exit {
+    let Some(table) = migration.table else {
+        out.emit(
             || format!("{display}: nothing to migrate: Redis needs no schema"),
-            || json!({ "migrated": false, "note": "redis needs no schema" }),
-        ),
+            || json!({ "migrated": false, "dry_run": dry_run, "note": "redis needs no schema" }),
+        );
+        return Exit::Ok;
+    };
+    let claims = migration.claims_table;
+    if dry_run {
+        let missing = migration.missing;
+        out.emit(
+            || match missing.is_empty() {
+                true => format!("{display}: nothing to create (dry run)"),
+                false => format!(
+                    "{display}: would create {} (dry run: nothing created)",
+                    missing.join(", ")
+                ),
+            },
+            || json!({ "migrated": false, "dry_run": true, "would_create": missing }),
+        );
+        return Exit::Ok;
     }
+    out.emit(
+        || {
+            let mut text = format!("{display}: table {table} is ready");
+            if let Some(claims) = &claims {
+                text.push_str(&format!("\n{display}: claims table {claims} is ready"));
+            }
+            text
+        },
+        || json!({ "migrated": true, "dry_run": false, "table": table, "claims_table": claims }),
+    );
     Exit::Ok
 }
 
 /// Prints the marks' count, expired count, oldest and newest.
-pub async fn stats(
-    backend: &Backend,
+pub(crate) async fn stats(
+    opened: &Opened,
     scope: Option<&str>,
     out: &mut Output,
 ) -> Result<Exit, CliError> {
     let prefix = scope.map(scope_prefix).unwrap_or_default();
-    let stats = backend.stats(&prefix).await?;
+    let stats = opened.admin.stats(&prefix).await.map_err(store_failed)?;
     let time = |ms: Option<i64>| match ms {
         Some(ms) => rfc3339_ms(ms),
-        None if backend.is_redis() => "- (Redis keeps no write time)".into(),
+        None if opened.self_expiring => "- (Redis keeps no write time)".into(),
         None => "-".into(),
     };
     out.emit(

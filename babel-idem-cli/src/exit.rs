@@ -23,26 +23,26 @@ impl From<Exit> for ExitCode {
 /// Why a command stopped: printed as one line on stderr, exits with `exit`.
 #[derive(Debug, thiserror::Error)]
 #[error("{message}")]
-pub struct CliError {
+pub(crate) struct CliError {
     pub exit: Exit,
     message: String,
 }
 
 impl CliError {
-    pub fn new(exit: Exit, message: impl Into<String>) -> Self {
+    pub(crate) fn new(exit: Exit, message: impl Into<String>) -> Self {
         CliError {
             exit,
             message: message.into(),
         }
     }
 
-    pub fn usage(message: impl Into<String>) -> Self {
+    pub(crate) fn usage(message: impl Into<String>) -> Self {
         Self::new(Exit::Usage, message)
     }
 
     /// The message on one line: a backend error may carry newlines (a
     /// server's detail, a hint), and a script reads one line.
-    pub fn one_line(&self) -> String {
+    pub(crate) fn one_line(&self) -> String {
         self.message
             .split(['\n', '\r'])
             .map(str::trim)
@@ -53,6 +53,6 @@ impl CliError {
 }
 
 /// A store command failed after the store was reached.
-pub fn store_failed(error: babel_idem::StoreError) -> CliError {
+pub(crate) fn store_failed(error: babel_idem::StoreError) -> CliError {
     CliError::new(Exit::Store, error.to_string())
 }

@@ -21,7 +21,7 @@ impl MessageId for RawId<'_> {
 
 /// The key a guard with `scope` stores `id` under: exactly
 /// [`DedupeKey`]'s, so the CLI finds what the library wrote.
-pub fn key(scope: Option<&str>, id: &str) -> String {
+pub(crate) fn key(scope: Option<&str>, id: &str) -> String {
     DedupeKey::new(scope, &RawId(id))
         .as_str()
         .unwrap_or_default()
@@ -30,14 +30,14 @@ pub fn key(scope: Option<&str>, id: &str) -> String {
 
 /// What every key of `scope` starts with: a one-byte id's key without that
 /// byte, so the layout stays the library's alone.
-pub fn scope_prefix(scope: &str) -> String {
+pub(crate) fn scope_prefix(scope: &str) -> String {
     let mut prefix = key(Some(scope), "x");
     prefix.pop();
     prefix
 }
 
 /// The ids of the command line, in order; each `-` is stdin's lines.
-pub struct Ids {
+pub(crate) struct Ids {
     args: std::vec::IntoIter<String>,
     stdin: Option<StdinLock<'static>>,
     line: String,
@@ -45,7 +45,7 @@ pub struct Ids {
 }
 
 impl Ids {
-    pub fn new(args: Vec<String>) -> Self {
+    pub(crate) fn new(args: Vec<String>) -> Self {
         Ids {
             args: args.into_iter(),
             stdin: None,
@@ -55,7 +55,7 @@ impl Ids {
     }
 
     /// Up to `max` more ids; empty once every id was read.
-    pub fn next_chunk(&mut self, max: usize) -> Result<Vec<String>, CliError> {
+    pub(crate) fn next_chunk(&mut self, max: usize) -> Result<Vec<String>, CliError> {
         let mut chunk = Vec::with_capacity(max.min(1024));
         while chunk.len() < max {
             match self.next_id()? {

@@ -1,20 +1,30 @@
 //! `babel-idem`: the operator CLI of babel-idem's seen-sets.
 //!
 //! ```text
-//! babel-idem seen URL ID...                 whether each id is marked processed
-//! babel-idem forget URL ID... [--dry-run]   un-mark ids (manual replay); `-` reads stdin
-//! babel-idem purge-expired URL [--dry-run]  delete marks whose TTL ran out
-//! babel-idem migrate URL                    create the table (SQL stores)
-//! babel-idem stats URL [--scope S]          count marks: total, expired, oldest, newest
+//! babel-idem seen URL ID...                   where each id stands: seen, claimed or unseen
+//! babel-idem forget URL ID...                 un-mark ids (manual replay); `-` reads stdin
+//! babel-idem purge-expired URL [--claims]     delete expired marks (and finished claims)
+//! babel-idem migrate URL [--claims]           create the seen-set table (and claim mode's)
+//! babel-idem stats URL [--scope S]            count marks: total, expired, oldest, newest
 //! ```
 //!
 //! `URL` is `sqlite://PATH` (or `sqlite:PATH`), `redis://...` or
-//! `postgres://...` (`postgresql://`). `--table` (SQL) and `--prefix`
-//! (Redis) name the seen-set as the consumers' store builders do; `--scope`
-//! looks ids up under a [`Guard::scope`](babel_idem::Guard::scope)'s keys
-//! ([`DedupeKey`](babel_idem::key::DedupeKey)); `--json` prints one JSON object
-//! per line. Ids given as `-` are read from stdin one per line, a thousand
-//! at a time, so a list of any length streams through.
+//! `postgres://...` (`postgresql://`); it picks the backend once, and every
+//! command then works through the library's
+//! [`Admin`](babel_idem::store::Admin) trait. `--table` (SQL) and
+//! `--prefix` (Redis) name the seen-set as the consumers' store builders do;
+//! `--scope` looks ids up under a [`Guard::scope`](babel_idem::Guard::scope)'s
+//! keys ([`DedupeKey`](babel_idem::key::DedupeKey)).
+//!
+//! Every command keeps one set of conventions (`--help` prints them): the
+//! store URL is a store command's first argument; a command that talks to a
+//! broker takes `--redis URL` or `--amqp URL` (none does yet); durations
+//! are written `30s`, `5m`, `2h` ([`parse_duration`]); points in time are
+//! RFC 3339 or Unix milliseconds, UTC ([`parse_time`]); `--json` prints one
+//! JSON object per line and `--dry-run` changes nothing and reports what
+//! the command would do, in every command. Ids given as `-` are read from
+//! stdin one per line, a thousand at a time, so a list of any length
+//! streams through.
 //!
 //! Errors are one line on stderr, `babel-idem: ...`, never a backtrace.
 //!
@@ -32,14 +42,16 @@ mod exit;
 mod ids;
 mod output;
 mod target;
+mod units;
+
+pub use units::{parse_duration, parse_time};
 
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::Parser;
 
 use crate::args::{Cli, Command};
-use crate::backend::{Backend, Settings};
+use crate::backend::Settings;
 use crate::exit::{CliError, Exit};
 use crate::output::Output;
 use crate::target::Target;
@@ -69,33 +81,41 @@ pub fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<Exit, CliError> {
+    let options = cli.options;
     let settings = Settings {
-        table: cli.options.table,
-        prefix: cli.options.prefix,
-        timeout: Duration::from_secs(cli.options.timeout),
+        table: options.table,
+        prefix: options.prefix,
+        php_claims: options.php_claims,
+        timeout: options.timeout,
     };
-    let mut out = Output::new(cli.options.json);
+    let dry_run = options.dry_run;
+    let mut out = Output::new(options.json);
     match cli.command {
         Command::Seen(args) => {
-            let backend = Backend::ready(&Target::parse(&args.url)?, &settings).await?;
-            commands::seen(&backend, args, &mut out).await
+            let opened = backend::open(&Target::parse(&args.url)?, &settings).await?;
+            commands::seen(&*opened.admin, args, &mut out).await
         }
-        Command::Forget { ids, dry_run } => {
-            let backend = Backend::ready(&Target::parse(&ids.url)?, &settings).await?;
-            commands::forget(&backend, ids, dry_run, &mut out).await
+        Command::Forget(args) => {
+            let opened = backend::open(&Target::parse(&args.url)?, &settings).await?;
+            commands::forget(&*opened.admin, args, dry_run, &mut out).await
         }
-        Command::PurgeExpired { url, dry_run } => {
-            let backend = Backend::ready(&Target::parse(&url)?, &settings).await?;
-            commands::purge_expired(&backend, dry_run, &mut out).await
+        Command::PurgeExpired { url, claims } => {
+            let opened = backend::open(&Target::parse(&url)?, &settings).await?;
+            commands::purge_expired(&opened, claims, dry_run, &mut out).await
         }
-        Command::Migrate { url } => {
+        Command::Migrate { url, claims } => {
             let target = Target::parse(&url)?;
-            let table = Backend::migrate(&target, &settings).await?;
-            Ok(commands::migrated(&target.display(), table, &mut out))
+            let migration = backend::migrate(&target, &settings, claims, dry_run).await?;
+            Ok(commands::migrated(
+                &target.display(),
+                migration,
+                dry_run,
+                &mut out,
+            ))
         }
         Command::Stats { url, scope } => {
-            let backend = Backend::ready(&Target::parse(&url)?, &settings).await?;
-            commands::stats(&backend, scope.as_deref(), &mut out).await
+            let opened = backend::open(&Target::parse(&url)?, &settings).await?;
+            commands::stats(&opened, scope.as_deref(), &mut out).await
         }
     }
 }

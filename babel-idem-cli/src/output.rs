@@ -6,14 +6,14 @@ use std::io::{BufWriter, StdoutLock, Write};
 
 use serde_json::Value;
 
-pub struct Output {
+pub(crate) struct Output {
     json: bool,
     out: BufWriter<StdoutLock<'static>>,
     closed: bool,
 }
 
 impl Output {
-    pub fn new(json: bool) -> Self {
+    pub(crate) fn new(json: bool) -> Self {
         Output {
             json,
             out: BufWriter::new(std::io::stdout().lock()),
@@ -22,7 +22,7 @@ impl Output {
     }
 
     /// Prints `text`, or `json` with `--json`.
-    pub fn emit(&mut self, text: impl FnOnce() -> String, json: impl FnOnce() -> Value) {
+    pub(crate) fn emit(&mut self, text: impl FnOnce() -> String, json: impl FnOnce() -> Value) {
         if self.closed {
             return;
         }
@@ -43,7 +43,7 @@ impl Drop for Output {
 
 /// Unix milliseconds as RFC 3339 UTC with milliseconds:
 /// `2026-12-01T02:48:19.123Z`.
-pub fn rfc3339_ms(ms: i64) -> String {
+pub(crate) fn rfc3339_ms(ms: i64) -> String {
     let (secs, milli) = (ms.div_euclid(1000), ms.rem_euclid(1000));
     let (days, day_secs) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
     let (year, month, day) = civil_from_days(days);

@@ -6,7 +6,7 @@ use crate::exit::CliError;
 
 /// What a store URL names.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Target {
+pub(crate) enum Target {
     /// `sqlite://PATH` or `sqlite:PATH`: a database file.
     Sqlite(PathBuf),
     /// `redis://`, `rediss://`, `redis+unix://`, `unix://`.
@@ -19,7 +19,7 @@ const FORMS: &str = "use sqlite://PATH, redis://[:PASSWORD@]HOST[:PORT][/DB] \
                      or postgres://USER[:PASSWORD]@HOST[:PORT]/DB";
 
 impl Target {
-    pub fn parse(url: &str) -> Result<Target, CliError> {
+    pub(crate) fn parse(url: &str) -> Result<Target, CliError> {
         let lower = url.to_ascii_lowercase();
         if lower.starts_with("sqlite:") {
             let path = url
@@ -52,7 +52,7 @@ impl Target {
     }
 
     /// The URL to show in messages: never the password.
-    pub fn display(&self) -> String {
+    pub(crate) fn display(&self) -> String {
         match self {
             Target::Sqlite(path) => format!("sqlite:{}", path.display()),
             Target::Redis(url) | Target::Postgres(url) => redacted(url),
@@ -61,7 +61,7 @@ impl Target {
 }
 
 /// `url` with the password of its user info replaced by `***`.
-pub fn redacted(url: &str) -> String {
+pub(crate) fn redacted(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };

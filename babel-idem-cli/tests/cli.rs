@@ -13,11 +13,16 @@ use std::time::Duration;
 
 use babel_idem::{Envelope, Guard, Store, StoreError};
 
-use babel_idem::store::{PostgresStore, RedisStore, SqliteStore};
+use babel_idem::store::{Admin, ClaimToken, PostgresStore, RedisStore, SqliteStore};
+use babel_idem::{ClaimStore, store::Claim};
 use serde_json::{Value, json};
 use sqlx::Connection;
 
-#[allow(dead_code, reason = "the shared helpers; this file uses some")]
+#[allow(
+    dead_code,
+    unreachable_pub,
+    reason = "the shared helpers, public for the root package's tests; this file uses some"
+)]
 #[path = "../../tests/store_contract/servers.rs"]
 mod servers;
 
@@ -153,8 +158,8 @@ async fn scoped_marks_round_trip(url: &str, opts: &[&str], store: &dyn Store) {
     assert_eq!(
         lines,
         [
-            json!({"id": "id-A", "seen": true}),
-            json!({"id": "id-Z", "seen": false})
+            json!({"id": "id-A", "seen": true, "state": "done"}),
+            json!({"id": "id-Z", "seen": false, "state": "absent"})
         ]
     );
 
@@ -419,16 +424,35 @@ async fn sqlite_bad_input_is_one_line_and_a_documented_code() {
         &["seen"][..],
         &["frobnicate", &url],
         &["stats", &url, "--timeout", "0"],
+        &["stats", &url, "--timeout", "0s"],
+        &["stats", &url, "--timeout", "5 minutes"],
+        &["migrate", &url, "--outbox"],
     ] {
         let run = cli(args);
         assert_eq!(run.code, 2, "{run:?}");
         assert!(!run.stderr.contains("panicked"), "{run:?}");
     }
-    let help = cli(&["--help"]);
     assert!(
-        help.ok().stdout.contains("4  the store is not set up"),
-        "{help:?}"
+        cli(&["stats", &url, "--timeout", "5x"])
+            .stderr
+            .contains("30s, 5m, 2h")
     );
+    cli(&["stats", &url, "--timeout", "2m"]).ok();
+    cli(&["stats", &url, "--php-claims"]).refused(2, "--php-claims is a Redis layout");
+    let help = cli(&["--help"]);
+    let help = &help.ok().stdout;
+    assert!(help.contains("4  the store is not set up"), "{help}");
+    for convention in [
+        "takes the store URL as its first argument",
+        "--redis URL or --amqp URL",
+        "30s, 5m, 2h",
+        "RFC 3339",
+        "Unix milliseconds",
+        "--json prints one JSON object per line",
+        "--dry-run changes nothing",
+    ] {
+        assert!(help.contains(convention), "{convention:?} in {help}");
+    }
 }
 
 /// Deletes every key under the prefix when dropped (a failing test too).
@@ -514,7 +538,7 @@ async fn redis_every_command_with_scope_and_prefix() {
     let run = cli(&["seen", &wrong, "id"]);
     run.refused(3, "cannot connect to redis://:***@");
     assert!(!run.stderr.contains("wrong-password"));
-    cli(&["stats", "redis://127.0.0.1:1/", "--timeout", "1"]).refused(3, "cannot connect");
+    cli(&["stats", "redis://127.0.0.1:1/", "--timeout", "1s"]).refused(3, "cannot connect");
 }
 
 /// Drops the table (and claim mode's) when dropped, from a thread with a
@@ -615,5 +639,221 @@ async fn postgres_every_command_with_scope_and_table() {
     assert!(
         run.stderr.contains(":***@") && !run.stderr.contains(":pw@"),
         "{run:?}"
+    );
+}
+
+/// `migrate` makes the seen-set table only; `--claims` adds claim mode's;
+/// `--dry-run` names what is missing and creates nothing, file included.
+#[tokio::test]
+async fn sqlite_migrate_claims_and_dry_run() {
+    let dir = TempDir::new();
+    let url = dir.url("seen.db");
+    let run = cli(&["migrate", &url, "--dry-run", "--claims"]);
+    assert_eq!(
+        run.ok().stdout_lines(),
+        [format!(
+            "sqlite:{}: would create babelqueue_idempotency, babelqueue_idempotency_claims \
+             (dry run: nothing created)",
+            dir.path("seen.db").display()
+        )]
+    );
+    assert!(!dir.path("seen.db").exists(), "a dry run made the file");
+
+    cli(&["migrate", &url]).ok();
+    let store = SqliteStore::builder()
+        .open_existing(dir.path("seen.db"))
+        .expect("a lazily opened store");
+    assert!(store.table_exists().await.unwrap());
+    assert!(!store.claims_table_exists().await.unwrap(), "not asked for");
+    let run = cli(&["migrate", &url, "--claims", "--dry-run", "--json"]);
+    assert_eq!(
+        run.ok().json(),
+        json!({"migrated": false, "dry_run": true, "would_create": ["babelqueue_idempotency_claims"]})
+    );
+    let run = cli(&["migrate", &url, "--claims", "--json"]);
+    assert_eq!(
+        run.ok().json(),
+        json!({
+            "migrated": true,
+            "dry_run": false,
+            "table": "babelqueue_idempotency",
+            "claims_table": "babelqueue_idempotency_claims"
+        })
+    );
+    assert!(store.claims_table_exists().await.unwrap());
+    let run = cli(&["migrate", &url, "--claims", "--dry-run"]);
+    assert!(
+        run.ok().stdout.contains("nothing to create (dry run)"),
+        "{run:?}"
+    );
+}
+
+/// Claims `id` for a running handler (a long lease), so it is claimed, not done.
+async fn hold(store: &dyn ClaimStore, id: &str) {
+    let claim = store
+        .claim(id, ClaimToken::random(), Duration::from_secs(300))
+        .await
+        .expect("claim");
+    assert!(matches!(claim, Claim::Won { .. }), "{claim:?}");
+}
+
+/// `seen` on a claim-mode store: a done id is seen, a claimed one (its
+/// handler still runs) is `claimed` and not seen, an unknown one unseen;
+/// `forget --dry-run` lists only the done one, and `forget` leaves the
+/// claim to its holder.
+async fn claimed_ids_are_reported_claimed(url: &str, opts: &[&str], store: &dyn ClaimStore) {
+    store.remember("done-1").await.unwrap();
+    hold(store, "running-1").await;
+    let run = cli(&with(
+        &["seen", url, "done-1", "running-1", "never-1"],
+        opts,
+    ));
+    assert_eq!(run.code, 1, "{run:?}");
+    assert_eq!(
+        run.stdout_lines(),
+        ["seen\tdone-1", "claimed\trunning-1", "unseen\tnever-1"]
+    );
+    let run = cli(&with(&["seen", url, "--json", "running-1"], opts));
+    assert_eq!(
+        run.json(),
+        json!({"id": "running-1", "seen": false, "state": "claimed"})
+    );
+    let run = cli(&with(
+        &["forget", url, "--dry-run", "done-1", "running-1"],
+        opts,
+    ));
+    assert_eq!(
+        run.ok().stdout_lines(),
+        [
+            "would forget\tdone-1",
+            "would forget 1 of 2 ids (dry run: nothing removed)"
+        ]
+    );
+    let run = cli(&with(&["forget", url, "done-1", "running-1"], opts));
+    assert_eq!(run.ok().stdout_lines(), ["forgot 1 of 2 ids"]);
+    let run = cli(&with(&["seen", url, "done-1", "running-1"], opts));
+    assert_eq!(run.stdout_lines(), ["unseen\tdone-1", "claimed\trunning-1"]);
+}
+
+#[tokio::test]
+async fn sqlite_seen_reports_claimed_and_purge_removes_finished_claims() {
+    let dir = TempDir::new();
+    let url = dir.url("seen.db");
+    cli(&["migrate", &url, "--claims"]).ok();
+    let store = sqlite_store(&dir.path("seen.db"), "babelqueue_idempotency").await;
+    claimed_ids_are_reported_claimed(&url, &[], &store).await;
+
+    // A claim whose lease lapsed is finished: purged with --claims only.
+    sqlx::raw_sql(
+        "INSERT INTO babelqueue_idempotency_claims (message_id, owner, fence, lease_until)
+         VALUES ('lapsed-1', 'aa', 1000, 0), ('lapsed-2', 'bb', 1001, 0)",
+    )
+    .execute(store.pool())
+    .await
+    .unwrap();
+    let run = cli(&["purge-expired", &url, "--claims", "--dry-run", "--json"]);
+    assert_eq!(
+        run.ok().json(),
+        json!({
+            "would_purge": 0, "purged": 0,
+            "claims_would_purge": 2, "claims_purged": 0,
+            "dry_run": true
+        })
+    );
+    let run = cli(&["purge-expired", &url]);
+    assert_eq!(run.ok().stdout_lines(), ["purged 0 expired marks"]);
+    assert_eq!(store.count_finished_claims().await.unwrap(), 2);
+    let run = cli(&["purge-expired", &url, "--claims"]);
+    assert_eq!(
+        run.ok().stdout_lines(),
+        ["purged 0 expired marks", "purged 2 finished claims"]
+    );
+    assert_eq!(store.count_finished_claims().await.unwrap(), 0);
+    let run = cli(&["seen", &url, "running-1"]);
+    assert_eq!(
+        run.stdout_lines(),
+        ["claimed\trunning-1"],
+        "a live claim stays"
+    );
+}
+
+#[tokio::test]
+async fn redis_seen_reports_claimed_in_both_claim_layouts() {
+    let Some(url) = server_url(
+        REDIS_URL,
+        "redis_seen_reports_claimed_in_both_claim_layouts",
+    ) else {
+        return;
+    };
+    let prefix = format!("clitest{}:", unique_suffix());
+    // The claim keys and the fence counter beside the prefix's keys.
+    let beside = format!("{}-", prefix.trim_end_matches(':'));
+    let _cleanup = [&prefix, &beside].map(|prefix| RedisKeys {
+        url: url.clone(),
+        prefix: prefix.to_string(),
+    });
+    let store = RedisStore::builder()
+        .prefix(&prefix)
+        .connect_lazy(&url)
+        .unwrap();
+    claimed_ids_are_reported_claimed(&url, &["--prefix", prefix.as_str()], &store).await;
+
+    // The PHP SDK's layout: '1' is a claim, '2' done, in one key per id.
+    let php_prefix = format!("clitestphp{}:", unique_suffix());
+    let _php_cleanup = RedisKeys {
+        url: url.clone(),
+        prefix: php_prefix.clone(),
+    };
+    let php = RedisStore::builder()
+        .php_claims()
+        .prefix(&php_prefix)
+        .connect_lazy(&url)
+        .unwrap();
+    let opts = ["--php-claims", "--prefix", php_prefix.as_str()];
+    claimed_ids_are_reported_claimed(&url, &opts, &php).await;
+    // Read without the PHP layout, the '1' would pass for a mark.
+    let run = cli(&["seen", &url, "--prefix", &php_prefix, "running-1"]);
+    assert_eq!(run.stdout_lines(), ["seen\trunning-1"]);
+}
+
+#[tokio::test]
+async fn postgres_migrate_claims_and_seen_reports_claimed() {
+    let Some(url) = server_url(
+        POSTGRES_URL,
+        "postgres_migrate_claims_and_seen_reports_claimed",
+    ) else {
+        return;
+    };
+    let table = format!("cli_{}", unique_suffix());
+    let _cleanup = PostgresTable {
+        url: url.clone(),
+        table: table.clone(),
+    };
+    let opts = ["--table", table.as_str()];
+    let run = cli(&with(&["migrate", &url, "--claims", "--dry-run"], &opts));
+    assert!(
+        run.ok().stdout.contains(&format!(
+            "would create {table}, {table}_claims (dry run: nothing created)"
+        )),
+        "{run:?}"
+    );
+    cli(&with(&["migrate", &url], &opts)).ok();
+    let store = PostgresStore::builder()
+        .table(&table)
+        .connect_lazy(&url)
+        .unwrap();
+    assert!(!store.claims_table_exists().await.unwrap(), "not asked for");
+    let run = cli(&with(&["migrate", &url, "--claims"], &opts));
+    assert!(
+        run.ok()
+            .stdout
+            .ends_with(&format!("claims table {table}_claims is ready\n")),
+        "{run:?}"
+    );
+    claimed_ids_are_reported_claimed(&url, &opts, &store).await;
+    let run = cli(&with(&["purge-expired", &url, "--claims", "--json"], &opts));
+    assert_eq!(
+        run.ok().json(),
+        json!({"purged": 0, "claims_purged": 0, "dry_run": false})
     );
 }

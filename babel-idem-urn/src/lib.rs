@@ -8,8 +8,6 @@
 //! crate cannot depend on the runtime crate that re-exports it. Use it
 //! through `babel_idem`, which re-exports [`UrnError`].
 #![no_std]
-#![warn(missing_docs, unreachable_pub)]
-#![forbid(unsafe_code)]
 
 use core::fmt;
 

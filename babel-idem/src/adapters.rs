@@ -1,7 +1,7 @@
 //! Adapters that put babel-idem into other frameworks, each behind its cargo
-//! feature, each built on the guard and nothing beside it (DESIGN section 3):
+//! feature, each built on the guard and nothing beside it (see [`guide`](crate::guide)):
 //!
-//! - [`tower`] (feature `tower`): [`IdempotencyLayer`](tower::IdempotencyLayer),
+//! - `tower` (feature `tower`): `tower::IdempotencyLayer`,
 //!   the guard as a tower `Layer` in front of any `Service` whose request
 //!   carries a [`MessageId`](crate::message::MessageId).
 //!

@@ -127,7 +127,7 @@ pub enum ConformanceError {
 /// conformance folder `dir`; see the [module docs](self) for what is checked.
 ///
 /// ```no_run
-/// let report = babel_idem::conformance::run("../shared/conformance")?;
+/// let report = babel_idem::conformance::run("tests/fixtures/conformance")?;
 /// println!("{report}");
 /// assert!(report.is_success());
 /// # Ok::<(), babel_idem::conformance::ConformanceError>(())

@@ -10,7 +10,7 @@
 //! | `Ack`, `Delete` | ack |
 //! | `Retry` | wait the router's backoff, then requeue the body with `attempts + 1` |
 //! | `DeadLetter` | the record to `<queue>.dlq`: the envelope with its `dead_letter` block, or for poison the ADR-0035 record that keeps the body byte for byte |
-//! | `Release` | requeue the body unchanged, no attempt counted |
+//! | `Release` | wait its delay (the [`release_delay`](ConsumerBuilder::release_delay) when it has none; none for a store outage), then requeue the body unchanged, no attempt counted |
 //!
 //! Deduplication is the handler's guard's (`#[idempotent]`); the consumer
 //! and its transport never decide it.
@@ -22,9 +22,22 @@
 //!   broker's recovery (the Redis sweep), never lost.
 //! - A broker that fails (a restart, a network cut) is retried with backoff,
 //!   for reservations and settlements alike; a settlement is never skipped.
+//! - A store that fails (the guard could not ask whether an id ran) is an
+//!   outage, not a failed attempt: the delivery goes back unchanged and the
+//!   consumer stops reserving, backs off and resumes by itself once a probe
+//!   delivery gets past its guard ([`ConsumerReport::store_outages`]).
+//! - One delivery per `meta.id` runs at a time: a second delivery of an id
+//!   being run waits (without a handler slot) for the first to end, and its
+//!   guard then skips it or runs it.
+//! - Each handler gets a [`delivery_timeout`](ConsumerBuilder::delivery_timeout);
+//!   one that runs longer is dropped, its id left unmarked, and retried.
+//! - While a handler runs and while a delivery waits out a retry backoff or
+//!   a release delay, a transport that can ([`Transport::extends_reservations`])
+//!   keeps the reservation alive; a waiting delivery takes no handler slot.
 //! - Transport headers reach the handler through [`Delivery`](crate::router::Delivery);
 //!   `bq-replay-bypass` turns [`is_replay`] on for that delivery.
 
+mod outage;
 mod poison;
 mod replay;
 mod run;
@@ -87,6 +100,10 @@ pub struct Consumer<T: Transport> {
     shutdown_timeout: Duration,
     max_body_bytes: Option<usize>,
     idle_poll: (Duration, Duration),
+    delivery_timeout: Option<Duration>,
+    release_delay: Duration,
+    keep_alive: Option<Duration>,
+    max_waiting: usize,
     counters: Arc<Counters>,
 }
 
@@ -101,13 +118,42 @@ pub struct ConsumerBuilder<T: Transport> {
     shutdown_timeout: Duration,
     max_body_bytes: Option<usize>,
     idle_poll: (Duration, Duration),
+    delivery_timeout: Timeout,
+    release_delay: Duration,
 }
+
+/// A [`ConsumerBuilder`]'s per-delivery timeout setting.
+#[derive(Debug, Clone, Copy)]
+enum Timeout {
+    /// The transport's default ([`default_delivery_timeout`]).
+    Default,
+    /// Set by the caller.
+    Set(Duration),
+    /// None: a handler may run for ever.
+    Never,
+}
+
+/// The default pause before a released delivery goes back (an unknown URN
+/// under [`UnknownUrnStrategy::Release`](crate::router::UnknownUrnStrategy::Release)).
+pub const DEFAULT_RELEASE_DELAY: Duration = Duration::from_secs(1);
 
 /// The default bound on deliveries handled at once.
 pub const DEFAULT_CONCURRENCY: usize = 32;
 
 /// The largest batch one reservation asks for.
 const MAX_BATCH: usize = 256;
+
+/// Deliveries that may wait without a handler slot (a backoff, a release
+/// delay, another delivery of their id), per slot; past that a waiting
+/// delivery keeps its slot, so the consumer reserves no more.
+const WAITING_PER_SLOT: usize = 4;
+
+/// The transport's default per-delivery timeout when a handler has
+/// `lifetime` of a reservation to run in: 90 % of it, leaving the rest to
+/// settle in.
+fn default_delivery_timeout(lifetime: Duration) -> Duration {
+    lifetime.mul_f64(0.9)
+}
 
 impl<T: Transport> Consumer<T> {
     /// Starts a consumer of `queue` on `transport`, dispatching through
@@ -126,6 +172,8 @@ impl<T: Transport> Consumer<T> {
             shutdown_timeout: Duration::from_secs(30),
             max_body_bytes: None,
             idle_poll: (Duration::from_millis(10), Duration::from_millis(500)),
+            delivery_timeout: Timeout::Default,
+            release_delay: DEFAULT_RELEASE_DELAY,
         }
     }
 
@@ -137,6 +185,12 @@ impl<T: Transport> Consumer<T> {
     /// The queue dead-letter records go to.
     pub fn dead_letter_queue(&self) -> &str {
         &self.dead_letter_queue
+    }
+
+    /// The per-delivery timeout in force
+    /// ([`delivery_timeout`](ConsumerBuilder::delivery_timeout)).
+    pub fn delivery_timeout(&self) -> Option<Duration> {
+        self.delivery_timeout
     }
 
     /// The transport, for publishing beside the consumer.
@@ -186,9 +240,43 @@ impl<T: Transport> ConsumerBuilder<T> {
         self
     }
 
+    /// How long one handler may run (default: 90 % of the transport's
+    /// [`reservation_lifetime`](Transport::reservation_lifetime), less the
+    /// longest retry backoff or release delay on a transport that cannot
+    /// extend a reservation; none when reservations never lapse). A handler
+    /// that runs longer is dropped (its guard leaves the id unmarked) and
+    /// the delivery is retried as a failed attempt, so a hung handler
+    /// cannot keep a handler slot, or the message, for ever.
+    pub fn delivery_timeout(mut self, timeout: Duration) -> Self {
+        self.delivery_timeout = Timeout::Set(timeout);
+        self
+    }
+
+    /// No per-delivery timeout: a handler may run for ever.
+    pub fn no_delivery_timeout(mut self) -> Self {
+        self.delivery_timeout = Timeout::Never;
+        self
+    }
+
+    /// How long a released delivery with no delay of its own (an unknown
+    /// URN under [`UnknownUrnStrategy::Release`](crate::router::UnknownUrnStrategy::Release))
+    /// waits before it goes back (default [`DEFAULT_RELEASE_DELAY`]), without
+    /// a handler slot: a message no consumer knows is not reserved in a loop.
+    pub fn release_delay(mut self, delay: Duration) -> Self {
+        self.release_delay = delay;
+        self
+    }
+
     /// Checks the settings, and the queue and dead-letter queue names
     /// against the transport ([`Transport::check_queue`]): a name the
     /// transport's layout cannot hold is an error here, before anything runs.
+    ///
+    /// On a transport that cannot extend a reservation
+    /// ([`Transport::extends_reservations`]), the per-delivery timeout plus
+    /// the longest wait after it (retry backoff, release delay) must fit in
+    /// a reservation: a configuration under which the consumer could hold
+    /// a delivery past its lifetime is refused, with the arithmetic in the
+    /// error.
     pub fn build(self) -> Result<Consumer<T>, ConsumerError> {
         if self.concurrency == 0 {
             return Err(ConsumerError::ZeroConcurrency);
@@ -201,20 +289,45 @@ impl<T: Transport> ConsumerBuilder<T> {
         if dead_letter_queue == self.queue {
             return Err(ConsumerError::DeadLetterQueueIsTheQueue);
         }
-        // A retry waits its backoff while its reservation is held: one that
-        // lapsed meanwhile is swept back with its old `attempts`, the retry's
-        // settle then touches nothing, and the message would never reach
-        // the dead-letter queue.
-        if let (Some(backoff), Some(reservation)) = (
-            self.router.longest_backoff(),
-            self.transport.reservation_lifetime(),
-        ) && backoff >= reservation
-        {
-            return Err(ConsumerError::BackoffOutlivesReservation {
-                backoff,
-                reservation,
-            });
+        let lifetime = self.transport.reservation_lifetime();
+        let extends = self.transport.extends_reservations();
+        // A delivery is held while its handler runs and while it waits its
+        // backoff or release delay. Where the transport cannot extend the
+        // reservation, the two together must fit in it: one that lapsed is
+        // redelivered with its old `attempts`, the settle touches nothing,
+        // and the message would never reach the dead-letter queue.
+        let longest_wait = self
+            .router
+            .longest_backoff()
+            .unwrap_or_default()
+            .max(self.release_delay);
+        let delivery_timeout = match self.delivery_timeout {
+            Timeout::Set(timeout) => Some(timeout),
+            Timeout::Never => None,
+            Timeout::Default => lifetime.map(|lifetime| match extends {
+                true => default_delivery_timeout(lifetime),
+                false => default_delivery_timeout(lifetime.saturating_sub(longest_wait)),
+            }),
+        };
+        if let (Some(reservation), false) = (lifetime, extends) {
+            let handler = delivery_timeout.unwrap_or_default();
+            if longest_wait >= reservation
+                || handler + longest_wait >= reservation
+                || delivery_timeout == Some(Duration::ZERO)
+            {
+                return Err(ConsumerError::OutlivesReservation {
+                    delivery_timeout,
+                    longest_wait,
+                    reservation,
+                });
+            }
         }
+        if delivery_timeout == Some(Duration::ZERO) {
+            return Err(ConsumerError::ZeroDeliveryTimeout);
+        }
+        // Extended at a third of its lifetime: two extensions can fail
+        // before the reservation lapses.
+        let keep_alive = lifetime.filter(|_| extends).map(|lifetime| lifetime / 3);
         Ok(Consumer {
             router: self.router,
             transport: self.transport,
@@ -224,6 +337,10 @@ impl<T: Transport> ConsumerBuilder<T> {
             shutdown_timeout: self.shutdown_timeout,
             max_body_bytes: self.max_body_bytes,
             idle_poll: self.idle_poll,
+            delivery_timeout,
+            release_delay: self.release_delay,
+            keep_alive,
+            max_waiting: self.concurrency.saturating_mul(WAITING_PER_SLOT),
             counters: Arc::default(),
         })
     }
@@ -239,13 +356,19 @@ pub enum ConsumerError {
     DeadLetterQueueIsTheQueue,
     /// The transport refused a queue name.
     Transport(TransportError),
-    /// The router's longest retry backoff is not shorter than a reservation
-    /// on the transport: the reservation would lapse while the retry waits,
-    /// the broker would redeliver the message with its old `attempts`, and
-    /// it would never be dead-lettered.
-    BackoffOutlivesReservation {
-        /// The longest delay the router's retries ask for.
-        backoff: Duration,
+    /// `delivery_timeout(Duration::ZERO)`: no handler could ever finish.
+    ZeroDeliveryTimeout,
+    /// On a transport that cannot extend a reservation, the per-delivery
+    /// timeout plus the longest wait after it (retry backoff, release
+    /// delay) does not fit in a reservation: it would lapse while the
+    /// consumer holds it, the broker would redeliver the message with its
+    /// old `attempts`, and it would never be dead-lettered.
+    OutlivesReservation {
+        /// The per-delivery timeout (`None`: no timeout left once the wait
+        /// is taken out of the reservation, or none set).
+        delivery_timeout: Option<Duration>,
+        /// The longest retry backoff or release delay.
+        longest_wait: Duration,
         /// How long a reservation lasts ([`Transport::reservation_lifetime`]).
         reservation: Duration,
     },
@@ -259,16 +382,28 @@ impl fmt::Display for ConsumerError {
                 f.write_str("the dead-letter queue must differ from the consumed queue")
             }
             ConsumerError::Transport(error) => error.fmt(f),
-            ConsumerError::BackoffOutlivesReservation {
-                backoff,
+            ConsumerError::ZeroDeliveryTimeout => {
+                f.write_str("the per-delivery timeout must be longer than zero")
+            }
+            ConsumerError::OutlivesReservation {
+                delivery_timeout,
+                longest_wait,
                 reservation,
-            } => write!(
-                f,
-                "the router's longest retry backoff ({backoff:?}) must be shorter than a \
-                 reservation on the transport ({reservation:?}): a retry waits with its \
-                 delivery reserved, so it would lapse and come back without counting the \
-                 attempt; shorten the backoff or lengthen the reservation"
-            ),
+            } => {
+                let handler = match delivery_timeout {
+                    Some(timeout) => format!("the per-delivery timeout ({timeout:?})"),
+                    None => "a handler with no time left to run".to_owned(),
+                };
+                write!(
+                    f,
+                    "{handler} + the longest retry backoff or release delay ({longest_wait:?}) \
+                     = {total:?}, which must be shorter than a reservation on the transport \
+                     ({reservation:?}), as the transport cannot extend one: the delivery is \
+                     held through both, so it would lapse and come back without counting the \
+                     attempt; shorten the timeout or the waits, or lengthen the reservation",
+                    total = delivery_timeout.unwrap_or_default() + *longest_wait,
+                )
+            }
         }
     }
 }
@@ -311,12 +446,37 @@ impl Progress {
             lapsed: read(&c.lapsed),
             unfinished: read(&c.unfinished),
             broker_errors: read(&c.broker_errors),
+            timed_out: read(&c.timed_out),
+            store_unavailable: read(&c.store_unavailable),
+            store_outages: read(&c.store_outages),
+            waited_for_id: read(&c.waited_for_id),
+            failing: if c.reserve_failing.load(Ordering::Relaxed) {
+                Some(Failing::Broker)
+            } else if c.outage.is_down() {
+                Some(Failing::Store)
+            } else {
+                None
+            },
         }
     }
 
+    /// The last reservation error, while reservations fail; `None` once
+    /// one succeeds.
+    pub fn reserve_error(&self) -> Option<String> {
+        self.counters
+            .reserve_error
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
     /// Completes once the consumer has reserved nothing new and had nothing
-    /// in flight for `quiet` (checked every 50 ms or `quiet`, whichever is
-    /// shorter): a shutdown future for "stop when the queue is drained".
+    /// in flight for `quiet`, while its reservations succeeded (at least one
+    /// came back empty in that time, none failed) and its store was up
+    /// (checked every 50 ms or `quiet`, whichever is shorter): a shutdown
+    /// future for "stop when the queue is drained". A consumer whose broker
+    /// or store fails is not idle: pair this with
+    /// [`failing_for`](Self::failing_for) to stop on either.
     ///
     /// ```no_run
     /// # async fn run(consumer: babel_idem::Consumer<babel_idem::transport::RedisTransport>) {
@@ -328,18 +488,89 @@ impl Progress {
     /// ```
     pub async fn idle_for(&self, quiet: Duration) {
         let tick = quiet.min(Duration::from_millis(50));
-        let mut last = self.report().delivered;
+        let c = &*self.counters;
+        let busy = || {
+            let now = self.report();
+            (
+                now.delivered,
+                now.broker_errors,
+                now.in_flight > 0 || now.failing.is_some(),
+            )
+        };
+        let mut last = busy();
         let mut quiet_since = tokio::time::Instant::now();
+        let mut empties = c.empty_reserves.load(Ordering::Relaxed);
         loop {
             tokio::time::sleep(tick).await;
-            let now = self.report();
-            if now.delivered != last || now.in_flight > 0 {
-                last = now.delivered;
+            let now = busy();
+            if now.0 != last.0 || now.1 != last.1 || now.2 {
+                last = now;
                 quiet_since = tokio::time::Instant::now();
-            } else if quiet_since.elapsed() >= quiet {
+                empties = c.empty_reserves.load(Ordering::Relaxed);
+            } else if quiet_since.elapsed() >= quiet
+                && c.empty_reserves.load(Ordering::Relaxed) > empties
+            {
                 return;
             }
         }
+    }
+
+    /// Completes once the consumer has been failing (its reservations, or
+    /// its store: [`ConsumerReport::failing`]) for `patience` without a
+    /// break (checked every 50 ms or `patience`, whichever is shorter): a
+    /// shutdown future for a run that should end rather than wait out an
+    /// outage. The report then says what was failing.
+    ///
+    /// ```no_run
+    /// # async fn run(consumer: babel_idem::Consumer<babel_idem::transport::RedisTransport>) {
+    /// use std::time::Duration;
+    ///
+    /// let (idle, failing) = (consumer.progress(), consumer.progress());
+    /// let report = consumer
+    ///     .run_until(async {
+    ///         tokio::select! {
+    ///             () = idle.idle_for(Duration::from_secs(2)) => {}
+    ///             () = failing.failing_for(Duration::from_secs(30)) => {}
+    ///         }
+    ///     })
+    ///     .await;
+    /// if let Some(failing) = report.failing {
+    ///     eprintln!("stopped while the {failing} was failing");
+    /// }
+    /// # }
+    /// ```
+    pub async fn failing_for(&self, patience: Duration) {
+        let tick = patience.min(Duration::from_millis(50));
+        let mut failing_since = None;
+        loop {
+            tokio::time::sleep(tick).await;
+            match (self.report().failing, failing_since) {
+                (None, _) => failing_since = None,
+                (Some(_), None) => failing_since = Some(tokio::time::Instant::now()),
+                (Some(_), Some(since)) if since.elapsed() >= patience => return,
+                (Some(_), Some(_)) => {}
+            }
+        }
+    }
+}
+
+/// What a [`Consumer`] was failing on ([`ConsumerReport::failing`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Failing {
+    /// Its last reservation failed (the broker is down, out of memory,
+    /// refusing); [`Progress::reserve_error`] says how.
+    Broker,
+    /// Its guards' store could not answer: reservations are paused.
+    Store,
+}
+
+impl fmt::Display for Failing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Failing::Broker => "broker",
+            Failing::Store => "store",
+        })
     }
 }
 
@@ -372,4 +603,17 @@ pub struct ConsumerReport {
     pub unfinished: u64,
     /// Broker operations that failed and were retried.
     pub broker_errors: u64,
+    /// Handlers dropped at the per-delivery timeout (each retried as a
+    /// failed attempt).
+    pub timed_out: u64,
+    /// Deliveries handed back unchanged because their guard's store could
+    /// not answer (counted in `released` too; no attempt spent).
+    pub store_unavailable: u64,
+    /// Store outages: each paused reservations until the store answered.
+    pub store_outages: u64,
+    /// Deliveries that waited for another delivery of the same id to end.
+    pub waited_for_id: u64,
+    /// What the consumer was failing on when this was read (`None`: its
+    /// last reservation succeeded and its store answers).
+    pub failing: Option<Failing>,
 }

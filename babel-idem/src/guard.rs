@@ -18,21 +18,15 @@ use std::time::Duration;
 use crate::key::DedupeKey;
 use crate::message::MessageId;
 use crate::metrics::{self, Decision};
+use crate::router::parked::{self, LastClaim};
 use crate::store::InvalidLease;
 use crate::store::claim::lease_millis;
 use crate::store::{ClaimStore, Store, StoreError};
-use layout::Sealed as _;
 
-/// The answer of a store call: taken straight out of a future that already
-/// holds it (a store that answers from memory), awaited otherwise. Awaited,
-/// a ready answer is first stored in the guard's own future and then read
-/// back in other widths, and the CPU waited on that read in every duplicate
-/// delivery.
-///
-/// The pending future is taken out of the `match` before it is awaited: a
-/// `match` keeps its scrutinee for as long as its arms run, so awaiting in
-/// an arm stored the call's result in the guard's future beside the future
-/// being awaited (24 bytes more per delivery).
+/// The answer of a store call: taken out of a future that already holds it
+/// (a store that answered in the call), awaited otherwise. The pending
+/// future is bound before it is awaited, so that the `match` on the call's
+/// result does not live across the `await`.
 macro_rules! store_answer {
     ($call:expr) => {
         'answer: {
@@ -48,8 +42,9 @@ macro_rules! store_answer {
 mod batch;
 mod claim;
 mod fence;
+pub(crate) mod inflight;
 mod seen_set;
-mod timer;
+pub(crate) mod timer;
 mod transaction;
 mod wrap;
 
@@ -125,14 +120,12 @@ where
     F: Future<Output = Result<(), E>>,
     E: From<StoreError>,
 {
-    // `decide`'s own future, not one wrapped in another: a wrapper would hold
-    // the handler and the key twice and copy them on its first poll. Built
-    // in each arm of the key's layout, so that a UUID's key is written into
-    // the future itself instead of beside it and copied in (callgrind per
-    // duplicate at 1,000 ids: 315.5 -> 302.4 instructions).
-    SeenSet::with_key(None, message, |key| {
-        seen_set::decide(store, key, OnRememberFailure::default(), handler)
-    })
+    seen_set::decide(
+        store,
+        DedupeKey::new(None, message),
+        OnRememberFailure::default(),
+        handler,
+    )
 }
 
 /// A configured guard: a store, an optional scope, a remember-failure policy
@@ -170,7 +163,7 @@ pub struct Guard<S, Mode = SeenSet> {
     mode: Mode,
 }
 
-/// Seen-set mode, the default: `seen`, run, `remember` (DESIGN section 1).
+/// Seen-set mode, the default: `seen`, run, `remember` (see [`guide::modes`](crate::guide::modes)).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SeenSet;
 
@@ -188,67 +181,6 @@ impl Leased {
     }
 }
 
-/// How a mode lays out its keys, one way per mode (sealed: the modes are
-/// this crate's). Seen-set mode keeps an unscoped id of a UUID's length as
-/// bytes and the UUID they spell, which its store call
-/// ([`Store::seen_key`]) reads as they are; the other modes ask their
-/// stores with text, which that layout would have to check as UTF-8 on
-/// every call. The key's text is the same in every mode.
-///
-/// ```
-/// use babel_idem::{Envelope, Guard, InMemoryStore};
-/// use serde_json::json;
-/// use std::time::Duration;
-///
-/// let env = Envelope::new("urn:babel:orders:created", json!({}));
-/// let store = InMemoryStore::new();
-/// let seen_set = Guard::new(&store).key(&env);
-/// let claim = Guard::new(&store).lease(Duration::from_secs(10))?.key(&env);
-/// assert_eq!(seen_set.as_str(), claim.as_str());
-/// assert_eq!(seen_set.as_str(), env.meta.id.as_deref());
-/// # Ok::<(), babel_idem::store::InvalidLease>(())
-/// ```
-pub trait KeyLayout: layout::Sealed {}
-
-mod layout {
-    use crate::key::DedupeKey;
-    use crate::message::MessageId;
-
-    pub trait Sealed {
-        /// `then(key)` for the mode's key of `message`: by default the text
-        /// layout of [`DedupeKey::new`]. Seen-set mode inlines `then` once
-        /// per layout (see `DedupeKey::with_lookup_key`), so a guard builds
-        /// its future around the key where it is written.
-        #[inline]
-        fn with_key<M: MessageId + ?Sized, R>(
-            scope: Option<&str>,
-            message: &M,
-            then: impl FnOnce(DedupeKey) -> R,
-        ) -> R {
-            then(DedupeKey::new(scope, message))
-        }
-    }
-
-    impl Sealed for super::SeenSet {
-        #[inline(always)]
-        fn with_key<M: MessageId + ?Sized, R>(
-            scope: Option<&str>,
-            message: &M,
-            then: impl FnOnce(DedupeKey) -> R,
-        ) -> R {
-            DedupeKey::with_lookup_key(scope, message, then)
-        }
-    }
-
-    impl Sealed for super::Leased {}
-
-    impl Sealed for super::Transactional {}
-}
-
-impl KeyLayout for SeenSet {}
-impl KeyLayout for Leased {}
-impl KeyLayout for Transactional {}
-
 impl<S: Store> Guard<S> {
     /// A guard over `store`, unscoped, acking when `remember` fails.
     pub fn new(store: S) -> Self {
@@ -262,7 +194,7 @@ impl<S: Store> Guard<S> {
 }
 
 impl<S: Store, Mode> Guard<S, Mode> {
-    /// Turns on claim mode (DESIGN section 8.1): before the handler runs, the
+    /// Turns on claim mode (see [`guide::modes`](crate::guide::modes)): before the handler runs, the
     /// guard claims the id for `lease`, so one delivery of an id runs at a
     /// time across every worker sharing the store.
     ///
@@ -326,7 +258,7 @@ impl<S: Store, Mode> Guard<S, Mode> {
     }
 
     /// Namespaces every key as `<scope length>:<scope>:<id>` (see
-    /// [`DedupeKey`](crate::key::DedupeKey)), so services sharing one store do
+    /// [`DedupeKey`]), so services sharing one store do
     /// not skip each other's messages.
     ///
     /// Every scope is accepted: the length in front keeps any two
@@ -362,12 +294,19 @@ impl<S: Store, Mode> Guard<S, Mode> {
 
     /// The key this guard dedupes `message` on. Take it before a handler that
     /// consumes the message is built, then call [`Guard::run_keyed`].
+    ///
+    /// ```
+    /// use babel_idem::{Envelope, Guard, InMemoryStore};
+    /// use serde_json::json;
+    ///
+    /// let env = Envelope::new("urn:babel:orders:created", json!({})).with_id("id-A");
+    /// let store = InMemoryStore::new();
+    /// assert_eq!(Guard::new(&store).key(&env).as_str(), Some("id-A"));
+    /// assert_eq!(Guard::new(&store).scope("billing").key(&env).as_str(), Some("7:billing:id-A"));
+    /// ```
     #[inline]
-    pub fn key<M: MessageId + ?Sized>(&self, message: &M) -> DedupeKey
-    where
-        Mode: KeyLayout,
-    {
-        Mode::with_key(self.scope.as_deref(), message, |key| key)
+    pub fn key<M: MessageId + ?Sized>(&self, message: &M) -> DedupeKey {
+        DedupeKey::new(self.scope.as_deref(), message)
     }
 
     /// The guard's mode: [`SeenSet`] or [`Leased`].
@@ -389,10 +328,7 @@ impl<S: Store> Guard<S, SeenSet> {
         F: Future<Output = Result<(), E>>,
         E: From<StoreError>,
     {
-        // `self.key(message)`, with the future built around the key.
-        SeenSet::with_key(self.scope.as_deref(), message, |key| {
-            self.run_keyed(key, handler)
-        })
+        self.run_keyed(self.key(message), handler)
     }
 
     /// Runs `handler` under a key taken earlier with [`Guard::key`], for a
@@ -468,6 +404,8 @@ fn store_failed<E: From<StoreError>>(id: &str, error: StoreError) -> Result<(), 
         "store unavailable; the message was not run and goes back for retry",
     );
     metrics::record(Decision::StoreFailed);
+    // The delivery being dispatched, if any, is an outage, not a failure.
+    parked::record(LastClaim::StoreFailed);
     Err(E::from(error))
 }
 
@@ -500,24 +438,10 @@ fn mark_failed<E: From<StoreError>>(
 /// listener is out of line.
 #[inline]
 fn report(decision: Decision, id: &str) {
-    report_with(decision, || id);
-}
-
-/// [`report`] for a key, whose text is taken only if a listener wants it.
-/// Forced inline, as the skip path's report, with `metrics::record_with`:
-/// left to the compiler, either became a call (10 to 15 instructions more
-/// per duplicate, callgrind).
-#[inline(always)]
-fn report_key(decision: Decision, key: &DedupeKey) {
-    report_with(decision, || key.id());
-}
-
-#[inline(always)]
-fn report_with<'a>(decision: Decision, id: impl FnOnce() -> &'a str) {
     // The event needs DEBUG, so it runs only where the span's INFO check passed.
     metrics::record_with(decision, || {
         if tracing::level_enabled!(tracing::Level::DEBUG) {
-            debug_event(decision, id());
+            debug_event(decision, id);
         }
     });
 }

@@ -1,9 +1,11 @@
 //! Consumer-side idempotency for at-least-once BabelQueue message handlers.
 //!
 //! Brokers deliver at least once: a message can arrive twice after a crash
-//! before ack, a redelivery or a manual replay. A [`guard`] keyed on the
+//! before ack, a redelivery or a manual replay. A [`guard()`] keyed on the
 //! envelope's `meta.id` skips a message that was already processed, runs it
 //! otherwise, and remembers the id only when the handler succeeds.
+//! The [`guide`] explains the modes, the stores' layouts and the consumer's
+//! rules page by page.
 //!
 //! ```
 //! use babel_idem::{idempotent, Envelope, InMemoryStore, StoreError};
@@ -31,13 +33,16 @@
 //! ```
 //!
 //! The crate root holds what a handler author needs; everything else lives in
-//! its module ([`envelope`], [`store`], [`router`], [`metrics`]):
+//! its module ([`envelope`], [`guard`](mod@guard), [`key`], [`store`],
+//! [`router`], [`metrics`]):
 //!
 //! - [`Envelope`]: the BabelQueue v1 wire envelope, decoded and checked.
 //! - [`MessageId`]: where a message keeps its identity.
 //! - [`Store`]: the seen-set (`seen` / `remember` / `forget`); [`InMemoryStore`]
 //!   is the reference one, persistent stores sit behind cargo features.
-//! - [`guard`], [`Guard`], [`wrap`] and [`idempotent`]: the decision and the
+//!   [`ClaimStore`] and [`TransactionalStore`] are the capabilities of claim
+//!   mode and transactional mode.
+//! - [`guard()`], [`Guard`], [`wrap`] and [`idempotent`]: the decision and the
 //!   ways to put it in front of a handler.
 //! - [`metrics`]: what the guards decided, counted.
 //! - [`Router`], [`Urn`], [`urn!`] and [`routes!`]: handlers registered by
@@ -45,21 +50,21 @@
 //! - [`adapters`]: the guard in other frameworks, such as a tower `Layer`
 //!   (feature `tower`).
 //! - `conformance` (feature `conformance`): the BabelQueue conformance runner.
-//! - `Consumer` and `transport` (features `consumer`, `redis-transport`,
-//!   `amqp-transport`): a broker loop that reserves, dispatches and settles,
-//!   with the BabelQueue Redis and RabbitMQ bindings; `is_replay` and
-//!   `bypass_external_effects` for replays.
+//! - `Consumer`, `consumer` and `transport` (features `consumer`,
+//!   `redis-transport`, `amqp-transport`): a broker loop that reserves,
+//!   dispatches and settles, with the BabelQueue Redis and RabbitMQ bindings;
+//!   `consumer::is_replay` and `consumer::bypass_external_effects` for
+//!   replays.
 //!
-//! Backends are cargo features: `sqlite` (default, `SqliteStore`), `redis`
-//! (`RedisStore`) and `postgres` (`PostgresStore`).
+//! Backends are cargo features: `sqlite` (default, `store::SqliteStore`),
+//! `redis` (`store::RedisStore`) and `postgres` (`store::PostgresStore`).
 #![cfg_attr(docsrs, feature(doc_cfg))]
-#![warn(missing_docs, unreachable_pub)]
-#![forbid(unsafe_code)]
 
 pub mod adapters;
 mod coalesce;
 pub mod envelope;
 pub mod guard;
+pub mod guide;
 pub mod key;
 mod message;
 pub mod metrics;

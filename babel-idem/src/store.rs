@@ -12,8 +12,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use crate::key::DedupeKey;
-
 // Types the backends' admin operations (their `admin.rs`) share.
 mod admin;
 mod batch;
@@ -30,7 +28,7 @@ mod settings;
 mod sqlite;
 mod transaction;
 
-pub use admin::StoreStats;
+pub use admin::{Admin, IdState, StoreStats};
 pub use batched::Batched;
 pub use claim::{Claim, ClaimStore, ClaimToken, InvalidLease, MAX_LEASE};
 pub use memory::{InMemoryStore, InMemoryStoreBuilder};
@@ -49,7 +47,9 @@ pub use transaction::{AsConnection, TransactionalStore};
 /// works as `Arc<dyn Store>` or `&dyn Store` as well as a generic `S: Store`.
 /// Its operations return a [`StoreFuture`]: a store that answers from memory
 /// returns [`StoreFuture::ready`] and costs no allocation, one that talks to a
-/// server returns [`StoreFuture::new`] around its `async` block.
+/// server returns [`StoreFuture::new`] around its `async` block. A store
+/// that can tell whether an id was seen without waiting also gives that
+/// answer through [`seen_now`](Store::seen_now), which the guard asks first.
 ///
 /// All three operations must be idempotent: remembering a remembered id and
 /// forgetting an unknown id both succeed.
@@ -147,37 +147,66 @@ pub trait Store: Send + Sync {
         StoreFuture::new(batch::remember_each(self, ids))
     }
 
-    /// [`seen`](Store::seen) for a guard's key: the call the seen-set guard
-    /// makes and awaits where [`seen_key_now`](Store::seen_key_now) has no
-    /// answer. Not for implementors: the default asks `seen` with the key's
-    /// text, and only [`InMemoryStore`] answers from the UUID the key
-    /// holds, which spares every delivery of a UUID id a UTF-8 check
-    /// (seen-set mode keeps such an id as bytes and the UUID they spell:
-    /// see [`KeyLayout`](crate::guard::KeyLayout)).
-    #[doc(hidden)]
+    /// [`seen`](Store::seen)'s answer where the store has it without
+    /// waiting, `None` where it would have to wait (the default).
+    ///
+    /// The seen-set guard asks it first and awaits [`seen`](Store::seen)
+    /// only on `None`, so a store with a local answer (memory, a local
+    /// cache in front of a server) skips a duplicate in the guard's first
+    /// poll, without a future. An answer here must be the one `seen` would
+    /// give at the same moment, errors included: an `Err` fails the
+    /// delivery as a failed `seen` does, and the handler does not run.
+    ///
+    /// ```
+    /// use std::collections::HashSet;
+    /// use std::sync::Mutex;
+    /// use babel_idem::{Store, StoreError};
+    /// use babel_idem::store::StoreFuture;
+    ///
+    /// #[derive(Default)]
+    /// struct LocalStore(Mutex<HashSet<String>>);
+    ///
+    /// impl Store for LocalStore {
+    ///     fn seen<'a>(&'a self, id: &'a str) -> StoreFuture<'a, bool> {
+    ///         StoreFuture::ready(Ok(self.0.lock().unwrap().contains(id)))
+    ///     }
+    ///     fn seen_now(&self, id: &str) -> Option<Result<bool, StoreError>> {
+    ///         Some(Ok(self.0.lock().unwrap().contains(id)))
+    ///     }
+    ///     fn remember<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
+    ///         self.0.lock().unwrap().insert(id.to_owned());
+    ///         StoreFuture::ready(Ok(()))
+    ///     }
+    ///     fn forget<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
+    ///         self.0.lock().unwrap().remove(id);
+    ///         StoreFuture::ready(Ok(()))
+    ///     }
+    /// }
+    ///
+    /// let store = LocalStore::default();
+    /// assert!(matches!(store.seen_now("id-A"), Some(Ok(false))));
+    /// store.0.lock().unwrap().insert("id-A".to_owned());
+    /// assert!(matches!(store.seen_now("id-A"), Some(Ok(true))));
+    ///
+    /// // A store that does not override it has no answer without waiting.
+    /// struct Remote;
+    /// impl Store for Remote {
+    ///     fn seen<'a>(&'a self, _id: &'a str) -> StoreFuture<'a, bool> {
+    ///         StoreFuture::new(async { Ok(false) })
+    ///     }
+    ///     fn remember<'a>(&'a self, _id: &'a str) -> StoreFuture<'a, ()> {
+    ///         StoreFuture::new(async { Ok(()) })
+    ///     }
+    ///     fn forget<'a>(&'a self, _id: &'a str) -> StoreFuture<'a, ()> {
+    ///         StoreFuture::new(async { Ok(()) })
+    ///     }
+    /// }
+    /// assert!(Remote.seen_now("id-A").is_none());
+    /// ```
     #[inline]
-    fn seen_key<'a>(&'a self, key: &'a DedupeKey) -> StoreFuture<'a, bool> {
-        self.seen(key.id())
-    }
-
-    /// [`seen_key`](Store::seen_key)'s answer where the store has it
-    /// without waiting, `None` otherwise (the default). Not for
-    /// implementors: the seen-set guard asks it in its first poll, which
-    /// skips a duplicate there and then, and only [`InMemoryStore`]
-    /// answers.
-    #[doc(hidden)]
-    #[inline]
-    fn seen_key_now(&self, key: &DedupeKey) -> Option<Result<bool, StoreError>> {
-        let _ = key;
+    fn seen_now(&self, id: &str) -> Option<Result<bool, StoreError>> {
+        let _ = id;
         None
-    }
-
-    /// [`remember`](Store::remember) for a guard's key; see
-    /// [`seen_key`](Store::seen_key).
-    #[doc(hidden)]
-    #[inline]
-    fn remember_key<'a>(&'a self, key: &'a DedupeKey) -> StoreFuture<'a, ()> {
-        self.remember(key.id())
     }
 }
 
@@ -205,16 +234,8 @@ macro_rules! forward_store {
                 (**self).remember_many(ids)
             }
             #[inline]
-            fn seen_key<'a>(&'a self, key: &'a DedupeKey) -> StoreFuture<'a, bool> {
-                (**self).seen_key(key)
-            }
-            #[inline]
-            fn seen_key_now(&self, key: &DedupeKey) -> Option<Result<bool, StoreError>> {
-                (**self).seen_key_now(key)
-            }
-            #[inline]
-            fn remember_key<'a>(&'a self, key: &'a DedupeKey) -> StoreFuture<'a, ()> {
-                (**self).remember_key(key)
+            fn seen_now(&self, id: &str) -> Option<Result<bool, StoreError>> {
+                (**self).seen_now(id)
             }
         }
     )+};
@@ -383,11 +404,8 @@ pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 /// ```
 pub struct StoreError(Box<Failure>);
 
-/// What a [`StoreError`] says, behind one pointer: every store call and
-/// every guard returns a `Result` with a `StoreError` in it, and boxed it
-/// is one word (`Ok(())` the null pointer), passed in a register, where
-/// the three fields made it 40 bytes copied through every future on the
-/// path of a duplicate delivery. Only a failure pays the allocation.
+/// What a [`StoreError`] says, behind one pointer: a `StoreError`, and a
+/// `Result<(), StoreError>`, are one word, and only a failure allocates.
 struct Failure {
     operation: StoreOperation,
     backend: &'static str,
@@ -495,6 +513,55 @@ mod tests {
         assert_eq!(err.backend(), "redis");
         assert_eq!(err.operation(), StoreOperation::Seen);
         assert_eq!(err.into_source().to_string(), "refused");
+    }
+
+    /// A store that keeps every default: it has no answer without waiting.
+    struct Remote;
+
+    impl Store for Remote {
+        fn seen<'a>(&'a self, _id: &'a str) -> StoreFuture<'a, bool> {
+            StoreFuture::new(async { Ok(true) })
+        }
+        fn remember<'a>(&'a self, _id: &'a str) -> StoreFuture<'a, ()> {
+            StoreFuture::new(async { Ok(()) })
+        }
+        fn forget<'a>(&'a self, _id: &'a str) -> StoreFuture<'a, ()> {
+            StoreFuture::new(async { Ok(()) })
+        }
+    }
+
+    #[test]
+    fn seen_now_is_none_by_default_even_where_seen_would_answer_true() {
+        assert!(Remote.seen_now("id-A").is_none());
+        assert!(<&Remote as Store>::seen_now(&&Remote, "id-A").is_none());
+        let shared: Arc<dyn Store> = Arc::new(Remote);
+        assert!(shared.seen_now("id-A").is_none());
+        assert!(Batched::new(Remote).seen_now("id-A").is_none());
+    }
+
+    #[test]
+    fn seen_now_is_forwarded_through_references_arcs_boxes_and_batched() {
+        let store = Arc::new(InMemoryStore::new());
+        assert!(matches!(store.seen_now("id-A"), Some(Ok(false))));
+        assert!(matches!(
+            StoreFuture::into_ready(store.remember("id-A")),
+            Ok(Ok(()))
+        ));
+        let answers = [
+            <InMemoryStore as Store>::seen_now(&store, "id-A"),
+            <&InMemoryStore as Store>::seen_now(&&*store, "id-A"),
+            <Arc<InMemoryStore> as Store>::seen_now(&store, "id-A"),
+            Arc::clone(&store).seen_now("id-A"),
+            (Box::new(&*store) as Box<dyn Store + '_>).seen_now("id-A"),
+            (&*store as &dyn Store).seen_now("id-A"),
+            Batched::new(Arc::clone(&store)).seen_now("id-A"),
+        ];
+        for (at, answer) in answers.into_iter().enumerate() {
+            assert!(
+                matches!(answer, Some(Ok(true))),
+                "forwarder {at}: {answer:?}"
+            );
+        }
     }
 
     #[test]

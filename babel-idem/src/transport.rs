@@ -72,11 +72,37 @@ pub trait Transport: Send + Sync + 'static {
 
     /// How long a reservation lasts at least before the broker takes it
     /// back for redelivery, or `None` (the default) when it does not lapse
-    /// on its own. The consumer holds a delivery through its retry backoff, so
+    /// on its own. The consumer's default per-delivery timeout is taken from
+    /// it; on a transport that cannot [`extend`](Transport::extend) a
+    /// reservation,
     /// [`ConsumerBuilder::build`](crate::consumer::ConsumerBuilder::build)
-    /// refuses a router whose longest backoff is as long.
+    /// refuses a timeout and a longest wait (retry backoff, release delay)
+    /// that together do not fit in it.
     fn reservation_lifetime(&self) -> Option<Duration> {
         None
+    }
+
+    /// Whether [`extend`](Transport::extend) can keep a reservation alive
+    /// (default `false`). A consumer on a transport that cannot refuses, at
+    /// build, a configuration under which it could hold a delivery longer
+    /// than [`reservation_lifetime`](Transport::reservation_lifetime).
+    fn extends_reservations(&self) -> bool {
+        false
+    }
+
+    /// Moves a reservation's deadline a whole
+    /// [`reservation_lifetime`](Transport::reservation_lifetime) past now,
+    /// never earlier than it was. `Ok(true)` when it did; `Ok(false)` when
+    /// the reservation had already lapsed. The consumer calls it while a
+    /// handler runs and while a delivery waits out a delay. The default
+    /// fails with [`TransportError::Unsupported`].
+    fn extend<'a>(&'a self, handle: &'a Self::Handle) -> TransportFuture<'a, bool> {
+        let _ = handle;
+        Box::pin(async {
+            Err(TransportError::Unsupported {
+                operation: "extend",
+            })
+        })
     }
 }
 
@@ -209,6 +235,12 @@ pub enum TransportError {
     /// The broker failed one operation (a lost connection, a timeout, an
     /// error reply); the operation may be tried again.
     Broker(Box<dyn StdError + Send + Sync>),
+    /// The transport cannot carry out this operation (see
+    /// [`Transport::extends_reservations`]).
+    Unsupported {
+        /// The operation asked for.
+        operation: &'static str,
+    },
 }
 
 impl fmt::Display for TransportError {
@@ -222,6 +254,9 @@ impl fmt::Display for TransportError {
             }
             TransportError::Connect(error) => write!(f, "cannot connect to the broker: {error}"),
             TransportError::Broker(error) => write!(f, "broker operation failed: {error}"),
+            TransportError::Unsupported { operation } => {
+                write!(f, "this transport does not support {operation}")
+            }
         }
     }
 }
@@ -230,7 +265,9 @@ impl StdError for TransportError {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
         match self {
             TransportError::Connect(error) | TransportError::Broker(error) => Some(&**error),
-            TransportError::InvalidUrl { .. } | TransportError::InvalidQueue { .. } => None,
+            TransportError::InvalidUrl { .. }
+            | TransportError::InvalidQueue { .. }
+            | TransportError::Unsupported { .. } => None,
         }
     }
 }

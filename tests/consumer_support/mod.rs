@@ -638,3 +638,114 @@ pub async fn a_parked_delivery_goes_back_unchanged_and_runs_once_freed<T: Transp
     );
     assert!(store.seen(id).await.unwrap(), "the run is committed");
 }
+
+/// The worker example's scenario: `ids` envelopes `<prefix>-0`,
+/// `<prefix>-1`, ..., the first `twice` of them each followed at once by a
+/// second copy (the copy right behind its original, as a producer that
+/// publishes twice in a row).
+pub fn twice_in_a_row(queue: &str, prefix: &str, ids: u64, twice: u64) -> Vec<Vec<u8>> {
+    let mut bodies = Vec::new();
+    for n in 0..ids {
+        let body = envelope_with_id(&format!("{prefix}-{n}"), queue, n).to_vec();
+        if n < twice {
+            bodies.push(body.clone());
+        }
+        bodies.push(body);
+    }
+    bodies
+}
+
+/// What a [`counting_router`] saw: deliveries handled, and per id how many
+/// times the guarded body ran.
+#[derive(Clone, Default)]
+pub struct RunCounts {
+    pub handled: Arc<std::sync::atomic::AtomicU64>,
+    pub ran: Arc<Mutex<HashMap<String, u32>>>,
+}
+
+impl RunCounts {
+    /// Bodies run, all ids together.
+    pub fn ran(&self) -> u64 {
+        self.ran
+            .lock()
+            .unwrap()
+            .values()
+            .map(|&n| u64::from(n))
+            .sum()
+    }
+
+    /// Deliveries the guard skipped: handled, body not run.
+    pub fn skipped(&self) -> u64 {
+        self.handled.load(std::sync::atomic::Ordering::SeqCst) - self.ran()
+    }
+}
+
+/// A seen-set-mode router on `store` whose body yields for `work` (so that
+/// two deliveries of one id would overlap if both ran) and counts its runs.
+pub fn counting_router<S: Store + Clone + 'static>(
+    store: S,
+    counts: RunCounts,
+    work: Duration,
+) -> Router {
+    Router::builder()
+        .route(urn!("urn:babel:interop:created"), move |env: Envelope| {
+            let (store, counts) = (store.clone(), counts.clone());
+            async move {
+                counts
+                    .handled
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                guard(store, &env, async {
+                    tokio::time::sleep(work).await;
+                    *counts
+                        .ran
+                        .lock()
+                        .unwrap()
+                        .entry(env.meta.id.clone().unwrap_or_default())
+                        .or_default() += 1;
+                    Ok::<(), StoreError>(())
+                })
+                .await
+            }
+        })
+        .build()
+        .unwrap()
+}
+
+/// Consumes the [`twice_in_a_row`] scenario (already published on `queue`)
+/// with a consumer of concurrency 64 in seen-set mode: every id ran once,
+/// every second copy was skipped, none ran beside its original.
+pub async fn assert_each_id_runs_once_in_one_process<T: Transport>(
+    transport: T,
+    queue: &str,
+    ids: u64,
+    twice: u64,
+) -> ConsumerReport {
+    let counts = RunCounts::default();
+    let router = counting_router(
+        Arc::new(InMemoryStore::new()),
+        counts.clone(),
+        Duration::from_millis(5),
+    );
+    let consumer = Consumer::builder(router, transport, queue)
+        .concurrency(64)
+        .build()
+        .unwrap();
+    let report = run_until_idle(&consumer, QUIET).await;
+    let twice_ran: Vec<_> = counts
+        .ran
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(id, n)| format!("{id}: {n}"))
+        .collect();
+    assert!(twice_ran.is_empty(), "ran twice: {twice_ran:?}");
+    assert_eq!(counts.ran(), ids, "ran: {report:?}");
+    assert_eq!(counts.skipped(), twice, "skipped: {report:?}");
+    assert_eq!(report.acked, ids + twice, "{report:?}");
+    assert!(
+        report.waited_for_id > 0,
+        "some second copies met their original running: {report:?}"
+    );
+    report
+}

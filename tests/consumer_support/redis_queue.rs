@@ -7,6 +7,8 @@ use babel_idem::transport::RedisTransport;
 
 use crate::store_contract::servers::unique_suffix;
 
+use super::envelope_with_id;
+
 /// One test's queue on a Redis server: a unique name, its keys deleted on drop.
 pub struct Queue {
     pub url: String,
@@ -78,5 +80,13 @@ impl Drop for Queue {
     /// Deletes every key of this test's queue.
     fn drop(&mut self) {
         super::delete_keys(&self.url, &[&format!("{}*", self.name)]);
+    }
+}
+
+/// Publishes `count` envelopes with the ids `<prefix>-0`, `<prefix>-1`, ...
+pub async fn publish_numbered(transport: &RedisTransport, queue: &str, prefix: &str, count: u64) {
+    for n in 0..count {
+        let body = envelope_with_id(&format!("{prefix}-{n}"), queue, n).to_vec();
+        transport.publish(queue, &body).await.unwrap();
     }
 }

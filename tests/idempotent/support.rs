@@ -1,6 +1,6 @@
 //! Shared by the `#[idempotent]` pass cases: a runtime, envelopes, a handler
 //! body that counts its runs and fails on request, and the contract every
-//! annotated handler must keep (DESIGN section 1).
+//! annotated handler must keep (see `babel_idem::guide::modes`).
 //!
 //! Each pass case includes this file with `#[path]`, both when trybuild builds
 //! it as a program and when `tests/idempotent.rs` runs it as a test.

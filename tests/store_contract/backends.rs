@@ -30,6 +30,28 @@ pub trait Backend {
     /// setting refused.
     async fn build(&self, space: &str, ttl: Option<Duration>) -> Result<Self::Store, StoreError>;
 
+    /// [`open`](Backend::open), then what claim mode needs beside the
+    /// seen-set (the SQL stores' `migrate_claims`).
+    async fn open_claims(&self, space: &str, ttl: Option<Duration>) -> Self::Store {
+        let store = self.open(space, ttl).await;
+        self.migrate_claims(&store)
+            .await
+            .unwrap_or_else(|e| panic!("migrate claim mode on {space}: {e}"));
+        store
+    }
+
+    /// Creates claim mode's tables for `store`, where the backend has any.
+    async fn migrate_claims(&self, store: &Self::Store) -> Result<(), StoreError> {
+        let _ = store;
+        Ok(())
+    }
+
+    /// Whether the server deletes expired marks by itself (Redis), so none
+    /// waits for a purge.
+    fn self_expiring(&self) -> bool {
+        false
+    }
+
     /// Whether the backend stores ids containing NUL. PostgreSQL `TEXT`
     /// cannot, and `PostgresStore` refuses them with a `StoreError`.
     fn stores_nul(&self) -> bool {
@@ -133,6 +155,10 @@ mod sqlite {
             }
             builder.open(self.database()).await
         }
+
+        async fn migrate_claims(&self, store: &SqliteStore) -> Result<(), StoreError> {
+            store.migrate_claims().await
+        }
     }
 
     impl Drop for SqliteBackend {
@@ -203,6 +229,10 @@ mod redis_backend {
                 builder = builder.ttl(ttl);
             }
             builder.connect_lazy(&self.url)
+        }
+
+        fn self_expiring(&self) -> bool {
+            true
         }
     }
 
@@ -325,6 +355,10 @@ mod postgres_backend {
             let store = self.build_unmigrated(space, ttl)?;
             store.migrate().await?;
             Ok(store)
+        }
+
+        async fn migrate_claims(&self, store: &PostgresStore) -> Result<(), StoreError> {
+            store.migrate_claims().await
         }
 
         fn stores_nul(&self) -> bool {

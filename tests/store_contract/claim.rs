@@ -97,7 +97,7 @@ where
     B: Backend,
     B::Store: ClaimStore,
 {
-    let store = Arc::new(backend.open("claim_race", None).await);
+    let store = Arc::new(backend.open_claims("claim_race", None).await);
     let winner = the_one_winner_of_64_claims(&store, false).await;
     assert!(store.commit("id-A", winner).await.unwrap());
     for _ in 0..3 {
@@ -114,7 +114,9 @@ where
     B: Backend,
     B::Store: ClaimStore,
 {
-    let store = Arc::new(Batched::new(backend.open("claim_race_batched", None).await));
+    let store = Arc::new(Batched::new(
+        backend.open_claims("claim_race_batched", None).await,
+    ));
     let winner = the_one_winner_of_64_claims(&store, true).await;
     let commits: Vec<_> = (0..8)
         .map(|_| {
@@ -180,7 +182,7 @@ where
     B: Backend,
     B::Store: ClaimStore,
 {
-    let store = backend.open("claim_batches", None).await;
+    let store = backend.open_claims("claim_batches", None).await;
     let [
         done_owner,
         other,
@@ -290,7 +292,7 @@ where
     B: Backend,
     B::Store: ClaimStore,
 {
-    let store = backend.open("claim_batch_takeover", None).await;
+    let store = backend.open_claims("claim_batch_takeover", None).await;
     let lapsed = ClaimToken::random();
     let old_fence = won(store.claim("id-A", lapsed, SHORT).await.unwrap());
     won(store
@@ -337,7 +339,7 @@ where
     B: Backend,
     B::Store: ClaimStore,
 {
-    let store = backend.open("claim_stale", None).await;
+    let store = backend.open_claims("claim_stale", None).await;
     let (first, stranger) = (ClaimToken::random(), ClaimToken::random());
     won(store.claim("id-A", first, LONG).await.unwrap());
 
@@ -379,7 +381,7 @@ where
     B: Backend,
     B::Store: ClaimStore,
 {
-    let store = backend.open("claim_expiry", None).await;
+    let store = backend.open_claims("claim_expiry", None).await;
     let first = won(store
         .claim("id-A", ClaimToken::random(), SHORT)
         .await
@@ -402,7 +404,7 @@ where
     B: Backend,
     B::Store: ClaimStore,
 {
-    let store = backend.open("claim_fences", None).await;
+    let store = backend.open_claims("claim_fences", None).await;
     let mut fences = Vec::new();
     for round in 0..3 {
         let owner = ClaimToken::random();
@@ -431,7 +433,7 @@ where
     B: Backend,
     B::Store: ClaimStore,
 {
-    let store = backend.open("claim_done", None).await;
+    let store = backend.open_claims("claim_done", None).await;
     // Done through the seen-set (a seen-set consumer's remember) ...
     store.remember("id-A").await.unwrap();
     // ... and through a committed claim.
@@ -462,7 +464,7 @@ where
     B: Backend,
     B::Store: ClaimStore,
 {
-    let store = backend.open("claim_renew", None).await;
+    let store = backend.open_claims("claim_renew", None).await;
     let lease = Duration::from_millis(1500);
     let owner = ClaimToken::random();
     won(store.claim("id-A", owner, lease).await.unwrap());
@@ -492,7 +494,7 @@ where
     B: SeenSetReader,
     B::Store: ClaimStore,
 {
-    let store = backend.open("claim_reader", None).await;
+    let store = backend.open_claims("claim_reader", None).await;
     let owner = ClaimToken::random();
     won(store.claim("id-A", owner, LONG).await.unwrap());
     assert!(!store.seen("id-A").await.unwrap());
@@ -520,7 +522,7 @@ where
     B: Backend,
     B::Store: ClaimStore,
 {
-    let store = backend.open("claim_bad_input", None).await;
+    let store = backend.open_claims("claim_bad_input", None).await;
     for lease in [Duration::ZERO, Duration::from_micros(10), Duration::MAX] {
         let error = store
             .claim("id-A", ClaimToken::random(), lease)

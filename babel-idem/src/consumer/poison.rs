@@ -2,7 +2,8 @@
 //! byte for byte as the Python SDK's `build_poison_record` writes it:
 //!
 //! - a body that is one strict JSON object (valid UTF-8, no top-level
-//!   `dead_letter` member, no unpaired `\uD800`-style escape) is *spliced*:
+//!   `dead_letter` member, no unpaired `\uD800`-style escape, nested at
+//!   most [`MAX_SPLICED_DEPTH`] levels) is *spliced*:
 //!   every original byte is kept and a `dead_letter` member is appended
 //!   before the closing brace, so no value is re-encoded;
 //! - other valid UTF-8 is wrapped: `{"raw":"<the text>","dead_letter":…}`;
@@ -14,6 +15,15 @@ use std::fmt;
 use serde::de::{Deserializer as _, IgnoredAny, MapAccess, Visitor};
 
 use crate::envelope::DeadLetter;
+
+/// The deepest nesting of arrays and objects a spliced body may have,
+/// counting its own outermost object as 1; a deeper body is wrapped as
+/// `raw` text. The invariant: every record parses with a parser that
+/// refuses more than 127 levels (serde_json's limit; Python's is higher).
+/// A spliced record is the body's outermost object with one member
+/// appended, whose value nests 2 levels, so the record is exactly as deep
+/// as the body (and never less than 2); a wrapped record nests 2 levels.
+const MAX_SPLICED_DEPTH: usize = 127;
 
 /// JSON's four whitespace characters, the ones the record trims.
 const JSON_WHITESPACE: [char; 4] = [' ', '\t', '\r', '\n'];
@@ -53,6 +63,9 @@ pub(super) fn poison_record(body: &[u8], block: &DeadLetter) -> Vec<u8> {
 
 /// Whether `text` is one strict JSON object the record may splice into.
 fn is_spliceable_object(text: &str) -> bool {
+    if !nests_at_most(text, MAX_SPLICED_DEPTH) {
+        return false;
+    }
     let mut deserializer = serde_json::Deserializer::from_str(text);
     // `IgnoredAny` checks the syntax without converting numbers, so `1e400`
     // and 30-digit integers are accepted, as Python's parser accepts them.
@@ -78,6 +91,39 @@ impl<'de> Visitor<'de> for TopLevelObject {
         }
         Ok(!has_dead_letter)
     }
+}
+
+/// Whether no array or object of `text` lies deeper than `limit` levels,
+/// counting brackets outside string literals. One pass, no recursion, so a
+/// body nested millions deep costs no stack; any text is accepted
+/// (malformed JSON is refused by the strict parse that follows).
+fn nests_at_most(text: &str, limit: usize) -> bool {
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for &byte in text.as_bytes() {
+        if in_string {
+            match byte {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match byte {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > limit {
+                    return false;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    true
 }
 
 /// Whether a string literal of the (syntactically valid) JSON `text` holds a
@@ -207,5 +253,80 @@ mod tests {
         assert_eq!(base64(b"f"), "Zg==");
         assert_eq!(base64(b"fo"), "Zm8=");
         assert_eq!(base64(b"foobar"), "Zm9vYmFy");
+    }
+
+    /// An object `depth` levels deep: objects all the way, or one object
+    /// holding arrays.
+    fn nested(depth: usize, arrays: bool) -> String {
+        if arrays {
+            format!(
+                "{{\"a\":{}{}}}",
+                "[".repeat(depth - 1),
+                "]".repeat(depth - 1)
+            )
+        } else {
+            format!(
+                "{}{{}}{}",
+                "{\"a\":".repeat(depth - 1),
+                "}".repeat(depth - 1)
+            )
+        }
+    }
+
+    fn parses(record: &str) -> bool {
+        serde_json::from_slice::<serde_json::Value>(record.as_bytes()).is_ok()
+    }
+
+    #[test]
+    fn a_body_at_the_depth_limit_is_spliced_and_its_record_parses() {
+        for arrays in [false, true] {
+            let body = nested(MAX_SPLICED_DEPTH, arrays);
+            let record = record(body.as_bytes());
+            assert_eq!(
+                record,
+                format!("{},\"dead_letter\":{BLOCK}}}", &body[..body.len() - 1])
+            );
+            assert!(parses(&record), "arrays: {arrays}");
+        }
+    }
+
+    #[test]
+    fn a_body_deeper_than_the_limit_is_wrapped_as_raw_and_its_record_parses() {
+        for depth in [MAX_SPLICED_DEPTH + 1, MAX_SPLICED_DEPTH + 2, 200_000] {
+            for arrays in [false, true] {
+                let body = nested(depth, arrays);
+                let record = record(body.as_bytes());
+                let raw = serde_json::to_string(&body).unwrap();
+                // Compared without printing: the texts run to megabytes.
+                assert!(
+                    record == format!("{{\"raw\":{raw},\"dead_letter\":{BLOCK}}}"),
+                    "depth {depth}, arrays: {arrays}: not wrapped as raw; starts {:?}",
+                    &record[..40]
+                );
+                assert!(parses(&record), "depth {depth}, arrays: {arrays}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_depth_limit_is_the_deepest_serde_json_parses() {
+        assert!(parses(&nested(MAX_SPLICED_DEPTH, true)));
+        assert!(!parses(&nested(MAX_SPLICED_DEPTH + 1, true)));
+    }
+
+    #[test]
+    fn brackets_inside_strings_do_not_count_as_nesting() {
+        let deep_text = "[{".repeat(200_000);
+        let body = format!(r#"{{"a":"{deep_text}\"\\[","b":[]}}"#);
+        assert!(record(body.as_bytes()).ends_with(&format!(",\"dead_letter\":{BLOCK}}}")));
+        assert!(nests_at_most(&body, 2));
+        assert!(!nests_at_most(&body, 1));
+    }
+
+    #[test]
+    fn the_depth_scan_takes_any_text() {
+        for text in ["", "]]]}}", "\"unterminated [[[", "\\", "{\"a\\", "[[[[["] {
+            assert_eq!(nests_at_most(text, 3), !text.starts_with("[[[["), "{text}");
+        }
     }
 }

@@ -8,8 +8,11 @@ use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 
-use crate::router::Delivery;
+use crate::envelope::{DeadLetterReason, Envelope};
+use crate::guard::inflight::{InFlight, Running};
+use crate::router::{Delivery, Disposition, ReleaseReason, Router};
 use crate::transport::{Reserved, Settlement, Transport};
 
 use super::settle::{self, Counters, Outcome};
@@ -17,6 +20,25 @@ use super::{Consumer, ConsumerReport, MAX_BATCH, replay};
 
 /// The first and the longest pause after a broker error.
 const BROKER_BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(2));
+
+/// What every delivery task of one run shares.
+struct Shared<T: Transport> {
+    router: Arc<Router>,
+    transport: Arc<T>,
+    counters: Arc<Counters>,
+    queue: Arc<str>,
+    dead_letter_queue: Arc<str>,
+    max_body_bytes: Option<usize>,
+    delivery_timeout: Option<Duration>,
+    release_delay: Duration,
+    keep_alive: Option<Duration>,
+    /// Handler slots: one per delivery being handled.
+    slots: Arc<Semaphore>,
+    /// Places for deliveries that wait without a handler slot.
+    waiting: Arc<Semaphore>,
+    /// The ids being dispatched.
+    inflight: Arc<InFlight>,
+}
 
 impl<T: Transport> Consumer<T> {
     /// Consumes until `shutdown` completes, then stops gracefully: no new
@@ -26,9 +48,26 @@ impl<T: Transport> Consumer<T> {
     /// Returns the totals.
     ///
     /// Broker errors never end the loop: it logs them and tries again with
-    /// backoff, so a broker restart only pauses it.
+    /// backoff, so a broker restart only pauses it; nor do store outages,
+    /// which pause reservations until the store answers. The report's
+    /// [`failing`](ConsumerReport::failing) says whether the consumer was
+    /// failing when it stopped.
     pub async fn run_until<F: Future<Output = ()>>(&self, shutdown: F) -> ConsumerReport {
-        let permits = Arc::new(Semaphore::new(self.concurrency));
+        let shared = Arc::new(Shared {
+            router: Arc::clone(&self.router),
+            transport: Arc::clone(&self.transport),
+            counters: Arc::clone(&self.counters),
+            queue: Arc::clone(&self.queue),
+            dead_letter_queue: Arc::clone(&self.dead_letter_queue),
+            max_body_bytes: self.max_body_bytes,
+            delivery_timeout: self.delivery_timeout,
+            release_delay: self.release_delay,
+            keep_alive: self.keep_alive,
+            slots: Arc::new(Semaphore::new(self.concurrency)),
+            waiting: Arc::new(Semaphore::new(self.max_waiting)),
+            inflight: Arc::default(),
+        });
+        let outage = &self.counters.outage;
         let mut tasks = JoinSet::new();
         let mut idle = Backoff::new(self.idle_poll);
         let mut broker = Backoff::new(BROKER_BACKOFF);
@@ -38,18 +77,25 @@ impl<T: Transport> Consumer<T> {
             while let Some(joined) = tasks.try_join_next() {
                 report_task_end(joined);
             }
+            // While the store is down: nothing until the pause is over, then
+            // one delivery to probe it.
+            let width = tokio::select! {
+                biased;
+                () = &mut shutdown => break,
+                width = outage.gate(MAX_BATCH) => width,
+            };
             // Wait for room for one delivery, then take whatever else is free.
             let first = tokio::select! {
                 biased;
                 () = &mut shutdown => break,
-                permit = Arc::clone(&permits).acquire_owned() => {
+                permit = Arc::clone(&shared.slots).acquire_owned() => {
                     permit.expect("the consumer never closes its semaphore")
                 }
             };
             tokio::task::yield_now().await;
             let mut room = vec![first];
-            while room.len() < MAX_BATCH {
-                match Arc::clone(&permits).try_acquire_owned() {
+            while room.len() < width {
+                match Arc::clone(&shared.slots).try_acquire_owned() {
                     Ok(permit) => room.push(permit),
                     Err(_) => break,
                 }
@@ -61,12 +107,14 @@ impl<T: Transport> Consumer<T> {
             let batch = match self.transport.reserve(&self.queue, room.len()).await {
                 Ok(batch) => {
                     broker.reset();
+                    self.counters.reserved(batch.is_empty());
                     batch
                 }
                 Err(error) => {
-                    self.counters.broker_errors.fetch_add(1, Ordering::Relaxed);
+                    self.counters.reserve_failed(&error);
                     tracing::warn!(queue = &*self.queue, %error, "babel-idem: reserving failed; trying again");
                     drop(room);
+                    outage.probe_unused();
                     if pause(broker.next(), &mut shutdown).await {
                         break;
                     }
@@ -75,6 +123,7 @@ impl<T: Transport> Consumer<T> {
             };
             if batch.is_empty() {
                 drop(room);
+                outage.probe_unused();
                 if pause(idle.next(), &mut shutdown).await {
                     break;
                 }
@@ -86,7 +135,7 @@ impl<T: Transport> Consumer<T> {
             self.counters.delivered.fetch_add(count, Ordering::Relaxed);
             self.counters.in_flight.fetch_add(count, Ordering::Relaxed);
             for (reserved, permit) in batch.into_iter().zip(room) {
-                tasks.spawn(self.handle(reserved, permit));
+                tasks.spawn(handle(Arc::clone(&shared), reserved, permit));
             }
         }
 
@@ -125,73 +174,240 @@ impl<T: Transport> Consumer<T> {
             while tasks.join_next().await.is_some() {}
         }
     }
+}
 
-    /// The task of one delivery: dispatch, then settle. Holds its permit
-    /// until the settlement is done.
-    fn handle(
-        &self,
-        reserved: Reserved<T::Handle>,
-        permit: OwnedSemaphorePermit,
-    ) -> impl Future<Output = ()> + Send + 'static {
-        let router = Arc::clone(&self.router);
-        let transport = Arc::clone(&self.transport);
-        let counters = Arc::clone(&self.counters);
-        let queue = Arc::clone(&self.queue);
-        let dead_letter_queue = Arc::clone(&self.dead_letter_queue);
-        let max_body_bytes = self.max_body_bytes;
-        async move {
-            let Reserved {
-                body,
-                headers,
-                handle,
-            } = reserved;
-            let (outcome, settlement) = match max_body_bytes {
-                Some(limit) if body.len() > limit => (
-                    Outcome::DeadLettered,
-                    settle::oversized(&body, limit, &queue, &dead_letter_queue),
-                ),
-                _ => {
-                    let replay =
-                        replay::marks_replay(headers.iter().map(|(n, v)| (n.as_str(), v.as_str())));
-                    let delivery = headers.into_iter().fold(
-                        Delivery::new().with_queue(&*queue),
-                        |delivery, (name, value)| delivery.with_header(name, value),
-                    );
-                    // Boxed: the dispatch's state is most of the task's,
-                    // and a smaller task is cheaper to spawn and to move.
-                    let dispatch =
-                        Box::pin(replay::scope(replay, router.dispatch(&body, delivery)));
-                    let disposition = dispatch.await;
-                    // A retry waits its backoff, a parked claim its delay,
-                    // before going back, so neither spins on the queue.
-                    let wait = match &disposition {
-                        crate::router::Disposition::Retry(retry) => retry.backoff,
-                        crate::router::Disposition::Release { delay, .. } => *delay,
-                        _ => None,
-                    };
-                    let settlement =
-                        settle::settlement_for(disposition, &body, &queue, &dead_letter_queue);
-                    if let Some(wait) = wait {
-                        // Boxed, as the sleep below: a timer is large, and
-                        // only the deliveries that wait pay for one.
-                        Box::pin(tokio::time::sleep(wait)).await;
-                    }
-                    settlement
-                }
-            };
-            drop(body);
-            settle_until_done(
-                &*transport,
-                &handle,
-                &settlement,
-                &counters,
-                &queue,
-                outcome,
-            )
-            .await;
-            counters.in_flight.fetch_sub(1, Ordering::Relaxed);
-            drop(permit);
+/// The task of one delivery: dispatch, wait, then settle. Holds a handler
+/// slot while it dispatches; the reservation is kept alive until it settles.
+async fn handle<T: Transport>(
+    shared: Arc<Shared<T>>,
+    reserved: Reserved<T::Handle>,
+    permit: OwnedSemaphorePermit,
+) {
+    let Reserved {
+        body,
+        headers,
+        handle,
+    } = reserved;
+    let mut slot = Some(permit);
+    let decided = decide(&shared, body, headers, &mut slot);
+    let (outcome, settlement) = kept_alive(&shared, &handle, decided).await;
+    settle_until_done(&shared, &handle, &settlement, outcome).await;
+    shared.counters.in_flight.fetch_sub(1, Ordering::Relaxed);
+    drop(slot);
+}
+
+/// Dispatches one delivery (one of its id at a time, within the timeout)
+/// and waits out its backoff or release delay: how to settle it.
+async fn decide<T: Transport>(
+    shared: &Shared<T>,
+    body: Vec<u8>,
+    headers: Vec<(String, String)>,
+    slot: &mut Option<OwnedSemaphorePermit>,
+) -> (Outcome, Settlement) {
+    let (queue, dead_letter_queue) = (&*shared.queue, &*shared.dead_letter_queue);
+    if let Some(limit) = shared.max_body_bytes
+        && body.len() > limit
+    {
+        return (
+            Outcome::DeadLettered,
+            settle::oversized(&body, limit, queue, dead_letter_queue),
+        );
+    }
+    let decoded = Envelope::from_slice(&body);
+    let id = decoded
+        .as_ref()
+        .ok()
+        .and_then(|envelope| envelope.meta.id.as_deref())
+        .filter(|id| !id.is_empty());
+    let running = match id {
+        Some(id) => match take_turn(shared, id, slot).await {
+            Some(running) => Some(running),
+            // Another delivery of the id ran past the timeout: this one
+            // was not attempted, it goes back unchanged.
+            None => return (Outcome::Released, Settlement::Requeue(body)),
+        },
+        None => None,
+    };
+
+    let replay = replay::marks_replay(headers.iter().map(|(n, v)| (n.as_str(), v.as_str())));
+    let delivery = headers.into_iter().fold(
+        Delivery::new().with_queue(queue),
+        |delivery, (name, value)| delivery.with_header(name, value),
+    );
+    // Boxed: the dispatch's state is most of the task's, and a smaller task
+    // is cheaper to spawn and to move.
+    let dispatch = Box::pin(replay::scope(
+        replay,
+        shared.router.dispatch_decoded(&body, decoded, delivery),
+    ));
+    let disposition = match shared.delivery_timeout {
+        None => dispatch.await,
+        Some(timeout) => match tokio::time::timeout(timeout, dispatch).await {
+            Ok(disposition) => disposition,
+            Err(_) => {
+                shared.counters.timed_out.fetch_add(1, Ordering::Relaxed);
+                let delivery = Delivery::new().with_queue(queue);
+                shared.router.timed_out(&body, &delivery, timeout)
+            }
+        },
+    };
+    // The dispatch (and its guard's mark) is over: the next delivery of the
+    // id may go.
+    drop(running);
+    note_store(shared, &disposition);
+
+    // A retry waits its backoff, a release its delay, before going back, so
+    // neither spins on the queue; a store outage pauses the whole consumer
+    // instead.
+    let wait = match &disposition {
+        Disposition::Retry(retry) => retry.backoff,
+        Disposition::Release {
+            reason: ReleaseReason::StoreUnavailable,
+            ..
+        } => None,
+        Disposition::Release { delay, .. } => Some(delay.unwrap_or(shared.release_delay)),
+        _ => None,
+    };
+    let settlement = settle::settlement_for(disposition, &body, queue, dead_letter_queue);
+    drop(body);
+    if let Some(wait) = wait.filter(|wait| !wait.is_zero()) {
+        // Boxed: a timer is large, and only the deliveries that wait pay
+        // for one.
+        without_slot(shared, slot, Box::pin(tokio::time::sleep(wait))).await;
+    }
+    settlement
+}
+
+/// Enters `id` in the registry, waiting (without a handler slot, within the
+/// per-delivery timeout) while another delivery of it runs; then holds a
+/// slot again. `None` when the wait timed out.
+async fn take_turn<T: Transport>(
+    shared: &Shared<T>,
+    id: &str,
+    slot: &mut Option<OwnedSemaphorePermit>,
+) -> Option<Running> {
+    let give_up = shared
+        .delivery_timeout
+        .map(|timeout| Instant::now() + timeout);
+    let turn = match shared.inflight.enter(id) {
+        Ok(running) => return Some(running),
+        Err(turn) => turn,
+    };
+    shared
+        .counters
+        .waited_for_id
+        .fetch_add(1, Ordering::Relaxed);
+    let running = without_slot(shared, slot, async {
+        match give_up {
+            Some(at) => tokio::time::timeout_at(at, turn).await.ok(),
+            None => Some(turn.await),
         }
+    })
+    .await;
+    let Some(running) = running else {
+        tracing::warn!(
+            queue = &*shared.queue,
+            message_id = id,
+            "babel-idem: another delivery of this id ran past the timeout; handing this one back"
+        );
+        return None;
+    };
+    if slot.is_none() {
+        let permit = Arc::clone(&shared.slots).acquire_owned().await;
+        *slot = Some(permit.expect("the consumer never closes its semaphore"));
+    }
+    Some(running)
+}
+
+/// Runs `wait` without holding a handler slot, when a waiting place is
+/// free (else with it: the number waiting is bounded). The slot is not
+/// taken back: who needs one again asks for it.
+async fn without_slot<T: Transport, F: Future>(
+    shared: &Shared<T>,
+    slot: &mut Option<OwnedSemaphorePermit>,
+    wait: F,
+) -> F::Output {
+    match Arc::clone(&shared.waiting).try_acquire_owned() {
+        Ok(place) => {
+            drop(slot.take());
+            let output = wait.await;
+            drop(place);
+            output
+        }
+        Err(_) => wait.await,
+    }
+}
+
+/// Keeps the reservation of `handle` alive while `work` runs, where the
+/// transport can.
+async fn kept_alive<T: Transport, F: Future>(
+    shared: &Shared<T>,
+    handle: &T::Handle,
+    work: F,
+) -> F::Output {
+    let Some(every) = shared.keep_alive else {
+        return work.await;
+    };
+    let renew = async {
+        loop {
+            tokio::time::sleep(every).await;
+            match shared.transport.extend(handle).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::warn!(
+                        queue = &*shared.queue,
+                        "babel-idem: a reservation lapsed while it was held; it may be delivered again"
+                    );
+                    std::future::pending::<()>().await;
+                }
+                Err(error) => {
+                    shared
+                        .counters
+                        .broker_errors
+                        .fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(queue = &*shared.queue, %error, "babel-idem: extending a reservation failed; trying again");
+                }
+            }
+        }
+    };
+    tokio::select! {
+        biased;
+        output = work => output,
+        () = renew => unreachable!("the renewal loop never ends"),
+    }
+}
+
+/// Tells the outage watch what `disposition` says about the store.
+fn note_store<T: Transport>(shared: &Shared<T>, disposition: &Disposition) {
+    let counters = &shared.counters;
+    let answered = match disposition {
+        Disposition::Release {
+            reason: ReleaseReason::StoreUnavailable,
+            ..
+        } => {
+            counters.store_unavailable.fetch_add(1, Ordering::Relaxed);
+            if counters.outage.failed() {
+                counters.store_outages.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    queue = &*shared.queue,
+                    "babel-idem: the store is unavailable; pausing reservations until it answers (no attempt is spent)"
+                );
+            }
+            return;
+        }
+        Disposition::Ack | Disposition::Retry(_) => true,
+        Disposition::Release {
+            reason: ReleaseReason::Parked,
+            ..
+        } => true,
+        Disposition::DeadLetter(dead) => dead.reason == DeadLetterReason::Failed,
+        _ => false,
+    };
+    if answered && counters.outage.answered() {
+        tracing::info!(
+            queue = &*shared.queue,
+            "babel-idem: the store answers again; resuming reservations"
+        );
     }
 }
 
@@ -199,16 +415,15 @@ impl<T: Transport> Consumer<T> {
 /// giving up would only leave the delivery to be handled again. Stops when
 /// the consumer's shutdown aborts the task.
 async fn settle_until_done<T: Transport>(
-    transport: &T,
+    shared: &Shared<T>,
     handle: &T::Handle,
     settlement: &Settlement,
-    counters: &Counters,
-    queue: &str,
     outcome: Outcome,
 ) {
+    let counters = &shared.counters;
     let mut backoff = Backoff::new(BROKER_BACKOFF);
     loop {
-        match transport.settle(handle, settlement).await {
+        match shared.transport.settle(handle, settlement).await {
             Ok(true) => return counters.count(outcome),
             Ok(false) => {
                 counters.lapsed.fetch_add(1, Ordering::Relaxed);
@@ -216,7 +431,7 @@ async fn settle_until_done<T: Transport>(
             }
             Err(error) => {
                 counters.broker_errors.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(queue, settlement = settlement.kind(), %error, "babel-idem: settling failed; trying again");
+                tracing::warn!(queue = &*shared.queue, settlement = settlement.kind(), %error, "babel-idem: settling failed; trying again");
                 Box::pin(tokio::time::sleep(backoff.next())).await;
             }
         }

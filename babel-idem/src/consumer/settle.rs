@@ -1,14 +1,16 @@
 //! From a [`Disposition`] to the [`Settlement`] a transport carries out, and
 //! the counters that say what happened.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 use crate::envelope::DeadLetter;
 use crate::envelope::DeadLetterReason;
 use crate::router::DispatchError;
 use crate::router::Disposition;
-use crate::transport::Settlement;
+use crate::transport::{Settlement, TransportError};
 
+use super::outage::Outage;
 use super::poison::poison_record;
 
 /// The settlement for `disposition`; `body` is the delivery's body, `queue`
@@ -98,6 +100,18 @@ pub(super) struct Counters {
     pub(super) lapsed: AtomicU64,
     pub(super) unfinished: AtomicU64,
     pub(super) broker_errors: AtomicU64,
+    pub(super) timed_out: AtomicU64,
+    pub(super) store_unavailable: AtomicU64,
+    pub(super) store_outages: AtomicU64,
+    pub(super) waited_for_id: AtomicU64,
+    /// Reservations that succeeded with nothing to hand out.
+    pub(super) empty_reserves: AtomicU64,
+    /// Whether the last reservation failed.
+    pub(super) reserve_failing: AtomicBool,
+    /// The last reservation error, while reservations fail.
+    pub(super) reserve_error: Mutex<Option<String>>,
+    /// Whether the store is down, and the pause it imposes.
+    pub(super) outage: Outage,
 }
 
 impl Counters {
@@ -110,5 +124,28 @@ impl Counters {
             Outcome::DeadLettered => &self.dead_lettered,
         };
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A reservation succeeded (`empty`: with nothing in it).
+    pub(super) fn reserved(&self, empty: bool) {
+        if empty {
+            self.empty_reserves.fetch_add(1, Ordering::Relaxed);
+        }
+        if self.reserve_failing.swap(false, Ordering::Relaxed) {
+            *self
+                .reserve_error
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = None;
+        }
+    }
+
+    /// A reservation failed with `error`.
+    pub(super) fn reserve_failed(&self, error: &TransportError) {
+        self.broker_errors.fetch_add(1, Ordering::Relaxed);
+        *self
+            .reserve_error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(error.to_string());
+        self.reserve_failing.store(true, Ordering::Relaxed);
     }
 }

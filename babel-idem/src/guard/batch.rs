@@ -1,13 +1,15 @@
 //! Seen-set mode over a batch of messages ([`Guard::run_batch`]): one
 //! `seen_many`, the handlers, one `remember_many`, and the decision of
-//! DESIGN section 1 for every message.
+//! seen-set table of [`guide::modes`](crate::guide::modes) for every message.
 
 use std::collections::HashMap;
 use std::future::{Future, poll_fn};
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::pin::pin;
+use std::sync::{Arc, LazyLock};
 use std::task::Poll;
 
+use super::inflight::{InFlight, Running};
 use super::{Guard, SeenSet, mark_failed, report, store_failed};
 use crate::key::DedupeKey;
 use crate::message::MessageId;
@@ -39,6 +41,21 @@ impl<E> BatchOutcome<E> {
     pub fn into_result(self) -> Result<(), E> {
         self.result
     }
+}
+
+/// The ids every batch of this process is running.
+static BATCHES: LazyLock<Arc<InFlight>> = LazyLock::new(Arc::default);
+
+/// The right to run each distinct id of a batch, taken in sorted order.
+async fn take_turns(keys: &[DedupeKey]) -> Vec<Running> {
+    let mut ids: Vec<&str> = keys.iter().filter_map(DedupeKey::as_str).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let mut running = Vec::with_capacity(ids.len());
+    for id in ids {
+        running.push(BATCHES.turn(id).await);
+    }
+    running
 }
 
 /// What the store said about one message before its handler could run.
@@ -74,6 +91,13 @@ impl<S: Store> Guard<S, SeenSet> {
     /// - when `remember_many` fails, each id is remembered on its own, and
     ///   the ones that still fail are reported by the guard's
     ///   [`OnRememberFailure`](crate::guard::OnRememberFailure) (`mark_failed`).
+    ///
+    /// - one id never runs in two batches at once in this process: a batch
+    ///   that holds an id another batch is running waits until that batch
+    ///   has marked its ids, then asks the store, so it skips what the other
+    ///   ran and runs what it failed. Batches take their ids in one order,
+    ///   so two batches never wait for each other; a handler must not run a
+    ///   batch holding one of its own batch's ids (it would wait for itself).
     ///
     /// Handlers run one after the other, in order. If one panics, the ids of
     /// the handlers that succeeded before it are remembered, then the panic
@@ -127,6 +151,8 @@ impl<S: Store> Guard<S, SeenSet> {
             .iter()
             .map(|message| DedupeKey::new(scope, message))
             .collect();
+        // Held until the batch has marked its ids (dropped last).
+        let _running = take_turns(&keys).await;
         let mut asked = self.ask(&keys).await;
 
         let mut outcomes = Vec::with_capacity(messages.len());
@@ -291,4 +317,82 @@ async fn catch_panic<F: Future>(future: F) -> std::thread::Result<F::Output> {
         },
     )
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use crate::envelope::Envelope;
+    use crate::guard::Guard;
+    use crate::metrics::Decision;
+    use crate::store::{InMemoryStore, StoreError};
+
+    /// Per id: runs going on now, the most at once, runs in all.
+    type Runs = Arc<Mutex<HashMap<String, (u32, u32, u32)>>>;
+
+    /// Two batches with the same ids in opposite orders, at once on two
+    /// threads: no id runs in both at once, none runs twice (the later
+    /// batch skips what the earlier ran), and neither waits for the other
+    /// for ever.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn two_batches_sharing_ids_never_run_one_id_at_once() {
+        let guard = Arc::new(Guard::new(InMemoryStore::new()));
+        let runs: Runs = Arc::default();
+        let ids: Vec<String> = (0..20).map(|n| format!("shared-{n}")).collect();
+        let batch = |reversed: bool| {
+            let mut ids = ids.clone();
+            if reversed {
+                ids.reverse();
+            }
+            let messages: Vec<Envelope> = ids
+                .iter()
+                .map(|id| {
+                    Envelope::new("urn:babel:orders:created", serde_json::json!({})).with_id(id)
+                })
+                .collect();
+            let (guard, runs) = (Arc::clone(&guard), Arc::clone(&runs));
+            tokio::spawn(async move {
+                let outcomes = guard
+                    .run_batch(&messages, |env| {
+                        let runs = Arc::clone(&runs);
+                        let id = env.meta.id.clone().unwrap();
+                        async move {
+                            {
+                                let mut runs = runs.lock().unwrap();
+                                let entry = runs.entry(id.clone()).or_default();
+                                entry.0 += 1;
+                                entry.1 = entry.1.max(entry.0);
+                                entry.2 += 1;
+                            }
+                            tokio::time::sleep(Duration::from_millis(2)).await;
+                            runs.lock().unwrap().get_mut(&id).unwrap().0 -= 1;
+                            Ok::<(), StoreError>(())
+                        }
+                    })
+                    .await;
+                outcomes
+                    .iter()
+                    .map(|outcome| outcome.decision())
+                    .collect::<Vec<_>>()
+            })
+        };
+        let (first, second) = (batch(false), batch(true));
+        let both = tokio::time::timeout(Duration::from_secs(30), async {
+            (first.await.unwrap(), second.await.unwrap())
+        })
+        .await
+        .expect("neither batch waits for the other for ever");
+        let runs = runs.lock().unwrap();
+        assert_eq!(runs.len(), 20);
+        for (id, &(_, most_at_once, total)) in runs.iter() {
+            assert_eq!(most_at_once, 1, "{id} ran in two batches at once");
+            assert_eq!(total, 1, "{id} ran {total} times");
+        }
+        let decisions: Vec<Decision> = both.0.into_iter().chain(both.1).collect();
+        let count = |d: Decision| decisions.iter().filter(|&&x| x == d).count();
+        assert_eq!((count(Decision::Ran), count(Decision::Skipped)), (20, 20));
+    }
 }

@@ -1,8 +1,8 @@
-//! Claim mode's decision table: claim the id, run the handler while
-//! renewing the lease, then commit or release. Every claim decision is also
-//! recorded for the delivery being dispatched, if any
-//! ([`parked::record`]), so the router releases a parked delivery whatever
-//! the handler's error type keeps of the parked error.
+//! Claim mode's decision table (see [`guide::modes`](crate::guide::modes)):
+//! claim the id, run the handler while renewing the lease, then commit or
+//! release. Every claim decision is also recorded for the delivery being
+//! dispatched, if any ([`parked::record`]), so the router releases a parked
+//! delivery whatever the handler's error type keeps of the parked error.
 
 use std::any::Any;
 use std::future::{Future, poll_fn};

@@ -1,12 +1,8 @@
-//! Seen-set mode's decision table (DESIGN section 1): `seen`, run, `remember`.
+//! Seen-set mode's decision table (see [`guide::modes`](crate::guide::modes)): `seen`, run, `remember`.
 
 use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 
-use pin_project_lite::pin_project;
-
-use super::{OnRememberFailure, mark_failed, report, report_key, store_failed};
+use super::{OnRememberFailure, mark_failed, report, store_failed};
 use crate::key::DedupeKey;
 use crate::metrics::{Decision, timed, timed_now};
 use crate::store::StoreOperation;
@@ -15,6 +11,17 @@ use crate::store::{Store, StoreError};
 /// The decision itself; every public entry point ends here, returning this
 /// future as it is. It owns the key, so a caller's future does not borrow
 /// the message.
+///
+/// The store is asked [`Store::seen_now`] first and [`Store::seen`] only
+/// where that has no answer, so a store that answers without waiting skips
+/// a duplicate in the future's first poll.
+///
+/// An `async` block rather than an `async fn`: an `async fn` would keep
+/// room for its arguments and for the locals they are moved into.
+#[allow(
+    clippy::manual_async_fn,
+    reason = "an `async fn` holds its arguments twice (see above)"
+)]
 #[inline]
 pub(super) fn decide<S, F, E>(
     store: S,
@@ -27,213 +34,45 @@ where
     F: Future<Output = Result<(), E>>,
     E: From<StoreError>,
 {
-    Decide::Asking {
-        store,
-        key,
-        on_remember_failure,
-        handler,
-        then: after_asking::<S, F, E>,
-        ended: false,
-    }
-}
-
-pin_project! {
-    /// A seen-set decision. Its first poll asks a store that answers without
-    /// waiting (the in-memory store: [`Store::seen_key_now`]) and skips a
-    /// duplicate there and then; every other delivery goes on in
-    /// [`after_asking`]'s `async` block.
-    ///
-    /// Written by hand so that the first poll is small enough to inline
-    /// where the guard is polled: a duplicate then costs no call into a
-    /// state machine, no dispatch on its state and no drop of its finished
-    /// states (per duplicate at 1,000 ids, as one `async` block and so:
-    /// callgrind 288.0 and 248.2 instructions; 17.2 and 13.9 ns in the
-    /// guard bench's profile loop, medians of 11 alternating runs on an
-    /// AMD EPYC).
-    #[project = DecideProj]
-    #[project_replace = DecideTaken]
-    enum Decide<S, F, C, R> {
-        /// Not polled yet, or `ended` in the first poll. `then` builds the
-        /// rest of the decision: a function item, so that the rest's type
-        /// is named without a box.
-        Asking {
-            store: S,
-            key: DedupeKey,
-            on_remember_failure: OnRememberFailure,
-            handler: F,
-            then: C,
-            // Set when the store's answer ended the delivery (a skip, or a
-            // store error), rather than a move to `Done`: the key and the
-            // handler are then dropped with the future, as they would be
-            // anyway, and a duplicate's skip is one store (a move to `Done`
-            // read the key back to drop it: 14.5 instructions more per
-            // duplicate).
-            ended: bool,
-        },
-        /// The rest of the decision: the store is awaited, or the handler
-        /// runs. A rest that ended stays here, and a further poll panics in
-        /// its `async` block.
-        Deciding {
-            #[pin]
-            rest: R,
-        },
-        /// Stands in while the parts move from `Asking` to `Deciding`.
-        Done,
-    }
-}
-
-impl<S, F, E, C, R> Future for Decide<S, F, C, R>
-where
-    S: Store,
-    F: Future<Output = Result<(), E>>,
-    E: From<StoreError>,
-    C: FnOnce(S, DedupeKey, OnRememberFailure, F, Ask) -> R,
-    R: Future<Output = Result<(), E>>,
-{
-    type Output = Result<(), E>;
-
-    // Forced: left to the compiler, the poll with the UUID's parse in it
-    // stayed a call (302.2 instructions per duplicate).
-    #[inline(always)]
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let ask = match self.as_mut().project() {
-            DecideProj::Asking { ended: true, .. } | DecideProj::Done => {
-                panic!("a guard's future was polled after it completed")
-            }
-            DecideProj::Asking {
-                store, key, ended, ..
-            } if !key.is_missing() => {
-                match timed_now::<S, _>(StoreOperation::Seen, || store.seen_key_now(key)) {
-                    None => Ask::Store,
-                    Some(seen) => match ended_by(seen, key) {
-                        Some(result) => {
-                            *ended = true;
-                            return Poll::Ready(result);
-                        }
-                        None => Ask::Nothing,
-                    },
-                }
-            }
-            // A missing key is the rest's to report.
-            DecideProj::Asking { .. } => Ask::Store,
-            DecideProj::Deciding { rest } => return rest.poll(cx),
-        };
-        self.go_on(ask, cx)
-    }
-}
-
-impl<S, F, E, C, R> Decide<S, F, C, R>
-where
-    F: Future<Output = Result<(), E>>,
-    E: From<StoreError>,
-    C: FnOnce(S, DedupeKey, OnRememberFailure, F, Ask) -> R,
-    R: Future<Output = Result<(), E>>,
-{
-    /// Leaves `Asking` for the rest of the decision, which asks the store
-    /// what `ask` says, and polls it. Out of line, so that only a
-    /// duplicate's skip is inlined where the guard is polled.
-    #[inline(never)]
-    fn go_on(mut self: Pin<&mut Self>, ask: Ask, cx: &mut Context<'_>) -> Poll<Result<(), E>> {
-        // `Done` stands in while the parts are moved to the rest.
-        if let DecideTaken::Asking {
-            store,
-            key,
-            on_remember_failure,
-            handler,
-            then,
-            ended: _,
-        } = self.as_mut().project_replace(Decide::Done)
-        {
-            let rest = then(store, key, on_remember_failure, handler, ask);
-            self.as_mut().set(Decide::Deciding { rest });
-        }
-        match self.project() {
-            DecideProj::Deciding { rest } => rest.poll(cx),
-            _ => unreachable!("`go_on` is only called in `Asking`, which it leaves for `Deciding`"),
-        }
-    }
-}
-
-/// What `seen`'s answer decides: `None` to run the handler, or the result
-/// that ends the delivery (a skip, or a store error, on which the handler
-/// does not run and the message is retried).
-#[inline(always)]
-fn ended_by<E: From<StoreError>>(
-    seen: Result<bool, StoreError>,
-    key: &DedupeKey,
-) -> Option<Result<(), E>> {
-    match seen {
-        Ok(false) => None,
-        Ok(true) => {
-            report_key(Decision::Skipped, key);
-            Some(Ok(()))
-        }
-        Err(error) => Some(store_failed(key.id(), error)),
-    }
-}
-
-/// What the rest of a decision still has to ask.
-#[derive(Clone, Copy)]
-enum Ask {
-    /// `seen`, and await it (unless the key is missing: nothing to ask).
-    Store,
-    /// Nothing: the store answered "not seen" in the first poll. The answer
-    /// itself is not handed over, as every upvar of an `async` block takes
-    /// room in the future for as long as it lives.
-    Nothing,
-}
-
-/// The decision after the first poll, which may have asked the store
-/// already (see [`Ask`]).
-///
-/// An `async` block rather than an `async fn`: an `async fn` copies its
-/// arguments into locals on the first poll and keeps room for both.
-#[allow(
-    clippy::manual_async_fn,
-    reason = "an `async fn` holds its arguments twice (see above)"
-)]
-fn after_asking<S, F, E>(
-    store: S,
-    key: DedupeKey,
-    on_remember_failure: OnRememberFailure,
-    handler: F,
-    ask: Ask,
-) -> impl Future<Output = Result<(), E>>
-where
-    S: Store,
-    F: Future<Output = Result<(), E>>,
-    E: From<StoreError>,
-{
     async move {
+        // The key's text is taken again where it is needed, rather than kept
+        // in the future across the handler's `await`.
         if key.is_missing() {
             report(Decision::FailOpen, "");
             return handler.await;
         }
-        // The store is asked with the key itself, and its text taken only
-        // on the paths that report it (see `Store::seen_key`). `seen`'s
-        // answer lives in a block of its own: whatever is kept across an
-        // `await` is stored in the future.
-        if let Ask::Store = ask {
-            let seen = store_answer!(timed::<S, _>(StoreOperation::Seen, || {
-                store.seen_key(&key)
-            }));
-            if let Some(result) = ended_by(seen, &key) {
-                return result;
+        // `if let`, not `match`: the `else` block runs after the answer's
+        // `Option` is dropped, so the future does not keep it across the
+        // `await`.
+        let seen = if let Some(seen) =
+            timed_now::<S, _>(StoreOperation::Seen, || store.seen_now(key.id()))
+        {
+            seen
+        } else {
+            store_answer!(timed::<S, _>(StoreOperation::Seen, || store.seen(key.id())))
+        };
+        match seen {
+            Ok(false) => {}
+            Ok(true) => {
+                report(Decision::Skipped, key.id());
+                return Ok(());
             }
+            // The handler does not run; the message goes back for retry.
+            Err(error) => return store_failed(key.id(), error),
         }
 
         // A panic or a drop inside the handler leaves before `remember`: unmarked.
         if let Err(error) = handler.await {
-            report_key(Decision::Failed, &key);
+            report(Decision::Failed, key.id());
             return Err(error);
         }
 
         let remembered = store_answer!(timed::<S, _>(StoreOperation::Remember, || {
-            store.remember_key(&key)
+            store.remember(key.id())
         }));
         match remembered {
             Ok(()) => {
-                report_key(Decision::Ran, &key);
+                report(Decision::Ran, key.id());
                 Ok(())
             }
             Err(error) => mark_failed(key.id(), error, on_remember_failure),
@@ -259,8 +98,9 @@ mod tests {
     use crate::store::{InMemoryStore, Store, StoreError};
     use crate::store::{StoreFuture, StoreOperation};
 
-    /// A store that answers `seen` at once with `answer`, and counts the
-    /// calls that the first poll must not make.
+    /// A store that answers `seen_now` with `answer`, and counts the calls
+    /// that the guard must not make after such an answer: its `seen` is a
+    /// future that never completes.
     struct AnswersAtOnce {
         answer: fn() -> Result<bool, StoreError>,
         awaited_seen: AtomicU32,
@@ -280,7 +120,7 @@ mod tests {
     impl Store for AnswersAtOnce {
         fn seen<'a>(&'a self, _id: &'a str) -> StoreFuture<'a, bool> {
             self.awaited_seen.fetch_add(1, Ordering::Relaxed);
-            StoreFuture::ready((self.answer)())
+            StoreFuture::new(std::future::pending())
         }
         fn remember<'a>(&'a self, _id: &'a str) -> StoreFuture<'a, ()> {
             self.remembered.fetch_add(1, Ordering::Relaxed);
@@ -289,7 +129,7 @@ mod tests {
         fn forget<'a>(&'a self, _id: &'a str) -> StoreFuture<'a, ()> {
             StoreFuture::ready(Ok(()))
         }
-        fn seen_key_now(&self, _key: &DedupeKey) -> Option<Result<bool, StoreError>> {
+        fn seen_now(&self, _id: &str) -> Option<Result<bool, StoreError>> {
             Some((self.answer)())
         }
     }
@@ -328,11 +168,7 @@ mod tests {
         );
 
         let again = catch_unwind(AssertUnwindSafe(|| poll_once(duplicate.as_mut())));
-        let panic = again.expect_err("a finished guard answered a second poll");
-        assert_eq!(
-            panic.downcast_ref::<&str>(),
-            Some(&"a guard's future was polled after it completed")
-        );
+        again.expect_err("a finished guard answered a second poll");
         assert_eq!(
             runs.load(Ordering::Relaxed),
             0,
@@ -421,10 +257,9 @@ mod tests {
             size_of::<Timed<StoreFuture<'_, bool>>>().max(size_of::<Timed<StoreFuture<'_, ()>>>());
         let parts =
             size_of::<DedupeKey>() + size_of::<&InMemoryStore>() + handler_size + store_call;
-        // Beyond the parts: two tags (`Decide`'s, and its rest's with a few
-        // flags), each padded to the key's 16-byte alignment (40 bytes at
-        // most, seen: 192 for 152). Any part held twice would be 16 bytes
-        // or more on top of that.
+        // Beyond the parts: the state's tag and a few flags, with the
+        // padding the key's 16-byte alignment puts around them (40 bytes at
+        // most). Any part held twice would be 16 bytes or more on top.
         let align = std::mem::align_of_val(&future);
         assert!(
             size_of_val(&future) <= parts + 8 + 2 * align,

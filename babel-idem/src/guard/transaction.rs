@@ -1,4 +1,4 @@
-//! Transactional mode's decision table (DESIGN section 8.2): mark the id on
+//! Transactional mode's decision table (see [`guide::modes`](crate::guide::modes)): mark the id on
 //! the handler's own connection, inside its transaction, then run or skip.
 //! The caller owns the transaction: it begins it, and commits or rolls back
 //! the effect and the mark together.
@@ -19,7 +19,7 @@ use crate::store::{Store, StoreError};
 pub struct Transactional;
 
 impl<S: Store, Mode> Guard<S, Mode> {
-    /// Turns on transactional mode (DESIGN section 8.2), for a handler whose
+    /// Turns on transactional mode (see [`guide::modes`](crate::guide::modes)), for a handler whose
     /// effect is a write to the database that holds the store's table
     /// ([`PostgresStore`](crate::store::PostgresStore),
     /// [`SqliteStore`](crate::store::SqliteStore)).

@@ -55,7 +55,7 @@ impl Router {
     /// The handler runs in a CONSUMER span (`tracing`, level INFO) with the
     /// BabelQueue SDKs' `messaging.*` attributes and the guard's decision;
     /// with the feature `opentelemetry` a W3C `traceparent` header continues
-    /// the producer's trace (see the README's "Spans and metrics").
+    /// the producer's trace (see [`guide::observability`](crate::guide::observability)).
     ///
     /// "attempts" are the attempts made before this delivery:
     /// [`Delivery::with_attempts`] when the transport gave them, else the
@@ -93,8 +93,20 @@ impl Router {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// # }).unwrap();
     /// ```
-    pub async fn dispatch(&self, bytes: &[u8], mut delivery: Delivery) -> Disposition {
-        let mut envelope = match Envelope::from_slice(bytes) {
+    pub async fn dispatch(&self, bytes: &[u8], delivery: Delivery) -> Disposition {
+        self.dispatch_decoded(bytes, Envelope::from_slice(bytes), delivery)
+            .await
+    }
+
+    /// [`dispatch`](Self::dispatch) of `bytes` already decoded as `decoded`
+    /// (by a consumer that reads the id first).
+    pub(crate) async fn dispatch_decoded(
+        &self,
+        bytes: &[u8],
+        decoded: Result<Envelope, EnvelopeError>,
+        mut delivery: Delivery,
+    ) -> Disposition {
+        let mut envelope = match decoded {
             Ok(envelope) => envelope,
             Err(error) => return poison(bytes, error),
         };
@@ -128,6 +140,9 @@ impl Router {
         // decoded a moment ago, so this cannot fail, and if it somehow did the
         // bytes would be poison.
         match Envelope::from_slice(bytes) {
+            Ok(envelope) if last_claim.store_failed(&error) => {
+                parked::store_unavailable(envelope.job)
+            }
             Ok(mut envelope) => match last_claim.parked_delay(&error) {
                 Some(delay) => parked::release(envelope.job, delay),
                 None => {
@@ -137,6 +152,34 @@ impl Router {
             },
             Err(error) => poison(bytes, error),
         }
+    }
+
+    /// The disposition of a delivery whose handler ran longer than `after`
+    /// and was dropped: a failed attempt, retried or dead-lettered as any
+    /// other failure.
+    #[cfg(feature = "consumer")]
+    pub(crate) fn timed_out(
+        &self,
+        bytes: &[u8],
+        delivery: &Delivery,
+        after: std::time::Duration,
+    ) -> Disposition {
+        let mut envelope = match Envelope::from_slice(bytes) {
+            Ok(envelope) => envelope,
+            Err(error) => return poison(bytes, error),
+        };
+        envelope.attempts = delivery.transport_attempts().unwrap_or(envelope.attempts);
+        let fallback_queue = if envelope.meta.queue.is_empty() {
+            delivery.queue().map(str::to_owned)
+        } else {
+            None
+        };
+        tracing::warn!(
+            urn = envelope.urn(),
+            ?after,
+            "babel-idem: a handler ran longer than its timeout and was dropped"
+        );
+        self.fail(envelope, DispatchError::TimedOut { after }, fallback_queue)
     }
 
     /// A valid envelope nobody handles, by the configured strategy.

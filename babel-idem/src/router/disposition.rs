@@ -62,6 +62,9 @@ pub enum Disposition {
     /// - [`Parked`](ReleaseReason::Parked): in claim mode another owner is
     ///   running this message; hand it back after `delay`, by when that run
     ///   has committed (the redelivery is then skipped) or released.
+    /// - [`StoreUnavailable`](ReleaseReason::StoreUnavailable): the
+    ///   handler's guard could not reach its store, so it did not run; hand
+    ///   it back and pause until the store answers.
     Release {
         /// The envelope's URN.
         urn: String,
@@ -132,6 +135,11 @@ impl fmt::Display for Disposition {
                     None => Ok(()),
                 }
             }
+            Disposition::Release {
+                urn,
+                reason: ReleaseReason::StoreUnavailable,
+                ..
+            } => write!(f, "release: the store could not say whether {urn} ran"),
             Disposition::Delete { urn } => write!(f, "delete: no handler for {urn}"),
         }
     }
@@ -150,6 +158,11 @@ pub enum ReleaseReason {
     /// and recorded the park for the delivery, so what the handler's error
     /// type keeps of that error does not matter).
     Parked,
+    /// The handler's guard could not ask its store whether the message
+    /// already ran (the store is down or failing), so the handler did not
+    /// run: an outage, not a failed attempt. The consumer stops reserving
+    /// until the store answers again.
+    StoreUnavailable,
 }
 
 /// A delivery to publish again, one attempt later.
@@ -207,6 +220,12 @@ pub enum DispatchError {
         /// The panic message, when it was a string.
         message: String,
     },
+    /// The handler ran longer than the consumer's per-delivery timeout and
+    /// was dropped (its guard left the id unmarked).
+    TimedOut {
+        /// The timeout it ran into.
+        after: std::time::Duration,
+    },
 }
 
 impl DispatchError {
@@ -216,6 +235,7 @@ impl DispatchError {
         match self {
             DispatchError::Handler(error) => Some(error.error_type()),
             DispatchError::Panicked { .. } => Some("panic"),
+            DispatchError::TimedOut { .. } => Some("timeout"),
             DispatchError::Poison(_) | DispatchError::UnknownUrn { .. } => None,
         }
     }
@@ -228,6 +248,9 @@ impl fmt::Display for DispatchError {
             DispatchError::UnknownUrn { urn } => write!(f, "no handler is registered for {urn}"),
             DispatchError::Handler(error) => write!(f, "handler failed: {error}"),
             DispatchError::Panicked { message } => write!(f, "handler panicked: {message}"),
+            DispatchError::TimedOut { after } => {
+                write!(f, "handler ran longer than the timeout of {after:?}")
+            }
         }
     }
 }
@@ -237,7 +260,9 @@ impl std::error::Error for DispatchError {
         match self {
             DispatchError::Poison(error) => Some(error),
             DispatchError::Handler(error) => Some(error),
-            DispatchError::UnknownUrn { .. } | DispatchError::Panicked { .. } => None,
+            DispatchError::UnknownUrn { .. }
+            | DispatchError::Panicked { .. }
+            | DispatchError::TimedOut { .. } => None,
         }
     }
 }

@@ -55,6 +55,11 @@ pub(crate) enum LastClaim {
         /// How long the other owner's lease had left, where the store knew.
         retry_after: Option<Duration>,
     },
+    /// A guard could not ask its store whether to run (`seen`, `claim` or
+    /// the transactional mark failed): the handler did not run. Recorded by
+    /// every mode, so an outage is told apart from a handler's failure
+    /// whatever the error type keeps of the store's error.
+    StoreFailed,
 }
 
 impl LastClaim {
@@ -69,6 +74,30 @@ impl LastClaim {
             }
             _ => None,
         }
+    }
+
+    /// Whether a handler that failed with `error` after this decision
+    /// failed because its guard's store could not answer: an outage, not
+    /// an attempt. A panic is always the handler's own failure.
+    pub(super) fn store_failed(self, error: &DispatchError) -> bool {
+        matches!(
+            (self, error),
+            (LastClaim::StoreFailed, DispatchError::Handler(_))
+        )
+    }
+}
+
+/// A delivery whose guard's store failed goes back unchanged, with no
+/// attempt counted: the consumer pauses until the store answers again.
+pub(super) fn store_unavailable(urn: String) -> Disposition {
+    tracing::debug!(
+        urn,
+        "babel-idem: the guard's store failed, releasing the delivery"
+    );
+    Disposition::Release {
+        urn,
+        reason: ReleaseReason::StoreUnavailable,
+        delay: None,
     }
 }
 
@@ -206,5 +235,20 @@ mod tests {
         );
         assert_eq!(PARKED.parked_delay(&panicked), None);
         assert_eq!(LastClaim::NotParked.parked_delay(&returned), None);
+    }
+
+    #[test]
+    fn only_a_returned_error_after_a_store_failure_is_an_outage() {
+        let returned = DispatchError::Handler(HandlerError::new(std::io::Error::other(
+            "wrapped the store error",
+        )));
+        let panicked = DispatchError::Panicked {
+            message: "boom".into(),
+        };
+        assert!(LastClaim::StoreFailed.store_failed(&returned));
+        assert!(!LastClaim::StoreFailed.store_failed(&panicked));
+        assert!(!LastClaim::NotParked.store_failed(&returned));
+        assert!(!PARKED.store_failed(&returned));
+        assert_eq!(LastClaim::StoreFailed.parked_delay(&returned), None);
     }
 }

@@ -1,12 +1,18 @@
-//! What the persistent stores' admin operations share: [`StoreStats`], the
-//! answer of `stats` on `SqliteStore`, `RedisStore` and `PostgresStore`.
+//! The operator's side of a persistent store: the [`Admin`] trait, what its
+//! operations answer ([`StoreStats`], [`IdState`]).
 //!
-//! The admin operations themselves (stats, batched forget, counting and
-//! purging expired marks, checking that the table is there) live beside
-//! each backend, in its `admin.rs`, as translations to its database's
-//! commands; the operator CLI (`babel-idem-cli`) is built on them.
+//! A consumer never needs these: the guard only asks [`Store`] and
+//! [`ClaimStore`]. An operator's tool (the `babel-idem` CLI is one) opens a
+//! store from a URL and works on it through `Box<dyn Admin>`, whatever the
+//! backend. Each backend's impl, beside it in its `admin.rs`, only
+//! translates the operations into its server's commands.
+//!
+//! [`Store`]: crate::store::Store
+//! [`ClaimStore`]: crate::store::ClaimStore
 
-/// The marks a store holds, as its `stats` operation counts them.
+use crate::store::StoreFuture;
+
+/// The marks a store holds, as [`Admin::stats`] counts them.
 ///
 /// ```
 /// use babel_idem::store::StoreStats;
@@ -38,3 +44,149 @@ impl StoreStats {
         self.marks.saturating_sub(self.expired)
     }
 }
+
+/// Where one id stands in a store, as [`Admin::states`] reads it.
+///
+/// ```
+/// use babel_idem::store::IdState;
+///
+/// assert_eq!(IdState::Claimed.as_str(), "claimed");
+/// assert!(IdState::Done.is_done());
+/// assert!(!IdState::Claimed.is_done(), "a running handler has not finished");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum IdState {
+    /// Processed: a live mark is stored, so a delivery of it is skipped.
+    Done,
+    /// Held by a live claim (claim mode; the PHP SDK's `'1'`): a handler
+    /// is running it, or its lease has not lapsed yet. Not done.
+    Claimed,
+    /// Neither: a delivery of it runs.
+    Absent,
+}
+
+impl IdState {
+    /// `"done"`, `"claimed"` or `"absent"`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            IdState::Done => "done",
+            IdState::Claimed => "claimed",
+            IdState::Absent => "absent",
+        }
+    }
+
+    /// Whether the id is [`Done`](IdState::Done).
+    pub fn is_done(&self) -> bool {
+        *self == IdState::Done
+    }
+}
+
+/// What an operator does to a persistent store: count its marks, look ids
+/// up, forget them (manual replay), and purge what no delivery needs any
+/// more. [`SqliteStore`], [`RedisStore`] and [`PostgresStore`] implement it.
+///
+/// [`InMemoryStore`](crate::store::InMemoryStore) does not: its marks live
+/// inside one process, out of an operator's reach, and the process itself
+/// has [`Store::forget`](crate::store::Store::forget),
+/// [`InMemoryStore::len`](crate::store::InMemoryStore::len) and
+/// [`InMemoryStore::clear`](crate::store::InMemoryStore::clear).
+///
+/// Object safe, like [`Store`](crate::store::Store): every operation
+/// returns a [`StoreFuture`], so a tool picks the backend once, from
+/// configuration, and works through `Box<dyn Admin>`.
+///
+/// The names do not clash with [`Store`](crate::store::Store)'s
+/// (`seen_many`, `remember_many`): an admin operation reads and writes
+/// what consumers left, and answers for claims too.
+///
+/// ```
+/// use babel_idem::Store;
+/// use babel_idem::store::{Admin, IdState, SqliteStore};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let store = SqliteStore::in_memory().await?;
+/// store.remember("id-A").await?;
+/// let admin: Box<dyn Admin> = Box::new(store);
+///
+/// assert_eq!(admin.stats("").await?.marks, 1);
+/// assert_eq!(admin.states(&["id-A", "id-B"]).await?, [IdState::Done, IdState::Absent]);
+/// assert_eq!(admin.forget_ids(&["id-A", "id-B"]).await?, 1);
+/// assert_eq!(admin.count_expired().await?, 0);
+/// while admin.purge_expired(10_000).await? > 0 {}
+/// # Ok::<(), babel_idem::StoreError>(())
+/// # }).unwrap();
+/// ```
+///
+/// [`SqliteStore`]: crate::store::SqliteStore
+/// [`RedisStore`]: crate::store::RedisStore
+/// [`PostgresStore`]: crate::store::PostgresStore
+pub trait Admin: Send + Sync {
+    /// Counts the marks whose key starts with `key_prefix` (`""`: all of
+    /// them; a [`Guard::scope`](crate::guard::Guard::scope)'s keys start
+    /// with `<length>:<scope>:`), how many have expired, and when the
+    /// oldest and newest were written.
+    fn stats<'a>(&'a self, key_prefix: &'a str) -> StoreFuture<'a, StoreStats>;
+
+    /// Where each id stands, in the ids' order: [`IdState::Done`] for a
+    /// live mark, [`IdState::Claimed`] for a live claim and no mark (a
+    /// claimed id whose handler still runs is never done), else
+    /// [`IdState::Absent`].
+    fn states<'a>(&'a self, ids: &'a [&'a str]) -> StoreFuture<'a, Vec<IdState>>;
+
+    /// Forgets the marks of `ids`, so their next delivery runs again, and
+    /// returns how many marks were removed (live or expired). Unknown ids
+    /// are not an error; a live claim is left to its holder.
+    fn forget_ids<'a>(&'a self, ids: &'a [&'a str]) -> StoreFuture<'a, u64>;
+
+    /// How many marks have expired and wait for a purge: what
+    /// [`purge_expired`](Admin::purge_expired) would delete now. Expired
+    /// marks are already not seen; purging only reclaims their space.
+    fn count_expired(&self) -> StoreFuture<'_, u64>;
+
+    /// Deletes at most `limit` expired marks and returns how many went: a
+    /// purge in short transactions (call it until it returns less than
+    /// `limit`), so consumers wait for one batch, never the whole purge.
+    fn purge_expired(&self, limit: u32) -> StoreFuture<'_, u64>;
+
+    /// How many finished claims (lapsed leases, and what a commit leaves
+    /// behind) wait for a purge: what
+    /// [`purge_finished_claims`](Admin::purge_finished_claims) would delete
+    /// now. 0 where claim mode was never set up, or the store lets its
+    /// server expire claims.
+    fn count_finished_claims(&self) -> StoreFuture<'_, u64>;
+
+    /// Deletes at most `limit` finished claims and returns how many went.
+    /// Claim mode works without it; it only reclaims space.
+    fn purge_finished_claims(&self, limit: u32) -> StoreFuture<'_, u64>;
+}
+
+macro_rules! forward_admin {
+    ($($ty:ty),+ $(,)?) => {$(
+        impl<A: Admin + ?Sized> Admin for $ty {
+            fn stats<'a>(&'a self, key_prefix: &'a str) -> StoreFuture<'a, StoreStats> {
+                (**self).stats(key_prefix)
+            }
+            fn states<'a>(&'a self, ids: &'a [&'a str]) -> StoreFuture<'a, Vec<IdState>> {
+                (**self).states(ids)
+            }
+            fn forget_ids<'a>(&'a self, ids: &'a [&'a str]) -> StoreFuture<'a, u64> {
+                (**self).forget_ids(ids)
+            }
+            fn count_expired(&self) -> StoreFuture<'_, u64> {
+                (**self).count_expired()
+            }
+            fn purge_expired(&self, limit: u32) -> StoreFuture<'_, u64> {
+                (**self).purge_expired(limit)
+            }
+            fn count_finished_claims(&self) -> StoreFuture<'_, u64> {
+                (**self).count_finished_claims()
+            }
+            fn purge_finished_claims(&self, limit: u32) -> StoreFuture<'_, u64> {
+                (**self).purge_finished_claims(limit)
+            }
+        }
+    )+};
+}
+
+forward_admin!(&A, std::sync::Arc<A>, Box<A>);

@@ -6,14 +6,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::claim::{Claim, ClaimStore, ClaimToken};
-use super::{Store, StoreFuture};
+use super::{Store, StoreError, StoreFuture};
 use crate::coalesce::Coalescer;
 
 /// Wraps a store so that the `seen` calls made while another is on its way
 /// to the server go out together in one [`seen_many`](Store::seen_many),
 /// and likewise `remember` in one [`remember_many`](Store::remember_many).
 ///
-/// This is how a [`Consumer`](crate::consumer) that reserves many
+/// This is how a `Consumer` that reserves many
 /// deliveries at once asks about all of them in one round trip: each
 /// delivery's guard (`#[idempotent]`, [`guard`](crate::guard::guard())) makes its
 /// own call, unchanged, and the calls that meet are answered by one batch.
@@ -25,8 +25,8 @@ use crate::coalesce::Coalescer;
 /// decision is unchanged. When a batch fails as a whole, each of its calls
 /// is asked again on its own, so an error reaches only the calls the store
 /// cannot answer (a poison id fails alone, as with
-/// [`Guard::run_batch`](crate::guard::Guard::run_batch)). `forget` goes straight
-/// to the inner store.
+/// [`Guard::run_batch`](crate::guard::Guard::run_batch)). `forget`, and
+/// [`seen_now`](Store::seen_now), go straight to the inner store.
 ///
 /// Claim mode ([`Guard::lease`](crate::guard::Guard::lease)) is batched the same
 /// way: concurrent `claim` calls meet in one
@@ -153,6 +153,12 @@ impl<S: Store> Store for Batched<S> {
 
     fn forget<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
         self.inner.store.forget(id)
+    }
+
+    /// The inner store's own answer without waiting: an answer at hand
+    /// needs no batch.
+    fn seen_now(&self, id: &str) -> Option<Result<bool, StoreError>> {
+        self.inner.store.seen_now(id)
     }
 
     fn seen_many<'a>(&'a self, ids: &'a [&'a str]) -> StoreFuture<'a, Vec<bool>> {

@@ -1,4 +1,4 @@
-//! [`ClaimStore`]: the capability behind claim mode.
+//! [`ClaimStore`]: the capability behind claim mode (see [`guide::modes`](crate::guide::modes)).
 //!
 //! A claim is a lease on one id, held by one owner ([`ClaimToken`]) and
 //! numbered by a fencing token that grows with every claim of that id. The

@@ -24,15 +24,15 @@ use hashbrown::HashTable;
 
 use super::settings::optional_ttl_millis;
 use super::{Store, StoreError, StoreFuture, StoreOperation, failed};
-use crate::key::DedupeKey;
 
+mod canonical_uuid;
 mod claims;
 #[cfg(all(test, loom))]
 mod loom;
 mod sync;
 mod uuid_table;
 
-use crate::key::canonical_uuid::{self, Uuid};
+use canonical_uuid::Uuid;
 use sync::{IdHasher, Mutex, MutexGuard};
 use uuid_table::{Probe, UuidTable};
 
@@ -111,13 +111,10 @@ pub struct InMemoryStoreBuilder {
 }
 
 /// The default shard count, and the most that a capacity alone asks for.
-/// More shards let more writers in at once, but
-/// every lookup reads its shard's header (about 1.8 KiB each, mostly the
-/// segment directory): with the ids spread over 64 shards a duplicate at
-/// 100,000 ids took 160.6 to 209.0 ns, over 16 79.5 to 147.6 (medians of
-/// two runs of alternating binaries: 183.8 and 177.1 against 109.1 and
-/// 117.5; 32 shards were the same as 16; AMD EPYC, 2026-12-03). Readers
-/// take no lock, so only first deliveries wait on a shard's; a store
+/// More shards let more writers in at once, but every lookup reads its
+/// shard's header (about 1.8 KiB each, mostly the segment directory), so
+/// more shards put more headers in the caches' way. Readers take no lock,
+/// so only first deliveries wait on a shard's; a store
 /// written from many cores at once can ask for more with
 /// [`InMemoryStoreBuilder::shards`].
 const MAX_SHARDS: usize = 16;
@@ -349,24 +346,8 @@ impl InMemoryStore {
         }
     }
 
-    /// Whether a guard's key is held and live. The UUID's key is built
-    /// here, so the compiler drops the text arms of `contains_key` (a `Key`
-    /// built out of line kept them: 11 more instructions per duplicate,
-    /// callgrind).
-    #[inline(always)]
-    fn contains_guard_key(&self, key: &DedupeKey) -> bool {
-        match Key::uuid_of_guard_key(key) {
-            Some(uuid) => self.contains_key(uuid),
-            None => self.contains(key.id()),
-        }
-    }
-
-    /// A duplicate delivery's whole lookup, in a function of its own that
-    /// takes the UUID's two words alone, in registers (callgrind, per
-    /// duplicate: 7 instructions more where the guard was given the `Key`
-    /// through memory with its text arm kept, 7 more for a `[u64; 2]`
-    /// stored and loaded back; inlined into the guard's poll, 54 more, as
-    /// the compiler then left the calls around it out of line instead).
+    /// A UUID's lookup, without a lock: the slots at the UUID's home, and
+    /// the rest of the probe out of line.
     #[inline(never)]
     fn contains_uuid(&self, high: u64, low: u64) -> bool {
         let uuid = [high, low];
@@ -379,10 +360,7 @@ impl InMemoryStore {
 
     /// [`contains_uuid`](Self::contains_uuid) where the slots at the
     /// UUID's home did not answer: the whole probe, out of line, so that
-    /// its loop stays off the common lookup's path. It finds the shard and
-    /// the hash again: handing them over kept them live through the common
-    /// path (callgrind: 4.5 and 6.8 more instructions per duplicate at
-    /// 1,000 and 100,000 ids).
+    /// its loop stays off the common lookup's path.
     #[inline(never)]
     fn contains_uuid_past_home(&self, high: u64, low: u64) -> bool {
         let uuid = [high, low];
@@ -582,24 +560,8 @@ impl Store for InMemoryStore {
     }
 
     #[inline]
-    fn seen_key<'a>(&'a self, key: &'a DedupeKey) -> StoreFuture<'a, bool> {
-        StoreFuture::ready(Ok(self.contains_guard_key(key)))
-    }
-
-    // Inlined into the guard's first poll, itself inlined where the guard
-    // is polled: a duplicate's skip makes one call, to `contains_uuid`.
-    #[inline(always)]
-    fn seen_key_now(&self, key: &DedupeKey) -> Option<Result<bool, StoreError>> {
-        Some(Ok(self.contains_guard_key(key)))
-    }
-
-    #[inline]
-    fn remember_key<'a>(&'a self, key: &'a DedupeKey) -> StoreFuture<'a, ()> {
-        match Key::uuid_of_guard_key(key) {
-            Some(uuid) => self.insert_key(uuid),
-            None => self.insert(key.id()),
-        }
-        StoreFuture::ready(Ok(()))
+    fn seen_now(&self, id: &str) -> Option<Result<bool, StoreError>> {
+        Some(Ok(self.contains(id)))
     }
 }
 
@@ -772,16 +734,6 @@ impl<'a> Key<'a> {
             .unwrap_or(Key::Text(id))
     }
 
-    /// The key of a guard's key that holds a UUID the tables can hold, as
-    /// the guard read it when it built the key (no `str` of it is made);
-    /// `None` for every key that takes [`of`](Self::of) of its text
-    /// instead (the words of an id that is not a canonical UUID are
-    /// `[0, 0]`, which no table holds).
-    #[inline]
-    fn uuid_of_guard_key(key: &DedupeKey) -> Option<Self> {
-        key.uuid_words().and_then(Key::held_uuid)
-    }
-
     /// A UUID the tables can hold; the others take the text path.
     #[inline]
     fn held_uuid(uuid: Uuid) -> Option<Self> {
@@ -822,10 +774,10 @@ mod tests {
         }
     }
 
-    /// The guard asks with its key (`seen_key`, `remember_key`), the rest of
-    /// the world with the text: both must name the same ids.
+    /// The guard asks `seen_now` and awaits nothing: it must give `seen`'s
+    /// answer for every kind of id, the UUID table's and the text table's.
     #[test]
-    fn a_key_and_its_text_are_one_id() {
+    fn seen_now_answers_as_seen_does_for_every_kind_of_id() {
         let ids = [
             "f1e2d3c4-b5a6-4789-90ab-cdef01234567",
             // 36 bytes, but not a canonical UUID: the text path.
@@ -836,31 +788,20 @@ mod tests {
             "00000000-0000-0000-0000-000000000000",
             "short",
         ];
-        let guard = crate::guard::Guard::new(InMemoryStore::new());
-        let key = |id: &'static str| {
-            guard.key(
-                &crate::envelope::Envelope::new("urn:babel:a:b", serde_json::json!({})).with_id(id),
-            )
-        };
         for id in ids {
-            let by_key = InMemoryStore::new();
-            answer(by_key.remember_key(&key(id)));
-            assert!(answer(by_key.seen(id)), "{id}");
-            assert!(answer(by_key.seen_key(&key(id))), "{id}");
-            let by_text = InMemoryStore::new();
-            answer(by_text.remember(id));
-            assert!(answer(by_text.seen_key(&key(id))), "{id}");
+            let store = InMemoryStore::new();
+            assert!(matches!(store.seen_now(id), Some(Ok(false))), "{id}");
+            answer(store.remember(id));
+            assert!(matches!(store.seen_now(id), Some(Ok(true))), "{id}");
+            assert!(answer(store.seen(id)), "{id}");
             for other in ids.iter().filter(|other| **other != id) {
                 assert!(
-                    !answer(by_key.seen_key(&key(other))),
-                    "{id} remembered, {other} asked"
-                );
-                assert!(
-                    !answer(by_text.seen_key(&key(other))),
+                    matches!(store.seen_now(other), Some(Ok(false))),
                     "{id} remembered, {other} asked"
                 );
             }
-            assert_eq!(by_key.len(), 1, "{id}");
+            answer(store.forget(id));
+            assert!(matches!(store.seen_now(id), Some(Ok(false))), "{id}");
         }
     }
 

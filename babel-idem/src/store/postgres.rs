@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
-use super::settings::{Drivers, SqlSettings, Statements};
+use super::settings::{Drivers, SqlBuilder, SqlSettings, Statements, sql_builder_setters};
 use super::{Store, StoreError, StoreFuture, StoreOperation, failed};
 
 mod admin;
@@ -97,50 +97,27 @@ pub struct PostgresStore {
 /// Configures a [`PostgresStore`]; made by [`PostgresStore::builder`].
 #[derive(Debug, Clone)]
 pub struct PostgresStoreBuilder {
-    table: String,
-    ttl: Option<Duration>,
+    sql: SqlBuilder,
     acquire_timeout: Duration,
-    max_connections: u32,
 }
 
 impl Default for PostgresStoreBuilder {
     fn default() -> Self {
         PostgresStoreBuilder {
-            table: super::settings::DEFAULT_TABLE.to_owned(),
-            ttl: None,
+            sql: SqlBuilder::new(10),
             acquire_timeout: Duration::from_secs(5),
-            max_connections: 10,
         }
     }
 }
 
 impl PostgresStoreBuilder {
-    /// The table to use (default `babelqueue_idempotency`). It must match
-    /// `[A-Za-z_][A-Za-z0-9_]{0,47}`, or building the store fails.
-    pub fn table(mut self, table: impl Into<String>) -> Self {
-        self.table = table.into();
-        self
-    }
-
-    /// Forget each id this long after it was first remembered: at least
-    /// 1 ms and at most [`MAX_TTL`](crate::store::MAX_TTL) (about 100 years),
-    /// counted in whole milliseconds; checked when the store is built.
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = Some(ttl);
-        self
-    }
+    sql_builder_setters!(10);
 
     /// How long an operation waits for a connection, including connecting,
     /// before it fails (default 5 s). While the server is down every
     /// operation takes this long to fail.
     pub fn acquire_timeout(mut self, timeout: Duration) -> Self {
         self.acquire_timeout = timeout;
-        self
-    }
-
-    /// The most connections the store's own pool opens (default 10).
-    pub fn max_connections(mut self, max: u32) -> Self {
-        self.max_connections = max.max(1);
         self
     }
 
@@ -157,7 +134,7 @@ impl PostgresStoreBuilder {
             url.parse().map_err(failed(BACKEND, StoreOperation::Open))?;
         let settings = self.checked()?;
         let pool = PgPoolOptions::new()
-            .max_connections(self.max_connections)
+            .max_connections(self.sql.max_connections)
             .acquire_timeout(self.acquire_timeout)
             .test_before_acquire(false)
             .connect_lazy_with(options);
@@ -173,13 +150,8 @@ impl PostgresStoreBuilder {
 
     /// Every setting checked, and the runtime, before anything is built.
     fn checked(&self) -> Result<SqlSettings, StoreError> {
-        SqlSettings::check(
-            BACKEND,
-            &self.table,
-            self.ttl,
-            postgres_statements,
-            Drivers::TimeAndIo,
-        )
+        self.sql
+            .check(BACKEND, postgres_statements, Drivers::TimeAndIo)
     }
 }
 
@@ -225,30 +197,53 @@ impl PostgresStore {
         PostgresStoreBuilder::default()
     }
 
-    /// Creates the table and its `expires_at` index if they do not exist
-    /// (the statements of `postgres.sql`, for this store's table), then the
-    /// claims table of claim mode (`claims.sql`).
+    /// Creates the seen-set table and its `expires_at` index if they do not
+    /// exist (the statements of `postgres.sql`, for this store's table), and
+    /// nothing else: the Go SDK's layout.
+    ///
+    /// Safe when a whole fleet runs it at once: `CREATE ... IF NOT EXISTS`
+    /// alone races (two connections both find the table missing, and one fails
+    /// on a catalog's unique index), so the statements run in a transaction
+    /// that first takes a transaction-scoped advisory lock keyed by the
+    /// table's name; the others wait, then find the table made.
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        for ddl in [Some(&*self.settings.sql.create), self.claims.create()]
-            .into_iter()
-            .flatten()
-        {
-            sqlx::raw_sql(ddl)
-                .execute(&self.pool)
-                .await
-                .map_err(failed(BACKEND, StoreOperation::Open))?;
-        }
-        Ok(())
+        self.run_ddl(&self.settings.table, &self.settings.sql.create)
+            .await
     }
 
-    /// Deletes the expired ids and returns how many went. Expired ids are
-    /// already not seen; this only reclaims their space.
-    pub async fn purge_expired(&self) -> Result<u64, StoreError> {
-        let done = sqlx::query(&self.settings.sql.purge)
-            .execute(&self.pool)
+    /// Creates what claim mode needs beside the seen-set table, if it is not
+    /// there (`claims.sql`: `<table>_claims` and its fence sequence), and
+    /// nothing else. Serialized like [`migrate`](Self::migrate), so a fleet
+    /// may run it at once. Fails when the table name leaves no room for the
+    /// sequence's name (at most 50 bytes).
+    ///
+    /// ```no_run
+    /// use babel_idem::store::PostgresStore;
+    ///
+    /// # async fn run() -> Result<(), babel_idem::StoreError> {
+    /// let store = PostgresStore::connect_lazy("postgres://app@db.internal/app")?;
+    /// store.migrate().await?;
+    /// store.migrate_claims().await?; // claim mode only
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn migrate_claims(&self) -> Result<(), StoreError> {
+        let ddl = self.claims.create(StoreOperation::Open)?;
+        let name = format!("{}_claims", self.settings.table);
+        self.run_ddl(&name, ddl).await
+    }
+
+    /// Runs `ddl` in a transaction holding the advisory lock of `name`.
+    async fn run_ddl(&self, name: &str, ddl: &str) -> Result<(), StoreError> {
+        let open = |e| failed(BACKEND, StoreOperation::Open)(e);
+        let mut tx = self.pool.begin().await.map_err(open)?;
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(migration_lock_key(name))
+            .execute(&mut *tx)
             .await
-            .map_err(failed(BACKEND, StoreOperation::Maintenance))?;
-        Ok(done.rows_affected())
+            .map_err(open)?;
+        sqlx::Executor::execute(&mut *tx, ddl).await.map_err(open)?;
+        tx.commit().await.map_err(open)
     }
 
     /// The pool the store runs on.
@@ -454,6 +449,18 @@ impl BatchStatements {
     }
 }
 
+/// The advisory lock a migration of `name` takes: FNV-1a (64 bits) of the
+/// name, under a namespace of this crate's, so every process that migrates
+/// one table takes one lock, whatever its version.
+fn migration_lock_key(name: &str) -> i64 {
+    let hash = format!("babel-idem migrate {name}")
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+            (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
+        });
+    i64::from_ne_bytes(hash.to_ne_bytes())
+}
+
 pub(crate) fn postgres_statements(table: &str) -> Statements {
     Statements {
         create: Statements::ddl_for(DDL, table),
@@ -472,6 +479,23 @@ pub(crate) fn postgres_statements(table: &str) -> Statements {
                  WHERE {table}.expires_at IS NOT NULL AND {table}.expires_at <= now()"
         ),
         forget: format!("DELETE FROM {table} WHERE message_id = $1"),
-        purge: format!("DELETE FROM {table} WHERE expires_at IS NOT NULL AND expires_at <= now()"),
+        stats: format!(
+            "SELECT count(*),
+                    count(*) FILTER (WHERE expires_at IS NOT NULL AND expires_at <= now()),
+                    floor(extract(epoch FROM min(created_at)) * 1000)::bigint,
+                    floor(extract(epoch FROM max(created_at)) * 1000)::bigint
+             FROM {table} WHERE left(message_id, length($1)) = $1"
+        ),
+        count_expired: format!(
+            "SELECT count(*) FROM {table} WHERE expires_at IS NOT NULL AND expires_at <= now()"
+        ),
+        // Rows another transaction holds are skipped: a purge never waits
+        // on a consumer.
+        purge_expired: format!(
+            "DELETE FROM {table} WHERE message_id IN (
+                 SELECT message_id FROM {table}
+                 WHERE expires_at IS NOT NULL AND expires_at <= now()
+                 LIMIT $1 FOR UPDATE SKIP LOCKED)"
+        ),
     }
 }

@@ -65,6 +65,10 @@ impl StdError for InvalidTtl {}
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Drivers {
     /// Timers only: SQLite runs its I/O on its own threads.
+    #[cfg_attr(
+        not(feature = "sqlite"),
+        allow(dead_code, reason = "only SQLite asks for timers alone")
+    )]
     Time,
     /// Timers and sockets: the server clients.
     #[cfg_attr(
@@ -254,6 +258,69 @@ impl SqlSettings {
     }
 }
 
+/// What both SQL builders are given: the table, the TTL and the size of
+/// the pool the store opens.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+#[derive(Debug, Clone)]
+pub(crate) struct SqlBuilder {
+    pub(crate) table: String,
+    pub(crate) ttl: Option<Duration>,
+    pub(crate) max_connections: u32,
+}
+
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+impl SqlBuilder {
+    /// The defaults: the Go SDK's table, no TTL, `max_connections`.
+    pub(crate) fn new(max_connections: u32) -> Self {
+        SqlBuilder {
+            table: DEFAULT_TABLE.to_owned(),
+            ttl: None,
+            max_connections,
+        }
+    }
+
+    /// [`SqlSettings::check`] of these settings.
+    pub(crate) fn check(
+        &self,
+        backend: &'static str,
+        dialect: fn(&str) -> Statements,
+        drivers: Drivers,
+    ) -> Result<SqlSettings, StoreError> {
+        SqlSettings::check(backend, &self.table, self.ttl, dialect, drivers)
+    }
+}
+
+/// The setters both SQL builders share, over their `sql: SqlBuilder` field;
+/// `$connections` is the builder's default pool size, for the docs.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+macro_rules! sql_builder_setters {
+    ($connections:literal) => {
+        /// The table to use (default `babelqueue_idempotency`). It must match
+        /// `[A-Za-z_][A-Za-z0-9_]{0,47}`, or building the store fails.
+        pub fn table(mut self, table: impl Into<String>) -> Self {
+            self.sql.table = table.into();
+            self
+        }
+
+        /// Forget each id this long after it was first remembered: at least
+        /// 1 ms and at most [`MAX_TTL`](crate::store::MAX_TTL) (about 100
+        /// years), counted in whole milliseconds; checked when the store is
+        /// built.
+        pub fn ttl(mut self, ttl: Duration) -> Self {
+            self.sql.ttl = Some(ttl);
+            self
+        }
+
+        #[doc = concat!("The most connections the store's own pool opens (default ", $connections, ").")]
+        pub fn max_connections(mut self, max: u32) -> Self {
+            self.sql.max_connections = max.max(1);
+            self
+        }
+    };
+}
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) use sql_builder_setters;
+
 /// The statements a SQL store runs, written out once for its table.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 #[derive(Debug, Clone)]
@@ -268,8 +335,13 @@ pub(crate) struct Statements {
     pub(crate) remember: String,
     /// Deletes the id given as the first parameter.
     pub(crate) forget: String,
-    /// Deletes every expired row.
-    pub(crate) purge: String,
+    /// The marks whose key starts with the first parameter: how many, how
+    /// many expired, the oldest and newest write times in Unix ms.
+    pub(crate) stats: String,
+    /// Counts the expired rows.
+    pub(crate) count_expired: String,
+    /// Deletes at most the first parameter's number of expired rows.
+    pub(crate) purge_expired: String,
 }
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -281,6 +353,126 @@ impl Statements {
     pub(crate) fn ddl_for(ddl: &str, table: &str) -> String {
         ddl.replace(DEFAULT_TABLE, table)
     }
+}
+
+/// The answer of a statement that writes: how many rows it changed.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) trait RowsAffected {
+    fn rows_affected(&self) -> u64;
+}
+
+#[cfg(feature = "sqlite")]
+impl RowsAffected for sqlx::sqlite::SqliteQueryResult {
+    fn rows_affected(&self) -> u64 {
+        sqlx::sqlite::SqliteQueryResult::rows_affected(self)
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl RowsAffected for sqlx::postgres::PgQueryResult {
+    fn rows_affected(&self) -> u64 {
+        sqlx::postgres::PgQueryResult::rows_affected(self)
+    }
+}
+
+/// Runs a statement that answers one count (`SELECT count(*) ...`), as a
+/// maintenance operation of `backend`.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) async fn run_count<'e, DB, E>(
+    executor: E,
+    backend: &'static str,
+    sql: &'e str,
+) -> Result<u64, StoreError>
+where
+    DB: sqlx::Database,
+    E: sqlx::Executor<'e, Database = DB>,
+    (i64,): for<'r> sqlx::FromRow<'r, DB::Row>,
+    for<'q> DB::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
+{
+    let count: i64 = sqlx::query_scalar(sql)
+        .fetch_one(executor)
+        .await
+        .map_err(failed(backend, StoreOperation::Maintenance))?;
+    Ok(count.max(0) as u64)
+}
+
+/// Runs a store's `stats` statement for the marks under `key_prefix`.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) async fn run_stats<'e, DB, E>(
+    executor: E,
+    backend: &'static str,
+    sql: &'e str,
+    key_prefix: &'e str,
+) -> Result<crate::store::StoreStats, StoreError>
+where
+    DB: sqlx::Database,
+    E: sqlx::Executor<'e, Database = DB>,
+    for<'q> &'q str: sqlx::Type<DB> + sqlx::Encode<'q, DB>,
+    (i64, i64, Option<i64>, Option<i64>): for<'r> sqlx::FromRow<'r, DB::Row>,
+    for<'q> DB::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
+{
+    let (marks, expired, oldest_ms, newest_ms) =
+        sqlx::query_as::<_, (i64, i64, Option<i64>, Option<i64>)>(sql)
+            .bind(key_prefix)
+            .fetch_one(executor)
+            .await
+            .map_err(failed(backend, StoreOperation::Maintenance))?;
+    Ok(crate::store::StoreStats {
+        marks: marks.max(0) as u64,
+        expired: expired.max(0) as u64,
+        oldest_ms,
+        newest_ms,
+    })
+}
+
+/// Runs a statement that deletes at most its first parameter's number of
+/// rows, as a maintenance operation of `backend`: how many went.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) async fn run_purge<'e, DB, E>(
+    executor: E,
+    backend: &'static str,
+    sql: &'e str,
+    limit: u32,
+) -> Result<u64, StoreError>
+where
+    DB: sqlx::Database,
+    DB::QueryResult: RowsAffected,
+    E: sqlx::Executor<'e, Database = DB>,
+    i64: sqlx::Type<DB> + for<'q> sqlx::Encode<'q, DB>,
+    for<'q> DB::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
+{
+    let done = sqlx::query(sql)
+        .bind(i64::from(limit))
+        .execute(executor)
+        .await
+        .map_err(failed(backend, StoreOperation::Maintenance))?;
+    Ok(done.rows_affected())
+}
+
+/// Runs a store's `remember` statement (`id`, then the TTL in ms or `NULL`)
+/// on `executor`: whether it marked the id (inserted it, or took over an
+/// expired mark) rather than finding a live mark there.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) async fn run_mark<'e, DB, E>(
+    executor: E,
+    sql: &'e str,
+    id: &'e str,
+    ttl_ms: Option<i64>,
+) -> Result<bool, sqlx::Error>
+where
+    DB: sqlx::Database,
+    DB::QueryResult: RowsAffected,
+    E: sqlx::Executor<'e, Database = DB>,
+    for<'q> &'q str: sqlx::Type<DB> + sqlx::Encode<'q, DB>,
+    Option<i64>: sqlx::Type<DB> + for<'q> sqlx::Encode<'q, DB>,
+    for<'q> DB::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
+{
+    let done = sqlx::query(sql)
+        .bind(id)
+        .bind(ttl_ms)
+        .execute(executor)
+        .await?;
+    Ok(done.rows_affected() == 1)
 }
 
 #[cfg(test)]

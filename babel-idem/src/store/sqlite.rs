@@ -10,7 +10,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 
-use super::settings::{DEFAULT_TABLE, Drivers, SqlSettings, Statements};
+use super::settings::{Drivers, SqlBuilder, SqlSettings, Statements, sql_builder_setters};
 use super::{Store, StoreError, StoreFuture, StoreOperation, failed};
 
 mod admin;
@@ -81,38 +81,21 @@ pub struct SqliteStore {
 /// Configures a [`SqliteStore`]; made by [`SqliteStore::builder`].
 #[derive(Debug, Clone)]
 pub struct SqliteStoreBuilder {
-    table: String,
-    ttl: Option<Duration>,
+    sql: SqlBuilder,
     busy_timeout: Duration,
-    max_connections: u32,
 }
 
 impl Default for SqliteStoreBuilder {
     fn default() -> Self {
         SqliteStoreBuilder {
-            table: DEFAULT_TABLE.to_owned(),
-            ttl: None,
+            sql: SqlBuilder::new(4),
             busy_timeout: Duration::from_secs(5),
-            max_connections: 4,
         }
     }
 }
 
 impl SqliteStoreBuilder {
-    /// The table to use (default `babelqueue_idempotency`). It must match
-    /// `[A-Za-z_][A-Za-z0-9_]{0,47}`, or building the store fails.
-    pub fn table(mut self, table: impl Into<String>) -> Self {
-        self.table = table.into();
-        self
-    }
-
-    /// Forget each id this long after it was first remembered: at least
-    /// 1 ms and at most [`MAX_TTL`](crate::store::MAX_TTL) (about 100 years),
-    /// counted in whole milliseconds; checked when the store is built.
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = Some(ttl);
-        self
-    }
+    sql_builder_setters!(4);
 
     /// How long a write waits for another connection's lock (default 5 s).
     pub fn busy_timeout(mut self, timeout: Duration) -> Self {
@@ -120,17 +103,13 @@ impl SqliteStoreBuilder {
         self
     }
 
-    /// The most connections the store opens to a file database (default 4).
-    pub fn max_connections(mut self, max: u32) -> Self {
-        self.max_connections = max.max(1);
-        self
-    }
-
     /// Opens (creating if missing) the database file at `path`, in WAL mode,
-    /// and creates the table if it is not there.
+    /// and creates the seen-set table if it is not there
+    /// ([`SqliteStore::migrate`]; claim mode also needs
+    /// [`SqliteStore::migrate_claims`]).
     pub async fn open(self, path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
         let options = self.file_options(path, true);
-        let pool_options = SqlitePoolOptions::new().max_connections(self.max_connections);
+        let pool_options = SqlitePoolOptions::new().max_connections(self.sql.max_connections);
         self.connect(pool_options, options).await
     }
 
@@ -145,7 +124,8 @@ impl SqliteStoreBuilder {
             .busy_timeout(self.busy_timeout)
     }
 
-    /// Opens a private in-memory database, gone when the store is dropped.
+    /// Opens a private in-memory database, gone when the store is dropped,
+    /// with the seen-set table ([`SqliteStore::migrate`]).
     pub async fn in_memory(self) -> Result<SqliteStore, StoreError> {
         // Each connection to `:memory:` is its own database: keep exactly one, forever.
         let options = SqliteConnectOptions::new().in_memory(true);
@@ -158,7 +138,8 @@ impl SqliteStoreBuilder {
     }
 
     /// A store over a pool the caller already has. The table is not created:
-    /// call [`SqliteStore::migrate`] or run `sqlite.sql` (in the type's docs).
+    /// call [`SqliteStore::migrate`] (and [`SqliteStore::migrate_claims`] for
+    /// claim mode) or run `sqlite.sql` (in the type's docs).
     /// The store never closes the pool. Must be called inside a Tokio
     /// runtime with timers.
     pub fn from_pool(self, pool: SqlitePool) -> Result<SqliteStore, StoreError> {
@@ -167,13 +148,7 @@ impl SqliteStoreBuilder {
 
     /// Every setting checked, and the runtime, before anything is built.
     fn checked(&self) -> Result<SqlSettings, StoreError> {
-        SqlSettings::check(
-            BACKEND,
-            &self.table,
-            self.ttl,
-            sqlite_statements,
-            Drivers::Time,
-        )
+        self.sql.check(BACKEND, sqlite_statements, Drivers::Time)
     }
 
     async fn connect(
@@ -249,27 +224,51 @@ impl SqliteStore {
         SqliteStoreBuilder::default()
     }
 
-    /// Creates the table and its `expires_at` index if they do not exist
-    /// (the statements of `sqlite.sql`, for this store's table), then the
-    /// claims table of claim mode (`sqlite/claims.sql`).
+    /// Creates the seen-set table and its `expires_at` index if they do not
+    /// exist (the statements of `sqlite.sql`, for this store's table), and
+    /// nothing else.
+    ///
+    /// Safe when many processes run it at once: it runs in a `BEGIN
+    /// IMMEDIATE` transaction, so each waits for the write lock (up to the
+    /// busy timeout) and then finds the table made or makes it.
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        for ddl in [&self.settings.sql.create, &self.claims.create] {
-            sqlx::raw_sql(ddl)
-                .execute(&self.pool)
-                .await
-                .map_err(failed(BACKEND, StoreOperation::Open))?;
-        }
-        Ok(())
+        self.run_ddl(&self.settings.sql.create).await
     }
 
-    /// Deletes the expired ids and returns how many went. Expired ids are
-    /// already not seen; this only reclaims their space.
-    pub async fn purge_expired(&self) -> Result<u64, StoreError> {
-        let done = sqlx::query(&self.settings.sql.purge)
-            .execute(&self.pool)
+    /// Creates what claim mode needs beside the seen-set table, if it is not
+    /// there (`sqlite/claims.sql`: the claims table, its fence counter, and
+    /// the triggers that drop a claim when its id is marked done). Run
+    /// [`migrate`](Self::migrate) first (the triggers are on the seen-set
+    /// table; [`open`](Self::open) runs it). Safe to run at once from many
+    /// processes, like `migrate`.
+    ///
+    /// ```
+    /// use babel_idem::store::{Claim, ClaimStore, ClaimToken, SqliteStore};
+    /// use std::time::Duration;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let store = SqliteStore::in_memory().await?;
+    /// store.migrate_claims().await?;
+    /// let claim = store.claim("id-A", ClaimToken::random(), Duration::from_secs(30)).await?;
+    /// assert!(matches!(claim, Claim::Won { .. }));
+    /// # Ok::<(), babel_idem::StoreError>(())
+    /// # }).unwrap();
+    /// ```
+    pub async fn migrate_claims(&self) -> Result<(), StoreError> {
+        self.run_ddl(&self.claims.create).await
+    }
+
+    /// Runs `ddl` under the write lock: `BEGIN IMMEDIATE` takes it before
+    /// the first statement, so concurrent migrations run one after another.
+    async fn run_ddl(&self, ddl: &str) -> Result<(), StoreError> {
+        let open = |e| failed(BACKEND, StoreOperation::Open)(e);
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
             .await
-            .map_err(failed(BACKEND, StoreOperation::Maintenance))?;
-        Ok(done.rows_affected())
+            .map_err(open)?;
+        sqlx::Executor::execute(&mut *tx, ddl).await.map_err(open)?;
+        tx.commit().await.map_err(open)
     }
 
     /// The pool the store runs on.
@@ -462,8 +461,19 @@ pub(crate) fn sqlite_statements(table: &str) -> Statements {
                  WHERE {table}.expires_at IS NOT NULL AND {table}.expires_at <= excluded.created_at"
         ),
         forget: format!("DELETE FROM {table} WHERE message_id = ?1"),
-        purge: format!(
-            "DELETE FROM {table} WHERE expires_at IS NOT NULL AND expires_at <= {NOW_MS}"
+        stats: format!(
+            "SELECT COUNT(*),
+                    COUNT(CASE WHEN expires_at IS NOT NULL AND expires_at <= {NOW_MS} THEN 1 END),
+                    MIN(created_at), MAX(created_at)
+             FROM {table} WHERE substr(message_id, 1, length(?1)) = ?1"
+        ),
+        count_expired: format!(
+            "SELECT COUNT(*) FROM {table} WHERE expires_at IS NOT NULL AND expires_at <= {NOW_MS}"
+        ),
+        purge_expired: format!(
+            "DELETE FROM {table} WHERE message_id IN (
+                 SELECT message_id FROM {table}
+                 WHERE expires_at IS NOT NULL AND expires_at <= {NOW_MS} LIMIT ?1)"
         ),
     }
 }

@@ -1,4 +1,4 @@
-//! What transactional mode needs from a store (DESIGN section 8.2): the
+//! What transactional mode needs from a store (see [`guide::modes`](crate::guide::modes)): the
 //! connection type its table lives behind, and one statement that marks an
 //! id on a connection the caller holds, inside the caller's transaction.
 //!
@@ -66,46 +66,24 @@ pub trait TransactionalStore: Store {
     ) -> StoreFuture<'a, bool>;
 }
 
-// Written out rather than by a macro, so a compile error's list of
-// implementors reads as plain impls.
-impl<S: TransactionalStore + ?Sized> TransactionalStore for &S {
-    type Connection = S::Connection;
+macro_rules! forward_transactional {
+    ($($ty:ty),+ $(,)?) => {$(
+        impl<S: TransactionalStore + ?Sized> TransactionalStore for $ty {
+            type Connection = S::Connection;
 
-    #[inline]
-    fn mark_in<'a>(
-        &'a self,
-        connection: &'a mut Self::Connection,
-        id: &'a str,
-    ) -> StoreFuture<'a, bool> {
-        (**self).mark_in(connection, id)
-    }
+            #[inline]
+            fn mark_in<'a>(
+                &'a self,
+                connection: &'a mut Self::Connection,
+                id: &'a str,
+            ) -> StoreFuture<'a, bool> {
+                (**self).mark_in(connection, id)
+            }
+        }
+    )+};
 }
 
-impl<S: TransactionalStore + ?Sized> TransactionalStore for Arc<S> {
-    type Connection = S::Connection;
-
-    #[inline]
-    fn mark_in<'a>(
-        &'a self,
-        connection: &'a mut Self::Connection,
-        id: &'a str,
-    ) -> StoreFuture<'a, bool> {
-        (**self).mark_in(connection, id)
-    }
-}
-
-impl<S: TransactionalStore + ?Sized> TransactionalStore for Box<S> {
-    type Connection = S::Connection;
-
-    #[inline]
-    fn mark_in<'a>(
-        &'a self,
-        connection: &'a mut Self::Connection,
-        id: &'a str,
-    ) -> StoreFuture<'a, bool> {
-        (**self).mark_in(connection, id)
-    }
-}
+forward_transactional!(&S, Arc<S>, Box<S>);
 
 /// A handler parameter that lends the connection `C` its transaction runs
 /// on: `C` itself (`&mut sqlx::PgConnection`, `&mut sqlx::SqliteConnection`)

@@ -65,6 +65,10 @@ const QUEUE_NAMES: QueueNames = QueueNames {
 ///   the sweep took back touches nothing. A settle that fails (a key of the
 ///   wrong type, say) changes nothing and is an error
 ///   ([`TransportError::Broker`]): the reservation stays as it was.
+/// - Extend (the consumer keeps a reservation alive while its handler runs
+///   and while it waits a backoff or a delay) is one script gated the same
+///   way: it moves the member's score to the server's `TIME` plus
+///   `retry_after`, never earlier.
 /// - A value stored with headers is a `__bq_frame` frame
 ///   ([`publish_with_headers`](Self::publish_with_headers)); a requeue or a
 ///   dead-letter record keeps the delivery's headers, framed the same way.
@@ -98,6 +102,7 @@ struct Scripts {
     reserve: Script,
     sweep: Script,
     settle: Script,
+    extend: Script,
 }
 
 /// One of the layout's scripts, `redis/<file>`, behind the key-type checks
@@ -210,6 +215,7 @@ impl TransportBuilder<RedisOptions> {
                 reserve: layout_script!("reserve.lua"),
                 sweep: layout_script!("sweep.lua"),
                 settle: layout_script!("settle.lua"),
+                extend: layout_script!("extend.lua"),
             }),
             tokens: Arc::new(Tokens::new()),
             settles: Arc::new(Coalescer::new()),
@@ -474,6 +480,29 @@ impl RedisTransport {
     }
 }
 
+impl RedisTransport {
+    /// Moves a reservation's deadline `retry_after` past the server's now
+    /// (`extend.lua`); with no recovery its deadline is `+inf` already.
+    async fn extend_reservation(&self, handle: &RedisHandle) -> Result<bool, TransportError> {
+        let Some(retry_after) = self.retry_after else {
+            return Ok(true);
+        };
+        let seconds = whole_seconds_up(retry_after);
+        let mut connection = self.connection.clone();
+        let extended: i64 = self
+            .scripts
+            .extend
+            .key(deadlines(&handle.queue))
+            .arg(&handle.token)
+            .arg(&handle.raw)
+            .arg(seconds)
+            .invoke_async(&mut connection)
+            .await
+            .map_err(broker)?;
+        Ok(extended == 1)
+    }
+}
+
 impl Transport for RedisTransport {
     type Handle = RedisHandle;
 
@@ -499,6 +528,19 @@ impl Transport for RedisTransport {
     /// ```
     fn reservation_lifetime(&self) -> Option<Duration> {
         self.retry_after
+    }
+
+    /// `true`: a reservation's deadline member is moved forward by
+    /// [`extend`](Transport::extend), on the server's clock.
+    fn extends_reservations(&self) -> bool {
+        true
+    }
+
+    /// Moves the reservation's deadline to the server's `TIME` plus
+    /// `retry_after`, gated on its deadline member as a settle is: a
+    /// reservation the sweep took back is not revived.
+    fn extend<'a>(&'a self, handle: &'a RedisHandle) -> TransportFuture<'a, bool> {
+        Box::pin(self.extend_reservation(handle))
     }
 
     fn reserve<'a>(

@@ -18,8 +18,8 @@ use loom::sync::Arc;
 use loom::thread;
 
 use super::InMemoryStore;
+use super::canonical_uuid::Uuid;
 use super::uuid_table::{LARGE_FROM, MIN_SLOTS, Probe, UuidTable};
-use crate::key::canonical_uuid::Uuid;
 
 /// The lock-free lookups, each with whether it may pass (answer `None`)
 /// where no rearrangement runs: `read_home` does where its first slots do

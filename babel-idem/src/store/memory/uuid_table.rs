@@ -44,8 +44,8 @@
 use std::sync::OnceLock;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
+use super::canonical_uuid::Uuid;
 use super::sync::{AtomicU64, fence};
-use crate::key::canonical_uuid::Uuid;
 
 /// A high word that marks an empty slot.
 const EMPTY: u64 = 0;
@@ -64,12 +64,9 @@ const SEGMENTS: usize = if cfg!(all(test, loom)) { 4 } else { 41 };
 /// lookup waits on the miss of its slot: an unstamped one is filled to
 /// seven eighths instead of three quarters (see [`UuidTable::fill_limit`]),
 /// and a lock-free read compares [`WINDOW`] slots at a time instead of one.
-/// Choices between measured points, not a measured boundary: 7/8 was slower
-/// with tables of 32 slots (1,000 ids) and faster with 2,048 (100,000 ids);
-/// windows took a duplicate at 100,000 ids from 164 to 191 ns to 113 to
-/// 139, and at 1,000 from 40 to 44, so small tables go one slot at a time
-/// (Intel Xeon, 2026-12-03, with 64 shards). 1,024 slots are 16 KiB,
-/// 256 KiB over the 16 shards of a store's default.
+/// A table that stays in the caches goes one slot at a time, and is filled
+/// to three quarters. 1,024 slots are 16 KiB, 256 KiB over the 16 shards of
+/// a store's default.
 ///
 /// Under loom, twice the smallest table (the smallest whose seven eighths
 /// leave a slot empty), so that the models probe with windows too.
@@ -302,8 +299,7 @@ impl UuidTable {
     /// the table.
     ///
     /// The same slots, compared the same way, as `read`'s first steps,
-    /// without its segment and lap bookkeeping, which cost a duplicate
-    /// delivery more than its comparisons did.
+    /// without its segment and lap bookkeeping.
     #[inline(always)]
     pub(super) fn read_home(&self, uuid: Uuid, hash: u64) -> Option<Probe> {
         self.seqlocked(move |mask| {

@@ -1,28 +1,31 @@
-//! Admin operations of [`PostgresStore`], for operators and the
-//! `babel-idem` CLI: check the table, stats, batched lookups and forgets,
-//! counting and purging expired marks in batches.
+//! [`Admin`] for [`PostgresStore`], and what an operator's tool needs beside
+//! it: check the table.
 //!
-//! Each is one statement, by the database clock like the store's own. A
-//! batch of ids is bound as one `text[]` parameter.
+//! Each operation is one statement, by the database clock like the store's
+//! own. A batch of ids is bound as one `text[]` parameter.
 
 use std::collections::HashSet;
 
 use super::{BACKEND, PostgresStore, UnstorableId};
-use crate::store::{StoreError, StoreOperation, StoreStats, failed};
+use crate::store::admin::{Admin, IdState, StoreStats};
+use crate::store::settings::{run_count, run_purge, run_stats};
+use crate::store::{StoreError, StoreFuture, StoreOperation, failed};
 
 /// # Admin operations
 ///
 /// | operation | statement |
 /// |---|---|
-/// | [`table_exists`](Self::table_exists) | `SELECT to_regclass($1) IS NOT NULL` |
-/// | [`stats`](Self::stats) | `SELECT count(*), count(*) FILTER (WHERE <expired>), min(created_at), max(created_at) ... WHERE left(message_id, length($1)) = $1` |
-/// | [`stored_many`](Self::stored_many) | `SELECT message_id ... WHERE message_id = ANY($1)` |
-/// | [`forget_many`](Self::forget_many) | `DELETE ... WHERE message_id = ANY($1)` |
-/// | [`count_expired`](Self::count_expired) | `SELECT count(*) ... WHERE expires_at <= now()` |
-/// | [`purge_expired_batch`](Self::purge_expired_batch) | `DELETE ... WHERE message_id IN (SELECT message_id ... WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED)` |
+/// | `stats` | `SELECT count(*), count(*) FILTER (WHERE <expired>), min(created_at), max(created_at) ... WHERE left(message_id, length($1)) = $1` |
+/// | `states` | `SELECT message_id ... WHERE message_id = ANY($1) AND <live>`; with claim mode's table, the same for live leases |
+/// | `forget_ids` | `DELETE ... WHERE message_id = ANY($1)` |
+/// | `count_expired`, `purge_expired` | `SELECT count(*)`, `DELETE ... WHERE message_id IN (SELECT ... WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED)` |
+/// | `count_finished_claims`, `purge_finished_claims` | the same over `<table>_claims`: lapsed leases and commits' tombstones, once a minute old |
+///
+/// A purge skips rows another transaction holds, so it never waits on a
+/// consumer.
 ///
 /// ```no_run
-/// use babel_idem::store::PostgresStore;
+/// use babel_idem::store::{Admin, IdState, PostgresStore};
 ///
 /// # async fn run() -> Result<(), babel_idem::StoreError> {
 /// let store = PostgresStore::connect_lazy("postgres://app@db.internal/app")?;
@@ -31,10 +34,12 @@ use crate::store::{StoreError, StoreOperation, StoreStats, failed};
 /// }
 /// let stats = store.stats("").await?;
 /// println!("{} marks, {} expired", stats.marks, stats.expired);
-/// let stored = store.stored_many(&["id-A", "id-B"]).await?;
-/// let removed = store.forget_many(&["id-A", "id-B"]).await?;
-/// assert!(removed <= stored.len() as u64);
-/// while store.purge_expired_batch(10_000).await? > 0 {}
+/// let states = store.states(&["id-A", "id-B"]).await?;
+/// let done = states.iter().filter(|state| **state == IdState::Done).count();
+/// let removed = store.forget_ids(&["id-A", "id-B"]).await?;
+/// assert!(removed >= done as u64);
+/// while store.purge_expired(10_000).await? == 10_000 {}
+/// while store.purge_finished_claims(10_000).await? == 10_000 {}
 /// # Ok(())
 /// # }
 /// ```
@@ -43,107 +48,135 @@ impl PostgresStore {
     /// path. Fails when the server cannot be reached or refuses the login:
     /// the first round trip an operator's tool makes.
     pub async fn table_exists(&self) -> Result<bool, StoreError> {
+        self.has_table(&self.settings.table).await
+    }
+
+    /// Whether claim mode's table is there ([`migrate_claims`](Self::migrate_claims) made it).
+    pub async fn claims_table_exists(&self) -> Result<bool, StoreError> {
+        self.has_table(&format!("{}_claims", self.settings.table))
+            .await
+    }
+
+    async fn has_table(&self, name: &str) -> Result<bool, StoreError> {
         sqlx::query_scalar::<_, bool>("SELECT to_regclass($1) IS NOT NULL")
-            .bind(&self.settings.table)
+            .bind(name)
             .fetch_one(&self.pool)
             .await
             .map_err(failed(BACKEND, StoreOperation::Open))
     }
 
-    /// Counts the marks whose key starts with `key_prefix` (`""`: all of
-    /// them; a [`Guard::scope`](crate::guard::Guard::scope)'s keys start with
-    /// `<length>:<scope>:`), how many have expired, and when the oldest and
-    /// newest were written (Unix milliseconds).
-    pub async fn stats(&self, key_prefix: &str) -> Result<StoreStats, StoreError> {
-        let table = &self.settings.table;
-        UnstorableId::check(key_prefix).map_err(failed(BACKEND, StoreOperation::Maintenance))?;
-        let (marks, expired, oldest_ms, newest_ms) =
-            sqlx::query_as::<_, (i64, i64, Option<i64>, Option<i64>)>(&format!(
-                "SELECT count(*),
-                        count(*) FILTER (WHERE expires_at IS NOT NULL AND expires_at <= now()),
-                        floor(extract(epoch FROM min(created_at)) * 1000)::bigint,
-                        floor(extract(epoch FROM max(created_at)) * 1000)::bigint
-                 FROM {table} WHERE left(message_id, length($1)) = $1"
-            ))
-            .bind(key_prefix)
-            .fetch_one(&self.pool)
+    /// The claim statements, once claim mode's table is there.
+    async fn claims_made(&self) -> Result<Option<&super::claim::Statements>, StoreError> {
+        let operation = StoreOperation::Maintenance;
+        if !self.claims_table_exists().await? {
+            return Ok(None);
+        }
+        self.claims.ready(operation).map(Some)
+    }
+
+    /// The ids of `ids` that `sql` (over a `text[]`) answers.
+    async fn found(&self, sql: &str, ids: &[&str]) -> Result<HashSet<String>, StoreError> {
+        let found = sqlx::query_scalar::<_, String>(sql)
+            .bind(ids)
+            .fetch_all(&self.pool)
             .await
-            .map_err(failed(BACKEND, StoreOperation::Maintenance))?;
-        Ok(StoreStats {
-            marks: marks.max(0) as u64,
-            expired: expired.max(0) as u64,
-            oldest_ms,
-            newest_ms,
-        })
-    }
-
-    /// For each key, whether a row is stored for it, live or expired: what
-    /// [`forget_many`](Self::forget_many) would delete. A key PostgreSQL
-    /// cannot hold (NUL) is not stored.
-    pub async fn stored_many(&self, keys: &[&str]) -> Result<Vec<bool>, StoreError> {
-        let table = &self.settings.table;
-        let storable = storable(keys);
-        let found = sqlx::query_scalar::<_, String>(&format!(
-            "SELECT message_id FROM {table} WHERE message_id = ANY($1)"
-        ))
-        .bind(&storable)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(failed(BACKEND, StoreOperation::Seen))?;
-        let found: HashSet<String> = found.into_iter().collect();
-        Ok(keys.iter().map(|key| found.contains(*key)).collect())
-    }
-
-    /// Forgets every key in `keys` in one statement and returns how many
-    /// rows went (unknown keys are not an error, as with
-    /// [`forget`](crate::store::Store::forget)).
-    pub async fn forget_many(&self, keys: &[&str]) -> Result<u64, StoreError> {
-        let table = &self.settings.table;
-        let done = sqlx::query(&format!("DELETE FROM {table} WHERE message_id = ANY($1)"))
-            .bind(storable(keys))
-            .execute(&self.pool)
-            .await
-            .map_err(failed(BACKEND, StoreOperation::Forget))?;
-        Ok(done.rows_affected())
-    }
-
-    /// How many rows have expired: what [`purge_expired`](Self::purge_expired)
-    /// would delete now.
-    pub async fn count_expired(&self) -> Result<u64, StoreError> {
-        let table = &self.settings.table;
-        let count = sqlx::query_scalar::<_, i64>(&format!(
-            "SELECT count(*) FROM {table} WHERE expires_at IS NOT NULL AND expires_at <= now()"
-        ))
-        .fetch_one(&self.pool)
-        .await
-        .map_err(failed(BACKEND, StoreOperation::Maintenance))?;
-        Ok(count.max(0) as u64)
-    }
-
-    /// Deletes at most `limit` expired rows and returns how many went: a
-    /// purge in short transactions (call it until it returns 0), skipping
-    /// rows another transaction holds, so it never waits on a consumer.
-    pub async fn purge_expired_batch(&self, limit: u32) -> Result<u64, StoreError> {
-        let table = &self.settings.table;
-        let done = sqlx::query(&format!(
-            "DELETE FROM {table} WHERE message_id IN (
-                 SELECT message_id FROM {table}
-                 WHERE expires_at IS NOT NULL AND expires_at <= now()
-                 LIMIT $1 FOR UPDATE SKIP LOCKED)"
-        ))
-        .bind(i64::from(limit))
-        .execute(&self.pool)
-        .await
-        .map_err(failed(BACKEND, StoreOperation::Maintenance))?;
-        Ok(done.rows_affected())
+            .map_err(failed(BACKEND, StoreOperation::Seen))?;
+        Ok(found.into_iter().collect())
     }
 }
 
-/// The keys a PostgreSQL `TEXT` can hold: one with a NUL is never stored,
+impl Admin for PostgresStore {
+    fn stats<'a>(&'a self, key_prefix: &'a str) -> StoreFuture<'a, StoreStats> {
+        StoreFuture::new(async move {
+            UnstorableId::check(key_prefix)
+                .map_err(failed(BACKEND, StoreOperation::Maintenance))?;
+            run_stats(&self.pool, BACKEND, &self.settings.sql.stats, key_prefix).await
+        })
+    }
+
+    /// An id PostgreSQL cannot hold (NUL) is absent.
+    fn states<'a>(&'a self, ids: &'a [&'a str]) -> StoreFuture<'a, Vec<IdState>> {
+        StoreFuture::new(async move {
+            let storable = storable(ids);
+            let done = self.found(&self.batch.seen, &storable).await?;
+            let claimed = match self.claims_made().await? {
+                Some(statements) => self.found(&statements.claimed, &storable).await?,
+                None => HashSet::new(),
+            };
+            Ok(ids
+                .iter()
+                .map(|id| {
+                    if done.contains(*id) {
+                        IdState::Done
+                    } else if claimed.contains(*id) {
+                        IdState::Claimed
+                    } else {
+                        IdState::Absent
+                    }
+                })
+                .collect())
+        })
+    }
+
+    fn forget_ids<'a>(&'a self, ids: &'a [&'a str]) -> StoreFuture<'a, u64> {
+        StoreFuture::new(async move {
+            let table = &self.settings.table;
+            let done = sqlx::query(&format!(
+                "DELETE FROM {table} WHERE message_id = ANY($1::text[])"
+            ))
+            .bind(storable(ids))
+            .execute(&self.pool)
+            .await
+            .map_err(failed(BACKEND, StoreOperation::Forget))?;
+            Ok(done.rows_affected())
+        })
+    }
+
+    fn count_expired(&self) -> StoreFuture<'_, u64> {
+        StoreFuture::new(run_count(
+            &self.pool,
+            BACKEND,
+            &self.settings.sql.count_expired,
+        ))
+    }
+
+    fn purge_expired(&self, limit: u32) -> StoreFuture<'_, u64> {
+        StoreFuture::new(run_purge(
+            &self.pool,
+            BACKEND,
+            &self.settings.sql.purge_expired,
+            limit,
+        ))
+    }
+
+    fn count_finished_claims(&self) -> StoreFuture<'_, u64> {
+        StoreFuture::new(async move {
+            match self.claims_made().await? {
+                Some(statements) => {
+                    run_count(&self.pool, BACKEND, &statements.count_finished).await
+                }
+                None => Ok(0),
+            }
+        })
+    }
+
+    fn purge_finished_claims(&self, limit: u32) -> StoreFuture<'_, u64> {
+        StoreFuture::new(async move {
+            match self.claims_made().await? {
+                Some(statements) => {
+                    run_purge(&self.pool, BACKEND, &statements.purge_finished, limit).await
+                }
+                None => Ok(0),
+            }
+        })
+    }
+}
+
+/// The ids a PostgreSQL `TEXT` can hold: one with a NUL is never stored,
 /// and binding it would fail the whole batch.
-fn storable<'a>(keys: &[&'a str]) -> Vec<&'a str> {
-    keys.iter()
+fn storable<'a>(ids: &[&'a str]) -> Vec<&'a str> {
+    ids.iter()
         .copied()
-        .filter(|key| UnstorableId::check(key).is_ok())
+        .filter(|id| UnstorableId::check(id).is_ok())
         .collect()
 }

@@ -14,7 +14,7 @@ const DDL: &str = include_str!("claims.sql");
 /// The longest identifier PostgreSQL keeps without truncating it.
 const MAX_IDENTIFIER: usize = 63;
 
-/// How old a claim row must be before `purge_claims` deletes it. Deleting a
+/// How old a finished claim row must be before a purge deletes it. Deleting a
 /// tombstone is safe once no claim statement that began before its commit is
 /// still running: a minute is far beyond any statement's stall.
 const PURGE_AFTER: &str = "1 minute";
@@ -38,7 +38,12 @@ pub(super) struct Statements {
     commit_many: String,
     release: String,
     renew: String,
-    purge: String,
+    /// The ids of `$1` (a `text[]`) that a live lease holds.
+    pub(super) claimed: String,
+    /// Counts the rows a purge would delete.
+    pub(super) count_finished: String,
+    /// Deletes at most `$1` lapsed claims and tombstones, once old enough.
+    pub(super) purge_finished: String,
 }
 
 impl ClaimStatements {
@@ -178,21 +183,29 @@ impl ClaimStatements {
                 "UPDATE {claims} SET lease_until = now() + $3::bigint * interval '1 millisecond'
                  WHERE message_id = $1 AND owner = $2 AND lease_until > now()"
             ),
-            purge: format!(
-                "DELETE FROM {claims} WHERE lease_until < now() - interval '{PURGE_AFTER}'"
+            claimed: format!(
+                "SELECT message_id FROM {claims} WHERE message_id = ANY($1::text[])
+                     AND owner IS NOT NULL AND lease_until > now()"
+            ),
+            count_finished: format!(
+                "SELECT count(*) FROM {claims} WHERE lease_until < now() - interval '{PURGE_AFTER}'"
+            ),
+            purge_finished: format!(
+                "DELETE FROM {claims} WHERE message_id IN (
+                     SELECT message_id FROM {claims}
+                     WHERE lease_until < now() - interval '{PURGE_AFTER}'
+                     LIMIT $1 FOR UPDATE SKIP LOCKED)"
             ),
         }))
     }
 
-    /// The claims DDL, when there are claims for this table.
-    pub(super) fn create(&self) -> Option<&str> {
-        match self {
-            ClaimStatements::Ready(statements) => Some(&statements.create),
-            ClaimStatements::NameTooLong { .. } => None,
-        }
+    /// The claims DDL, when there can be claims for this table.
+    pub(super) fn create(&self, operation: StoreOperation) -> Result<&str, StoreError> {
+        Ok(&self.ready(operation)?.create)
     }
 
-    fn ready(&self, operation: StoreOperation) -> Result<&Statements, StoreError> {
+    /// The statements, when there can be claims for this table.
+    pub(super) fn ready(&self, operation: StoreOperation) -> Result<&Statements, StoreError> {
         match self {
             ClaimStatements::Ready(statements) => Ok(statements),
             ClaimStatements::NameTooLong { table } => Err(StoreError::new(
@@ -209,27 +222,6 @@ impl ClaimStatements {
 }
 
 impl PostgresStore {
-    /// Deletes the claim rows no claim needs any more: leases that lapsed
-    /// and tombstones that commits left (one per committed id), each once it
-    /// is a minute old. Returns how many went. Claim mode works without it;
-    /// it only reclaims space.
-    ///
-    /// ```no_run
-    /// # async fn nightly(store: babel_idem::store::PostgresStore) -> Result<(), babel_idem::StoreError> {
-    /// let deleted = store.purge_claims().await?;
-    /// println!("{deleted} claim rows purged");
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn purge_claims(&self) -> Result<u64, StoreError> {
-        let operation = StoreOperation::Maintenance;
-        let done = sqlx::query(&self.claims.ready(operation)?.purge)
-            .execute(&self.pool)
-            .await
-            .map_err(|e| StoreError::new(operation, BACKEND, e))?;
-        Ok(done.rows_affected())
-    }
-
     /// The statement `claim` runs: `$1` the id, `$2` the owner (32 hex
     /// digits), `$3` the lease in ms. It answers (done, fence if won,
     /// ms left on a live claim).
@@ -302,7 +294,7 @@ pub(super) fn failure(operation: StoreOperation, id: &str, error: sqlx::Error) -
 ///
 /// Claims live in `<table>_claims` (`babelqueue_idempotency_claims`), beside
 /// the seen-set table a Go consumer reads, so a claim never looks done to
-/// it. [`migrate`](PostgresStore::migrate) creates it:
+/// it. [`migrate_claims`](PostgresStore::migrate_claims) creates it:
 ///
 /// ```sql
 #[doc = include_str!("claims.sql")]
@@ -327,8 +319,8 @@ pub(super) fn failure(operation: StoreOperation, id: &str, error: sqlx::Error) -
 /// not hold, which it never takes over: it answers held, and the redelivery
 /// finds the id done. A tombstone the snapshot did hold, with no done row,
 /// is an id forgotten or expired since, and is claimed again at once.
-/// [`purge_claims`](PostgresStore::purge_claims) deletes old tombstones and
-/// lapsed claims.
+/// [`Admin::purge_finished_claims`](crate::store::Admin::purge_finished_claims)
+/// deletes tombstones and lapsed claims once they are a minute old.
 ///
 /// An id with NUL, or one too long for the primary-key index, fails the
 /// claim with a [`StoreError`] saying so: the guard then does not run the

@@ -1,5 +1,5 @@
 -- The claims of PostgresStore's claim mode, beside its seen-set table.
--- PostgresStore::migrate() runs this file after postgres.sql. With a table
+-- PostgresStore::migrate_claims() runs this file (migrate() runs postgres.sql). With a table
 -- name other than the default, replace every `babelqueue_idempotency` below
 -- by that name (the claims table is `<table>_claims`).
 --

@@ -5,6 +5,7 @@ use sqlx::{PgConnection, Postgres};
 
 use super::claim::failure;
 use super::{BACKEND, PostgresStore, UnstorableId};
+use crate::store::settings::run_mark;
 use crate::store::transaction::{AsConnection, TransactionalStore};
 use crate::store::{StoreError, StoreFuture, StoreOperation};
 
@@ -51,13 +52,14 @@ impl TransactionalStore for PostgresStore {
         StoreFuture::new(async move {
             let operation = StoreOperation::Remember;
             UnstorableId::check(id).map_err(|e| StoreError::new(operation, BACKEND, e))?;
-            let done = sqlx::query(&self.settings.sql.remember)
-                .bind(id)
-                .bind(self.settings.ttl_ms)
-                .execute(connection)
-                .await
-                .map_err(|e| failure(operation, id, e))?;
-            Ok(done.rows_affected() == 1)
+            run_mark(
+                connection,
+                &self.settings.sql.remember,
+                id,
+                self.settings.ttl_ms,
+            )
+            .await
+            .map_err(|e| failure(operation, id, e))
         })
     }
 }

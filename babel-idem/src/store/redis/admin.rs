@@ -1,27 +1,36 @@
-//! Admin operations of [`RedisStore`], for operators and the `babel-idem`
-//! CLI: ping, stats, batched lookups and forgets. There is nothing to
-//! migrate or purge: keys are made by the first `SET` and Redis deletes an
-//! expired key by itself.
+//! [`Admin`] for [`RedisStore`], and what an operator's tool needs beside
+//! it: ping. There is nothing to migrate or purge: keys are made by the
+//! first `SET`, and Redis deletes an expired mark or claim by itself.
 
+use std::sync::LazyLock;
+
+use ::redis::Script;
+
+use super::claim::ClaimKeys;
 use super::{BACKEND, RedisCommandError, RedisStore};
-use crate::store::{StoreError, StoreOperation, StoreStats, failed};
+use crate::store::admin::{Admin, IdState, StoreStats};
+use crate::store::{StoreError, StoreFuture, StoreOperation, failed};
 
 /// How many keys one `SCAN` step asks for.
 const SCAN_COUNT: usize = 1_000;
+
+/// The PHP layout's forget: deletes each key that holds `'2'` (done) and
+/// leaves a claim (`'1'`) to its holder, atomically per call.
+static PHP_FORGET: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("php_forget.lua")));
 
 /// # Admin operations
 ///
 /// | operation | command |
 /// |---|---|
 /// | [`ping`](Self::ping) | `PING` |
-/// | [`stats`](Self::stats) | `SCAN <cursor> MATCH <prefix><key prefix>* COUNT 1000`, until the cursor is 0 |
-/// | [`stored_many`](Self::stored_many) | one `EXISTS <key>` per key, in one pipeline |
-/// | [`forget_many`](Self::forget_many) | `DEL <key> <key> ...` |
-/// | [`count_expired`](Self::count_expired), [`purge_expired`](Self::purge_expired) | none: Redis deletes expired keys itself (`PX`) |
+/// | `stats` | `SCAN <cursor> MATCH <prefix><key prefix>* COUNT 1000`, until the cursor is 0 |
+/// | `states` | one pipeline: `EXISTS <key>` and `EXISTS <claim key>` per id; in the PHP layout, `GET <key>` per id (`'2'` done, another value claimed) |
+/// | `forget_ids` | `DEL <key> ...`; in the PHP layout a script that deletes the keys holding `'2'` |
+/// | `count_expired`, `purge_expired`, `count_finished_claims`, `purge_finished_claims` | none: Redis deletes expired keys itself (`PX`), and a claim's key expires with its lease |
 ///
 /// ```no_run
 /// use babel_idem::Store;
-/// use babel_idem::store::RedisStore;
+/// use babel_idem::store::{Admin, IdState, RedisStore};
 ///
 /// # async fn run() -> Result<(), babel_idem::StoreError> {
 /// let store = RedisStore::builder()
@@ -29,10 +38,10 @@ const SCAN_COUNT: usize = 1_000;
 ///     .connect_lazy("redis://127.0.0.1:6379/")?;
 /// store.ping().await?;
 /// store.remember("id-A").await?;
-/// assert_eq!(store.stored_many(&["id-A", "id-B"]).await?, [true, false]);
+/// assert_eq!(store.states(&["id-A", "id-B"]).await?, [IdState::Done, IdState::Absent]);
 /// assert_eq!(store.stats("").await?.marks, 1);
-/// assert_eq!(store.forget_many(&["id-A", "id-B"]).await?, 1);
-/// assert_eq!(store.purge_expired().await?, 0, "Redis expires keys itself");
+/// assert_eq!(store.forget_ids(&["id-A", "id-B"]).await?, 1);
+/// assert_eq!(store.purge_expired(10_000).await?, 0, "Redis expires keys itself");
 /// # Ok(())
 /// # }
 /// ```
@@ -46,93 +55,148 @@ impl RedisStore {
         Ok(())
     }
 
-    /// Counts the keys under the store's prefix whose id starts with
-    /// `key_prefix` (`""`: all of them; a
-    /// [`Guard::scope`](crate::guard::Guard::scope)'s keys start with
-    /// `<length>:<scope>:`), walking the keyspace with `SCAN`.
-    ///
-    /// `expired` is always 0 (an expired key is gone) and Redis keeps no
-    /// write time, so `oldest_ms` and `newest_ms` are `None`. `SCAN` may
-    /// return a key twice while Redis resizes its table, so on a busy
-    /// server the count is close rather than exact. With
-    /// [`php_claims`](crate::store::RedisStoreBuilder::php_claims), keys
-    /// still claimed count too.
-    pub async fn stats(&self, key_prefix: &str) -> Result<StoreStats, StoreError> {
-        let mut pattern = self.prefix.as_bytes().to_vec();
-        for byte in key_prefix.bytes() {
-            if b"*?[]\\".contains(&byte) {
-                pattern.push(b'\\');
+    /// Runs `pipeline`, answering one value per command.
+    async fn pipelined<T: ::redis::FromRedisValue>(
+        &self,
+        operation: StoreOperation,
+        pipeline: &::redis::Pipeline,
+    ) -> Result<T, StoreError> {
+        let mut connection = self.connection.clone();
+        pipeline
+            .query_async(&mut connection)
+            .await
+            .map_err(|e| failed(BACKEND, operation)(RedisCommandError::from(e)))
+    }
+}
+
+/// `expired` is always 0 in `stats` (an expired key is gone) and Redis
+/// keeps no write time, so `oldest_ms` and `newest_ms` are `None`. `SCAN`
+/// may return a key twice while Redis resizes its table, so on a busy
+/// server the count is close rather than exact. In the PHP layout
+/// ([`php_claims`](crate::store::RedisStoreBuilder::php_claims)), keys
+/// still claimed count too.
+impl Admin for RedisStore {
+    fn stats<'a>(&'a self, key_prefix: &'a str) -> StoreFuture<'a, StoreStats> {
+        StoreFuture::new(async move {
+            let mut pattern = self.prefix.as_bytes().to_vec();
+            for byte in key_prefix.bytes() {
+                if b"*?[]\\".contains(&byte) {
+                    pattern.push(b'\\');
+                }
+                pattern.push(byte);
             }
-            pattern.push(byte);
-        }
-        pattern.push(b'*');
-        let mut marks = 0;
-        let mut cursor = 0u64;
-        loop {
-            let mut command = ::redis::cmd("SCAN");
-            command
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(SCAN_COUNT);
-            let (next, keys): (u64, Vec<Vec<u8>>) =
-                self.query(StoreOperation::Maintenance, command).await?;
-            marks += keys.len() as u64;
-            if next == 0 {
-                break;
+            pattern.push(b'*');
+            let mut marks = 0;
+            let mut cursor = 0u64;
+            loop {
+                let mut command = ::redis::cmd("SCAN");
+                command
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(&pattern)
+                    .arg("COUNT")
+                    .arg(SCAN_COUNT);
+                let (next, keys): (u64, Vec<Vec<u8>>) =
+                    self.query(StoreOperation::Maintenance, command).await?;
+                marks += keys.len() as u64;
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
             }
-            cursor = next;
-        }
-        Ok(StoreStats {
-            marks,
-            ..StoreStats::default()
+            Ok(StoreStats {
+                marks,
+                ..StoreStats::default()
+            })
         })
     }
 
-    /// For each key, whether Redis holds it: what
-    /// [`forget_many`](Self::forget_many) would delete.
-    pub async fn stored_many(&self, keys: &[&str]) -> Result<Vec<bool>, StoreError> {
-        if keys.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut pipeline = ::redis::pipe();
-        for key in keys {
-            pipeline.cmd("EXISTS").arg(self.key(key));
-        }
-        let mut connection = self.connection.clone();
-        let counts: Vec<i64> = pipeline
-            .query_async(&mut connection)
-            .await
-            .map_err(|e| failed(BACKEND, StoreOperation::Seen)(RedisCommandError::from(e)))?;
-        Ok(counts.into_iter().map(|count| count > 0).collect())
+    fn states<'a>(&'a self, ids: &'a [&'a str]) -> StoreFuture<'a, Vec<IdState>> {
+        StoreFuture::new(async move {
+            if ids.is_empty() {
+                return Ok(Vec::new());
+            }
+            let mut pipeline = ::redis::pipe();
+            if self.claims.is_php() {
+                for id in ids {
+                    pipeline.cmd("GET").arg(self.key(id));
+                }
+                let values: Vec<Option<Vec<u8>>> =
+                    self.pipelined(StoreOperation::Seen, &pipeline).await?;
+                return Ok(values
+                    .into_iter()
+                    .map(|value| match value.as_deref() {
+                        None => IdState::Absent,
+                        Some(b"2") => IdState::Done,
+                        // `'1'`, or anything else the PHP SDK's claim finds
+                        // held: a claim, never done.
+                        Some(_) => IdState::Claimed,
+                    })
+                    .collect());
+            }
+            let beside = matches!(self.claims, ClaimKeys::Beside { .. });
+            for id in ids {
+                pipeline.cmd("EXISTS").arg(self.key(id));
+                if beside {
+                    pipeline.cmd("EXISTS").arg(self.claim_key(id));
+                }
+            }
+            let counts: Vec<i64> = self.pipelined(StoreOperation::Seen, &pipeline).await?;
+            let per_id = if beside { 2 } else { 1 };
+            Ok(counts
+                .chunks(per_id)
+                .map(|found| match found {
+                    [done, ..] if *done > 0 => IdState::Done,
+                    [_, claimed] if *claimed > 0 => IdState::Claimed,
+                    _ => IdState::Absent,
+                })
+                .collect())
+        })
     }
 
-    /// Forgets every key in `keys` with one `DEL` and returns how many keys
-    /// went (unknown keys are not an error, as with
-    /// [`forget`](crate::store::Store::forget)).
-    pub async fn forget_many(&self, keys: &[&str]) -> Result<u64, StoreError> {
-        if keys.is_empty() {
-            return Ok(0);
-        }
-        let mut command = ::redis::cmd("DEL");
-        for key in keys {
-            command.arg(self.key(key));
-        }
-        let removed: u64 = self.query(StoreOperation::Forget, command).await?;
-        Ok(removed)
+    fn forget_ids<'a>(&'a self, ids: &'a [&'a str]) -> StoreFuture<'a, u64> {
+        StoreFuture::new(async move {
+            if ids.is_empty() {
+                return Ok(0);
+            }
+            if self.claims.is_php() {
+                let mut invocation = PHP_FORGET.prepare_invoke();
+                for id in ids {
+                    invocation.key(self.key(id));
+                }
+                let mut connection = self.connection.clone();
+                return invocation.invoke_async(&mut connection).await.map_err(|e| {
+                    failed(BACKEND, StoreOperation::Forget)(RedisCommandError::from(e))
+                });
+            }
+            let mut command = ::redis::cmd("DEL");
+            for id in ids {
+                command.arg(self.key(id));
+            }
+            self.query(StoreOperation::Forget, command).await
+        })
     }
 
-    /// Always 0: Redis deletes a key when its TTL runs out, so no expired
-    /// mark waits for a purge. Sends nothing.
-    pub async fn count_expired(&self) -> Result<u64, StoreError> {
-        Ok(0)
+    /// Always 0: Redis deletes a key when its TTL runs out. Sends nothing.
+    fn count_expired(&self) -> StoreFuture<'_, u64> {
+        StoreFuture::ready(Ok(0))
     }
 
-    /// Deletes nothing and returns 0: Redis expires the keys itself (they
-    /// are written with `PX <ttl>`). Here so a tool treats every persistent
-    /// store alike. Sends nothing.
-    pub async fn purge_expired(&self) -> Result<u64, StoreError> {
-        Ok(0)
+    /// Deletes nothing and returns 0: the marks are written with
+    /// `PX <ttl>`, and Redis expires them itself. Sends nothing.
+    fn purge_expired(&self, _limit: u32) -> StoreFuture<'_, u64> {
+        StoreFuture::ready(Ok(0))
+    }
+
+    /// Always 0: a claim's key expires with its lease, and a commit
+    /// deletes it. Sends nothing.
+    fn count_finished_claims(&self) -> StoreFuture<'_, u64> {
+        StoreFuture::ready(Ok(0))
+    }
+
+    /// Deletes nothing and returns 0, as
+    /// [`count_finished_claims`](Admin::count_finished_claims) says why.
+    fn purge_finished_claims(&self, _limit: u32) -> StoreFuture<'_, u64> {
+        StoreFuture::ready(Ok(0))
     }
 }

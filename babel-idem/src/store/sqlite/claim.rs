@@ -10,6 +10,7 @@ use sqlx::SqliteConnection;
 use super::{
     BACKEND, CACHED_BATCH, MAX_VARIABLES, NOW_MS, SqliteStore, mark_many_sql, numbered, variables,
 };
+use crate::store::admin::IdState;
 use crate::store::claim::{Claim, ClaimStore, ClaimToken, server_lease_ms, won_or_held};
 use crate::store::settings::DEFAULT_TABLE;
 use crate::store::{StoreError, StoreFuture, StoreOperation, failed};
@@ -28,6 +29,10 @@ pub(super) struct ClaimStatements {
     renew: String,
     /// The fence counter's last value.
     last_fence: String,
+    /// Counts the claim rows whose lease lapsed.
+    pub(super) count_finished: String,
+    /// Deletes at most `?1` claim rows whose lease lapsed.
+    pub(super) purge_finished: String,
 }
 
 impl ClaimStatements {
@@ -72,6 +77,13 @@ impl ClaimStatements {
             ),
             release: format!("DELETE FROM {claims} WHERE message_id = ?1 AND owner = ?2"),
             last_fence: format!("SELECT last FROM {claims}_fence WHERE counter = 1"),
+            // A lapsed row holds nothing: a new claim takes it over, and the
+            // fences live in the counter, not in the rows.
+            count_finished: format!("SELECT COUNT(*) FROM {claims} WHERE lease_until <= {NOW_MS}"),
+            purge_finished: format!(
+                "DELETE FROM {claims} WHERE message_id IN (
+                     SELECT message_id FROM {claims} WHERE lease_until <= {NOW_MS} LIMIT ?1)"
+            ),
             renew: format!(
                 "UPDATE {claims} SET lease_until = {NOW_MS} + ?3
                  WHERE message_id = ?1 AND owner = ?2 AND lease_until > {NOW_MS}"
@@ -119,8 +131,7 @@ fn look_many_sql(table: &str, count: usize) -> String {
 ///
 /// Claims live in `<table>_claims` (`babelqueue_idempotency_claims`), beside
 /// the seen-set table, with a one-row counter for the fences;
-/// [`migrate`](SqliteStore::migrate) (so [`open`](SqliteStore::open) too)
-/// creates them:
+/// [`migrate_claims`](SqliteStore::migrate_claims) creates them:
 ///
 /// ```sql
 #[doc = include_str!("claims.sql")]
@@ -371,7 +382,7 @@ impl ClaimStore for SqliteStore {
 /// What a batch's read found: the done ids, and the ms left on each id's
 /// claim row (lapsed when not above zero).
 #[derive(Debug, Default)]
-struct Looks {
+pub(super) struct Looks {
     done: HashSet<String>,
     left_ms: HashMap<String, i64>,
 }
@@ -387,12 +398,21 @@ impl Looks {
             _ => None,
         }
     }
+
+    /// Where `id` stands: done, held by a live lease, or neither.
+    pub(super) fn state(&self, id: &str) -> IdState {
+        match self.answer(id) {
+            Some(Claim::Done) => IdState::Done,
+            Some(_) => IdState::Claimed,
+            None => IdState::Absent,
+        }
+    }
 }
 
 impl SqliteStore {
     /// `look` for every id of a batch, in one statement per
     /// [`MAX_VARIABLES`] ids.
-    async fn look_many(
+    pub(super) async fn look_many(
         &self,
         connection: &mut SqliteConnection,
         ids: &[&str],

@@ -1,5 +1,5 @@
 -- The claims of SqliteStore's claim mode, beside its seen-set table.
--- SqliteStore::migrate() (and so open()) runs this file. With a table name
+-- SqliteStore::migrate_claims() runs this file, after migrate(). With a table name
 -- other than the default, replace every `babelqueue_idempotency` below by
 -- that name. Times are Unix milliseconds, by the database clock.
 CREATE TABLE IF NOT EXISTS babelqueue_idempotency_claims (

@@ -4,6 +4,7 @@
 use sqlx::{Sqlite, SqliteConnection};
 
 use super::{BACKEND, SqliteStore};
+use crate::store::settings::run_mark;
 use crate::store::transaction::{AsConnection, TransactionalStore};
 use crate::store::{StoreFuture, StoreOperation, failed};
 
@@ -41,9 +42,8 @@ impl AsConnection<SqliteConnection> for sqlx::Transaction<'_, Sqlite> {
 ///
 /// What the mark costs is mostly pages, not the statement: its row lands on
 /// a leaf of the table (ordered by id, so a random one) and on the
-/// `expires_at` index, so a commit writes about 2.7 more WAL pages than the
-/// effect alone (3.7 instead of 1 for a one-row effect), and the WAL fills
-/// and is checkpointed (synced) that much sooner.
+/// `expires_at` index, so a commit writes those pages to the WAL beside the
+/// effect's own, and the WAL fills and is checkpointed (synced) sooner.
 ///
 /// The store's `synchronous = NORMAL` keeps each commit atomic (the effect
 /// and the mark survive or vanish together, whatever crashes), but a power
@@ -59,14 +59,11 @@ impl TransactionalStore for SqliteStore {
         connection: &'a mut SqliteConnection,
         id: &'a str,
     ) -> StoreFuture<'a, bool> {
+        let sql = &self.settings.sql.remember;
         StoreFuture::new(async move {
-            let done = sqlx::query(&self.settings.sql.remember)
-                .bind(id)
-                .bind(self.settings.ttl_ms)
-                .execute(connection)
+            run_mark(connection, sql, id, self.settings.ttl_ms)
                 .await
-                .map_err(failed(BACKEND, StoreOperation::Remember))?;
-            Ok(done.rows_affected() == 1)
+                .map_err(failed(BACKEND, StoreOperation::Remember))
         })
     }
 }

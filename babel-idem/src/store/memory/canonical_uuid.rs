@@ -1,13 +1,11 @@
 //! The canonical UUID form every BabelQueue SDK mints, read into two words.
 //!
-//! A seen-set guard reads its key's UUID as it builds the key (see the
-//! key's `UuidLength`), and `InMemoryStore` looks ids up by it. This runs
-//! on every delivery, and on a duplicate it was a third of the in-memory
-//! store's time. Two readers give one [layout](parse): 16 bytes
-//! at a time with SSE2 on x86-64 (through `safe_arch`, whose wrappers are
-//! safe where the CPU feature is enabled at compile time, as SSE2 always
-//! is there; this crate forbids `unsafe`), eight at a time in a `u64`
-//! (SWAR) elsewhere. The tests hold the two to the same answer.
+//! `InMemoryStore` keeps such an id as these two words in its lock-free
+//! table. Two readers give one [layout](parse): 16 bytes at a time with
+//! SSE2 on x86-64 (through `safe_arch`, whose wrappers are safe where the
+//! CPU feature is enabled at compile time, as SSE2 always is there; this
+//! crate forbids `unsafe`), eight at a time in a `u64` (SWAR) elsewhere.
+//! The tests hold the two to the same answer.
 
 /// A canonical UUID as two words holding its 32 hex digits, one nibble
 /// each. The digits are not in reading order (see [`parse`]): the table only
@@ -26,18 +24,10 @@ pub(crate) fn parse(id: &str) -> Option<Uuid> {
     read(id.as_bytes().try_into().ok()?)
 }
 
-/// [`parse`] for an id of 36 bytes kept as three 16-byte pieces, the last
-/// holding bytes 32 to 36 and zeros (a guard's key): each piece is read
-/// whole, as it was written.
-#[inline(always)]
-pub(crate) fn parse_pieces(pieces: &[[u8; 16]; 3]) -> Option<Uuid> {
-    read_pieces(pieces)
-}
-
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-use sse2::{parse as read, parse_pieces as read_pieces};
+use sse2::parse as read;
 #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
-use swar::{parse as read, parse_pieces as read_pieces};
+use swar::parse as read;
 
 /// Puts the last four digits (one per byte of `tail`, as [`nibbles`] gives
 /// them) in the nibbles where the hyphens were, which both readers leave 0.
@@ -63,10 +53,10 @@ fn last_four(id: &[u8; 36]) -> u64 {
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
 mod sse2 {
     use safe_arch::{
-        bitand_m128i, bitandnot_m128i, bitor_m128i, byte_shr_imm_u128_m128i, cmp_eq_mask_i8_m128i,
-        get_i64_from_m128i_s, load_unaligned_m128i, m128i, move_mask_i8_m128i,
-        pack_i16_to_u8_m128i, set_splat_i8_m128i, set_splat_i16_m128i, shr_imm_u16_m128i,
-        sub_i8_m128i, sub_saturating_u8_m128i, unpack_high_i64_m128i, zeroed_m128i,
+        bitand_m128i, bitandnot_m128i, bitor_m128i, cmp_eq_mask_i8_m128i, get_i64_from_m128i_s,
+        load_unaligned_m128i, m128i, move_mask_i8_m128i, pack_i16_to_u8_m128i, set_i32_m128i_s,
+        set_splat_i8_m128i, set_splat_i16_m128i, shr_imm_u16_m128i, sub_i8_m128i,
+        sub_saturating_u8_m128i, unpack_high_i64_m128i, zeroed_m128i,
     };
 
     use super::{Uuid, with_last_four};
@@ -114,30 +104,24 @@ mod sse2 {
         lanes
     };
 
+    /// Each load lies within one piece of the id as a key copies it (16
+    /// bytes at 0, 16 bytes at 16, 4 bytes at 32), so none waits for two
+    /// earlier stores to reach the cache.
     #[inline(always)]
     pub(super) fn parse(id: &[u8; 36]) -> Option<Uuid> {
         let (head, rest) = id.split_first_chunk::<16>()?;
         let (middle, _) = rest.split_first_chunk::<16>()?;
-        let (_, from_20) = id.split_last_chunk::<16>()?;
+        let (_, tail) = id.split_last_chunk::<4>()?;
         read(
             load_unaligned_m128i(head),
             load_unaligned_m128i(middle),
-            byte_shr_imm_u128_m128i::<12>(load_unaligned_m128i(from_20)),
+            set_i32_m128i_s(i32::from_le_bytes(*tail)),
         )
     }
 
-    #[inline(always)]
-    pub(super) fn parse_pieces([head, middle, last]: &[[u8; 16]; 3]) -> Option<Uuid> {
-        read(
-            load_unaligned_m128i(head),
-            load_unaligned_m128i(middle),
-            load_unaligned_m128i(last),
-        )
-    }
-
-    /// The three pieces of [`parse_pieces`], in registers. The last four
-    /// digits are checked and valued in the same vector pass as the rest,
-    /// not in a `u64` of their own after it.
+    /// The id's three 16-byte pieces (the last holding bytes 32 to 36 and
+    /// zeros), in registers. The last four digits are checked and valued in
+    /// the same vector pass as the rest.
     #[inline(always)]
     fn read(head: m128i, middle: m128i, last: m128i) -> Option<Uuid> {
         let (head_ok, head) = digits(head, &FIRST);
@@ -201,14 +185,6 @@ mod swar {
     /// The hyphens among bytes 8..16 (at 8 and 13) and 16..24 (at 18 and 23).
     const HYPHENS_8: u64 = 0x0000_ff00_0000_00ff;
     const HYPHENS_16: u64 = 0xff00_0000_00ff_0000;
-
-    /// Past byte 36 a key's last piece holds zeros; anything else is not
-    /// a key's, as the SSE2 reader says too.
-    #[inline(always)]
-    pub(super) fn parse_pieces(pieces: &[[u8; 16]; 3]) -> Option<Uuid> {
-        let (id, past) = pieces.as_flattened().split_first_chunk::<36>()?;
-        past.iter().all(|&byte| byte == 0).then(|| parse(id))?
-    }
 
     /// One branch for all the checks.
     #[inline(always)]
@@ -311,34 +287,14 @@ mod tests {
         }
     }
 
-    /// The words of the key a guard builds for a message with this id
-    /// (`None` unless the id is 36 bytes long), as a reading: `[0, 0]`,
-    /// the key's mark of bytes that are not a canonical UUID, is `None`
-    /// unless the id is the nil UUID, which reads as `[0, 0]`.
-    fn key_words(id: &str) -> Option<Uuid> {
-        let message = crate::envelope::Envelope::new("urn:babel:tests:uuid", serde_json::json!({}));
-        let guard = crate::guard::Guard::new(crate::store::InMemoryStore::new());
-        let words = guard.key(&message.with_id(id)).uuid_words()?;
-        let nil = id == "00000000-0000-0000-0000-000000000000";
-        (words != [0, 0] || nil).then_some(words)
-    }
-
     /// What each reader makes of `id`: [`parse`], and each reader it can
-    /// take (the SWAR one everywhere, the SSE2 one where it runs, both over
-    /// the pieces a key keeps), and the guard's key.
+    /// take (the SWAR one everywhere, the SSE2 one where it runs).
     fn readings(id: &str) -> Vec<(&'static str, Option<Uuid>)> {
         let mut readings = vec![("parse", parse(id))];
         if let Ok(bytes) = <&[u8; 36]>::try_from(id.as_bytes()) {
-            let pieces = crate::key::pieces(bytes);
-            readings.push(("guard's key", key_words(id)));
-            readings.push(("pieces", parse_pieces(&pieces)));
             readings.push(("swar", swar::parse(bytes)));
-            readings.push(("swar pieces", swar::parse_pieces(&pieces)));
             #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-            readings.extend([
-                ("sse2", sse2::parse(bytes)),
-                ("sse2 pieces", sse2::parse_pieces(&pieces)),
-            ]);
+            readings.push(("sse2", sse2::parse(bytes)));
         }
         readings
     }
@@ -422,20 +378,6 @@ mod tests {
             for (reader, reading) in readings(other) {
                 assert_eq!(reading, None, "{reader}: {other}");
             }
-        }
-    }
-
-    #[test]
-    fn pieces_with_bytes_past_the_id_are_refused() {
-        let key = crate::key::pieces(b"f1e2d3c4-b5a6-4789-90ab-cdef01234567");
-        for at in 36..48 {
-            let mut pieces = key;
-            assert!(parse_pieces(&pieces).is_some());
-            pieces[at / 16][at % 16] = b'0';
-            assert_eq!(parse_pieces(&pieces), None, "byte {at}");
-            assert_eq!(swar::parse_pieces(&pieces), None, "swar, byte {at}");
-            #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-            assert_eq!(sse2::parse_pieces(&pieces), None, "sse2, byte {at}");
         }
     }
 
