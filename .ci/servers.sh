@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Makes sure Redis, PostgreSQL and RabbitMQ are installed, running and
+# Makes sure Redis, PostgreSQL, RabbitMQ (and faketime, for the clock-skew tests) are installed, running and
 # answering, then exports what the store and transport tests read:
 #   BABEL_IDEM_REDIS_URL, BABEL_IDEM_POSTGRES_URL, BABEL_IDEM_AMQP_URL,
 #   BABEL_IDEM_REQUIRE_SERVERS=1
@@ -21,6 +21,8 @@ babel_idem_servers_install() {
   command -v psql >/dev/null 2>&1 || missing+=(postgresql-client)
   command -v pg_createcluster >/dev/null 2>&1 || missing+=(postgresql-common)
   command -v rabbitmq-server >/dev/null 2>&1 || missing+=(rabbitmq-server)
+  # The clock-skew tests run a worker under faketime.
+  command -v faketime >/dev/null 2>&1 || missing+=(faketime)
   if [ "${#missing[@]}" -gt 0 ]; then
     babel_idem_servers_say "installing ${missing[*]}"
     apt-get update -qq || return 1
