@@ -4,6 +4,7 @@
 
 mod acks;
 mod properties;
+mod raw;
 mod session;
 
 use std::fmt;
@@ -291,6 +292,23 @@ impl AmqpTransport {
             .await
     }
 
+    /// How many connections to the broker this transport has opened, the
+    /// first one included: each one after the first replaced a lost
+    /// connection.
+    ///
+    /// ```no_run
+    /// use babel_idem::transport::AmqpTransport;
+    ///
+    /// # async fn run() -> Result<(), babel_idem::transport::TransportError> {
+    /// let transport = AmqpTransport::connect("amqp://guest:guest@127.0.0.1:5672/%2f").await?;
+    /// assert_eq!(transport.connections_opened(), 1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn connections_opened(&self) -> u64 {
+        self.sessions.connections()
+    }
+
     /// Deletes `queue` and the messages it holds (for tools and tests).
     pub async fn delete_queue(&self, queue: &str) -> Result<(), TransportError> {
         self.check_queue(queue)?;
@@ -319,22 +337,67 @@ impl AmqpTransport {
         let (generation, acks, deliveries) =
             self.sessions.take(queue, max, self.reserve_wait).await?;
         let queue: Arc<str> = Arc::from(queue);
-        Ok(deliveries
-            .into_iter()
-            .map(|delivery| Reserved {
-                headers: properties::as_strings(&delivery.properties),
-                handle: AmqpHandle {
-                    generation,
-                    queue: Arc::clone(&queue),
-                    acker: delivery.acker,
-                    acks: Arc::clone(&acks),
-                    delivery_tag: delivery.delivery_tag,
-                    redelivered: delivery.redelivered,
-                    headers: properties::out_of_band(&delivery.properties),
-                },
-                body: delivery.data,
-            })
-            .collect())
+        let mut reserved = Vec::with_capacity(deliveries.len());
+        for delivery in deliveries {
+            let unrepresentable = properties::unrepresentable(&delivery.properties);
+            let mut handle = AmqpHandle {
+                generation,
+                queue: Arc::clone(&queue),
+                acker: delivery.acker,
+                acks: Arc::clone(&acks),
+                delivery_tag: delivery.delivery_tag,
+                redelivered: delivery.redelivered,
+                headers: FieldTable::default(),
+            };
+            match unrepresentable {
+                None => {
+                    handle.headers = properties::out_of_band(&delivery.properties);
+                    reserved.push(Reserved {
+                        headers: properties::as_strings(&delivery.properties),
+                        handle,
+                        body: delivery.data,
+                    });
+                }
+                Some(reason) => {
+                    self.dead_letter_unrepresentable(handle, delivery.data, &reason)
+                        .await
+                }
+            }
+        }
+        Ok(reserved)
+    }
+
+    /// Copies a delivery the transport cannot hand over, body byte for byte,
+    /// to `<queue>.dlq` with headers saying why, then acks it. A failure
+    /// leaves it with the broker, which delivers it again once its channel
+    /// is gone.
+    async fn dead_letter_unrepresentable(
+        &self,
+        mut handle: AmqpHandle,
+        body: Vec<u8>,
+        reason: &str,
+    ) {
+        tracing::warn!(
+            queue = &*handle.queue,
+            %reason,
+            "babel-idem: dead-lettering a delivery the transport cannot hand over"
+        );
+        let dead_letter_properties = properties::dead_letter(&handle.queue, reason);
+        if let Some(headers) = dead_letter_properties.headers() {
+            handle.headers = headers.clone();
+        }
+        let settlement = Settlement::DeadLetter {
+            queue: format!("{}.dlq", handle.queue),
+            body,
+        };
+        if let Err(error) = self.settle_one(&handle, &settlement).await {
+            tracing::warn!(
+                queue = &*handle.queue,
+                %error,
+                "babel-idem: dead-lettering failed; the broker delivers the message again"
+            );
+            self.sessions.discard(handle.generation).await;
+        }
     }
 
     async fn settle_one(

@@ -77,6 +77,59 @@ pub(super) fn for_body(body: &[u8], extra: &FieldTable) -> BasicProperties {
     properties
 }
 
+/// The deepest nesting of tables and arrays a delivery's headers may have:
+/// its out-of-band headers are copied onto every retry, release and
+/// dead-letter record, and a copy of unbounded depth is unbounded work.
+pub(super) const MAX_HEADER_DEPTH: usize = 16;
+
+/// Why the transport cannot hand this delivery over, or `None` when it can:
+/// its headers nest deeper than [`MAX_HEADER_DEPTH`].
+pub(super) fn unrepresentable(properties: &BasicProperties) -> Option<String> {
+    let headers = properties.headers().as_ref()?;
+    let too_deep = headers
+        .inner()
+        .values()
+        .any(|value| !within_depth(value, MAX_HEADER_DEPTH));
+    too_deep.then(|| format!("its headers nest tables or arrays deeper than {MAX_HEADER_DEPTH}"))
+}
+
+/// Whether `value` nests tables and arrays at most `depth` levels deep,
+/// looking no deeper than that.
+fn within_depth(value: &AMQPValue, depth: usize) -> bool {
+    let inner: Box<dyn Iterator<Item = &AMQPValue>> = match value {
+        AMQPValue::FieldTable(table) => Box::new(table.inner().values()),
+        AMQPValue::FieldArray(array) => Box::new(array.as_slice().iter()),
+        _ => return true,
+    };
+    depth > 0
+        && inner
+            .into_iter()
+            .all(|value| within_depth(value, depth - 1))
+}
+
+/// The properties of a message the transport copies to `<queue>.dlq`
+/// because it cannot hand it over: persistent, with headers naming the
+/// queue it came from and why.
+pub(super) fn dead_letter(queue: &str, reason: &str) -> BasicProperties {
+    let mut headers = FieldTable::default();
+    headers.insert(
+        DEAD_LETTER_QUEUE_HEADER.into(),
+        AMQPValue::LongString(queue.into()),
+    );
+    headers.insert(
+        DEAD_LETTER_REASON_HEADER.into(),
+        AMQPValue::LongString(reason.into()),
+    );
+    BasicProperties::default()
+        .with_delivery_mode(2)
+        .with_headers(headers)
+}
+
+/// The header of such a copy that names the queue it came from.
+pub(super) const DEAD_LETTER_QUEUE_HEADER: &str = "x-babel-idem-original-queue";
+/// The header of such a copy that says why it was dead-lettered.
+pub(super) const DEAD_LETTER_REASON_HEADER: &str = "x-babel-idem-dead-letter-reason";
+
 /// The out-of-band headers given as strings, as a table (blank names and
 /// values dropped, like Python's `publish_with_headers`).
 pub(super) fn table(headers: &[(String, String)]) -> FieldTable {
