@@ -38,7 +38,9 @@ const QUEUE_NAMES: QueueNames = QueueNames {
 /// The BabelQueue RabbitMQ binding, shared with the Python (and PHP, Go)
 /// SDKs' workers and producers on the same queue:
 ///
-/// - Queues are durable, declared on first use; messages are published to
+/// - A queue that exists is used as it is, whatever its arguments (a quorum
+///   queue, a message TTL, a length limit): it is declared passively first,
+///   on a throwaway channel; a missing one is declared durable. Messages are published to
 ///   the default exchange, persistent, with the contract's properties
 ///   (`type` = URN, `correlation_id` = trace_id, `message_id` = meta.id) and
 ///   headers (`x-schema-version`, `x-source-lang`, `x-attempts`), derived from
@@ -61,6 +63,24 @@ const QUEUE_NAMES: QueueNames = QueueNames {
 ///   delivery's out-of-band headers (a `traceparent`) travel with it.
 /// - Every header of a delivery reaches the handler as a string, the contract
 ///   ones included, as Python's `pop` maps them.
+/// - A refused declare or publish (a channel error, or a nack such as a
+///   full queue's `x-overflow: reject-publish`) closes its channel only:
+///   the settlement fails as a broker error, counted in the consumer's
+///   `broker_errors` and tried again with backoff, and the connection and
+///   its deliveries stay. The delivery stays in its queue until a try
+///   succeeds.
+/// - A message whose properties lapin cannot parse (a header name or a
+///   `message_id` that is not UTF-8) fails lapin's whole connection. The
+///   transport then takes it off the head of the queue with a minimal client
+///   of its own that reads frames by their length alone, copies its body,
+///   byte for byte, to `<queue>.dlq` with the headers
+///   `x-babel-idem-original-queue` and `x-babel-idem-dead-letter-reason`,
+///   and acks it; the messages behind it run on the next connection.
+/// - A delivery whose headers nest tables or arrays deeper than 16 levels is
+///   copied to `<queue>.dlq` the same way and acked, never handed to the
+///   consumer. (Nesting so deep that lapin's own recursive parser exhausts
+///   the stack of its I/O thread aborts the process before the transport
+///   sees the delivery.)
 /// - A dropped connection is re-opened by the next operation (with backoff,
 ///   [`reconnect_attempts`](TransportBuilder::reconnect_attempts) times,
 ///   and the consumer's own backoff beyond). The broker puts every unacked
@@ -253,7 +273,8 @@ impl AmqpTransport {
         AmqpTransportBuilder::default()
     }
 
-    /// Publishes `body` to `queue` (declared durable on first use) with the
+    /// Publishes `body` to `queue` (declared durable on first use unless it
+    /// exists) with the
     /// contract's properties and headers, persistent, and waits for the
     /// broker's confirm: the Python SDK's `publish`.
     pub async fn publish(&self, queue: &str, body: &[u8]) -> Result<(), TransportError> {

@@ -281,6 +281,46 @@ mod tests {
         );
     }
 
+    /// Headers holding one value nested `depth` tables and arrays deep.
+    fn nested(depth: usize) -> BasicProperties {
+        let mut value = AMQPValue::LongString("bottom".into());
+        for level in 0..depth {
+            value = if level % 2 == 0 {
+                let mut table = FieldTable::default();
+                table.insert("n".into(), value);
+                AMQPValue::FieldTable(table)
+            } else {
+                AMQPValue::FieldArray(vec![value].into())
+            };
+        }
+        let mut headers = FieldTable::default();
+        headers.insert("deep".into(), value);
+        BasicProperties::default().with_headers(headers)
+    }
+
+    #[test]
+    fn headers_nested_deeper_than_the_limit_are_unrepresentable() {
+        assert_eq!(unrepresentable(&BasicProperties::default()), None);
+        assert_eq!(unrepresentable(&nested(MAX_HEADER_DEPTH)), None);
+        let reason = unrepresentable(&nested(MAX_HEADER_DEPTH + 1)).unwrap();
+        assert!(reason.contains("deeper than 16"), "{reason}");
+        assert!(unrepresentable(&nested(200)).is_some());
+    }
+
+    #[test]
+    fn a_dead_letter_copy_names_its_queue_and_why() {
+        let properties = dead_letter("orders", "unreadable");
+        assert_eq!(*properties.delivery_mode(), Some(2));
+        assert_eq!(
+            header(&properties, DEAD_LETTER_QUEUE_HEADER),
+            Some(&AMQPValue::LongString("orders".into()))
+        );
+        assert_eq!(
+            header(&properties, DEAD_LETTER_REASON_HEADER),
+            Some(&AMQPValue::LongString("unreadable".into()))
+        );
+    }
+
     #[test]
     fn headers_read_back_as_python_prints_them() {
         let mut table = FieldTable::default();

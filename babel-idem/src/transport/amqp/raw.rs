@@ -372,3 +372,41 @@ fn late() -> TransportError {
 fn io(error: std::io::Error) -> TransportError {
     TransportError::Broker(Box::new(error))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Property bytes with only `headers` set: flags, then the table.
+    fn headers_only(table: &[u8]) -> Vec<u8> {
+        let mut bytes = (1u16 << 13).to_be_bytes().to_vec();
+        bytes.extend_from_slice(&(table.len() as u32).to_be_bytes());
+        bytes.extend_from_slice(table);
+        bytes
+    }
+
+    fn message(properties: Vec<u8>) -> RawMessage {
+        RawMessage {
+            delivery_tag: 1,
+            properties,
+            body: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn properties_lapin_cannot_parse_are_told_apart_from_readable_ones() {
+        // One header `ab` = long string "v".
+        let readable = headers_only(b"\x02abS\x00\x00\x00\x01v");
+        assert_eq!(message(readable).unreadable(), None);
+        // The same with a name that is not UTF-8.
+        let name = headers_only(b"\x02\xff\xfeS\x00\x00\x00\x01v");
+        let reason = message(name).unreadable().unwrap();
+        assert!(reason.contains("cannot be parsed"), "{reason}");
+        // A message_id (flag bit 7) that is not UTF-8.
+        let mut id = (1u16 << 7).to_be_bytes().to_vec();
+        id.extend_from_slice(b"\x02\xff\xfe");
+        assert!(message(id).unreadable().is_some());
+        // Cut short.
+        assert!(message(vec![0x20]).unreadable().is_some());
+    }
+}
