@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use babel_idem::consumer::ConsumerError;
+use babel_idem::consumer::{ConsumerError, ConsumerReport};
 use babel_idem::router::Backoff;
 use babel_idem::transport::{AmqpTransport, Transport};
 use babel_idem::{Consumer, Envelope, InMemoryStore, Router, guard, urn};
@@ -681,6 +681,45 @@ fn recording_consumer(
     .unwrap()
 }
 
+/// Publishes `count` envelopes (ids `<prefix>-1`...) behind what `queue`
+/// holds, runs a recording consumer until idle, and closes the transport:
+/// the report, the ids that ran (once each), the connections opened.
+async fn publish_and_run(
+    transport: AmqpTransport,
+    queue: &Queue,
+    prefix: &str,
+    count: u64,
+) -> (ConsumerReport, Vec<String>, u64) {
+    let bodies: Vec<Vec<u8>> = (1..=count)
+        .map(|n| envelope_with_id(&format!("{prefix}-{n}"), &queue.name, n).to_vec())
+        .collect();
+    transport.publish_many(&queue.name, &bodies).await.unwrap();
+    let log = SeenLog::default();
+    let consumer = recording_consumer(&transport, queue, &log, 4);
+    let report = run_until_idle(&consumer, QUIET).await;
+    let connections = transport.connections_opened();
+    transport.close().await;
+    let mut ran: Vec<String> = log.lock().unwrap().iter().map(|s| s.id.clone()).collect();
+    ran.sort();
+    ran.dedup();
+    (report, ran, connections)
+}
+
+/// The DLQ holds one message: `body` byte for byte, with the headers that
+/// name `queue` and say why.
+async fn assert_copied_to_dlq(queue: &Queue, body: &[u8]) -> BasicProperties {
+    let mut dead = queue.drain(&queue.dlq()).await;
+    assert_eq!(dead.len(), 1);
+    let (properties, copied) = dead.remove(0);
+    assert_eq!(copied, body, "the body reaches the DLQ byte for byte");
+    assert_eq!(
+        header(&properties, "x-babel-idem-original-queue"),
+        Some(&AMQPValue::LongString(queue.name.as_str().into()))
+    );
+    assert!(header(&properties, "x-babel-idem-dead-letter-reason").is_some());
+    properties
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quorum_work_queue_and_quorum_dlq_declared_elsewhere_run_and_dead_letter_without_reconnecting()
  {
@@ -795,20 +834,8 @@ async fn an_unreadable_first_message_goes_to_the_dlq(test: &str, field: &str) {
     let args = vec!["publish-unreadable".into(), url.clone(), queue.name.clone()];
     peer(&python, args, Some(json!({"body": body, "field": field}))).await;
     let transport = queue.transport(8).await;
-    let bodies: Vec<Vec<u8>> = (1..=20)
-        .map(|n| envelope_with_id(&format!("r-{n}"), &queue.name, n).to_vec())
-        .collect();
-    transport.publish_many(&queue.name, &bodies).await.unwrap();
+    let (report, ran, connections) = publish_and_run(transport, &queue, "r", 20).await;
 
-    let log = SeenLog::default();
-    let consumer = recording_consumer(&transport, &queue, &log, 4);
-    let report = run_until_idle(&consumer, QUIET).await;
-    let connections = transport.connections_opened();
-    transport.close().await;
-
-    let mut ran: Vec<String> = log.lock().unwrap().iter().map(|s| s.id.clone()).collect();
-    ran.sort();
-    ran.dedup();
     assert_eq!(ran.len(), 20, "the 20 behind it ran: {report:?}");
     assert!(!ran.contains(&"unreadable".to_owned()));
     assert!(
@@ -816,18 +843,7 @@ async fn an_unreadable_first_message_goes_to_the_dlq(test: &str, field: &str) {
         "{connections} connections: the consumer reconnected in a loop"
     );
     assert_eq!(queue.ready(&queue.name).await, 0, "{report:?}");
-    let dead = queue.drain(&queue.dlq()).await;
-    assert_eq!(dead.len(), 1, "{report:?}");
-    assert_eq!(
-        dead[0].1, unreadable,
-        "the body reaches the DLQ byte for byte"
-    );
-    let original = header(&dead[0].0, "x-babel-idem-original-queue");
-    assert_eq!(
-        original,
-        Some(&AMQPValue::LongString(queue.name.as_str().into()))
-    );
-    assert!(header(&dead[0].0, "x-babel-idem-dead-letter-reason").is_some());
+    assert_copied_to_dlq(&queue, &unreadable).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -880,33 +896,14 @@ async fn a_delivery_whose_headers_nest_too_deep_goes_to_the_dlq_with_its_body() 
         .await
         .unwrap();
     let _ = connection.close(200, "published".into()).await;
-    let bodies: Vec<Vec<u8>> = (1..=5)
-        .map(|n| envelope_with_id(&format!("s-{n}"), &queue.name, n).to_vec())
-        .collect();
-    transport.publish_many(&queue.name, &bodies).await.unwrap();
+    let (report, ran, connections) = publish_and_run(transport, &queue, "s", 5).await;
 
-    let log = SeenLog::default();
-    let consumer = recording_consumer(&transport, &queue, &log, 4);
-    let report = run_until_idle(&consumer, QUIET).await;
-    let connections = transport.connections_opened();
-    transport.close().await;
-
-    assert_eq!(report.acked, 5, "{report:?}");
-    assert_eq!(log.lock().unwrap().len(), 5);
+    assert_eq!((report.acked, ran.len()), (5, 5), "{report:?}");
     assert_eq!((report.lapsed, report.broker_errors), (0, 0), "{report:?}");
     assert_eq!(connections, 1);
     assert_eq!(queue.ready(&queue.name).await, 0);
-    let dead = queue.drain(&queue.dlq()).await;
-    assert_eq!(dead.len(), 1);
-    assert_eq!(
-        dead[0].1, deep_body,
-        "the body reaches the DLQ byte for byte"
-    );
-    assert!(
-        header(&dead[0].0, "deep").is_none(),
-        "without the deep header"
-    );
-    assert!(header(&dead[0].0, "x-babel-idem-dead-letter-reason").is_some());
+    let copied = assert_copied_to_dlq(&queue, &deep_body).await;
+    assert!(header(&copied, "deep").is_none(), "without the deep header");
 }
 
 // ---------------------------------------------------------------- bad input
