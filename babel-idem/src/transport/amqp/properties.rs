@@ -96,15 +96,12 @@ pub(super) fn unrepresentable(properties: &BasicProperties) -> Option<String> {
 /// Whether `value` nests tables and arrays at most `depth` levels deep,
 /// looking no deeper than that.
 fn within_depth(value: &AMQPValue, depth: usize) -> bool {
-    let inner: Box<dyn Iterator<Item = &AMQPValue>> = match value {
+    let mut inner: Box<dyn Iterator<Item = &AMQPValue>> = match value {
         AMQPValue::FieldTable(table) => Box::new(table.inner().values()),
         AMQPValue::FieldArray(array) => Box::new(array.as_slice().iter()),
         _ => return true,
     };
-    depth > 0
-        && inner
-            .into_iter()
-            .all(|value| within_depth(value, depth - 1))
+    depth > 0 && inner.all(|value| within_depth(value, depth - 1))
 }
 
 /// The properties of a message the transport copies to `<queue>.dlq`
