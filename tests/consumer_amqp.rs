@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use babel_idem::consumer::ConsumerError;
+use babel_idem::consumer::{ConsumerError, ConsumerReport};
 use babel_idem::router::Backoff;
 use babel_idem::transport::{AmqpTransport, Transport};
 use babel_idem::{Consumer, Envelope, InMemoryStore, Router, guard, urn};
@@ -639,6 +639,271 @@ async fn a_connection_dropped_mid_run_is_reopened_and_every_effect_runs_once() {
         report.delivered > 1000,
         "the unacked deliveries came back: {report:?}"
     );
+}
+
+// ---------------------------------------------------------------- nothing stalls a queue
+
+/// Declares `name` on the broker as another client would, durable with
+/// `arguments` (a quorum queue, a TTL, a length limit).
+async fn declare_elsewhere(url: &str, name: &str, arguments: &[(&str, AMQPValue)]) {
+    let connection = raw_connection(url).await;
+    let channel = connection.create_channel().await.unwrap();
+    let mut table = FieldTable::default();
+    for (key, value) in arguments {
+        table.insert((*key).into(), value.clone());
+    }
+    channel
+        .queue_declare(name.into(), QueueDeclareOptions::durable(), table)
+        .await
+        .expect("declare the queue with its arguments");
+    let _ = connection.close(200, "declared".into()).await;
+}
+
+fn quorum() -> (&'static str, AMQPValue) {
+    ("x-queue-type", AMQPValue::LongString("quorum".into()))
+}
+
+/// A consumer of `queue` whose handler records what it ran.
+fn recording_consumer(
+    transport: &AmqpTransport,
+    queue: &Queue,
+    log: &SeenLog,
+    concurrency: usize,
+) -> Consumer<AmqpTransport> {
+    Consumer::builder(
+        recording_router(Arc::clone(log), false),
+        transport.clone(),
+        &queue.name,
+    )
+    .concurrency(concurrency)
+    .shutdown_timeout(Duration::from_millis(500))
+    .build()
+    .unwrap()
+}
+
+/// Publishes `count` envelopes (ids `<prefix>-1`...) behind what `queue`
+/// holds, runs a recording consumer until idle, and closes the transport:
+/// the report, the ids that ran (once each), the connections opened.
+async fn publish_and_run(
+    transport: AmqpTransport,
+    queue: &Queue,
+    prefix: &str,
+    count: u64,
+) -> (ConsumerReport, Vec<String>, u64) {
+    let bodies: Vec<Vec<u8>> = (1..=count)
+        .map(|n| envelope_with_id(&format!("{prefix}-{n}"), &queue.name, n).to_vec())
+        .collect();
+    transport.publish_many(&queue.name, &bodies).await.unwrap();
+    let log = SeenLog::default();
+    let consumer = recording_consumer(&transport, queue, &log, 4);
+    let report = run_until_idle(&consumer, QUIET).await;
+    let connections = transport.connections_opened();
+    transport.close().await;
+    let mut ran: Vec<String> = log.lock().unwrap().iter().map(|s| s.id.clone()).collect();
+    ran.sort();
+    ran.dedup();
+    (report, ran, connections)
+}
+
+/// The DLQ holds one message: `body` byte for byte, with the headers that
+/// name `queue` and say why.
+async fn assert_copied_to_dlq(queue: &Queue, body: &[u8]) -> BasicProperties {
+    let mut dead = queue.drain(&queue.dlq()).await;
+    assert_eq!(dead.len(), 1);
+    let (properties, copied) = dead.remove(0);
+    assert_eq!(copied, body, "the body reaches the DLQ byte for byte");
+    assert_eq!(
+        header(&properties, "x-babel-idem-original-queue"),
+        Some(&AMQPValue::LongString(queue.name.as_str().into()))
+    );
+    assert!(header(&properties, "x-babel-idem-dead-letter-reason").is_some());
+    properties
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quorum_work_queue_and_quorum_dlq_declared_elsewhere_run_and_dead_letter_without_reconnecting()
+ {
+    const TEST: &str = "amqp_quorum_queues_declared_elsewhere";
+    let Some(url) = server_url(AMQP_URL, TEST) else {
+        return;
+    };
+    let queue = Queue::new(&url);
+    declare_elsewhere(&url, &queue.name, &[quorum()]).await;
+    declare_elsewhere(&url, &queue.dlq(), &[quorum()]).await;
+    let transport = queue.transport(32).await;
+    // Every 20th is poison: 950 envelopes and 50 bodies that are no JSON.
+    let bodies: Vec<Vec<u8>> = (0..1000u64)
+        .map(|n| match n % 20 {
+            7 => format!("poison {n}").into_bytes(),
+            _ => envelope_with_id(&format!("q-{n}"), &queue.name, n).to_vec(),
+        })
+        .collect();
+    transport.publish_many(&queue.name, &bodies).await.unwrap();
+
+    let log = SeenLog::default();
+    let consumer = recording_consumer(&transport, &queue, &log, 16);
+    let report = run_until_idle(&consumer, QUIET).await;
+    let connections = transport.connections_opened();
+    transport.close().await;
+
+    assert_eq!(log.lock().unwrap().len(), 950, "{report:?}");
+    assert_eq!(
+        (report.acked, report.dead_lettered),
+        (950, 50),
+        "{report:?}"
+    );
+    assert_eq!(
+        report.delivered,
+        report.acked + report.dead_lettered,
+        "every delivery settled once: {report:?}"
+    );
+    assert_eq!((report.lapsed, report.broker_errors), (0, 0), "{report:?}");
+    assert_eq!(connections, 1, "never reconnected");
+    assert_eq!(queue.ready(&queue.name).await, 0);
+    assert_eq!(queue.drain(&queue.dlq()).await.len(), 50);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dlq_with_a_ttl_and_a_length_limit_takes_dead_letters_and_its_refusal_is_a_broker_error()
+{
+    const TEST: &str = "amqp_a_dlq_with_a_ttl_and_a_length_limit";
+    let Some(url) = server_url(AMQP_URL, TEST) else {
+        return;
+    };
+    let queue = Queue::new(&url);
+    declare_elsewhere(
+        &url,
+        &queue.dlq(),
+        &[
+            ("x-message-ttl", AMQPValue::LongInt(600_000)),
+            ("x-max-length", AMQPValue::LongInt(1)),
+            ("x-overflow", AMQPValue::LongString("reject-publish".into())),
+        ],
+    )
+    .await;
+    let transport = queue.transport(8).await;
+    transport
+        .publish(&queue.name, b"first poison")
+        .await
+        .unwrap();
+    let log = SeenLog::default();
+    let consumer = recording_consumer(&transport, &queue, &log, 4);
+    let report = run_until_idle(&consumer, QUIET).await;
+    assert_eq!(report.dead_lettered, 1, "{report:?}");
+    assert_eq!(queue.ready(&queue.dlq()).await, 1);
+
+    // The DLQ is full and refuses the next record: a broker error, retried,
+    // and the delivery stays in its queue.
+    transport
+        .publish(&queue.name, b"second poison")
+        .await
+        .unwrap();
+    let consumer = recording_consumer(&transport, &queue, &log, 4);
+    let progress = consumer.progress();
+    let report = tokio::time::timeout(
+        PATIENCE,
+        consumer.run_until(eventually("the refusal is counted", move || {
+            let errors = progress.report().broker_errors;
+            async move { errors >= 2 }
+        })),
+    )
+    .await
+    .unwrap();
+    let connections = transport.connections_opened();
+    transport.close().await;
+    assert!(report.broker_errors >= 2, "{report:?}");
+    assert_eq!((report.dead_lettered, report.lapsed), (0, 0), "{report:?}");
+    assert_eq!(connections, 1, "the refusal kept the connection");
+    assert_eq!(queue.ready(&queue.name).await, 1, "the message is not lost");
+    let dead = queue.drain(&queue.dlq()).await;
+    assert_eq!(dead.len(), 1);
+    assert!(String::from_utf8_lossy(&dead[0].1).contains("first poison"));
+    assert_eq!(queue.drain(&queue.name).await[0].1, b"second poison");
+}
+
+/// A queue whose first message lapin cannot parse (`field` of it is not
+/// UTF-8), and 20 messages behind it: the 20 run, the first reaches the DLQ
+/// byte for byte, and the consumer reconnects once, not in a loop.
+async fn an_unreadable_first_message_goes_to_the_dlq(test: &str, field: &str) {
+    let (Some(url), Some(python)) = (server_url(AMQP_URL, test), python(test)) else {
+        return;
+    };
+    let queue = Queue::new(&url);
+    let unreadable = envelope_with_id("unreadable", &queue.name, 0).to_vec();
+    let body = String::from_utf8(unreadable.clone()).unwrap();
+    let args = vec!["publish-unreadable".into(), url.clone(), queue.name.clone()];
+    peer(&python, args, Some(json!({"body": body, "field": field}))).await;
+    let transport = queue.transport(8).await;
+    let (report, ran, connections) = publish_and_run(transport, &queue, "r", 20).await;
+
+    assert_eq!(ran.len(), 20, "the 20 behind it ran: {report:?}");
+    assert!(!ran.contains(&"unreadable".to_owned()));
+    assert!(
+        connections <= 3,
+        "{connections} connections: the consumer reconnected in a loop"
+    );
+    assert_eq!(queue.ready(&queue.name).await, 0, "{report:?}");
+    assert_copied_to_dlq(&queue, &unreadable).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_whose_header_name_is_not_utf8_goes_to_the_dlq_and_the_20_behind_it_run() {
+    an_unreadable_first_message_goes_to_the_dlq("amqp_a_header_name_not_utf8", "header").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_whose_message_id_is_not_utf8_goes_to_the_dlq_and_the_20_behind_it_run() {
+    an_unreadable_first_message_goes_to_the_dlq("amqp_a_message_id_not_utf8", "message_id").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_whose_headers_nest_too_deep_goes_to_the_dlq_with_its_body() {
+    const TEST: &str = "amqp_headers_nested_too_deep";
+    let Some(url) = server_url(AMQP_URL, TEST) else {
+        return;
+    };
+    let queue = Queue::new(&url);
+    let transport = queue.transport(8).await;
+    let deep_body = envelope_with_id("deep", &queue.name, 0).to_vec();
+    let mut nested = AMQPValue::LongString("bottom".into());
+    for _ in 0..100 {
+        let mut table = FieldTable::default();
+        table.insert("n".into(), nested);
+        nested = AMQPValue::FieldTable(table);
+    }
+    let mut headers = FieldTable::default();
+    headers.insert("deep".into(), nested);
+    let connection = raw_connection(&url).await;
+    let channel = connection.create_channel().await.unwrap();
+    channel
+        .queue_declare(
+            queue.name.as_str().into(),
+            QueueDeclareOptions::durable(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    channel
+        .basic_publish(
+            "".into(),
+            queue.name.as_str().into(),
+            lapin::options::BasicPublishOptions::default(),
+            &deep_body,
+            BasicProperties::default().with_headers(headers),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let _ = connection.close(200, "published".into()).await;
+    let (report, ran, connections) = publish_and_run(transport, &queue, "s", 5).await;
+
+    assert_eq!((report.acked, ran.len()), (5, 5), "{report:?}");
+    assert_eq!((report.lapsed, report.broker_errors), (0, 0), "{report:?}");
+    assert_eq!(connections, 1);
+    assert_eq!(queue.ready(&queue.name).await, 0);
+    let copied = assert_copied_to_dlq(&queue, &deep_body).await;
+    assert!(header(&copied, "deep").is_none(), "without the deep header");
 }
 
 // ---------------------------------------------------------------- bad input

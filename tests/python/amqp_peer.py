@@ -7,6 +7,9 @@ one more subcommand:
   consume URL QUEUE IDLE_SECS --redis URL ...   the server of the seen-set and the effects
   publish-raw URL QUEUE                          stdin {"bodies": [...], "headers": {...}}:
                                                  PikaTransport publishes each body as given
+  publish-unreadable URL QUEUE                   stdin {"body": "...", "field": "header"|"message_id"}:
+                                                 pika publishes the body with a header name, or a
+                                                 message_id, that is not UTF-8 (bytes as given)
 """
 
 import json
@@ -34,6 +37,27 @@ def publish_raw(url, queue):
     return {"published": len(request["bodies"])}
 
 
+# Not UTF-8: RabbitMQ takes such short strings, and pika sends bytes as given.
+NOT_UTF8 = b"\xff\xfe-not-utf8"
+
+
+def publish_unreadable(url, queue):
+    import pika
+
+    request = json.load(sys.stdin)
+    if request["field"] == "header":
+        properties = pika.BasicProperties(delivery_mode=2, headers={NOT_UTF8: "value"})
+    else:
+        properties = pika.BasicProperties(delivery_mode=2, message_id=NOT_UTF8)
+    connection = pika.BlockingConnection(pika.URLParameters(url))
+    channel = connection.channel()
+    channel.confirm_delivery()
+    channel.queue_declare(queue, durable=True)
+    channel.basic_publish("", queue, request["body"].encode(), properties)
+    connection.close()
+    return {"published": 1}
+
+
 def consume(url, queue, idle, options):
     """The worker: the seen-set and the effects live on the --redis server."""
     client = None
@@ -49,4 +73,4 @@ def consume(url, queue, idle, options):
 
 
 if __name__ == "__main__":
-    interop.main(sys.argv, app_for, consume, {"publish-raw": publish_raw})
+    interop.main(sys.argv, app_for, consume, {"publish-raw": publish_raw, "publish-unreadable": publish_unreadable})

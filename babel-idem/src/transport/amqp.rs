@@ -4,6 +4,7 @@
 
 mod acks;
 mod properties;
+mod raw;
 mod session;
 
 use std::fmt;
@@ -37,7 +38,9 @@ const QUEUE_NAMES: QueueNames = QueueNames {
 /// The BabelQueue RabbitMQ binding, shared with the Python (and PHP, Go)
 /// SDKs' workers and producers on the same queue:
 ///
-/// - Queues are durable, declared on first use; messages are published to
+/// - A queue that exists is used as it is, whatever its arguments (a quorum
+///   queue, a message TTL, a length limit): it is declared passively first,
+///   on a throwaway channel; a missing one is declared durable. Messages are published to
 ///   the default exchange, persistent, with the contract's properties
 ///   (`type` = URN, `correlation_id` = trace_id, `message_id` = meta.id) and
 ///   headers (`x-schema-version`, `x-source-lang`, `x-attempts`), derived from
@@ -60,6 +63,24 @@ const QUEUE_NAMES: QueueNames = QueueNames {
 ///   delivery's out-of-band headers (a `traceparent`) travel with it.
 /// - Every header of a delivery reaches the handler as a string, the contract
 ///   ones included, as Python's `pop` maps them.
+/// - A refused declare or publish (a channel error, or a nack such as a
+///   full queue's `x-overflow: reject-publish`) closes its channel only:
+///   the settlement fails as a broker error, counted in the consumer's
+///   `broker_errors` and tried again with backoff, and the connection and
+///   its deliveries stay. The delivery stays in its queue until a try
+///   succeeds.
+/// - A message whose properties lapin cannot parse (a header name or a
+///   `message_id` that is not UTF-8) fails lapin's whole connection. The
+///   transport then takes it off the head of the queue with a minimal client
+///   of its own that reads frames by their length alone, copies its body,
+///   byte for byte, to `<queue>.dlq` with the headers
+///   `x-babel-idem-original-queue` and `x-babel-idem-dead-letter-reason`,
+///   and acks it; the messages behind it run on the next connection.
+/// - A delivery whose headers nest tables or arrays deeper than 16 levels is
+///   copied to `<queue>.dlq` the same way and acked, never handed to the
+///   consumer. (Nesting so deep that lapin's own recursive parser exhausts
+///   the stack of its I/O thread aborts the process before the transport
+///   sees the delivery.)
 /// - A dropped connection is re-opened by the next operation (with backoff,
 ///   [`reconnect_attempts`](TransportBuilder::reconnect_attempts) times,
 ///   and the consumer's own backoff beyond). The broker puts every unacked
@@ -252,7 +273,8 @@ impl AmqpTransport {
         AmqpTransportBuilder::default()
     }
 
-    /// Publishes `body` to `queue` (declared durable on first use) with the
+    /// Publishes `body` to `queue` (declared durable on first use unless it
+    /// exists) with the
     /// contract's properties and headers, persistent, and waits for the
     /// broker's confirm: the Python SDK's `publish`.
     pub async fn publish(&self, queue: &str, body: &[u8]) -> Result<(), TransportError> {
@@ -291,6 +313,23 @@ impl AmqpTransport {
             .await
     }
 
+    /// How many connections to the broker this transport has opened, the
+    /// first one included: each one after the first replaced a lost
+    /// connection.
+    ///
+    /// ```no_run
+    /// use babel_idem::transport::AmqpTransport;
+    ///
+    /// # async fn run() -> Result<(), babel_idem::transport::TransportError> {
+    /// let transport = AmqpTransport::connect("amqp://guest:guest@127.0.0.1:5672/%2f").await?;
+    /// assert_eq!(transport.connections_opened(), 1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn connections_opened(&self) -> u64 {
+        self.sessions.connections()
+    }
+
     /// Deletes `queue` and the messages it holds (for tools and tests).
     pub async fn delete_queue(&self, queue: &str) -> Result<(), TransportError> {
         self.check_queue(queue)?;
@@ -319,22 +358,67 @@ impl AmqpTransport {
         let (generation, acks, deliveries) =
             self.sessions.take(queue, max, self.reserve_wait).await?;
         let queue: Arc<str> = Arc::from(queue);
-        Ok(deliveries
-            .into_iter()
-            .map(|delivery| Reserved {
-                headers: properties::as_strings(&delivery.properties),
-                handle: AmqpHandle {
-                    generation,
-                    queue: Arc::clone(&queue),
-                    acker: delivery.acker,
-                    acks: Arc::clone(&acks),
-                    delivery_tag: delivery.delivery_tag,
-                    redelivered: delivery.redelivered,
-                    headers: properties::out_of_band(&delivery.properties),
-                },
-                body: delivery.data,
-            })
-            .collect())
+        let mut reserved = Vec::with_capacity(deliveries.len());
+        for delivery in deliveries {
+            let unrepresentable = properties::unrepresentable(&delivery.properties);
+            let mut handle = AmqpHandle {
+                generation,
+                queue: Arc::clone(&queue),
+                acker: delivery.acker,
+                acks: Arc::clone(&acks),
+                delivery_tag: delivery.delivery_tag,
+                redelivered: delivery.redelivered,
+                headers: FieldTable::default(),
+            };
+            match unrepresentable {
+                None => {
+                    handle.headers = properties::out_of_band(&delivery.properties);
+                    reserved.push(Reserved {
+                        headers: properties::as_strings(&delivery.properties),
+                        handle,
+                        body: delivery.data,
+                    });
+                }
+                Some(reason) => {
+                    self.dead_letter_unrepresentable(handle, delivery.data, &reason)
+                        .await
+                }
+            }
+        }
+        Ok(reserved)
+    }
+
+    /// Copies a delivery the transport cannot hand over, body byte for byte,
+    /// to `<queue>.dlq` with headers saying why, then acks it. A failure
+    /// leaves it with the broker, which delivers it again once its channel
+    /// is gone.
+    async fn dead_letter_unrepresentable(
+        &self,
+        mut handle: AmqpHandle,
+        body: Vec<u8>,
+        reason: &str,
+    ) {
+        tracing::warn!(
+            queue = &*handle.queue,
+            %reason,
+            "babel-idem: dead-lettering a delivery the transport cannot hand over"
+        );
+        let dead_letter_properties = properties::dead_letter(&handle.queue, reason);
+        if let Some(headers) = dead_letter_properties.headers() {
+            handle.headers = headers.clone();
+        }
+        let settlement = Settlement::DeadLetter {
+            queue: format!("{}.dlq", handle.queue),
+            body,
+        };
+        if let Err(error) = self.settle_one(&handle, &settlement).await {
+            tracing::warn!(
+                queue = &*handle.queue,
+                %error,
+                "babel-idem: dead-lettering failed; the broker delivers the message again"
+            );
+            self.sessions.discard(handle.generation).await;
+        }
     }
 
     async fn settle_one(

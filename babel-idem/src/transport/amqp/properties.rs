@@ -77,6 +77,56 @@ pub(super) fn for_body(body: &[u8], extra: &FieldTable) -> BasicProperties {
     properties
 }
 
+/// The deepest nesting of tables and arrays a delivery's headers may have:
+/// its out-of-band headers are copied onto every retry, release and
+/// dead-letter record, and a copy of unbounded depth is unbounded work.
+pub(super) const MAX_HEADER_DEPTH: usize = 16;
+
+/// Why the transport cannot hand this delivery over, or `None` when it can:
+/// its headers nest deeper than [`MAX_HEADER_DEPTH`].
+pub(super) fn unrepresentable(properties: &BasicProperties) -> Option<String> {
+    let headers = properties.headers().as_ref()?;
+    let too_deep = headers
+        .inner()
+        .values()
+        .any(|value| !within_depth(value, MAX_HEADER_DEPTH));
+    too_deep.then(|| format!("its headers nest tables or arrays deeper than {MAX_HEADER_DEPTH}"))
+}
+
+/// Whether `value` nests tables and arrays at most `depth` levels deep,
+/// looking no deeper than that.
+fn within_depth(value: &AMQPValue, depth: usize) -> bool {
+    let mut inner: Box<dyn Iterator<Item = &AMQPValue>> = match value {
+        AMQPValue::FieldTable(table) => Box::new(table.inner().values()),
+        AMQPValue::FieldArray(array) => Box::new(array.as_slice().iter()),
+        _ => return true,
+    };
+    depth > 0 && inner.all(|value| within_depth(value, depth - 1))
+}
+
+/// The properties of a message the transport copies to `<queue>.dlq`
+/// because it cannot hand it over: persistent, with headers naming the
+/// queue it came from and why.
+pub(super) fn dead_letter(queue: &str, reason: &str) -> BasicProperties {
+    let mut headers = FieldTable::default();
+    headers.insert(
+        DEAD_LETTER_QUEUE_HEADER.into(),
+        AMQPValue::LongString(queue.into()),
+    );
+    headers.insert(
+        DEAD_LETTER_REASON_HEADER.into(),
+        AMQPValue::LongString(reason.into()),
+    );
+    BasicProperties::default()
+        .with_delivery_mode(2)
+        .with_headers(headers)
+}
+
+/// The header of such a copy that names the queue it came from.
+pub(super) const DEAD_LETTER_QUEUE_HEADER: &str = "x-babel-idem-original-queue";
+/// The header of such a copy that says why it was dead-lettered.
+pub(super) const DEAD_LETTER_REASON_HEADER: &str = "x-babel-idem-dead-letter-reason";
+
 /// The out-of-band headers given as strings, as a table (blank names and
 /// values dropped, like Python's `publish_with_headers`).
 pub(super) fn table(headers: &[(String, String)]) -> FieldTable {
@@ -225,6 +275,46 @@ mod tests {
         assert_eq!(
             header(&properties, "x-attempts"),
             Some(&AMQPValue::LongInt(0))
+        );
+    }
+
+    /// Headers holding one value nested `depth` tables and arrays deep.
+    fn nested(depth: usize) -> BasicProperties {
+        let mut value = AMQPValue::LongString("bottom".into());
+        for level in 0..depth {
+            value = if level % 2 == 0 {
+                let mut table = FieldTable::default();
+                table.insert("n".into(), value);
+                AMQPValue::FieldTable(table)
+            } else {
+                AMQPValue::FieldArray(vec![value].into())
+            };
+        }
+        let mut headers = FieldTable::default();
+        headers.insert("deep".into(), value);
+        BasicProperties::default().with_headers(headers)
+    }
+
+    #[test]
+    fn headers_nested_deeper_than_the_limit_are_unrepresentable() {
+        assert_eq!(unrepresentable(&BasicProperties::default()), None);
+        assert_eq!(unrepresentable(&nested(MAX_HEADER_DEPTH)), None);
+        let reason = unrepresentable(&nested(MAX_HEADER_DEPTH + 1)).unwrap();
+        assert!(reason.contains("deeper than 16"), "{reason}");
+        assert!(unrepresentable(&nested(200)).is_some());
+    }
+
+    #[test]
+    fn a_dead_letter_copy_names_its_queue_and_why() {
+        let properties = dead_letter("orders", "unreadable");
+        assert_eq!(*properties.delivery_mode(), Some(2));
+        assert_eq!(
+            header(&properties, DEAD_LETTER_QUEUE_HEADER),
+            Some(&AMQPValue::LongString("orders".into()))
+        );
+        assert_eq!(
+            header(&properties, DEAD_LETTER_REASON_HEADER),
+            Some(&AMQPValue::LongString("unreadable".into()))
         );
     }
 

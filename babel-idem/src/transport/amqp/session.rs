@@ -2,15 +2,23 @@
 //! AMQP connection at a time (a *session*, numbered by its generation), with
 //! a confirm-mode channel for publishing and one consuming channel per queue.
 //!
-//! Any failure discards the whole session and closes its connection, so the
-//! broker puts its unacked deliveries back; the next operation opens a new
-//! one. A delivery remembers its session's generation, which is how a late
-//! settlement learns that its delivery went back to the queue.
+//! A failure of the connection discards the whole session and closes it, so
+//! the broker puts its unacked deliveries back; the next operation opens a
+//! new one. A delivery remembers its session's generation, which is how a
+//! late settlement learns that its delivery went back to the queue.
+//!
+//! A channel error (a refused declare, a publish the broker closes the
+//! channel over) closes that channel only: the session opens another one
+//! for the next operation, and the deliveries of the other channels stay
+//! where they are. Queues are declared on a throwaway channel, passively
+//! first, so a queue that exists with arguments of its own (a quorum queue,
+//! a TTL, a length limit) is used as it is.
 
 use std::collections::{HashMap, HashSet};
 use std::error::Error as StdError;
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as SyncMutex};
 use std::task::Poll;
 use std::time::Duration;
@@ -28,6 +36,7 @@ use tokio::sync::Mutex;
 
 use super::acks::AckWindow;
 use super::properties;
+use super::raw::RawChannel;
 use crate::transport::TransportError;
 
 /// How to open a session.
@@ -44,12 +53,15 @@ pub(super) struct Sessions {
     connector: Connector,
     current: Mutex<Option<Arc<Session>>>,
     generations: SyncMutex<u64>,
+    /// How many connections were opened, the first one included.
+    connections: AtomicU64,
 }
 
 struct Session {
     generation: u64,
     connection: Connection,
-    publisher: Channel,
+    /// The confirm-mode publishing channel; replaced once the broker closes it.
+    publisher: Mutex<Channel>,
     declared: SyncMutex<HashSet<String>>,
     consumers: Mutex<HashMap<String, Arc<Mutex<Consuming>>>>,
 }
@@ -60,7 +72,7 @@ pub(super) type Taken = (u64, Arc<AckWindow<Acker>>, Vec<Delivery>);
 
 /// A queue's consumer; its channel lives as long as it does.
 struct Consuming {
-    _channel: Channel,
+    channel: Channel,
     consumer: lapin::Consumer,
     acks: Arc<AckWindow<Acker>>,
 }
@@ -74,7 +86,13 @@ impl Sessions {
             connector,
             current: Mutex::new(Some(Arc::new(first))),
             generations: SyncMutex::new(1),
+            connections: AtomicU64::new(1),
         })
+    }
+
+    /// How many connections were opened so far, the first one included.
+    pub(super) fn connections(&self) -> u64 {
+        self.connections.load(Ordering::Relaxed)
     }
 
     /// How long one broker operation may take.
@@ -113,6 +131,7 @@ impl Sessions {
             }
         };
         let session = Arc::new(session);
+        self.connections.fetch_add(1, Ordering::Relaxed);
         *current = Some(Arc::clone(&session));
         tracing::info!(
             generation = session.generation,
@@ -180,7 +199,18 @@ impl Sessions {
                 .ok_or_else(|| broker_message("the connection the delivery came on was lost"))?,
         };
         let result = self.publish_on(&session, queue, messages).await;
-        if result.is_err() {
+        self.after(&session, result).await
+    }
+
+    /// `result` of an operation on `session`; when it failed because the
+    /// connection did, the session is discarded. A channel error leaves the
+    /// session as it is: the failed channel is replaced when next needed.
+    async fn after<T>(
+        &self,
+        session: &Session,
+        result: Result<T, TransportError>,
+    ) -> Result<T, TransportError> {
+        if result.is_err() && !session.connection.status().connected() {
             self.discard(session.generation).await;
         }
         result
@@ -193,9 +223,10 @@ impl Sessions {
         messages: impl Iterator<Item = (&'b [u8], &'b FieldTable)>,
     ) -> Result<(), TransportError> {
         session.declare(queue, self.connector.timeout).await?;
+        let publisher = session.publisher(self.connector.timeout).await?;
         let mut confirms = Vec::new();
         for (body, headers) in messages {
-            let publish = session.publisher.basic_publish(
+            let publish = publisher.basic_publish(
                 "".into(),
                 queue.into(),
                 BasicPublishOptions::default(),
@@ -221,11 +252,11 @@ impl Sessions {
         Fut: Future<Output = lapin::Result<()>>,
     {
         let session = self.session().await?;
-        let result = within(self.connector.timeout, operation(session.publisher.clone())).await;
-        if result.is_err() {
-            self.discard(session.generation).await;
-        }
-        result
+        let result = match session.publisher(self.connector.timeout).await {
+            Ok(channel) => within(self.connector.timeout, operation(channel)).await,
+            Err(error) => Err(error),
+        };
+        self.after(&session, result).await
     }
 
     /// Up to `max` deliveries of `queue`: waits up to `wait` for the first,
@@ -240,13 +271,9 @@ impl Sessions {
     ) -> Result<Taken, TransportError> {
         let session = self.session().await?;
         let generation = session.generation;
-        let consuming = match session.consumer(queue, &self.connector).await {
-            Ok(consuming) => consuming,
-            Err(error) => {
-                self.discard(generation).await;
-                return Err(error);
-            }
-        };
+        let consuming = self
+            .after(&session, session.consumer(queue, &self.connector).await)
+            .await?;
         let mut consuming = consuming.lock().await;
         let acks = Arc::clone(&consuming.acks);
         let consumer = &mut consuming.consumer;
@@ -258,10 +285,12 @@ impl Sessions {
                 Ok(Some(Ok(delivery))) => delivery,
                 Ok(Some(Err(error))) => {
                     self.discard(generation).await;
+                    self.after_unparsable(queue, &error).await;
                     return Err(broker(error));
                 }
                 Ok(None) => {
-                    self.discard(generation).await;
+                    drop(consuming);
+                    session.stop_consuming(queue).await;
                     return Err(broker_message("the broker cancelled the consumer"));
                 }
             };
@@ -277,8 +306,9 @@ impl Sessions {
                 None => break,
                 // The ones taken so far are handled; their settlements
                 // find the session gone and touch nothing.
-                Some(Err(_)) => {
+                Some(Err(error)) => {
                     self.discard(generation).await;
+                    self.after_unparsable(queue, &error).await;
                     break;
                 }
             }
@@ -287,6 +317,67 @@ impl Sessions {
             acks.delivered(delivery.delivery_tag);
         }
         Ok((generation, acks, deliveries))
+    }
+}
+
+impl Sessions {
+    /// When lapin failed on a frame it cannot parse, takes the message at
+    /// fault off `queue` (see [`dead_letter_unreadable`](Self::dead_letter_unreadable)),
+    /// so the queue moves on; anything else is left to the reconnect.
+    async fn after_unparsable(&self, queue: &str, error: &lapin::Error) {
+        if !matches!(error.kind(), lapin::ErrorKind::ParsingError(_)) {
+            return;
+        }
+        match self.dead_letter_unreadable(queue).await {
+            Ok(true) => {}
+            Ok(false) => tracing::warn!(
+                queue,
+                %error,
+                "babel-idem: the AMQP client could not parse a frame, and no unreadable message was found at the head of the queue"
+            ),
+            Err(failed) => tracing::warn!(
+                queue,
+                %error,
+                %failed,
+                "babel-idem: the AMQP client could not parse a frame; taking the message off the queue failed, trying again on the next failure"
+            ),
+        }
+    }
+
+    /// Takes messages off the head of `queue` with the raw client, unacked,
+    /// until one whose properties lapin cannot parse (at most one prefetch
+    /// window and one more): copies its body, byte for byte, to
+    /// `<queue>.dlq` with headers saying why, and acks it. The readable
+    /// messages taken on the way go back when the raw connection closes.
+    /// `Ok(true)` when one was dead-lettered.
+    async fn dead_letter_unreadable(&self, queue: &str) -> Result<bool, TransportError> {
+        let timeout = self.connector.timeout;
+        let dead_letter_queue = format!("{queue}.dlq");
+        let session = self.session().await?;
+        let declared = session.declare(&dead_letter_queue, timeout).await;
+        self.after(&session, declared).await?;
+        let mut raw = RawChannel::open(&self.connector.uri, timeout).await?;
+        let mut found = false;
+        for _ in 0..=self.connector.prefetch {
+            let Some(message) = raw.get(queue).await? else {
+                break;
+            };
+            if let Some(reason) = message.unreadable() {
+                tracing::warn!(
+                    queue,
+                    %reason,
+                    "babel-idem: dead-lettering a message the AMQP client cannot read"
+                );
+                let properties = properties::dead_letter(queue, &reason);
+                raw.publish(&dead_letter_queue, &message.body, &properties)
+                    .await?;
+                raw.ack(message.delivery_tag).await?;
+                found = true;
+                break;
+            }
+        }
+        raw.close().await?;
+        Ok(found)
     }
 }
 
@@ -310,24 +401,45 @@ impl Connector {
                 ));
             }
         };
-        let publisher = within(self.timeout, connection.create_channel()).await?;
-        within(
-            self.timeout,
-            publisher.confirm_select(ConfirmSelectOptions::default()),
-        )
-        .await?;
+        let publisher = confirm_channel(&connection, self.timeout).await?;
         Ok(Session {
             generation,
             connection,
-            publisher,
+            publisher: Mutex::new(publisher),
             declared: SyncMutex::default(),
             consumers: Mutex::default(),
         })
     }
 }
 
+/// A new channel of `connection` in confirm mode.
+async fn confirm_channel(
+    connection: &Connection,
+    timeout: Duration,
+) -> Result<Channel, TransportError> {
+    let channel = within(timeout, connection.create_channel()).await?;
+    within(
+        timeout,
+        channel.confirm_select(ConfirmSelectOptions::default()),
+    )
+    .await?;
+    Ok(channel)
+}
+
 impl Session {
-    /// Declares `queue` durable, once per session (as the Python SDK does).
+    /// The publishing channel, opened again when the broker closed it.
+    async fn publisher(&self, timeout: Duration) -> Result<Channel, TransportError> {
+        let mut publisher = self.publisher.lock().await;
+        if !publisher.status().connected() {
+            *publisher = confirm_channel(&self.connection, timeout).await?;
+        }
+        Ok(publisher.clone())
+    }
+
+    /// Makes sure `queue` exists, once per session: a queue that exists is
+    /// used as it is, whatever its arguments; a missing one is declared
+    /// durable (as the Python SDK does). Both on a throwaway channel, since
+    /// the broker closes the channel of a refused declare.
     async fn declare(&self, queue: &str, timeout: Duration) -> Result<(), TransportError> {
         let known = |declared: &SyncMutex<HashSet<String>>| {
             declared
@@ -338,20 +450,58 @@ impl Session {
         if known(&self.declared) {
             return Ok(());
         }
-        within(
-            timeout,
-            self.publisher.queue_declare(
-                queue.into(),
-                QueueDeclareOptions::durable(),
-                FieldTable::default(),
-            ),
-        )
-        .await?;
+        let passive = QueueDeclareOptions {
+            passive: true,
+            ..QueueDeclareOptions::default()
+        };
+        if self.declare_once(queue, passive, timeout).await.is_err() {
+            // Missing (a 404 closed the throwaway channel), or declared by
+            // someone else meanwhile: then the passive retry finds it.
+            if let Err(error) = self
+                .declare_once(queue, QueueDeclareOptions::durable(), timeout)
+                .await
+            {
+                self.declare_once(queue, passive, timeout)
+                    .await
+                    .map_err(|_| error)?;
+            }
+        }
         self.declared
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(queue.to_owned());
         Ok(())
+    }
+
+    /// Forgets the consumer of `queue` (its channel is closed), so the next
+    /// [`take`](Sessions::take) starts it again.
+    async fn stop_consuming(&self, queue: &str) {
+        let stopped = self.consumers.lock().await.remove(queue);
+        if let Some(consuming) = stopped {
+            let channel = consuming.lock().await.channel.clone();
+            if channel.status().connected() {
+                let _ = channel.close(200, "consumer cancelled".into()).await;
+            }
+        }
+    }
+
+    /// One `queue.declare` on a channel of its own, closed afterwards.
+    async fn declare_once(
+        &self,
+        queue: &str,
+        options: QueueDeclareOptions,
+        timeout: Duration,
+    ) -> Result<(), TransportError> {
+        let channel = within(timeout, self.connection.create_channel()).await?;
+        let declared = within(
+            timeout,
+            channel.queue_declare(queue.into(), options, FieldTable::default()),
+        )
+        .await;
+        if channel.status().connected() {
+            let _ = within(timeout, channel.close(200, "declared".into())).await;
+        }
+        declared.map(drop)
     }
 
     /// The consumer of `queue`, started on its own channel with the prefetch.
@@ -382,7 +532,7 @@ impl Session {
         )
         .await?;
         let consuming = Arc::new(Mutex::new(Consuming {
-            _channel: channel,
+            channel,
             consumer,
             acks: Arc::new(AckWindow::new()),
         }));
