@@ -61,6 +61,7 @@ use crate::target::Target;
 pub fn main() -> ExitCode {
     // Usage errors exit 2 here, `--help` and `--version` 0 (clap's codes).
     let cli = Cli::parse();
+    let url = store_url(&cli.command).to_owned();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build();
@@ -74,9 +75,21 @@ pub fn main() -> ExitCode {
     match outcome {
         Ok(exit) => exit.into(),
         Err(error) => {
-            eprintln!("babel-idem: {}", error.one_line());
+            // A driver's error may quote the URL: no secret of it is printed.
+            eprintln!("babel-idem: {}", target::scrubbed(&error.one_line(), &url));
             error.exit.into()
         }
+    }
+}
+
+/// The store URL the command names.
+fn store_url(command: &Command) -> &str {
+    match command {
+        Command::Seen(args) => &args.url,
+        Command::Forget(args) => &args.url,
+        Command::PurgeExpired { url, .. }
+        | Command::Migrate { url, .. }
+        | Command::Stats { url, .. } => url,
     }
 }
 

@@ -857,3 +857,60 @@ async fn postgres_migrate_claims_and_seen_reports_claimed() {
         json!({"purged": 0, "claims_purged": 0, "dry_run": false})
     );
 }
+
+/// No secret a store URL carries is printed, in any command's output or
+/// error: a `password=` query parameter in any case, `user:PW@`, Redis's
+/// `:PW@`, a URL the CLI cannot parse.
+#[test]
+fn secrets_in_store_urls_never_print() {
+    let secrets = ["Qry5ecret", "Us3rSecret", "R3disSecret", "MalformedSecret"];
+    let mut runs = vec![
+        cli(&[
+            "stats",
+            "postgres://app:Us3rSecret@127.0.0.1:1/db?sslmode=disable&PASSWORD=Qry5ecret",
+            "--timeout",
+            "2s",
+        ]),
+        cli(&[
+            "seen",
+            "postgresql://app@127.0.0.1:1/db?password=Qry5ecret",
+            "--timeout",
+            "2s",
+            "id",
+        ]),
+        cli(&[
+            "stats",
+            "redis://:R3disSecret@127.0.0.1:1/0",
+            "--timeout",
+            "2s",
+        ]),
+        cli(&[
+            "stats",
+            "rediss://:R3disSecret@127.0.0.1:1/0",
+            "--timeout",
+            "2s",
+        ]),
+        cli(&["migrate", "postgres:app:MalformedSecret@h/db"]),
+        cli(&["stats", "mysql://app:Us3rSecret@h/db?password=Qry5ecret"]),
+    ];
+    if let Ok(url) = std::env::var("BABEL_IDEM_POSTGRES_URL") {
+        // The real server, refusing a wrong password given as a parameter.
+        let sep = if url.contains('?') { '&' } else { '?' };
+        runs.push(cli(&[
+            "stats",
+            &format!("{url}{sep}password=Qry5ecret"),
+            "--timeout",
+            "5s",
+        ]));
+    }
+    for run in &runs {
+        assert_ne!(run.code, 0, "{run:?}");
+        for secret in secrets {
+            assert!(!run.stderr.contains(secret), "{secret} printed: {run:?}");
+            assert!(!run.stdout.contains(secret), "{secret} printed: {run:?}");
+        }
+    }
+    assert!(runs[0].stderr.contains("PASSWORD=***"), "{:?}", runs[0]);
+    assert!(runs[0].stderr.contains("app:***@"), "{:?}", runs[0]);
+    assert!(runs[2].stderr.contains(":***@127.0.0.1"), "{:?}", runs[2]);
+}
