@@ -51,7 +51,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use crate::args::{Cli, Command};
-use crate::backend::Settings;
+use crate::backend::{Access, Settings};
 use crate::exit::{CliError, Exit};
 use crate::output::Output;
 use crate::target::Target;
@@ -105,15 +105,17 @@ async fn run(cli: Cli) -> Result<Exit, CliError> {
     let mut out = Output::new(options.json);
     match cli.command {
         Command::Seen(args) => {
-            let opened = backend::open(&Target::parse(&args.url)?, &settings).await?;
+            let opened = backend::open(&Target::parse(&args.url)?, &settings, Access::Read).await?;
             commands::seen(&*opened.admin, args, &mut out).await
         }
         Command::Forget(args) => {
-            let opened = backend::open(&Target::parse(&args.url)?, &settings).await?;
+            let access = if dry_run { Access::Read } else { Access::Write };
+            let opened = backend::open(&Target::parse(&args.url)?, &settings, access).await?;
             commands::forget(&*opened.admin, args, dry_run, &mut out).await
         }
         Command::PurgeExpired { url, claims } => {
-            let opened = backend::open(&Target::parse(&url)?, &settings).await?;
+            let access = if dry_run { Access::Read } else { Access::Write };
+            let opened = backend::open(&Target::parse(&url)?, &settings, access).await?;
             commands::purge_expired(&opened, claims, dry_run, &mut out).await
         }
         Command::Migrate { url, claims } => {
@@ -127,7 +129,7 @@ async fn run(cli: Cli) -> Result<Exit, CliError> {
             ))
         }
         Command::Stats { url, scope } => {
-            let opened = backend::open(&Target::parse(&url)?, &settings).await?;
+            let opened = backend::open(&Target::parse(&url)?, &settings, Access::Read).await?;
             commands::stats(&opened, scope.as_deref(), &mut out).await
         }
     }
