@@ -69,18 +69,18 @@ pub(crate) fn secrets(url: &str) -> Vec<&str> {
     // text is searched as if it were the authority onwards.
     let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
     let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
-    if let Some(at) = authority.rfind('@') {
-        if let Some((_, password)) = authority[..at].split_once(':') {
-            found.push(password);
-        }
+    if let Some(at) = authority.rfind('@')
+        && let Some((_, password)) = authority[..at].split_once(':')
+    {
+        found.push(password);
     }
     if let Some((_, query)) = rest.split_once('?') {
         let query = query.split('#').next().unwrap_or(query);
         for pair in query.split('&') {
-            if let Some((key, value)) = pair.split_once('=') {
-                if names_a_password(key) {
-                    found.push(value);
-                }
+            if let Some((key, value)) = pair.split_once('=')
+                && names_a_password(key)
+            {
+                found.push(value);
             }
         }
     }
@@ -102,12 +102,13 @@ fn percent_decoded(text: &str) -> String {
     let mut i = 0;
     while i < bytes.len() {
         let hex = |b: u8| (b as char).to_digit(16);
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let (Some(hi), Some(lo)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                out.push((hi * 16 + lo) as u8);
-                i += 3;
-                continue;
-            }
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let (Some(hi), Some(lo)) = (hex(bytes[i + 1]), hex(bytes[i + 2]))
+        {
+            out.push((hi * 16 + lo) as u8);
+            i += 3;
+            continue;
         }
         out.push(bytes[i]);
         i += 1;
