@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use babel_idem::{Guard, MessageId, Store, StoreError};
 
-use babel_idem::store::{PostgresStore, SqliteStore};
+use babel_idem::store::{PostgresStore, SqliteStore, TransactionMisuse};
 
 const WORKER_ENV: &str = "BABEL_IDEM_TX_WORKER";
 /// Distinct ids each fleet process delivers, in its own shuffled order.
@@ -606,4 +606,96 @@ async fn an_expired_mark_is_replaced() {
     tx.commit().await.expect("commit");
     assert!(ran, "an expired mark does not skip");
     std::fs::remove_dir_all(Path::new(&dir)).expect("remove the temporary folder");
+}
+
+/// Whether `error` is the store refusing the connection for `misuse`.
+fn is_misuse(error: &StoreError, misuse: TransactionMisuse) -> bool {
+    std::error::Error::source(error).and_then(|s| s.downcast_ref::<TransactionMisuse>())
+        == Some(&misuse)
+}
+
+/// A connection with no transaction open (`pool.acquire()`) is refused:
+/// the handler does not run and nothing is marked. A handler that commits
+/// on its own and then fails is reported, and the redelivery runs again;
+/// one that commits on its own and returns `Ok` is reported too.
+async fn a_connection_without_its_transaction_is_refused(db: &Db) {
+    on_db!(db, |store, _effects| {
+        let guard = Guard::new(store).transactional();
+
+        let id = format!("no-tx-{}", servers::unique_suffix());
+        let mut ran = false;
+        let mut conn = store.pool().acquire().await.expect("a connection");
+        let error = guard
+            .run(&Message(id.clone()), &mut *conn, |_c| async {
+                ran = true;
+                Ok::<(), StoreError>(())
+            })
+            .await
+            .expect_err("autocommit is refused");
+        assert!(is_misuse(&error, TransactionMisuse::NotOpen), "{error}");
+        assert!(error.to_string().contains("no transaction open"), "{error}");
+        assert!(!ran, "the handler did not run");
+        drop(conn);
+        assert!(!store.seen(&id).await.expect("seen"), "nothing marked");
+
+        // The handler commits the mark itself, then fails.
+        let id = format!("own-commit-{}", servers::unique_suffix());
+        let mut tx = store.pool().begin().await.expect("begin");
+        let outcome = guard
+            .run(&Message(id.clone()), &mut tx, |tx| async move {
+                sqlx::query("COMMIT").execute(&mut **tx).await?;
+                Err::<(), RunError>(RunError::Failed)
+            })
+            .await;
+        assert!(matches!(outcome, Err(RunError::Failed)), "{outcome:?}");
+        drop(tx);
+        let mut runs = 0;
+        let mut tx = store.pool().begin().await.expect("begin");
+        guard
+            .run(&Message(id.clone()), &mut tx, |_tx| async {
+                runs += 1;
+                Ok::<(), RunError>(())
+            })
+            .await
+            .expect("the redelivery runs");
+        tx.commit().await.expect("commit");
+        assert_eq!(runs, 1, "the redelivery was not skipped");
+
+        // The handler commits itself and returns `Ok`: not reported a success.
+        let id = format!("own-commit-ok-{}", servers::unique_suffix());
+        let mut tx = store.pool().begin().await.expect("begin");
+        let outcome = guard
+            .run(&Message(id.clone()), &mut tx, |tx| async move {
+                sqlx::query("COMMIT").execute(&mut **tx).await?;
+                Ok::<(), RunError>(())
+            })
+            .await;
+        match outcome {
+            Err(RunError::Store(error)) => {
+                assert!(
+                    is_misuse(&error, TransactionMisuse::EndedInHandler),
+                    "{error}"
+                )
+            }
+            other => panic!("a handler's own COMMIT is an error, got {other:?}"),
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_connection_without_transaction_refused() {
+    let Some((db, _url)) = postgres("postgres_connection_without_transaction_refused") else {
+        return;
+    };
+    db.create().await;
+    a_connection_without_its_transaction_is_refused(&db).await;
+    db.drop_tables().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_connection_without_transaction_refused() {
+    let (db, dir) = sqlite().await;
+    db.create().await;
+    a_connection_without_its_transaction_is_refused(&db).await;
+    std::fs::remove_dir_all(dir).expect("remove the temporary folder");
 }

@@ -43,9 +43,21 @@ fn refused(error: StoreError) -> CliError {
     CliError::usage(error.to_string())
 }
 
+/// Whether a command writes to the store: a read-only one opens a SQLite
+/// file read-only, so a file the process may not write still answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    Read,
+    Write,
+}
+
 /// Opens the store `target` names, reached and ready: its table is there.
 /// A missing SQLite file is not created (see [`migrate`]).
-pub(crate) async fn open(target: &Target, settings: &Settings) -> Result<Opened, CliError> {
+pub(crate) async fn open(
+    target: &Target,
+    settings: &Settings,
+    access: Access,
+) -> Result<Opened, CliError> {
     check_options(target, settings)?;
     let reach = |e| cannot_reach(target, e);
     match target {
@@ -53,9 +65,18 @@ pub(crate) async fn open(target: &Target, settings: &Settings) -> Result<Opened,
             if !path.exists() {
                 return Err(not_migrated(target, "no SQLite database at this path"));
             }
-            let store = sqlite_builder(settings)
+            if access == Access::Write {
+                refuse_read_only(target, path)?;
+            }
+            // Lazy: refuses a bad table name before the file is touched.
+            sqlite_builder(settings)
                 .open_existing(path)
                 .map_err(refused)?;
+            let builder = sqlite_builder(settings);
+            let store = match access {
+                Access::Read => builder.open_read_only(path).await.map_err(reach)?,
+                Access::Write => builder.open_existing(path).map_err(refused)?,
+            };
             if !store.table_exists().await.map_err(reach)? {
                 return Err(missing_table(target, store.table()));
             }
@@ -108,6 +129,9 @@ pub(crate) async fn migrate(
                     missing.push(claims_table.clone());
                 }
                 return Ok(migration(table, claims.then_some(claims_table), missing));
+            }
+            if path.exists() {
+                refuse_read_only(target, path)?;
             }
             // Opening makes the file and the seen-set table.
             let store = sqlite_builder(settings).open(path).await.map_err(reach)?;
@@ -211,6 +235,23 @@ fn redis_store(url: &str, settings: &Settings) -> Result<RedisStore, CliError> {
         builder = builder.prefix(prefix);
     }
     builder.connect_lazy(url).map_err(refused)
+}
+
+/// A command that writes, on a SQLite file this process may not write:
+/// one clear error before SQLite's own (`attempt to write a readonly
+/// database`, met halfway).
+fn refuse_read_only(target: &Target, path: &std::path::Path) -> Result<(), CliError> {
+    let writable = std::fs::OpenOptions::new().write(true).open(path).is_ok();
+    if writable {
+        return Ok(());
+    }
+    Err(CliError::new(
+        Exit::Store,
+        format!(
+            "{} is read-only here: this command writes to it (seen and stats only read)",
+            target.display()
+        ),
+    ))
 }
 
 fn missing_table(target: &Target, table: &str) -> CliError {

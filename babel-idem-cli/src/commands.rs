@@ -11,7 +11,7 @@ use crate::args::IdArgs;
 use crate::backend::{Migration, Opened};
 use crate::exit::{CliError, Exit, store_failed};
 use crate::ids::{Ids, key, scope_prefix};
-use crate::output::{Output, rfc3339_ms};
+use crate::output::{Output, escaped, rfc3339_ms};
 
 /// Ids read (from stdin, too) and sent to the store at a time.
 pub(crate) const CHUNK: usize = 1_000;
@@ -56,7 +56,7 @@ pub(crate) async fn seen(
                 _ => "unseen",
             };
             out.emit(
-                || format!("{word}\t{id}"),
+                || format!("{word}\t{}", escaped(id)),
                 || json!({ "id": id, "seen": state.is_done(), "state": state.as_str() }),
             );
         }
@@ -85,7 +85,7 @@ pub(crate) async fn forget(
         for (id, _) in ids.iter().zip(states).filter(|(_, state)| state.is_done()) {
             removed += 1;
             out.emit(
-                || format!("would forget\t{id}"),
+                || format!("would forget\t{}", escaped(id)),
                 || json!({ "id": id, "would_forget": true }),
             );
         }

@@ -51,7 +51,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use crate::args::{Cli, Command};
-use crate::backend::Settings;
+use crate::backend::{Access, Settings};
 use crate::exit::{CliError, Exit};
 use crate::output::Output;
 use crate::target::Target;
@@ -61,6 +61,7 @@ use crate::target::Target;
 pub fn main() -> ExitCode {
     // Usage errors exit 2 here, `--help` and `--version` 0 (clap's codes).
     let cli = Cli::parse();
+    let url = store_url(&cli.command).to_owned();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build();
@@ -74,9 +75,21 @@ pub fn main() -> ExitCode {
     match outcome {
         Ok(exit) => exit.into(),
         Err(error) => {
-            eprintln!("babel-idem: {}", error.one_line());
+            // A driver's error may quote the URL: no secret of it is printed.
+            eprintln!("babel-idem: {}", target::scrubbed(&error.one_line(), &url));
             error.exit.into()
         }
+    }
+}
+
+/// The store URL the command names.
+fn store_url(command: &Command) -> &str {
+    match command {
+        Command::Seen(args) => &args.url,
+        Command::Forget(args) => &args.url,
+        Command::PurgeExpired { url, .. }
+        | Command::Migrate { url, .. }
+        | Command::Stats { url, .. } => url,
     }
 }
 
@@ -92,15 +105,17 @@ async fn run(cli: Cli) -> Result<Exit, CliError> {
     let mut out = Output::new(options.json);
     match cli.command {
         Command::Seen(args) => {
-            let opened = backend::open(&Target::parse(&args.url)?, &settings).await?;
+            let opened = backend::open(&Target::parse(&args.url)?, &settings, Access::Read).await?;
             commands::seen(&*opened.admin, args, &mut out).await
         }
         Command::Forget(args) => {
-            let opened = backend::open(&Target::parse(&args.url)?, &settings).await?;
+            let access = if dry_run { Access::Read } else { Access::Write };
+            let opened = backend::open(&Target::parse(&args.url)?, &settings, access).await?;
             commands::forget(&*opened.admin, args, dry_run, &mut out).await
         }
         Command::PurgeExpired { url, claims } => {
-            let opened = backend::open(&Target::parse(&url)?, &settings).await?;
+            let access = if dry_run { Access::Read } else { Access::Write };
+            let opened = backend::open(&Target::parse(&url)?, &settings, access).await?;
             commands::purge_expired(&opened, claims, dry_run, &mut out).await
         }
         Command::Migrate { url, claims } => {
@@ -114,7 +129,7 @@ async fn run(cli: Cli) -> Result<Exit, CliError> {
             ))
         }
         Command::Stats { url, scope } => {
-            let opened = backend::open(&Target::parse(&url)?, &settings).await?;
+            let opened = backend::open(&Target::parse(&url)?, &settings, Access::Read).await?;
             commands::stats(&opened, scope.as_deref(), &mut out).await
         }
     }

@@ -41,6 +41,29 @@ impl Drop for Output {
     }
 }
 
+/// `id` as a text line shows it: a control character (a newline would
+/// forge a line of its own), a line or paragraph separator and the
+/// backslash are escaped (`\n`, `\t`, `\r`, `\\`, `\u{..}`); any other
+/// id is printed as it is.
+pub(crate) fn escaped(id: &str) -> std::borrow::Cow<'_, str> {
+    let needs = |c: char| c.is_control() || c == '\\' || matches!(c, '\u{2028}' | '\u{2029}');
+    if !id.contains(needs) {
+        return std::borrow::Cow::Borrowed(id);
+    }
+    let mut out = String::with_capacity(id.len() + 8);
+    for c in id.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            '\\' => out.push_str("\\\\"),
+            c if needs(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// Unix milliseconds as RFC 3339 UTC with milliseconds:
 /// `2026-12-01T02:48:19.123Z`.
 pub(crate) fn rfc3339_ms(ms: i64) -> String {
@@ -73,6 +96,16 @@ fn civil_from_days(days: i64) -> (i64, i64, i64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ids_with_control_characters_are_escaped() {
+        assert_eq!(escaped("plain id"), "plain id");
+        assert_eq!(escaped("a\nseen\tforged"), "a\\nseen\\tforged");
+        assert_eq!(
+            escaped("\u{0}\u{7f}\u{85}\u{2028}\\"),
+            "\\u{0}\\u{7f}\\u{85}\\u{2028}\\\\"
+        );
+    }
 
     #[test]
     fn timestamps_are_rfc3339() {

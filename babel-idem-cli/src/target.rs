@@ -60,19 +60,77 @@ impl Target {
     }
 }
 
-/// `url` with the password of its user info replaced by `***`.
-pub(crate) fn redacted(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let authority = &rest[..rest.find('/').unwrap_or(rest.len())];
-    let Some(at) = authority.rfind('@') else {
-        return url.to_owned();
-    };
-    match authority[..at].split_once(':') {
-        Some((user, _password)) => format!("{scheme}://{user}:***@{}", &rest[at + 1..]),
-        None => url.to_owned(),
+/// The secrets `url` carries: the password of its user info
+/// (`user:PW@`, Redis's `:PW@`) and the value of every query parameter
+/// that names a password (`password=`, `sslpassword=`, in any case).
+pub(crate) fn secrets(url: &str) -> Vec<&str> {
+    let mut found = Vec::new();
+    // Without `://` (a malformed URL, quoted back in its error) the whole
+    // text is searched as if it were the authority onwards.
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    if let Some(at) = authority.rfind('@')
+        && let Some((_, password)) = authority[..at].split_once(':')
+    {
+        found.push(password);
     }
+    if let Some((_, query)) = rest.split_once('?') {
+        let query = query.split('#').next().unwrap_or(query);
+        for pair in query.split('&') {
+            if let Some((key, value)) = pair.split_once('=')
+                && names_a_password(key)
+            {
+                found.push(value);
+            }
+        }
+    }
+    found.retain(|secret| !secret.is_empty());
+    found
+}
+
+/// Whether a query parameter's name (percent-encoded or not) names a
+/// password.
+fn names_a_password(key: &str) -> bool {
+    let decoded = percent_decoded(key).to_ascii_lowercase();
+    decoded.contains("password") || matches!(decoded.as_str(), "pass" | "passwd" | "pwd")
+}
+
+/// `text` with `%XX` escapes decoded (invalid escapes kept as they are).
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let (Some(hi), Some(lo)) = (hex(bytes[i + 1]), hex(bytes[i + 2]))
+        {
+            out.push((hi * 16 + lo) as u8);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `text` with every secret of `url` replaced by `***`.
+pub(crate) fn scrubbed(text: &str, url: &str) -> String {
+    let mut secrets = secrets(url);
+    // The longest first: a secret inside another is then already gone.
+    secrets.sort_by_key(|secret| std::cmp::Reverse(secret.len()));
+    let mut text = text.to_owned();
+    for secret in secrets {
+        text = text.replace(secret, "***");
+    }
+    text
+}
+
+/// `url` with every secret it carries replaced by `***`.
+pub(crate) fn redacted(url: &str) -> String {
+    scrubbed(url, url)
 }
 
 #[cfg(test)]
@@ -112,6 +170,15 @@ mod tests {
         );
         assert_eq!(redacted("redis://:s3cret@h/0"), "redis://:***@h/0");
         assert_eq!(redacted("redis://h/0?x=a@b"), "redis://h/0?x=a@b");
+        assert_eq!(redacted("rediss://:s3cret@h:6380"), "rediss://:***@h:6380");
+        assert_eq!(
+            redacted("postgres://h/db?sslmode=disable&PassWord=s3cret&user=app"),
+            "postgres://h/db?sslmode=disable&PassWord=***&user=app"
+        );
+        assert_eq!(
+            redacted("postgres://h/db?pass%77ord=s3cret"),
+            "postgres://h/db?pass%77ord=***"
+        );
         let err = Target::parse("mysql://u:s3cret@h/db").unwrap_err();
         assert!(!err.to_string().contains("s3cret"));
     }

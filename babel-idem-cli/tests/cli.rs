@@ -857,3 +857,166 @@ async fn postgres_migrate_claims_and_seen_reports_claimed() {
         json!({"purged": 0, "claims_purged": 0, "dry_run": false})
     );
 }
+
+/// No secret a store URL carries is printed, in any command's output or
+/// error: a `password=` query parameter in any case, `user:PW@`, Redis's
+/// `:PW@`, a URL the CLI cannot parse.
+#[test]
+fn secrets_in_store_urls_never_print() {
+    let secrets = ["Qry5ecret", "Us3rSecret", "R3disSecret", "MalformedSecret"];
+    let mut runs = vec![
+        cli(&[
+            "stats",
+            "postgres://app:Us3rSecret@127.0.0.1:1/db?sslmode=disable&PASSWORD=Qry5ecret",
+            "--timeout",
+            "2s",
+        ]),
+        cli(&[
+            "seen",
+            "postgresql://app@127.0.0.1:1/db?password=Qry5ecret",
+            "--timeout",
+            "2s",
+            "id",
+        ]),
+        cli(&[
+            "stats",
+            "redis://:R3disSecret@127.0.0.1:1/0",
+            "--timeout",
+            "2s",
+        ]),
+        cli(&[
+            "stats",
+            "rediss://:R3disSecret@127.0.0.1:1/0",
+            "--timeout",
+            "2s",
+        ]),
+        cli(&["migrate", "postgres:app:MalformedSecret@h/db"]),
+        cli(&["stats", "mysql://app:Us3rSecret@h/db?password=Qry5ecret"]),
+    ];
+    if let Ok(url) = std::env::var("BABEL_IDEM_POSTGRES_URL") {
+        // The real server, refusing a wrong password given as a parameter.
+        let sep = if url.contains('?') { '&' } else { '?' };
+        runs.push(cli(&[
+            "stats",
+            &format!("{url}{sep}password=Qry5ecret"),
+            "--timeout",
+            "5s",
+        ]));
+    }
+    for run in &runs {
+        assert_ne!(run.code, 0, "{run:?}");
+        for secret in secrets {
+            assert!(!run.stderr.contains(secret), "{secret} printed: {run:?}");
+            assert!(!run.stdout.contains(secret), "{secret} printed: {run:?}");
+        }
+    }
+    assert!(runs[0].stderr.contains("PASSWORD=***"), "{:?}", runs[0]);
+    assert!(runs[0].stderr.contains("app:***@"), "{:?}", runs[0]);
+    assert!(runs[2].stderr.contains(":***@127.0.0.1"), "{:?}", runs[2]);
+}
+
+/// A command run as a user who may not write `dir` nor the files in it:
+/// `nobody` when the tests run as root (root writes any file), else the
+/// current user, with the files made read-only.
+fn cli_read_only(args: &[&str]) -> Run {
+    use std::os::unix::process::CommandExt;
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|out| out.stdout.starts_with(b"0\n"));
+    let mut command = Command::new(BIN);
+    command
+        .args(args)
+        .env("RUST_BACKTRACE", "1")
+        .stdin(Stdio::null());
+    if root {
+        command.uid(65534).gid(65534);
+    }
+    let output = command.output().expect("babel-idem ran");
+    Run {
+        code: output.status.code().expect("exited, not killed"),
+        stdout: String::from_utf8(output.stdout).expect("UTF-8 stdout"),
+        stderr: String::from_utf8(output.stderr).expect("UTF-8 stderr"),
+    }
+}
+
+/// An id with a newline or another control character prints as one
+/// escaped line, in text and JSON; it cannot forge a line of its own.
+#[tokio::test]
+async fn ids_with_control_characters_print_escaped() {
+    let dir = TempDir::new();
+    let url = dir.url("seen.db");
+    cli(&["migrate", &url]).ok();
+    let store = sqlite_store(&dir.path("seen.db"), "babelqueue_idempotency").await;
+    let forged = "x\nseen\tadmin\r\u{1b}[2K\u{7f}";
+    store.remember(forged).await.expect("remember");
+    let run = cli(&["seen", &url, forged]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(
+        run.stdout, "seen\tx\\nseen\\tadmin\\r\\u{1b}[2K\\u{7f}\n",
+        "one escaped line: {run:?}"
+    );
+    let run = cli(&["--dry-run", "forget", &url, forged]);
+    assert_eq!(
+        run.stdout.lines().next(),
+        Some("would forget\tx\\nseen\\tadmin\\r\\u{1b}[2K\\u{7f}"),
+        "{run:?}"
+    );
+    let run = cli(&["--json", "seen", &url, forged]);
+    assert_eq!(run.stdout.lines().count(), 1, "{run:?}");
+    let line: serde_json::Value = serde_json::from_str(run.stdout.trim_end()).expect("JSON");
+    assert_eq!(line["id"], forged, "the JSON line parses back to the id");
+}
+
+/// A SQLite file this process may not write answers `seen` and `stats`
+/// (opened read-only, nothing written); `forget`, `purge-expired` and
+/// `migrate` give one clear error and change nothing.
+#[tokio::test]
+async fn a_read_only_sqlite_file_answers_reads_and_refuses_writes() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TempDir::new();
+    let url = dir.url("seen.db");
+    cli(&["migrate", &url]).ok();
+    {
+        let store = sqlite_store(&dir.path("seen.db"), "babelqueue_idempotency").await;
+        store.remember("id-A").await.expect("remember");
+        sqlx::raw_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+            .execute(store.pool())
+            .await
+            .expect("checkpoint");
+        store.pool().close().await;
+    }
+    // A file copied or mounted read-only: the database alone, its WAL
+    // checkpointed into it.
+    for file in ["seen.db-wal", "seen.db-shm"] {
+        let _ = std::fs::remove_file(dir.path(file));
+    }
+    for file in ["seen.db", "seen.db-wal", "seen.db-shm"] {
+        let path = dir.path(file);
+        if path.exists() {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o444)).unwrap();
+        }
+    }
+    std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let before = std::fs::read(dir.path("seen.db")).unwrap();
+
+    let run = cli_read_only(&["seen", &url, "id-A", "id-B"]);
+    assert_eq!(run.code, 1, "id-B is unseen: {run:?}");
+    assert_eq!(run.stdout, "seen\tid-A\nunseen\tid-B\n", "{run:?}");
+    let run = cli_read_only(&["--json", "stats", &url]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stdout.contains("\"marks\":1"), "{run:?}");
+    for args in [
+        vec!["forget", url.as_str(), "id-A"],
+        vec!["purge-expired", url.as_str()],
+        vec!["migrate", url.as_str()],
+    ] {
+        cli_read_only(&args).refused(5, "is read-only here");
+    }
+    assert_eq!(
+        std::fs::read(dir.path("seen.db")).unwrap(),
+        before,
+        "nothing written"
+    );
+    std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o755)).unwrap();
+}

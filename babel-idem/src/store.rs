@@ -39,7 +39,7 @@ pub use redis::{RedisStore, RedisStoreBuilder};
 pub use settings::MAX_TTL;
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteStore, SqliteStoreBuilder};
-pub use transaction::{AsConnection, TransactionalStore};
+pub use transaction::{AsConnection, TransactionMisuse, TransactionalStore};
 
 /// A seen-set of processed message ids, shared by every delivery of a consumer.
 ///

@@ -9,7 +9,7 @@ use super::{Guard, report, store_failed};
 use crate::key::DedupeKey;
 use crate::message::MessageId;
 use crate::metrics::Decision;
-use crate::store::{AsConnection, TransactionalStore};
+use crate::store::{AsConnection, TransactionMisuse, TransactionalStore};
 use crate::store::{Store, StoreError};
 
 /// Transactional mode, made by [`Guard::transactional`]: the mark is a row
@@ -151,6 +151,12 @@ where
         return body(connection).await;
     };
 
+    // A connection in autocommit would commit the mark on its own, before
+    // the effect: refused before anything is written.
+    let token = match store.open_guard(connection.as_connection()).await {
+        Ok(token) => token,
+        Err(error) => return store_failed(id, error),
+    };
     match store.mark_in(connection.as_connection(), id).await {
         Ok(true) => {}
         Ok(false) => {
@@ -163,6 +169,36 @@ where
     // The mark stands or falls with the body's writes: an `Err` here is for
     // the caller to roll back, which takes the mark away too.
     let result = body(connection).await;
+    // Unless the body ended the transaction itself: then the mark may have
+    // committed without the rest of the effect, and success is not ours to
+    // report.
+    let ended = match store.check_ended(id, token).await {
+        Err(error) if is_misuse(&error) => Some(error),
+        Err(error) if result.is_ok() => return store_failed(id, error),
+        _ => None,
+    };
+    if let Some(error) = ended {
+        if result.is_err() {
+            // A failed body whose mark committed would be skipped on every
+            // redelivery: the id is unmarked so that it runs again.
+            if let Err(forget) = store.forget(id).await {
+                tracing::warn!(
+                    target: "babel_idem",
+                    message_id = id,
+                    %forget,
+                    "the handler ended its transaction and failed; its mark could not be removed",
+                );
+            }
+        }
+        report(Decision::Failed, id);
+        return match result {
+            Ok(()) => store_failed(id, error),
+            Err(body) => {
+                tracing::warn!(target: "babel_idem", message_id = id, %error);
+                Err(body)
+            }
+        };
+    }
     report(
         if result.is_ok() {
             Decision::Ran
@@ -172,4 +208,11 @@ where
         id,
     );
     result
+}
+
+/// Whether `error` is the store saying the handler ended its transaction.
+fn is_misuse(error: &StoreError) -> bool {
+    std::error::Error::source(error)
+        .and_then(|source| source.downcast_ref::<TransactionMisuse>())
+        .is_some()
 }

@@ -11,9 +11,52 @@
 //! [`PostgresStore`]: crate::store::PostgresStore
 //! [`SqliteStore`]: crate::store::SqliteStore
 
+use std::fmt;
 use std::sync::Arc;
 
 use super::{Store, StoreFuture};
+
+/// Why a [`TransactionalStore`] refused a connection, as the source of the
+/// [`StoreError`](crate::store::StoreError) the guard returns: the mark
+/// belongs inside the handler's transaction, and the connection had none
+/// open, or lost it while the handler ran.
+///
+/// ```
+/// use babel_idem::store::TransactionMisuse;
+///
+/// assert!(TransactionMisuse::NotOpen.to_string().contains("no transaction open"));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TransactionMisuse {
+    /// The connection was in autocommit (a `pool.acquire()`d connection,
+    /// not `pool.begin()`): the mark would commit on its own, before the
+    /// handler's effect. Nothing was marked and the handler did not run.
+    NotOpen,
+    /// The transaction that held the mark ended while the handler ran (the
+    /// handler ran `COMMIT` or `ROLLBACK` itself): the mark and the effect
+    /// no longer commit together.
+    EndedInHandler,
+}
+
+impl fmt::Display for TransactionMisuse {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TransactionMisuse::NotOpen => {
+                "transactional mode needs a connection inside a transaction, and this one has \
+                 no transaction open (begin one with `pool.begin()`): nothing was marked and \
+                 the handler did not run"
+            }
+            TransactionMisuse::EndedInHandler => {
+                "the transaction that held the mark ended while the handler ran (the handler \
+                 ran COMMIT or ROLLBACK itself): the mark and the effect no longer commit \
+                 together; leave the transaction's end to the caller"
+            }
+        })
+    }
+}
+
+impl std::error::Error for TransactionMisuse {}
 
 /// A store whose marks are rows a handler can insert on its own database
 /// connection, so the mark commits or rolls back with the handler's effect.
@@ -64,6 +107,27 @@ pub trait TransactionalStore: Store {
         connection: &'a mut Self::Connection,
         id: &'a str,
     ) -> StoreFuture<'a, bool>;
+
+    /// Checks, on the server, that `connection` has a transaction open;
+    /// runs before the mark. Returns what names that transaction for
+    /// [`check_ended`](TransactionalStore::check_ended) (PostgreSQL: its
+    /// transaction id; `None` where the database has no such name).
+    ///
+    /// Fails with a [`StoreError`](crate::store::StoreError) whose source is
+    /// [`TransactionMisuse::NotOpen`] when the connection is in autocommit,
+    /// leaving nothing behind.
+    fn open_guard<'a>(
+        &'a self,
+        connection: &'a mut Self::Connection,
+    ) -> StoreFuture<'a, Option<u64>>;
+
+    /// After the body, from another connection of the store: fails with a
+    /// [`StoreError`](crate::store::StoreError) whose source is
+    /// [`TransactionMisuse::EndedInHandler`] when the transaction that
+    /// marked `id` (named by `token`, from
+    /// [`open_guard`](TransactionalStore::open_guard)) has ended already,
+    /// committed or rolled back by the handler itself.
+    fn check_ended<'a>(&'a self, id: &'a str, token: Option<u64>) -> StoreFuture<'a, ()>;
 }
 
 macro_rules! forward_transactional {
@@ -78,6 +142,19 @@ macro_rules! forward_transactional {
                 id: &'a str,
             ) -> StoreFuture<'a, bool> {
                 (**self).mark_in(connection, id)
+            }
+
+            #[inline]
+            fn open_guard<'a>(
+                &'a self,
+                connection: &'a mut Self::Connection,
+            ) -> StoreFuture<'a, Option<u64>> {
+                (**self).open_guard(connection)
+            }
+
+            #[inline]
+            fn check_ended<'a>(&'a self, id: &'a str, token: Option<u64>) -> StoreFuture<'a, ()> {
+                (**self).check_ended(id, token)
             }
         }
     )+};

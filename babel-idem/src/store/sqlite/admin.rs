@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use sqlx::sqlite::SqlitePoolOptions;
+use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
 
 use super::{BACKEND, SqliteStore, SqliteStoreBuilder, numbered};
 use crate::store::admin::{Admin, IdState, StoreStats};
@@ -48,6 +48,61 @@ impl SqliteStoreBuilder {
         let pool = SqlitePoolOptions::new()
             .max_connections(self.sql.max_connections)
             .connect_lazy_with(options);
+        Ok(SqliteStore::assemble(pool, settings))
+    }
+
+    /// A store over the existing database at `path`, opened read-only: no
+    /// file is created, no migration runs and no setting is written (not
+    /// even the journal mode), so a file the process may not write (a
+    /// read-only mount, a copy kept for inspection) still answers `seen`,
+    /// `states` and the counts. Every write fails with SQLite's
+    /// `attempt to write a readonly database`.
+    ///
+    /// A database in WAL mode needs its shared-memory file beside it; where
+    /// the folder cannot be written either, the file is read as immutable
+    /// (SQLite then takes no lock: a writer elsewhere would not be seen).
+    ///
+    /// ```
+    /// use babel_idem::Store;
+    /// use babel_idem::store::SqliteStore;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// # let dir = std::env::temp_dir().join(format!("babel-idem-doc-ro-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir).unwrap();
+    /// let path = dir.join("seen.db");
+    /// SqliteStore::open(&path).await?.remember("id-A").await?;
+    /// let store = SqliteStore::builder().open_read_only(&path).await?;
+    /// assert!(store.seen("id-A").await?);
+    /// assert!(store.remember("id-B").await.is_err(), "read-only");
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok::<(), babel_idem::StoreError>(())
+    /// # }).unwrap();
+    /// ```
+    pub async fn open_read_only(self, path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
+        let settings = self.checked()?;
+        let options = SqliteConnectOptions::new()
+            .filename(path)
+            .read_only(true)
+            .busy_timeout(self.busy_timeout);
+        let pool_options = SqlitePoolOptions::new().max_connections(self.sql.max_connections);
+        let opened = match pool_options.clone().connect_with(options.clone()).await {
+            Ok(pool) => match sqlx::query("SELECT count(*) FROM sqlite_master")
+                .execute(&pool)
+                .await
+            {
+                Ok(_) => Ok(pool),
+                Err(error) => Err(error),
+            },
+            Err(error) => Err(error),
+        };
+        let pool = match opened {
+            Ok(pool) => pool,
+            // SQLITE_READONLY_DIRECTORY: no shared-memory file can be made.
+            Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("1544") => {
+                pool_options.connect_lazy_with(options.immutable(true))
+            }
+            Err(error) => return Err(failed(BACKEND, StoreOperation::Open)(error)),
+        };
         Ok(SqliteStore::assemble(pool, settings))
     }
 }
