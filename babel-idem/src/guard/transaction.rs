@@ -21,7 +21,7 @@ pub struct Transactional;
 impl<S: Store, Mode> Guard<S, Mode> {
     /// Turns on transactional mode (see [`guide::modes`](crate::guide::modes)), for a handler whose
     /// effect is a write to the database that holds the store's table
-    /// ([`PostgresStore`](crate::store::PostgresStore),
+    /// (`PostgresStore`,
     /// [`SqliteStore`](crate::store::SqliteStore)).
     ///
     /// [`run`](Guard::run) then takes the handler's connection (or its

@@ -84,7 +84,7 @@ impl IdState {
 
 /// What an operator does to a persistent store: count its marks, look ids
 /// up, forget them (manual replay), and purge what no delivery needs any
-/// more. [`SqliteStore`], [`RedisStore`] and [`PostgresStore`] implement it.
+/// more. [`SqliteStore`], `RedisStore` and `PostgresStore` implement it.
 ///
 /// [`InMemoryStore`](crate::store::InMemoryStore) does not: its marks live
 /// inside one process, out of an operator's reach, and the process itself
@@ -119,8 +119,6 @@ impl IdState {
 /// ```
 ///
 /// [`SqliteStore`]: crate::store::SqliteStore
-/// [`RedisStore`]: crate::store::RedisStore
-/// [`PostgresStore`]: crate::store::PostgresStore
 pub trait Admin: Send + Sync {
     /// Counts the marks whose key starts with `key_prefix` (`""`: all of
     /// them; a [`Guard::scope`](crate::guard::Guard::scope)'s keys start

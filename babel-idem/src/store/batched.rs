@@ -34,7 +34,7 @@ use crate::coalesce::Coalescer;
 /// [`commit_many`](ClaimStore::commit_many), each entry with its own owner
 /// and fence; `release` and `renew` go straight to the inner store.
 ///
-/// Batching pays where a call is a round trip: wrap [`RedisStore`],
+/// Batching pays where a call is a round trip: wrap `RedisStore`,
 /// `PostgresStore` or `SqliteStore`, not the [`InMemoryStore`], which
 /// answers without waiting. In claim mode every store answers a batch
 /// together: one script on Redis, one statement on PostgreSQL, one read and
@@ -43,7 +43,6 @@ use crate::coalesce::Coalescer;
 /// wait for each other: do not wrap such a store in claim mode. Clones
 /// share their batches.
 ///
-/// [`RedisStore`]: crate::store::RedisStore
 /// [`InMemoryStore`]: crate::store::InMemoryStore
 ///
 /// ```

@@ -177,8 +177,8 @@ pub trait ClaimStore: Store {
     /// The default calls [`claim`](ClaimStore::claim) once per entry, in
     /// turn (what the [`InMemoryStore`](crate::store::InMemoryStore) keeps: it
     /// answers at once); the server-backed stores answer a whole batch
-    /// together ([`RedisStore`](crate::store::RedisStore): one script per 512
-    /// entries; [`PostgresStore`](crate::store::PostgresStore): one statement;
+    /// together (`RedisStore`: one script per 512
+    /// entries; `PostgresStore`: one statement;
     /// [`SqliteStore`](crate::store::SqliteStore): one read, then one write
     /// transaction for the entries that look free).
     /// [`Batched`](crate::store::Batched) sends concurrent claims through
@@ -216,8 +216,8 @@ pub trait ClaimStore: Store {
     /// done.
     ///
     /// The default calls [`commit`](ClaimStore::commit) once per entry, in
-    /// turn; [`RedisStore`](crate::store::RedisStore) answers a whole batch with
-    /// one script, [`PostgresStore`](crate::store::PostgresStore) with one
+    /// turn; `RedisStore` answers a whole batch with
+    /// one script, `PostgresStore` with one
     /// statement, [`SqliteStore`](crate::store::SqliteStore) in one transaction. On
     /// an `Err` some entries may have been committed and others not (the SQL
     /// stores commit none).
