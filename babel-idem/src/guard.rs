@@ -120,12 +120,10 @@ where
     F: Future<Output = Result<(), E>>,
     E: From<StoreError>,
 {
-    seen_set::decide(
-        store,
-        DedupeKey::new(None, message),
-        OnRememberFailure::default(),
-        handler,
-    )
+    // The future is built where the key is (see `DedupeKey::with_new`).
+    DedupeKey::with_new(None, message, |key| {
+        seen_set::decide(store, key, OnRememberFailure::default(), handler)
+    })
 }
 
 /// A configured guard: a store, an optional scope, a remember-failure policy
@@ -328,7 +326,11 @@ impl<S: Store> Guard<S, SeenSet> {
         F: Future<Output = Result<(), E>>,
         E: From<StoreError>,
     {
-        self.run_keyed(self.key(message), handler)
+        // `self.run_keyed(self.key(message), handler)`, with the future
+        // built where the key is (see `DedupeKey::with_new`).
+        DedupeKey::with_new(self.scope.as_deref(), message, |key| {
+            self.run_keyed(key, handler)
+        })
     }
 
     /// Runs `handler` under a key taken earlier with [`Guard::key`], for a

@@ -67,16 +67,30 @@ impl DedupeKey {
     /// The key of `message` under `scope`.
     #[inline]
     pub fn new<M: MessageId + ?Sized>(scope: Option<&str>, message: &M) -> Self {
+        Self::with_new(scope, message, |key| key)
+    }
+
+    /// `then(key)` for [`new`](Self::new)'s key: `then` is inlined in each
+    /// arm, so that a guard builds its future around the common key where
+    /// it is written, rather than around a key written beside it and then
+    /// moved in (the move's loads would each span several of the key's
+    /// stores, and wait for them to reach the cache).
+    #[inline(always)]
+    pub(crate) fn with_new<M: MessageId + ?Sized, R>(
+        scope: Option<&str>,
+        message: &M,
+        then: impl FnOnce(Self) -> R,
+    ) -> R {
         match message.message_id() {
-            None | Some("") => DedupeKey(Repr::Missing),
+            None | Some("") => then(DedupeKey(Repr::Missing)),
             Some(id) if scope.is_none() && id.len() == UUID_LEN => {
                 // The common key (an unscoped UUID), copied with a length
                 // the compiler knows, so the copy is inlined.
                 let mut inline = ArrayString::new();
                 inline.push_str(id);
-                DedupeKey(Repr::Inline(inline))
+                then(DedupeKey(Repr::Inline(inline)))
             }
-            Some(id) => Self::from_parts(scope, id),
+            Some(id) => then(Self::from_parts(scope, id)),
         }
     }
 

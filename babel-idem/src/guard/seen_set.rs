@@ -1,6 +1,10 @@
 //! Seen-set mode's decision table (see [`guide::modes`](crate::guide::modes)): `seen`, run, `remember`.
 
 use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use pin_project_lite::pin_project;
 
 use super::{OnRememberFailure, mark_failed, report, store_failed};
 use crate::key::DedupeKey;
@@ -15,6 +19,173 @@ use crate::store::{Store, StoreError};
 /// The store is asked [`Store::seen_now`] first and [`Store::seen`] only
 /// where that has no answer, so a store that answers without waiting skips
 /// a duplicate in the future's first poll.
+#[inline]
+pub(super) fn decide<S, F, E>(
+    store: S,
+    key: DedupeKey,
+    on_remember_failure: OnRememberFailure,
+    handler: F,
+) -> impl Future<Output = Result<(), E>>
+where
+    S: Store,
+    F: Future<Output = Result<(), E>>,
+    E: From<StoreError>,
+{
+    Decide::Asking {
+        store,
+        key,
+        on_remember_failure,
+        handler,
+        then: after_asking::<S, F, E>,
+        ended: false,
+    }
+}
+
+pin_project! {
+    /// A seen-set decision. Its first poll asks [`Store::seen_now`] with
+    /// the key where the guard wrote it, and ends a duplicate there and
+    /// then; every other delivery goes on in [`after_asking`]'s `async`
+    /// block.
+    ///
+    /// Written by hand so that the first poll is small enough to be
+    /// inlined where the guard is polled: a duplicate makes no call into a
+    /// state machine, and the key is read where it was written, not after
+    /// a move of the key into the `async` block's state (a load of a
+    /// just-moved key that spans two of the move's stores waits for both to
+    /// reach the cache).
+    #[project = DecideProj]
+    #[project_replace = DecideTaken]
+    enum Decide<S, F, C, R> {
+        /// Not polled yet, or `ended` in the first poll. `then` builds the
+        /// rest of the decision: a function item, so that the rest's type
+        /// is named without a box.
+        Asking {
+            store: S,
+            key: DedupeKey,
+            on_remember_failure: OnRememberFailure,
+            handler: F,
+            then: C,
+            // Set when the store's answer ended the delivery (a skip, or a
+            // store error), rather than a move to `Done`: the key and the
+            // handler are then dropped with the future, as they would be
+            // anyway, and ending a duplicate writes one flag.
+            ended: bool,
+        },
+        /// The rest of the decision: the store is awaited, or the handler
+        /// runs. A rest that ended stays here, and a further poll panics in
+        /// its `async` block.
+        Deciding {
+            #[pin]
+            rest: R,
+        },
+        /// Stands in while the parts move from `Asking` to `Deciding`.
+        Done,
+    }
+}
+
+impl<S, F, E, C, R> Future for Decide<S, F, C, R>
+where
+    S: Store,
+    F: Future<Output = Result<(), E>>,
+    E: From<StoreError>,
+    C: FnOnce(S, DedupeKey, OnRememberFailure, F, Ask) -> R,
+    R: Future<Output = Result<(), E>>,
+{
+    type Output = Result<(), E>;
+
+    // Forced: the duplicate's whole first poll belongs where the guard is
+    // polled (see `Decide`).
+    #[inline(always)]
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let ask = match self.as_mut().project() {
+            DecideProj::Asking { ended: true, .. } | DecideProj::Done => {
+                panic!("a guard's future was polled after it completed")
+            }
+            DecideProj::Asking {
+                store, key, ended, ..
+            } if !key.is_missing() => {
+                match timed_now::<S, _>(StoreOperation::Seen, || store.seen_now(key.id())) {
+                    None => Ask::Store,
+                    Some(seen) => match ended_by(seen, key) {
+                        Some(result) => {
+                            *ended = true;
+                            return Poll::Ready(result);
+                        }
+                        None => Ask::Nothing,
+                    },
+                }
+            }
+            // A missing key is the rest's to report.
+            DecideProj::Asking { .. } => Ask::Store,
+            DecideProj::Deciding { rest } => return rest.poll(cx),
+        };
+        self.go_on(ask, cx)
+    }
+}
+
+impl<S, F, E, C, R> Decide<S, F, C, R>
+where
+    F: Future<Output = Result<(), E>>,
+    E: From<StoreError>,
+    C: FnOnce(S, DedupeKey, OnRememberFailure, F, Ask) -> R,
+    R: Future<Output = Result<(), E>>,
+{
+    /// Leaves `Asking` for the rest of the decision, which asks the store
+    /// what `ask` says, and polls it. Out of line, so that only a
+    /// duplicate's skip is inlined where the guard is polled.
+    #[inline(never)]
+    fn go_on(mut self: Pin<&mut Self>, ask: Ask, cx: &mut Context<'_>) -> Poll<Result<(), E>> {
+        // `Done` stands in while the parts are moved to the rest.
+        if let DecideTaken::Asking {
+            store,
+            key,
+            on_remember_failure,
+            handler,
+            then,
+            ended: _,
+        } = self.as_mut().project_replace(Decide::Done)
+        {
+            let rest = then(store, key, on_remember_failure, handler, ask);
+            self.as_mut().set(Decide::Deciding { rest });
+        }
+        match self.project() {
+            DecideProj::Deciding { rest } => rest.poll(cx),
+            _ => unreachable!("`go_on` is only called in `Asking`, which it leaves for `Deciding`"),
+        }
+    }
+}
+
+/// What `seen`'s answer decides: `None` to run the handler, or the result
+/// that ends the delivery (a skip, or a store error, on which the handler
+/// does not run and the message is retried).
+#[inline(always)]
+fn ended_by<E: From<StoreError>>(
+    seen: Result<bool, StoreError>,
+    key: &DedupeKey,
+) -> Option<Result<(), E>> {
+    match seen {
+        Ok(false) => None,
+        Ok(true) => {
+            report(Decision::Skipped, key.id());
+            Some(Ok(()))
+        }
+        Err(error) => Some(store_failed(key.id(), error)),
+    }
+}
+
+/// What the rest of a decision still has to ask.
+#[derive(Clone, Copy)]
+enum Ask {
+    /// `seen`, and await it (unless the key is missing: nothing to ask).
+    Store,
+    /// Nothing: the store answered "not seen" in the first poll. The answer
+    /// itself is not handed over, as every upvar of an `async` block takes
+    /// room in the future for as long as it lives.
+    Nothing,
+}
+
+/// The decision after the first poll, which may have asked the store
+/// already (see [`Ask`]).
 ///
 /// An `async` block rather than an `async fn`: an `async fn` would keep
 /// room for its arguments and for the locals they are moved into.
@@ -22,12 +193,12 @@ use crate::store::{Store, StoreError};
     clippy::manual_async_fn,
     reason = "an `async fn` holds its arguments twice (see above)"
 )]
-#[inline]
-pub(super) fn decide<S, F, E>(
+fn after_asking<S, F, E>(
     store: S,
     key: DedupeKey,
     on_remember_failure: OnRememberFailure,
     handler: F,
+    ask: Ask,
 ) -> impl Future<Output = Result<(), E>>
 where
     S: Store,
@@ -41,24 +212,13 @@ where
             report(Decision::FailOpen, "");
             return handler.await;
         }
-        // `if let`, not `match`: the `else` block runs after the answer's
-        // `Option` is dropped, so the future does not keep it across the
-        // `await`.
-        let seen = if let Some(seen) =
-            timed_now::<S, _>(StoreOperation::Seen, || store.seen_now(key.id()))
-        {
-            seen
-        } else {
-            store_answer!(timed::<S, _>(StoreOperation::Seen, || store.seen(key.id())))
-        };
-        match seen {
-            Ok(false) => {}
-            Ok(true) => {
-                report(Decision::Skipped, key.id());
-                return Ok(());
+        if let Ask::Store = ask {
+            // `seen`'s answer lives in a block of its own: whatever is kept
+            // across an `await` is stored in the future.
+            let seen = store_answer!(timed::<S, _>(StoreOperation::Seen, || store.seen(key.id())));
+            if let Some(result) = ended_by(seen, &key) {
+                return result;
             }
-            // The handler does not run; the message goes back for retry.
-            Err(error) => return store_failed(key.id(), error),
         }
 
         // A panic or a drop inside the handler leaves before `remember`: unmarked.

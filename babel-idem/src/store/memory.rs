@@ -329,20 +329,14 @@ impl InMemoryStore {
             .is_some_and(|ttl| now().saturating_sub(stamp.remembered_at()) >= ttl)
     }
 
-    /// Whether `id` is held and live. What takes the shard's lock is out
-    /// of line, so that a UUID's lock-free read needs no stack frame.
+    /// Whether `id` is held and live: the UUID's parse where the caller
+    /// holds the id's text (inlined into the guard's first poll, which
+    /// reads the key where it wrote it), one call for the lookup.
+    #[inline(always)]
     fn contains(&self, id: &str) -> bool {
-        self.contains_key(Key::of(id))
-    }
-
-    #[inline]
-    fn contains_key(&self, key: Key<'_>) -> bool {
-        match key {
+        match Key::of(id) {
             Key::Uuid([high, low]) => self.contains_uuid(high, low),
-            Key::Text(text) => {
-                let (_, hash, shard) = self.locate_key(key);
-                self.contains_text(shard, hash, text)
-            }
+            Key::Text(text) => self.contains_text_id(text),
         }
     }
 
@@ -381,8 +375,11 @@ impl InMemoryStore {
         }
     }
 
+    /// [`contains`](Self::contains) for an id that is not a UUID the tables
+    /// hold: hashed and looked up under the shard's lock, out of line.
     #[inline(never)]
-    fn contains_text(&self, shard: &Shard, hash: u64, text: &str) -> bool {
+    fn contains_text_id(&self, text: &str) -> bool {
+        let (_, hash, shard) = self.locate_key(Key::Text(text));
         let stamp = shard.lock().find_text(hash, text);
         stamp.is_some_and(|stamp| !self.expired(stamp, || self.now()))
     }
@@ -559,7 +556,9 @@ impl Store for InMemoryStore {
         StoreFuture::ready(Ok(()))
     }
 
-    #[inline]
+    // Forced, with `contains`: the seen-set guard's first poll asks this
+    // and is itself inlined where the guard is polled.
+    #[inline(always)]
     fn seen_now(&self, id: &str) -> Option<Result<bool, StoreError>> {
         Some(Ok(self.contains(id)))
     }
