@@ -246,8 +246,7 @@ pub(crate) fn record(decision: Decision) {
 
 /// [`record`], running `listened` first where a `tracing` listener takes
 /// INFO: the guard's debug event, behind the same check of the level.
-/// Forced inline, so the closure is not passed to a call (see the guard's
-/// `report_key`).
+/// Forced inline, so the closure is not passed to a call.
 #[inline(always)]
 pub(crate) fn record_with(decision: Decision, listened: impl FnOnce()) {
     observe::decision(decision, listened);
