@@ -183,7 +183,7 @@ where
     B: Backend,
     B::Store: ClaimStore + Send + Sync,
 {
-    let store = Arc::new(backend.open("parked_opaque", None).await);
+    let store = Arc::new(backend.open_claims("parked_opaque", None).await);
     let runs = Arc::new(AtomicU32::new(0));
     let router = router_of({
         let (store, runs) = (store.clone(), runs.clone());
@@ -214,7 +214,7 @@ where
     B: Backend,
     B::Store: ClaimStore + Send + Sync,
 {
-    let store = Arc::new(backend.open("parked_nested", None).await);
+    let store = Arc::new(backend.open_claims("parked_nested", None).await);
     let outer = Guard::new(store.clone())
         .scope("orders")
         .lease(LONG)
@@ -260,7 +260,7 @@ where
     B: Backend,
     B::Store: ClaimStore + Send + Sync,
 {
-    let store = Arc::new(backend.open("parked_unrelated", None).await);
+    let store = Arc::new(backend.open_claims("parked_unrelated", None).await);
     let guard = Guard::new(store.clone()).lease(LONG).unwrap();
     let router = router_of({
         let store = store.clone();
@@ -295,7 +295,7 @@ where
     B: Backend,
     B::Store: ClaimStore + Send + Sync,
 {
-    let store = Arc::new(backend.open("parked_spawned", None).await);
+    let store = Arc::new(backend.open_claims("parked_spawned", None).await);
     let elsewhere = unique("elsewhere");
     held_by_another_owner(&*store, &elsewhere).await;
     let router = router_of({
@@ -333,7 +333,7 @@ where
     B: Backend,
     B::Store: ClaimStore + Send + Sync,
 {
-    let store = Arc::new(backend.open("parked_then_won", None).await);
+    let store = Arc::new(backend.open_claims("parked_then_won", None).await);
     let guard = Guard::new(store.clone()).lease(LONG).unwrap();
     let id = unique("then-won");
     let other = held_by_another_owner(&*store, &id).await;
