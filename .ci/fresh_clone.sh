@@ -6,8 +6,12 @@
 # binary ran (one `Running` line per test target `cargo metadata` lists) and
 # that the suites which need what is not there said so with their skip lines.
 #
-# The build shares this checkout's target directory (or CARGO_TARGET_DIR),
-# so only the workspace's own crates are compiled again.
+# The clone builds in a target directory of its own, inside the temporary
+# folder: a test binary keeps the path of the checkout it was built from
+# (`env!("CARGO_MANIFEST_DIR")` finds the fixtures), and in a target
+# directory shared with another checkout cargo reuses that checkout's binary
+# whenever the clone's files are not newer than it, so the clone's tests
+# would read another folder's files.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 
@@ -21,7 +25,7 @@ cd "$clone"
 echo "fresh clone: $clone (HEAD $(git rev-parse --short HEAD)), nothing beside it"
 env -u BABEL_IDEM_REDIS_URL -u BABEL_IDEM_POSTGRES_URL -u BABEL_IDEM_AMQP_URL \
   -u BABEL_IDEM_REQUIRE_SERVERS -u BABEL_IDEM_PYTHON -u BABEL_IDEM_CONFORMANCE_DIR \
-  CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}" CARGO_TERM_COLOR=never \
+  CARGO_TARGET_DIR="$scratch/target" CARGO_TERM_COLOR=never \
   cargo test --no-fail-fast 2>&1 | tee "$log"
 
 # The test binaries `cargo test` must run: each lib, proc-macro, bin and test
