@@ -16,6 +16,9 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 
 scratch="$(mktemp -d)"
+# Open to every user: the CLI's read-only test runs the built binary as
+# `nobody` when the tests run as root.
+chmod 755 "$scratch"
 trap 'rm -rf "$scratch"' EXIT
 clone="$scratch/babel-idem"
 git clone --quiet "$root" "$clone"
