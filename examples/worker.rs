@@ -13,10 +13,14 @@
 //!
 //! `--store` is the seen-set: `sqlite:PATH` (the default,
 //! `sqlite:target/worker-seen.sqlite`), `redis://URL` (the Go SDK's
-//! `bq:idemp:` keys) or `postgres://URL`; the worker migrates what seen-set
-//! mode needs, the seen-set table. `--until-idle` takes a duration as the
-//! `babel-idem` CLI writes one (`500ms`, `30s`, `5m`, `2h`; a bare number is
-//! seconds): the worker stops once it has been idle that long. Without
+//! `bq:idemp:` keys) or `postgres://URL`; the worker migrates what its mode
+//! needs. The mode is seen-set mode, unless `--lease DURATION` asks for
+//! claim mode with that lease (renewed while the handler runs): one run per
+//! id across every worker process on the same store, where seen-set mode
+//! promises it within one process. Durations are written as the
+//! `babel-idem` CLI writes them (`500ms`, `30s`, `5m`, `2h`; a bare number
+//! is seconds). `--until-idle DURATION`: the worker stops once it has been
+//! idle that long. Without
 //! `--until-idle` the worker
 //! runs until Ctrl-C or SIGTERM: it then stops reserving and lets the
 //! deliveries in flight finish (within the consumer's shutdown timeout; what
@@ -39,19 +43,42 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use babel_idem::consumer::Failing;
-use babel_idem::store::Batched;
+use babel_idem::store::{Batched, ClaimStore};
 use babel_idem::store::{PostgresStore, RedisStore, SqliteStore};
 use babel_idem::transport::{AmqpTransport, RedisTransport, Transport};
-use babel_idem::{Consumer, Envelope, Router, Store, StoreError, idempotent, metrics, urn};
+use babel_idem::{Consumer, Envelope, Router, StoreError, idempotent, metrics, urn};
+use babel_idem_cli::parse_duration;
 
-/// The seen-set, chosen at start from `--store`.
-static STORE: OnceLock<Arc<dyn Store>> = OnceLock::new();
+/// The store, chosen at start from `--store`: every backend the worker
+/// takes can claim, so one store serves both modes.
+static STORE: OnceLock<Arc<dyn ClaimStore>> = OnceLock::new();
 
-/// The job: runs once per `meta.id`, whatever the broker redelivers.
-#[idempotent(store = STORE.get().expect("the store is set before the worker starts"))]
+/// Claim mode's lease, from `--lease`.
+static LEASE: OnceLock<Duration> = OnceLock::new();
+
+fn store() -> &'static Arc<dyn ClaimStore> {
+    STORE
+        .get()
+        .expect("the store is set before the worker starts")
+}
+
+/// The job, in seen-set mode: runs once per `meta.id` in this process,
+/// whatever the broker redelivers.
+#[idempotent(store = store())]
 async fn on_order_created(env: Envelope) -> Result<(), StoreError> {
-    tracing::debug!(order = %env.data.get("order_id").unwrap_or(&serde_json::Value::Null), "order handled");
+    handle(&env);
     Ok(())
+}
+
+/// The same job in claim mode: one run per `meta.id` across processes.
+#[idempotent(store = store(), lease = *LEASE.get().expect("claim mode has a lease"))]
+async fn on_order_created_claimed(env: Envelope) -> Result<(), StoreError> {
+    handle(&env);
+    Ok(())
+}
+
+fn handle(env: &Envelope) {
+    tracing::debug!(order = %env.data.get("order_id").unwrap_or(&serde_json::Value::Null), "order handled");
 }
 
 struct Options {
@@ -61,10 +88,11 @@ struct Options {
     concurrency: usize,
     until_idle: Option<Duration>,
     store: String,
+    lease: Option<Duration>,
 }
 
 const USAGE: &str = "usage: worker (--redis URL | --amqp URL) --queue NAME [--concurrency N] [--until-idle DURATION] \
-                     [--store sqlite:PATH|redis://URL|postgres://URL]";
+                     [--store sqlite:PATH|redis://URL|postgres://URL] [--lease DURATION]";
 
 fn parse_options() -> Result<Options, String> {
     let mut options = Options {
@@ -74,6 +102,7 @@ fn parse_options() -> Result<Options, String> {
         concurrency: 32,
         until_idle: None,
         store: "sqlite:target/worker-seen.sqlite".to_owned(),
+        lease: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -90,6 +119,13 @@ fn parse_options() -> Result<Options, String> {
             }
             "--until-idle" => options.until_idle = Some(duration("--until-idle", &value()?)?),
             "--store" => options.store = value()?,
+            "--lease" => {
+                let lease = duration("--lease", &value()?)?;
+                if lease.is_zero() {
+                    return Err("--lease must be longer than 0s".to_owned());
+                }
+                options.lease = Some(lease);
+            }
             "--help" | "-h" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown flag {other:?}\n{USAGE}")),
         }
@@ -102,40 +138,33 @@ fn parse_options() -> Result<Options, String> {
     Ok(options)
 }
 
-/// A duration written as the `babel-idem` CLI writes one: a whole number
-/// and a unit, `ms`, `s`, `m`, `h` or `d` (`500ms`, `30s`, `5m`, `2h`); a
-/// bare number is seconds.
+/// A duration written as the `babel-idem` CLI writes one, for `flag`.
 fn duration(flag: &str, text: &str) -> Result<Duration, String> {
-    let refused = || format!("{flag} takes a duration such as 500ms, 30s, 5m or 2h, got {text:?}");
-    let digits = text.bytes().take_while(u8::is_ascii_digit).count();
-    let number: u64 = text[..digits].parse().map_err(|_| refused())?;
-    let millis_per_unit: u64 = match &text[digits..] {
-        "ms" => 1,
-        "" | "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        _ => return Err(refused()),
-    };
-    let millis = number.checked_mul(millis_per_unit).ok_or_else(refused)?;
-    Ok(Duration::from_millis(millis))
+    parse_duration(text).map_err(|why| format!("{flag}: {why}"))
 }
 
-/// The seen-set in [`Batched`]: the deliveries in flight together ask the
-/// store in one round trip.
-async fn open_store(spec: &str) -> Result<Arc<dyn Store>, StoreError> {
+/// The store in [`Batched`]: the deliveries in flight together ask the
+/// store in one round trip. `claims`: claim mode's tables are made too
+/// (seen-set mode makes only the seen-set's).
+async fn open_store(spec: &str, claims: bool) -> Result<Arc<dyn ClaimStore>, StoreError> {
     Ok(if let Some(path) = spec.strip_prefix("sqlite:") {
         if let Some(dir) = std::path::Path::new(path).parent() {
             // A missing directory is made; a failure shows when SQLite opens the file.
             let _ = std::fs::create_dir_all(dir);
         }
-        Arc::new(Batched::new(SqliteStore::open(path).await?))
+        let store = SqliteStore::open(path).await?;
+        if claims {
+            store.migrate_claims().await?;
+        }
+        Arc::new(Batched::new(store))
     } else if spec.starts_with("redis://") || spec.starts_with("rediss://") {
         Arc::new(Batched::new(RedisStore::connect_lazy(spec)?))
     } else if spec.starts_with("postgres://") || spec.starts_with("postgresql://") {
         let store = PostgresStore::connect_lazy(spec)?;
-        // Seen-set mode: the seen-set table, nothing of claim mode's.
         store.migrate().await?;
+        if claims {
+            store.migrate_claims().await?;
+        }
         Arc::new(Batched::new(store))
     } else {
         return Err(StoreError::new(
@@ -165,11 +194,16 @@ async fn serve<T: Transport>(
     transport: T,
     options: Options,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let store = open_store(&options.store).await?;
+    let store = open_store(&options.store, options.lease.is_some()).await?;
     STORE.set(store).map_err(|_| "the store was already set")?;
-    let router = Router::builder()
-        .route(urn!("urn:babel:orders:created"), on_order_created)
-        .build()?;
+    let router = match options.lease {
+        Some(lease) => {
+            LEASE.set(lease).map_err(|_| "the lease was already set")?;
+            Router::builder().route(urn!("urn:babel:orders:created"), on_order_created_claimed)
+        }
+        None => Router::builder().route(urn!("urn:babel:orders:created"), on_order_created),
+    }
+    .build()?;
     let consumer = Consumer::builder(router, transport, &options.queue)
         .concurrency(options.concurrency)
         .build()?;

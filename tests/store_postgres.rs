@@ -277,6 +277,83 @@ async fn purge_finished_claims_deletes_only_old_claim_rows() {
     assert_eq!(store.count_finished_claims().await.unwrap(), 0);
 }
 
+/// Claim mode deletes its own finished rows: once 2,000 commits' tombstones
+/// are past the purge age, a later commit starts a purge that leaves only
+/// the claim still in flight and the fresh tombstone, and the purged ids
+/// still answer done.
+#[tokio::test]
+async fn commits_purge_old_finished_claims_on_their_own() {
+    let Some(backend) = PostgresBackend::create("commits_purge_old_finished_claims_on_their_own")
+    else {
+        return;
+    };
+    let store = PostgresStore::builder()
+        .table(backend.table("auto_purge"))
+        .purge_finished_claims_every(Some(Duration::from_millis(200)))
+        .connect_lazy(&backend.url)
+        .unwrap();
+    store.migrate().await.unwrap();
+    store.migrate_claims().await.unwrap();
+    let lease = Duration::from_secs(30);
+    let owner = ClaimToken::random();
+    let ids: Vec<String> = (0..2_000).map(|n| format!("order-{n}")).collect();
+    for chunk in ids.chunks(100) {
+        let entries: Vec<(&str, ClaimToken)> =
+            chunk.iter().map(|id| (id.as_str(), owner)).collect();
+        let claims = store.claim_many(&entries, lease).await.unwrap();
+        assert!(
+            claims.iter().all(|c| matches!(c, Claim::Won { .. })),
+            "{claims:?}"
+        );
+        let commits = store.commit_many(&entries).await.unwrap();
+        assert!(commits.iter().all(|&c| c));
+    }
+    assert!(matches!(
+        store.claim("in-flight", owner, lease).await.unwrap(),
+        Claim::Won { .. }
+    ));
+    let claims = format!("{}_claims", store.table());
+    let mut raw = backend.raw().await;
+    let count = format!("SELECT count(*) FROM {claims}");
+    let rows: i64 = sqlx::query_scalar(&count)
+        .fetch_one(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(rows, 2_001, "every commit left its tombstone");
+    // Every tombstone ages past the purge age; the live claim does not.
+    sqlx::query(&format!(
+        "UPDATE {claims} SET lease_until = now() - interval '2 minutes' WHERE owner IS NULL"
+    ))
+    .execute(&mut raw)
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert!(matches!(
+        store.claim("trigger", owner, lease).await.unwrap(),
+        Claim::Won { .. }
+    ));
+    assert!(store.commit("trigger", owner).await.unwrap());
+
+    let list = format!("SELECT message_id FROM {claims} ORDER BY message_id");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let left: Vec<String> = loop {
+        let left: Vec<String> = sqlx::query_scalar(&list).fetch_all(&mut raw).await.unwrap();
+        if left.len() <= 2 || tokio::time::Instant::now() > deadline {
+            break left;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(left.len() <= 2, "the purge left {} rows", left.len());
+    assert_eq!(left, ["in-flight", "trigger"]);
+    assert_eq!(
+        store
+            .claim("order-7", ClaimToken::random(), lease)
+            .await
+            .unwrap(),
+        Claim::Done
+    );
+}
+
 /// The expiry is `now() + ttl` by the database clock, written in the same
 /// statement as `created_at`; a second remember leaves the row as it was.
 #[tokio::test]

@@ -209,6 +209,41 @@ async fn the_worker_runs_each_order_once_across_two_runs_and_dead_letters_poison
     assert!(fixture.queue.drained().await);
 }
 
+/// `--lease` runs claim mode: two worker processes on one queue and one
+/// store, every order published twice, run each order once between them;
+/// the copies a process finds claimed by the other are put back and then
+/// skipped once the other committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_workers_with_a_lease_run_each_order_once_between_them() {
+    const TEST: &str = "two_workers_with_a_lease_run_each_order_once_between_them";
+    let Some(url) = server_url(REDIS_URL, TEST) else {
+        return;
+    };
+    let fixture = Fixture::new(&url);
+    let orders = ids(&format!("order-{}", unique_suffix()), 0..200);
+    let twice: Vec<String> = orders
+        .iter()
+        .flat_map(|id| [id.clone(), id.clone()])
+        .collect();
+    fixture.publish(&twice).await;
+
+    let args = fixture.args(&["--until-idle", "2s", "--lease", "30s"]);
+    let (first, second) = tokio::join!(run_worker(args.clone()), run_worker(args));
+    let mut ran = 0;
+    let mut skipped = 0;
+    for output in [&first, &second] {
+        assert!(output.status.success(), "{output:?}");
+        let summary = final_line(output);
+        assert_eq!(summary["stopped"], "idle", "{summary}");
+        assert_eq!(summary["dead_lettered"], 0, "{summary}");
+        ran += summary["ran"].as_u64().unwrap();
+        skipped += summary["skipped"].as_u64().unwrap();
+    }
+    assert_eq!(ran, 200, "each order ran once between the two workers");
+    assert_eq!(skipped, 200, "each second copy was skipped");
+    assert!(fixture.queue.drained().await);
+}
+
 #[cfg(unix)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_stops_the_worker_with_its_counts() {
@@ -259,7 +294,7 @@ async fn sigterm_stops_the_worker_with_its_counts() {
 #[tokio::test]
 async fn bad_flags_and_unreachable_brokers_are_clear_errors_without_a_panic() {
     // (flags, exit code, what stderr says)
-    let cases: [(&[&str], i32, &str); 8] = [
+    let cases: [(&[&str], i32, &str); 10] = [
         (&["--queue", "q"], 2, "exactly one of --redis and --amqp"),
         (
             &[
@@ -296,7 +331,17 @@ async fn bad_flags_and_unreachable_brokers_are_clear_errors_without_a_panic() {
                 "2 seconds",
             ],
             2,
-            "--until-idle takes a duration such as 500ms, 30s, 5m or 2h",
+            "--until-idle: \"2 seconds\" is not a duration",
+        ),
+        (
+            &["--redis", "redis://h/", "--queue", "q", "--lease", "soon"],
+            2,
+            "--lease: \"soon\" is not a duration",
+        ),
+        (
+            &["--redis", "redis://h/", "--queue", "q", "--lease", "0s"],
+            2,
+            "--lease must be longer than 0s",
         ),
         (
             &["--redis", "not a url", "--queue", "q"],

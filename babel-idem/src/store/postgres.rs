@@ -3,6 +3,7 @@
 
 use std::error::Error as StdError;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
@@ -91,6 +92,7 @@ pub struct PostgresStore {
     pool: PgPool,
     settings: SqlSettings,
     claims: claim::ClaimStatements,
+    claims_purge: Arc<claim::PurgeSchedule>,
     batch: BatchStatements,
 }
 
@@ -99,6 +101,7 @@ pub struct PostgresStore {
 pub struct PostgresStoreBuilder {
     sql: SqlBuilder,
     acquire_timeout: Duration,
+    purge_claims_every: Option<Duration>,
 }
 
 impl Default for PostgresStoreBuilder {
@@ -106,6 +109,7 @@ impl Default for PostgresStoreBuilder {
         PostgresStoreBuilder {
             sql: SqlBuilder::new(10),
             acquire_timeout: Duration::from_secs(5),
+            purge_claims_every: Some(Duration::from_secs(60)),
         }
     }
 }
@@ -118,6 +122,30 @@ impl PostgresStoreBuilder {
     /// operation takes this long to fail.
     pub fn acquire_timeout(mut self, timeout: Duration) -> Self {
         self.acquire_timeout = timeout;
+        self
+    }
+
+    /// How often claim mode deletes its finished claim rows on its own
+    /// (default every minute; `None`: never, leave it to
+    /// [`Admin::purge_finished_claims`](crate::store::Admin::purge_finished_claims)
+    /// or `babel-idem purge-expired --claims`). A commit that finds the last
+    /// purge this long ago starts the next one beside it; each deletes the
+    /// tombstones and lapsed claims older than a minute. Seen-set mode has
+    /// no claim rows and never purges.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use babel_idem::store::PostgresStore;
+    ///
+    /// # fn run() -> Result<(), babel_idem::StoreError> {
+    /// let store = PostgresStore::builder()
+    ///     .purge_finished_claims_every(Some(Duration::from_secs(300)))
+    ///     .connect_lazy("postgres://app@db.internal/app")?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn purge_finished_claims_every(mut self, every: Option<Duration>) -> Self {
+        self.purge_claims_every = every;
         self
     }
 
@@ -138,14 +166,22 @@ impl PostgresStoreBuilder {
             .acquire_timeout(self.acquire_timeout)
             .test_before_acquire(false)
             .connect_lazy_with(options);
-        Ok(PostgresStore::assemble(pool, settings))
+        Ok(PostgresStore::assemble(
+            pool,
+            settings,
+            self.purge_claims_every,
+        ))
     }
 
     /// A store over a pool the caller already has, with the pool's own
     /// settings. The store never closes it. Must be called inside a Tokio
     /// runtime with timers and I/O.
     pub fn from_pool(self, pool: PgPool) -> Result<PostgresStore, StoreError> {
-        Ok(PostgresStore::assemble(pool, self.checked()?))
+        Ok(PostgresStore::assemble(
+            pool,
+            self.checked()?,
+            self.purge_claims_every,
+        ))
     }
 
     /// Every setting checked, and the runtime, before anything is built.
@@ -156,13 +192,14 @@ impl PostgresStoreBuilder {
 }
 
 impl PostgresStore {
-    fn assemble(pool: PgPool, settings: SqlSettings) -> Self {
+    fn assemble(pool: PgPool, settings: SqlSettings, purge_claims_every: Option<Duration>) -> Self {
         let claims = claim::ClaimStatements::for_table(&settings.table);
         let batch = BatchStatements::for_table(&settings.table);
         PostgresStore {
             pool,
             settings,
             claims,
+            claims_purge: claim::PurgeSchedule::new(purge_claims_every),
             batch,
         }
     }

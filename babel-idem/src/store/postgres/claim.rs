@@ -1,11 +1,14 @@
 //! [`ClaimStore`] for [`PostgresStore`]: one statement per operation, in a
 //! claims table beside the seen-set table (`claims.sql`).
 
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use sqlx::PgPool;
 
 use super::{BACKEND, PostgresStore, UnstorableId, is_index_limit};
 use crate::store::claim::{Claim, ClaimStore, ClaimToken, server_lease_ms, won_or_held};
-use crate::store::settings::DEFAULT_TABLE;
+use crate::store::settings::{DEFAULT_TABLE, run_purge};
 use crate::store::{StoreError, StoreFuture, StoreOperation};
 
 /// The claims table's DDL, for the default table names.
@@ -18,6 +21,76 @@ const MAX_IDENTIFIER: usize = 63;
 /// tombstone is safe once no claim statement that began before its commit is
 /// still running: a minute is far beyond any statement's stall.
 const PURGE_AFTER: &str = "1 minute";
+
+/// The rows one statement of a store's own purge deletes at most: a short
+/// transaction that holds few row locks, whatever the backlog.
+const PURGE_BATCH: u32 = 1_000;
+
+/// The batches one purge of a store's own deletes at most before it waits
+/// for the next one: a backlog drains over several intervals, never in one
+/// long burst beside the handlers' statements.
+const PURGE_BATCHES: u32 = 100;
+
+/// When a store next deletes its finished claim rows on its own.
+///
+/// Invariant: at most one purge is started per interval per store (and its
+/// clones); the commit that finds one due starts it and moves the next one
+/// an interval away, every other commit only reads the clock.
+#[derive(Debug)]
+pub(super) struct PurgeSchedule {
+    every: Option<Duration>,
+    next: Mutex<Instant>,
+}
+
+impl PurgeSchedule {
+    /// A schedule whose first purge is due at the first commit (rows left
+    /// by an earlier process go then), or none.
+    pub(super) fn new(every: Option<Duration>) -> Arc<Self> {
+        Arc::new(PurgeSchedule {
+            every,
+            next: Mutex::new(Instant::now()),
+        })
+    }
+
+    /// Whether a purge is due now; when it is, the next one is an interval
+    /// away. A commit that finds the schedule busy leaves it to the other.
+    fn take_due(&self) -> bool {
+        let Some(every) = self.every else {
+            return false;
+        };
+        let Ok(mut next) = self.next.try_lock() else {
+            return false;
+        };
+        let now = Instant::now();
+        if now < *next {
+            return false;
+        }
+        *next = now + every;
+        true
+    }
+}
+
+/// Deletes finished claim rows (tombstones and lapsed leases older than
+/// [`PURGE_AFTER`]) in short batches, until a batch finds fewer than it may
+/// take or [`PURGE_BATCHES`] ran. A failure waits for the next interval.
+async fn purge_finished(pool: PgPool, statement: String) {
+    let mut purged = 0;
+    for _ in 0..PURGE_BATCHES {
+        match run_purge(&pool, BACKEND, &statement, PURGE_BATCH).await {
+            Ok(deleted) => {
+                purged += deleted;
+                if deleted < u64::from(PURGE_BATCH) {
+                    break;
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, purged, "purging finished claims failed; next interval retries");
+                return;
+            }
+        }
+    }
+    tracing::debug!(purged, "purged finished claims");
+}
 
 /// The claim statements for one seen-set table, or why there are none.
 #[derive(Debug, Clone)]
@@ -255,6 +328,25 @@ impl PostgresStore {
         Ok((ids, owners, longest))
     }
 
+    /// Starts a purge of finished claim rows beside the caller when one is
+    /// due: the commit that finds it due does not wait for it. Outside a
+    /// Tokio runtime (none to run it on) the purge is left to the next
+    /// commit that has one.
+    fn purge_if_due(&self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let Ok(statements) = self.claims.ready(StoreOperation::Maintenance) else {
+            return;
+        };
+        if self.claims_purge.take_due() {
+            runtime.spawn(purge_finished(
+                self.pool.clone(),
+                statements.purge_finished.clone(),
+            ));
+        }
+    }
+
     /// The claim statements, once `id` is one PostgreSQL can hold.
     fn claim_statements(
         &self,
@@ -319,8 +411,13 @@ pub(super) fn failure(operation: StoreOperation, id: &str, error: sqlx::Error) -
 /// not hold, which it never takes over: it answers held, and the redelivery
 /// finds the id done. A tombstone the snapshot did hold, with no done row,
 /// is an id forgotten or expired since, and is claimed again at once.
-/// [`Admin::purge_finished_claims`](crate::store::Admin::purge_finished_claims)
-/// deletes tombstones and lapsed claims once they are a minute old.
+/// Tombstones and lapsed claims are deleted once they are a minute old, by
+/// the store itself: a commit that finds the last purge an interval ago
+/// ([`PostgresStoreBuilder::purge_finished_claims_every`](super::PostgresStoreBuilder::purge_finished_claims_every),
+/// a minute by default) starts one beside it, in batches of 1,000 rows. The
+/// claims table so holds the claims in flight and about two minutes of
+/// commits. [`Admin::purge_finished_claims`](crate::store::Admin::purge_finished_claims)
+/// and `babel-idem purge-expired --claims` do the same on demand.
 ///
 /// An id with NUL, or one too long for the primary-key index, fails the
 /// claim with a [`StoreError`] saying so: the guard then does not run the
@@ -351,13 +448,15 @@ impl ClaimStore for PostgresStore {
         StoreFuture::new(async move {
             let operation = StoreOperation::Commit;
             let statement = &self.claim_statements(operation, id)?.commit;
-            sqlx::query_scalar::<_, bool>(statement)
+            let committed = sqlx::query_scalar::<_, bool>(statement)
                 .bind(id)
                 .bind(owner.to_hex())
                 .bind(self.settings.ttl_ms)
                 .fetch_one(&self.pool)
                 .await
-                .map_err(|e| failure(operation, id, e))
+                .map_err(|e| failure(operation, id, e))?;
+            self.purge_if_due();
+            Ok(committed)
         })
     }
 
@@ -394,13 +493,16 @@ impl ClaimStore for PostgresStore {
                 return Ok(Vec::new());
             }
             let (ids, owners, longest) = self.batch_entries(operation, commits)?;
-            sqlx::query_scalar::<_, bool>(&self.claims.ready(operation)?.commit_many)
-                .bind(ids)
-                .bind(owners)
-                .bind(self.settings.ttl_ms)
-                .fetch_all(&self.pool)
-                .await
-                .map_err(|e| failure(operation, longest, e))
+            let committed =
+                sqlx::query_scalar::<_, bool>(&self.claims.ready(operation)?.commit_many)
+                    .bind(ids)
+                    .bind(owners)
+                    .bind(self.settings.ttl_ms)
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(|e| failure(operation, longest, e))?;
+            self.purge_if_due();
+            Ok(committed)
         })
     }
 
