@@ -906,6 +906,35 @@ async fn a_delivery_whose_headers_nest_too_deep_goes_to_the_dlq_with_its_body() 
     assert!(header(&copied, "deep").is_none(), "without the deep header");
 }
 
+/// Headers nested 15,000 tables deep (a frame of about 100 KiB, within the
+/// broker's frame size): lapin's recursive parser would exhaust its I/O
+/// thread's stack and abort the process. The delivery reaches the
+/// transport with one header saying why, goes to the DLQ with its body,
+/// and the 20 behind it run on the same connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn headers_nested_thousands_deep_go_to_the_dlq_without_taking_the_process_down() {
+    const TEST: &str = "amqp_headers_nested_thousands_deep";
+    let (Some(url), Some(python)) = (server_url(AMQP_URL, TEST), python(TEST)) else {
+        return;
+    };
+    let queue = Queue::new(&url);
+    let deep_body = envelope_with_id("deep", &queue.name, 0).to_vec();
+    let body = String::from_utf8(deep_body.clone()).unwrap();
+    let args = vec!["publish-unreadable".into(), url.clone(), queue.name.clone()];
+    let request = json!({"body": body, "field": "deep", "depth": 15_000});
+    peer(&python, args, Some(request)).await;
+    let transport = queue.transport(8).await;
+    let (report, ran, connections) = publish_and_run(transport, &queue, "d", 20).await;
+
+    assert_eq!((report.acked, ran.len()), (20, 20), "{report:?}");
+    assert!(!ran.contains(&"deep".to_owned()));
+    assert_eq!((report.lapsed, report.broker_errors), (0, 0), "{report:?}");
+    assert_eq!(connections, 1, "one connection: nothing failed it");
+    assert_eq!(queue.ready(&queue.name).await, 0);
+    let copied = assert_copied_to_dlq(&queue, &deep_body).await;
+    assert!(header(&copied, "deep").is_none(), "without the deep header");
+}
+
 // ---------------------------------------------------------------- bad input
 
 #[tokio::test]

@@ -7,9 +7,10 @@ one more subcommand:
   consume URL QUEUE IDLE_SECS --redis URL ...   the server of the seen-set and the effects
   publish-raw URL QUEUE                          stdin {"bodies": [...], "headers": {...}}:
                                                  PikaTransport publishes each body as given
-  publish-unreadable URL QUEUE                   stdin {"body": "...", "field": "header"|"message_id"}:
+  publish-unreadable URL QUEUE                   stdin {"body": "...", "field": "header"|"message_id"|"deep"}:
                                                  pika publishes the body with a header name, or a
-                                                 message_id, that is not UTF-8 (bytes as given)
+                                                 message_id, that is not UTF-8 (bytes as given), or
+                                                 with headers nested "depth" tables deep
 """
 
 import json
@@ -41,11 +42,35 @@ def publish_raw(url, queue):
 NOT_UTF8 = b"\xff\xfe-not-utf8"
 
 
+def deeply_nested_properties(depth):
+    """Persistent properties whose headers hold one value nested `depth`
+    tables deep, encoded by hand: pika's own encoder recurses per level."""
+    import struct
+
+    import pika
+
+    value = b"S" + struct.pack(">I", 6) + b"bottom"
+    for _ in range(depth):
+        field = b"\x01n" + value
+        value = b"F" + struct.pack(">I", len(field)) + field
+    fields = b"\x04deep" + value
+    table = struct.pack(">I", len(fields)) + fields
+
+    class Deep(pika.BasicProperties):
+        def encode(self):
+            # headers (bit 13) and delivery-mode (bit 12), in that order.
+            return [struct.pack(">H", (1 << 13) | (1 << 12)), table, b"\x02"]
+
+    return Deep()
+
+
 def publish_unreadable(url, queue):
     import pika
 
     request = json.load(sys.stdin)
-    if request["field"] == "header":
+    if request["field"] == "deep":
+        properties = deeply_nested_properties(request["depth"])
+    elif request["field"] == "header":
         properties = pika.BasicProperties(delivery_mode=2, headers={NOT_UTF8: "value"})
     else:
         properties = pika.BasicProperties(delivery_mode=2, message_id=NOT_UTF8)

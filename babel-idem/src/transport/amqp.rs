@@ -3,6 +3,7 @@
 //! `babelqueue.pika_transport` (1.24).
 
 mod acks;
+mod header_guard;
 mod properties;
 mod raw;
 mod session;
@@ -78,9 +79,10 @@ const QUEUE_NAMES: QueueNames = QueueNames {
 ///   and acks it; the messages behind it run on the next connection.
 /// - A delivery whose headers nest tables or arrays deeper than 16 levels is
 ///   copied to `<queue>.dlq` the same way and acked, never handed to the
-///   consumer. (Nesting so deep that lapin's own recursive parser exhausts
-///   the stack of its I/O thread aborts the process before the transport
-///   sees the delivery.)
+///   consumer. The transport checks every content header before lapin
+///   parses it, with a walk that does not recurse: headers nested deeper
+///   reach lapin as one header, `x-babel-idem-unreadable-headers`, so no
+///   depth can exhaust the stack of lapin's I/O thread.
 /// - A dropped connection is re-opened by the next operation (with backoff,
 ///   [`reconnect_attempts`](TransportBuilder::reconnect_attempts) times,
 ///   and the consumer's own backoff beyond). The broker puts every unacked

@@ -24,6 +24,8 @@ use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use serde_json::Value;
 
+use super::header_guard::UNREADABLE_HEADERS;
+
 /// The contract headers, recomputed from the body on every publish.
 const CONTRACT_HEADERS: [&str; 3] = ["x-schema-version", "x-source-lang", "x-attempts"];
 
@@ -86,6 +88,13 @@ pub(super) const MAX_HEADER_DEPTH: usize = 16;
 /// its headers nest deeper than [`MAX_HEADER_DEPTH`].
 pub(super) fn unrepresentable(properties: &BasicProperties) -> Option<String> {
     let headers = properties.headers().as_ref()?;
+    // Put there, in place of the headers, when they nested deeper still.
+    if let Some(why) = headers.inner().get(UNREADABLE_HEADERS) {
+        return Some(match why {
+            AMQPValue::LongString(why) => why.to_string(),
+            _ => format!("its headers nest tables or arrays deeper than {MAX_HEADER_DEPTH}"),
+        });
+    }
     let too_deep = headers
         .inner()
         .values()

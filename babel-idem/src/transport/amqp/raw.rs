@@ -26,6 +26,8 @@ use lapin::uri::AMQPUri;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use super::header_guard::too_deep_headers;
+use super::properties::MAX_HEADER_DEPTH;
 use crate::transport::TransportError;
 
 const METHOD: u8 = 1;
@@ -49,6 +51,13 @@ pub(super) struct RawMessage {
 impl RawMessage {
     /// Why lapin cannot read this message's properties, or `None` when it can.
     pub(super) fn unreadable(&self) -> Option<String> {
+        // lapin's parser recurses into nested headers: too deep a table is
+        // answered before it is given any.
+        if too_deep_headers(&self.properties).is_some() {
+            return Some(format!(
+                "its headers nest tables or arrays deeper than {MAX_HEADER_DEPTH}"
+            ));
+        }
         match basic::parse_properties(self.properties.as_slice()) {
             Ok(_) => None,
             Err(error) => Some(format!("its AMQP properties cannot be parsed: {error}")),

@@ -35,6 +35,7 @@ use lapin::{Acker, Channel, Connection, ConnectionProperties};
 use tokio::sync::Mutex;
 
 use super::acks::AckWindow;
+use super::header_guard;
 use super::properties;
 use super::raw::RawChannel;
 use crate::transport::TransportError;
@@ -391,7 +392,14 @@ impl Drop for Sessions {
 
 impl Connector {
     async fn connect(&self, generation: u64) -> Result<Session, TransportError> {
-        let connect = Connection::connect_uri(self.uri.clone(), ConnectionProperties::default());
+        // lapin reads through a check that no content header can make it
+        // recurse past the transport's header depth (see `header_guard`).
+        let connect = Connection::connector(
+            self.uri.clone(),
+            async_rs::Runtime::tokio_current(),
+            async |uri, _runtime| Ok(header_guard::connect(uri).await?),
+            ConnectionProperties::default(),
+        );
         let connection = match tokio::time::timeout(self.timeout, connect).await {
             Ok(Ok(connection)) => connection,
             Ok(Err(error)) => return Err(TransportError::Connect(Box::new(error))),
