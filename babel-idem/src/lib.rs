@@ -77,6 +77,8 @@ pub mod conformance;
 pub mod consumer;
 #[cfg(feature = "consumer")]
 pub mod transport;
+#[cfg(any(feature = "redis-transport", feature = "amqp-transport"))]
+pub mod redrive;
 
 #[doc(hidden)]
 pub mod __private;
