@@ -3,6 +3,7 @@
 //! `babelqueue.pika_transport` (1.24).
 
 mod acks;
+mod dlq;
 mod properties;
 mod raw;
 mod session;

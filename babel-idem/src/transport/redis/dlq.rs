@@ -96,9 +96,9 @@ impl RedisTransport {
         &self,
         dlq: &str,
         max: Option<usize>,
-    ) -> Result<Vec<DlqRecord>, TransportError> {
+    ) -> Result<Vec<DlqRecord>, RedriveError> {
         let mut session = self.dead_letter_session(dlq)?;
-        redrive::look(&mut session, max).await
+        Ok(redrive::look(&mut session, max).await?)
     }
 
     fn dead_letter_session(&self, dlq: &str) -> Result<RedisDlq, TransportError> {
