@@ -10,6 +10,7 @@ one more subcommand:
   publish-unreadable URL QUEUE                   stdin {"body": "...", "field": "header"|"message_id"}:
                                                  pika publishes the body with a header name, or a
                                                  message_id, that is not UTF-8 (bytes as given)
+  redrive URL DLQ [--to Q] [--bypass 1]          interop.py's redrive, on RabbitMQ
 """
 
 import json
@@ -72,5 +73,17 @@ def consume(url, queue, idle, options):
     return out
 
 
+def redrive_command(url, dlq, *args):
+    transport = PikaTransport(url)
+    out = interop.redrive_with(transport, dlq, dict(zip(args[::2], args[1::2])))
+    transport.close()
+    return out
+
+
 if __name__ == "__main__":
-    interop.main(sys.argv, app_for, consume, {"publish-raw": publish_raw, "publish-unreadable": publish_unreadable})
+    interop.main(
+        sys.argv,
+        app_for,
+        consume,
+        {"publish-raw": publish_raw, "publish-unreadable": publish_unreadable, "redrive": redrive_command},
+    )
