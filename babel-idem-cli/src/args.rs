@@ -12,8 +12,8 @@ Conventions (every command keeps them):
   - A store command takes the store URL as its first argument:
     sqlite://PATH (or sqlite:PATH), redis://..., rediss://...,
     postgres://... (or postgresql://...). The URL picks the backend.
-  - A command that talks to a broker (redrive, dlq) takes --redis URL or
-    --amqp URL.
+  - A command that talks to a broker takes --redis URL or --amqp URL
+    (redrive, dlq).
   - Durations are a whole number and a unit: 250ms, 30s, 5m, 2h, 7d
     (e.g. --timeout 5s); a bare number is seconds.
   - Points in time are RFC 3339 (2026-12-01T02:48:19Z, with Z or an offset)
