@@ -109,7 +109,13 @@ impl Drop for Queues {
     fn drop(&mut self) {
         let (url, prefix) = (self.url.clone(), self.name.clone());
         let names: Vec<String> = [
-            "", ".dlq", ".py.dlq", ".ours.dlq", ".py.to", ".ours.to", ".work",
+            "",
+            ".dlq",
+            ".py.dlq",
+            ".ours.dlq",
+            ".py.to",
+            ".ours.to",
+            ".work",
         ]
         .iter()
         .map(|suffix| format!("{prefix}{suffix}"))
@@ -203,12 +209,18 @@ async fn redriven_messages_equal_the_python_sdks_bodies_and_headers() {
 
         let (theirs, ours) = (queues.drain(&python_to).await, queues.drain(&ours_to).await);
         assert_eq!(theirs.len(), 2);
-        for ((their_properties, their_body), (our_properties, our_body)) in theirs.iter().zip(&ours) {
+        for ((their_properties, their_body), (our_properties, our_body)) in theirs.iter().zip(&ours)
+        {
             assert_eq!(
                 String::from_utf8_lossy(our_body),
                 String::from_utf8_lossy(their_body)
             );
-            for name in ["x-attempts", "x-schema-version", "x-source-lang", "bq-replay-bypass"] {
+            for name in [
+                "x-attempts",
+                "x-schema-version",
+                "x-source-lang",
+                "bq-replay-bypass",
+            ] {
                 assert_eq!(
                     header(our_properties, name).is_some(),
                     header(their_properties, name).is_some(),
@@ -246,7 +258,12 @@ async fn python_dead_letters_babel_idem_redrives_with_bypass_and_python_sees_rep
     let out = python_consumes(&python, PEER, &url, &queue).await;
     let received = out["received"].as_array().unwrap();
     assert_eq!(received.len(), 3, "{out}");
-    let sent_ids: Vec<&str> = sent.as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
+    let sent_ids: Vec<&str> = sent
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
     for message in received {
         assert!(sent_ids.contains(&message["id"].as_str().unwrap()));
         assert_eq!(message["replay"], true, "{message}");
@@ -292,12 +309,20 @@ async fn messages_the_broker_dead_lettered_go_back_with_the_reason_from_x_death(
         .unwrap()
     {
         channel
-            .basic_reject(message.delivery.delivery_tag, BasicRejectOptions { requeue: false })
+            .basic_reject(
+                message.delivery.delivery_tag,
+                BasicRejectOptions { requeue: false },
+            )
             .await
             .unwrap();
     }
     eventually("the broker dead-lettered them", || async {
-        transport.dead_letters(&queues.dlq(), None).await.unwrap().len() == 3
+        transport
+            .dead_letters(&queues.dlq(), None)
+            .await
+            .unwrap()
+            .len()
+            == 3
     })
     .await;
     let looked = transport.dead_letters(&queues.dlq(), None).await.unwrap();
@@ -353,7 +378,12 @@ async fn a_dry_run_and_looks_leave_the_dlq_as_it_was_and_max_is_honoured() {
         .await
         .unwrap();
     assert_eq!(report.moved, 2);
-    let moved: Vec<String> = queues.drain(&queues.name).await.iter().map(|(_, b)| id_of(b)).collect();
+    let moved: Vec<String> = queues
+        .drain(&queues.name)
+        .await
+        .iter()
+        .map(|(_, b)| id_of(b))
+        .collect();
     assert_eq!(moved, ["d-0", "d-1"]);
     let rest: Vec<Vec<u8>> = transport
         .dead_letters(&queues.dlq(), None)
@@ -400,7 +430,10 @@ async fn looking_at_a_quorum_dlq_with_a_delivery_limit_never_dead_letters_a_mess
     let transport = queues.transport().await;
     let ids: Vec<String> = (0..3).map(|n| format!("q-{n}")).collect();
     for id in &ids {
-        transport.publish(&queues.dlq(), &record(id, &queues.name)).await.unwrap();
+        transport
+            .publish(&queues.dlq(), &record(id, &queues.name))
+            .await
+            .unwrap();
     }
     for look in 0..5 {
         let mut seen: Vec<String> = transport
@@ -418,6 +451,9 @@ async fn looking_at_a_quorum_dlq_with_a_delivery_limit_never_dead_letters_a_mess
         .await
         .unwrap();
     assert_eq!(plan.would_move, 3);
-    let report = transport.redrive(&queues.dlq(), &RedriveOptions::new()).await.unwrap();
+    let report = transport
+        .redrive(&queues.dlq(), &RedriveOptions::new())
+        .await
+        .unwrap();
     assert_eq!(report.moved, 3);
 }

@@ -142,7 +142,10 @@ async fn redriven_values_equal_the_python_sdks_byte_for_byte() {
         let report = transport.redrive(&ours_dlq, &options).await.unwrap();
         assert_eq!((report.moved, report.left, report.skipped), (5, 0, 0));
 
-        let (python_values, ours) = (values(&queue, &python_to).await, values(&queue, &ours_to).await);
+        let (python_values, ours) = (
+            values(&queue, &python_to).await,
+            values(&queue, &ours_to).await,
+        );
         assert_eq!(python_values.len(), 5);
         for (python_value, our_value) in python_values.iter().zip(&ours) {
             assert_eq!(
@@ -171,13 +174,24 @@ async fn a_dry_run_moves_nothing_and_leaves_the_dlq_as_it_was() {
     };
     let queue = Queue::new(&url);
     let records: Vec<Vec<u8>> = (0..5)
-        .map(|n| record(&format!("dry-{n}"), URN, &queue.name, DeadLetterReason::Failed, 1))
+        .map(|n| {
+            record(
+                &format!("dry-{n}"),
+                URN,
+                &queue.name,
+                DeadLetterReason::Failed,
+                1,
+            )
+        })
         .chain([b"not json".to_vec()])
         .collect();
     push(&queue, &queue.dlq(), &records).await;
     let transport = queue.transport().await;
     let report = transport
-        .redrive(&queue.dlq(), &RedriveOptions::new().dry_run(true).bypass(true))
+        .redrive(
+            &queue.dlq(),
+            &RedriveOptions::new().dry_run(true).bypass(true),
+        )
         .await
         .unwrap();
     assert_eq!((report.moved, report.would_move, report.left), (0, 5, 1));
@@ -206,7 +220,13 @@ async fn selection_moves_exactly_the_selected_messages() {
         record("s-1", other, &queue.name, DeadLetterReason::Failed, at(1)),
         record("s-2", URN, &queue.name, DeadLetterReason::UnknownUrn, at(2)),
         record("s-3", URN, &queue.name, DeadLetterReason::Failed, at(3)),
-        record("s-4", other, &queue.name, DeadLetterReason::UnknownUrn, at(4)),
+        record(
+            "s-4",
+            other,
+            &queue.name,
+            DeadLetterReason::UnknownUrn,
+            at(4),
+        ),
         record("s-5", URN, &queue.name, DeadLetterReason::Failed, at(5)),
     ];
     push(&queue, &queue.dlq(), &records).await;
@@ -222,7 +242,10 @@ async fn selection_moves_exactly_the_selected_messages() {
     let mut moved_so_far = Vec::new();
     for (selection, expected) in cases {
         let report = transport
-            .redrive(&queue.dlq(), &RedriveOptions::new().select(selection).to(&to))
+            .redrive(
+                &queue.dlq(),
+                &RedriveOptions::new().select(selection).to(&to),
+            )
             .await
             .unwrap();
         assert_eq!(report.moved, expected.len(), "{expected:?}: {report:?}");
@@ -303,8 +326,14 @@ async fn an_undecodable_body_and_a_poison_record_stay_in_the_dlq_untouched() {
         .unwrap();
     assert_eq!((report.moved, report.left), (2, 1));
     let work = values(&queue, &queue.name).await;
-    assert_eq!(work[2..], [b"not an envelope".to_vec(), br#"{"job":7}"#.to_vec()]);
-    assert_eq!(values(&queue, &queue.dlq()).await, [b"\xff\xfe not json".to_vec()]);
+    assert_eq!(
+        work[2..],
+        [b"not an envelope".to_vec(), br#"{"job":7}"#.to_vec()]
+    );
+    assert_eq!(
+        values(&queue, &queue.dlq()).await,
+        [b"\xff\xfe not json".to_vec()]
+    );
 }
 
 #[tokio::test]
@@ -315,7 +344,15 @@ async fn max_caps_the_messages_moved_and_the_rest_keep_their_order() {
     };
     let queue = Queue::new(&url);
     let records: Vec<Vec<u8>> = (0..10)
-        .map(|n| record(&format!("m-{n}"), URN, &queue.name, DeadLetterReason::Failed, 1))
+        .map(|n| {
+            record(
+                &format!("m-{n}"),
+                URN,
+                &queue.name,
+                DeadLetterReason::Failed,
+                1,
+            )
+        })
         .collect();
     push(&queue, &queue.dlq(), &records).await;
     let transport = queue.transport().await;
@@ -341,7 +378,12 @@ async fn an_empty_or_missing_dlq_is_nothing_to_redrive_and_bad_names_are_refused
         .await
         .unwrap();
     assert!(report.items.is_empty());
-    push(&queue, &queue.dlq(), &[record("b-0", URN, &queue.name, DeadLetterReason::Failed, 1)]).await;
+    push(
+        &queue,
+        &queue.dlq(),
+        &[record("b-0", URN, &queue.name, DeadLetterReason::Failed, 1)],
+    )
+    .await;
     for bad in ["has space", "q:processing"] {
         let error = transport
             .redrive(&queue.dlq(), &RedriveOptions::new().to(bad))
@@ -363,7 +405,11 @@ async fn python_dead_letters_babel_idem_redrives_with_bypass_and_python_sees_rep
     };
     let queue = Queue::new(&url);
     let sent = python_publishes(&python, PEER, &url, &queue.name, 4).await;
-    let out = peer(&python, &["consume", &url, &queue.name, "0.5", "--fail", "1"]).await;
+    let out = peer(
+        &python,
+        &["consume", &url, &queue.name, "0.5", "--fail", "1"],
+    )
+    .await;
     assert!(out["received"].as_array().unwrap().is_empty(), "{out}");
     eventually("Python dead-lettered every message", || async {
         queue.len(&queue.dlq()).await == 4
@@ -376,14 +422,27 @@ async fn python_dead_letters_babel_idem_redrives_with_bypass_and_python_sees_rep
         .await
         .unwrap();
     assert_eq!(report.moved, 4, "{report:?}");
-    assert!(report.items.iter().all(|i| i.reason == "failed" && i.bypassed));
+    assert!(
+        report
+            .items
+            .iter()
+            .all(|i| i.reason == "failed" && i.bypassed)
+    );
 
     let out = python_consumes(&python, PEER, &url, &queue.name).await;
     let received = out["received"].as_array().unwrap();
     assert_eq!(received.len(), 4, "{out}");
-    let sent_ids: Vec<&str> = sent.as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
+    let sent_ids: Vec<&str> = sent
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
     for message in received {
-        assert!(sent_ids.contains(&message["id"].as_str().unwrap()), "{message}");
+        assert!(
+            sent_ids.contains(&message["id"].as_str().unwrap()),
+            "{message}"
+        );
         assert_eq!(message["replay"], true, "{message}");
         assert_eq!(message["attempts"], 0, "{message}");
     }
@@ -402,7 +461,10 @@ async fn babel_idem_dead_letters_python_redrives_and_babel_idem_runs_them_again(
     for n in 0..4 {
         let envelope = Envelope::new(URN, json!({"n": n})).with_queue(&queue.name);
         sent.push(envelope.meta.id.clone().unwrap());
-        transport.publish(&queue.name, &envelope.to_vec()).await.unwrap();
+        transport
+            .publish(&queue.name, &envelope.to_vec())
+            .await
+            .unwrap();
     }
     let failing = Consumer::builder(
         recording_router(SeenLog::default(), true),
@@ -418,9 +480,13 @@ async fn babel_idem_dead_letters_python_redrives_and_babel_idem_runs_them_again(
     assert_eq!(out["redriven"], 4, "{out}");
 
     let log = SeenLog::default();
-    let consumer = Consumer::builder(recording_router(Arc::clone(&log), false), transport, &queue.name)
-        .build()
-        .unwrap();
+    let consumer = Consumer::builder(
+        recording_router(Arc::clone(&log), false),
+        transport,
+        &queue.name,
+    )
+    .build()
+    .unwrap();
     let report = run_until_idle(&consumer, QUIET).await;
     assert_eq!(report.acked, 4, "{report:?}");
     let seen = log.lock().unwrap().clone();
@@ -444,7 +510,15 @@ async fn a_server_lost_mid_run_stops_the_redrive_with_what_moved_and_loses_nothi
     let queue = Queue::new(&url);
     let total = 600;
     let records: Vec<Vec<u8>> = (0..total)
-        .map(|n| record(&format!("o-{n}"), URN, &queue.name, DeadLetterReason::Failed, 1))
+        .map(|n| {
+            record(
+                &format!("o-{n}"),
+                URN,
+                &queue.name,
+                DeadLetterReason::Failed,
+                1,
+            )
+        })
         .collect();
     push(&queue, &queue.dlq(), &records).await;
     let transport = RedisTransport::builder()
@@ -456,24 +530,39 @@ async fn a_server_lost_mid_run_stops_the_redrive_with_what_moved_and_loses_nothi
     let options = RedriveOptions::new().rate(200);
     let dlq = queue.dlq();
     let run = tokio::spawn(async move { transport.redrive(&dlq, &options).await });
-    eventually("some messages moved", || async { queue.len(&queue.name).await >= 50 }).await;
+    eventually("some messages moved", || async {
+        queue.len(&queue.name).await >= 50
+    })
+    .await;
     server.kill();
-    let error = run.await.unwrap().expect_err("the server went away mid-run");
+    let error = run
+        .await
+        .unwrap()
+        .expect_err("the server went away mid-run");
     let RedriveError::Stopped { report, .. } = &error else {
         panic!("stopped with a report: {error}");
     };
     assert!(report.moved >= 50 && report.moved < total, "{report:?}");
-    assert!(error.to_string().contains("still in the dead-letter queue"), "{error}");
+    assert!(
+        error.to_string().contains("still in the dead-letter queue"),
+        "{error}"
+    );
 
     // appendfsync always: what the server acknowledged is still there.
     server.start();
-    let (work, dead) = (ids(&queue, &queue.name).await, ids(&queue, &queue.dlq()).await);
+    let (work, dead) = (
+        ids(&queue, &queue.name).await,
+        ids(&queue, &queue.dlq()).await,
+    );
     assert_eq!(work.len(), report.moved);
     let mut all: Vec<String> = work.into_iter().chain(dead).collect();
     all.sort();
     let mut expected: Vec<String> = (0..total).map(|n| format!("o-{n}")).collect();
     expected.sort();
-    assert_eq!(all, expected, "every message is in exactly one of the two lists");
+    assert_eq!(
+        all, expected,
+        "every message is in exactly one of the two lists"
+    );
 
     // Run again: it picks up where the first stopped.
     let transport = queue.transport().await;

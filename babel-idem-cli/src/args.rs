@@ -144,7 +144,10 @@ pub(crate) struct BrokerArgs {
 impl BrokerArgs {
     /// The URL given, whichever flag carried it.
     pub(crate) fn url(&self) -> &str {
-        self.redis.as_deref().or(self.amqp.as_deref()).unwrap_or_default()
+        self.redis
+            .as_deref()
+            .or(self.amqp.as_deref())
+            .unwrap_or_default()
     }
 }
 

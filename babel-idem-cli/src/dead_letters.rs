@@ -171,7 +171,12 @@ pub(crate) async fn redrive(
         let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
         if dry_run {
             out.emit(
-                || format!("would forget {} ids before moving them (dry run: nothing forgotten)", ids.len()),
+                || {
+                    format!(
+                        "would forget {} ids before moving them (dry run: nothing forgotten)",
+                        ids.len()
+                    )
+                },
                 || json!({ "would_forget": ids.len(), "forgotten": 0, "dry_run": true }),
             );
         } else {
@@ -189,9 +194,7 @@ pub(crate) async fn redrive(
     }
     let bar = progress_bar();
     let options = options(&args, select, dry_run);
-    let result = broker
-        .redrive(&args.from, &options, |_| bar.inc(1))
-        .await;
+    let result = broker.redrive(&args.from, &options, |_| bar.inc(1)).await;
     bar.finish_and_clear();
     match result {
         Ok(report) => {
@@ -221,7 +224,8 @@ fn progress_bar() -> ProgressBar {
         return ProgressBar::hidden();
     }
     let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
-    if let Ok(style) = ProgressStyle::with_template("redriving {spinner} {pos} messages ({per_sec})")
+    if let Ok(style) =
+        ProgressStyle::with_template("redriving {spinner} {pos} messages ({per_sec})")
     {
         bar.set_style(style);
     }
@@ -242,7 +246,11 @@ fn outcome_word(outcome: &Outcome) -> &'static str {
 /// One line per message that moved (or would) or was left for a reason;
 /// the skipped ones only count in the summary.
 fn items(report: &RedriveReport, out: &mut Output) {
-    for item in report.items.iter().filter(|i| i.outcome != Outcome::Skipped) {
+    for item in report
+        .items
+        .iter()
+        .filter(|i| i.outcome != Outcome::Skipped)
+    {
         let id = item.id.as_deref().unwrap_or("-");
         let why = match &item.outcome {
             Outcome::Left(why) => Some(why),
@@ -255,7 +263,11 @@ fn items(report: &RedriveReport, out: &mut Output) {
                     outcome_word(&item.outcome),
                     escaped(id),
                     escaped(item.urn.as_deref().unwrap_or("-")),
-                    escaped(if item.reason.is_empty() { "-" } else { &item.reason }),
+                    escaped(if item.reason.is_empty() {
+                        "-"
+                    } else {
+                        &item.reason
+                    }),
                 );
                 if let Some(to) = &item.to {
                     line.push_str(&format!("\t-> {}", escaped(to)));
@@ -357,7 +369,9 @@ pub(crate) async fn dlq(
             message,
         } => {
             let records = look(&broker, &queue, None, timeout).await?;
-            let position = message.strip_prefix('#').and_then(|n| n.parse::<usize>().ok());
+            let position = message
+                .strip_prefix('#')
+                .and_then(|n| n.parse::<usize>().ok());
             let found = records.iter().find(|record| match position {
                 Some(position) => record.position == position,
                 None => record.id.as_deref() == Some(message.as_str()),
@@ -415,8 +429,12 @@ impl DlqFilter {
         any(&self.select.urn, record.urn.as_deref())
             && any(&self.select.reason, Some(&record.reason))
             && any(&self.select.id, record.id.as_deref())
-            && self.since.is_none_or(|since| at.is_some_and(|at| at >= since))
-            && self.until.is_none_or(|until| at.is_some_and(|at| at <= until))
+            && self
+                .since
+                .is_none_or(|since| at.is_some_and(|at| at >= since))
+            && self
+                .until
+                .is_none_or(|until| at.is_some_and(|at| at <= until))
     }
 }
 
@@ -426,7 +444,11 @@ fn list_line(record: &DlqRecord) -> String {
         record.position,
         escaped(record.id.as_deref().unwrap_or("-")),
         escaped(record.urn.as_deref().unwrap_or("-")),
-        escaped(if record.reason.is_empty() { "-" } else { &record.reason }),
+        escaped(if record.reason.is_empty() {
+            "-"
+        } else {
+            &record.reason
+        }),
         record
             .failed_at
             .map(|at| rfc3339_ms(at as i64))
@@ -468,19 +490,48 @@ fn show_text(record: &DlqRecord) -> String {
     let mut lines = vec![
         format!("position        #{}", record.position),
         format!("kind            {}", record.kind.as_str()),
-        format!("id              {}", escaped(record.id.as_deref().unwrap_or("-"))),
-        format!("urn             {}", escaped(record.urn.as_deref().unwrap_or("-"))),
-        format!("trace_id        {}", escaped(record.trace_id.as_deref().unwrap_or("-"))),
-        format!("reason          {}", escaped(if record.reason.is_empty() { "-" } else { &record.reason })),
+        format!(
+            "id              {}",
+            escaped(record.id.as_deref().unwrap_or("-"))
+        ),
+        format!(
+            "urn             {}",
+            escaped(record.urn.as_deref().unwrap_or("-"))
+        ),
+        format!(
+            "trace_id        {}",
+            escaped(record.trace_id.as_deref().unwrap_or("-"))
+        ),
+        format!(
+            "reason          {}",
+            escaped(if record.reason.is_empty() {
+                "-"
+            } else {
+                &record.reason
+            })
+        ),
         format!(
             "failed_at       {}",
-            record.failed_at.map(|at| rfc3339_ms(at as i64)).unwrap_or_else(|| "-".into())
+            record
+                .failed_at
+                .map(|at| rfc3339_ms(at as i64))
+                .unwrap_or_else(|| "-".into())
         ),
-        format!("original_queue  {}", escaped(record.original_queue.as_deref().unwrap_or("-"))),
-        format!("error           {}", escaped(record.error.as_deref().unwrap_or("-"))),
+        format!(
+            "original_queue  {}",
+            escaped(record.original_queue.as_deref().unwrap_or("-"))
+        ),
+        format!(
+            "error           {}",
+            escaped(record.error.as_deref().unwrap_or("-"))
+        ),
     ];
     for (name, value) in &record.headers {
-        lines.push(format!("header          {}: {}", escaped(name), escaped(value)));
+        lines.push(format!(
+            "header          {}: {}",
+            escaped(name),
+            escaped(value)
+        ));
     }
     let body = match serde_json::from_slice::<Value>(&record.body) {
         Ok(body) => serde_json::to_string_pretty(&body).unwrap_or_default(),
@@ -499,7 +550,13 @@ fn stats(queue: &str, records: &[DlqRecord], out: &mut Output) {
         }
         counts
     };
-    let by_reason = count(|r| if r.reason.is_empty() { "-".into() } else { r.reason.clone() });
+    let by_reason = count(|r| {
+        if r.reason.is_empty() {
+            "-".into()
+        } else {
+            r.reason.clone()
+        }
+    });
     let by_urn = count(|r| r.urn.clone().unwrap_or_else(|| "-".into()));
     let by_queue = count(|r| r.original_queue.clone().unwrap_or_else(|| "-".into()));
     out.emit(

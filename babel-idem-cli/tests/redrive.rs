@@ -183,7 +183,15 @@ async fn redrive_killed_mid_run_on_redis_leaves_every_message_in_the_dlq_or_on_t
         .map(|id| record(id, &queue.name, DeadLetterReason::Failed))
         .collect();
     queue.fill(&records).await;
-    let mut child = spawn(&["redrive", "--redis", &url, "--from", &queue.dlq(), "--rate", "400"]);
+    let mut child = spawn(&[
+        "redrive",
+        "--redis",
+        &url,
+        "--from",
+        &queue.dlq(),
+        "--rate",
+        "400",
+    ]);
     let started = Instant::now();
     loop {
         let moved: usize = queue.raw().await.llen(&queue.name).await.unwrap();
@@ -196,12 +204,30 @@ async fn redrive_killed_mid_run_on_redis_leaves_every_message_in_the_dlq_or_on_t
     child.kill().expect("kill -9 the redrive");
     child.wait().unwrap();
 
-    let dead: Vec<String> = queue.values(&queue.dlq()).await.iter().map(|v| id_of(v)).collect();
-    let work: Vec<String> = queue.values(&queue.name).await.iter().map(|v| id_of(v)).collect();
-    assert!(!work.is_empty() && work.len() < 1000, "killed mid-run: {}", work.len());
+    let dead: Vec<String> = queue
+        .values(&queue.dlq())
+        .await
+        .iter()
+        .map(|v| id_of(v))
+        .collect();
+    let work: Vec<String> = queue
+        .values(&queue.name)
+        .await
+        .iter()
+        .map(|v| id_of(v))
+        .collect();
+    assert!(
+        !work.is_empty() && work.len() < 1000,
+        "killed mid-run: {}",
+        work.len()
+    );
     let at = placement(&dead, &work);
     let in_both = at.values().filter(|(d, w)| *d > 0 && *w > 0).count();
-    eprintln!("after kill -9: {} in the DLQ, {} on the queue, {in_both} in both", dead.len(), work.len());
+    eprintln!(
+        "after kill -9: {} in the DLQ, {} on the queue, {in_both} in both",
+        dead.len(),
+        work.len()
+    );
     for id in &ids {
         assert!(at.contains_key(id), "{id} was lost");
     }
@@ -229,7 +255,10 @@ async fn redrive_killed_mid_run_on_rabbitmq_loses_no_message() {
         .map(|id| record(id, &name, DeadLetterReason::Failed))
         .collect();
     transport.publish_many(&dlq, &records).await.unwrap();
-    transport.publish_many(&name, &[] as &[Vec<u8>]).await.unwrap();
+    transport
+        .publish_many(&name, &[] as &[Vec<u8>])
+        .await
+        .unwrap();
     let mut child = spawn(&["redrive", "--amqp", &url, "--from", &dlq, "--rate", "400"]);
     let started = Instant::now();
     loop {
@@ -274,7 +303,10 @@ async fn redrive_killed_mid_run_on_rabbitmq_loses_no_message() {
     let moved = at.values().filter(|(d, w)| *d == 0 && *w > 0).count();
     eprintln!("after kill -9: {moved} moved, {in_both} in both (same meta.id), none lost");
     assert!(moved > 0 && moved < 1000, "killed mid-run: {moved}");
-    assert!(at.values().all(|(d, w)| *d <= 1 && *w <= 1), "no message copied twice over");
+    assert!(
+        at.values().all(|(d, w)| *d <= 1 && *w <= 1),
+        "no message copied twice over"
+    );
 
     let _ = transport.delete_queue(&name).await;
     let _ = transport.delete_queue(&dlq).await;
@@ -293,12 +325,25 @@ async fn dry_run_lists_the_plan_and_moves_nothing() {
         b"not json".to_vec(),
     ];
     queue.fill(&records).await;
-    let run = cli(&["--dry-run", "--json", "redrive", "--redis", &url, "--from", &queue.dlq()]);
+    let run = cli(&[
+        "--dry-run",
+        "--json",
+        "redrive",
+        "--redis",
+        &url,
+        "--from",
+        &queue.dlq(),
+    ]);
     run.ok();
     let lines = run.json_lines();
     let summary = lines.last().unwrap();
     assert_eq!(
-        (&summary["would_move"], &summary["moved"], &summary["left"], &summary["dry_run"]),
+        (
+            &summary["would_move"],
+            &summary["moved"],
+            &summary["left"],
+            &summary["dry_run"]
+        ),
         (&json!(2), &json!(0), &json!(1), &json!(true)),
         "{run:?}"
     );
@@ -310,11 +355,31 @@ async fn dry_run_lists_the_plan_and_moves_nothing() {
     // Selected by reason, for real, to a sandbox: only d-1 moves.
     let sandbox = format!("{}.sandbox", queue.name);
     let run = cli(&[
-        "redrive", "--redis", &url, "--from", &queue.dlq(), "--reason", "unknown_urn", "--to", &sandbox,
+        "redrive",
+        "--redis",
+        &url,
+        "--from",
+        &queue.dlq(),
+        "--reason",
+        "unknown_urn",
+        "--to",
+        &sandbox,
     ]);
     run.ok();
-    assert!(run.stdout.lines().last().unwrap().starts_with("moved 1, skipped 2, left 0"), "{run:?}");
-    let moved: Vec<String> = queue.values(&sandbox).await.iter().map(|v| id_of(v)).collect();
+    assert!(
+        run.stdout
+            .lines()
+            .last()
+            .unwrap()
+            .starts_with("moved 1, skipped 2, left 0"),
+        "{run:?}"
+    );
+    let moved: Vec<String> = queue
+        .values(&sandbox)
+        .await
+        .iter()
+        .map(|v| id_of(v))
+        .collect();
     assert_eq!(moved, ["d-1"]);
 }
 
@@ -331,12 +396,29 @@ async fn dlq_list_show_and_stats_read_and_change_nothing() {
         record("l-2", &queue.name, DeadLetterReason::Failed),
     ];
     queue.fill(&records).await;
-    let run = cli(&["--json", "dlq", "list", "--redis", &url, &queue.dlq(), "--reason", "failed"]);
+    let run = cli(&[
+        "--json",
+        "dlq",
+        "list",
+        "--redis",
+        &url,
+        &queue.dlq(),
+        "--reason",
+        "failed",
+    ]);
     run.ok();
     let ids: Vec<Value> = run.json_lines().iter().map(|l| l["id"].clone()).collect();
     assert_eq!(ids, [json!("l-0"), json!("l-2")]);
 
-    let run = cli(&["--json", "dlq", "show", "--redis", &url, &queue.dlq(), "l-1"]);
+    let run = cli(&[
+        "--json",
+        "dlq",
+        "show",
+        "--redis",
+        &url,
+        &queue.dlq(),
+        "l-1",
+    ]);
     run.ok();
     let shown = &run.json_lines()[0];
     assert_eq!(shown["reason"], "unknown_urn");
@@ -363,7 +445,10 @@ async fn forget_in_forgets_exactly_the_moved_ids_first() {
     };
     let queue = RedisQueue::new(&url);
     let prefix = format!("bi-cli-seen-{}:", unique_suffix());
-    let store = RedisStore::builder().prefix(&prefix).connect_lazy(&url).unwrap();
+    let store = RedisStore::builder()
+        .prefix(&prefix)
+        .connect_lazy(&url)
+        .unwrap();
     for id in ["f-0", "f-1", "f-2"] {
         store.remember(id).await.unwrap();
     }
@@ -374,15 +459,32 @@ async fn forget_in_forgets_exactly_the_moved_ids_first() {
         ])
         .await;
     let run = cli(&[
-        "--prefix", &prefix, "redrive", "--redis", &url, "--from", &queue.dlq(), "--reason", "failed",
-        "--forget-in", &url,
+        "--prefix",
+        &prefix,
+        "redrive",
+        "--redis",
+        &url,
+        "--from",
+        &queue.dlq(),
+        "--reason",
+        "failed",
+        "--forget-in",
+        &url,
     ]);
     run.ok();
     assert!(run.stdout.starts_with("forgot 1 of 1 ids"), "{run:?}");
     assert!(!store.seen("f-0").await.unwrap(), "the moved id runs again");
-    assert!(store.seen("f-1").await.unwrap(), "a message that stayed keeps its mark");
+    assert!(
+        store.seen("f-1").await.unwrap(),
+        "a message that stayed keeps its mark"
+    );
     assert!(store.seen("f-2").await.unwrap());
-    let moved: Vec<String> = queue.values(&queue.name).await.iter().map(|v| id_of(v)).collect();
+    let moved: Vec<String> = queue
+        .values(&queue.name)
+        .await
+        .iter()
+        .map(|v| id_of(v))
+        .collect();
     assert_eq!(moved, ["f-0"]);
     for id in ["f-1", "f-2"] {
         store.forget(id).await.unwrap();
@@ -402,7 +504,13 @@ async fn bad_input_is_one_clear_line_a_non_zero_exit_and_nothing_moved() {
     queue.fill(&records).await;
     let dlq = queue.dlq();
     let redrive = |extra: &[&str]| {
-        let mut args = vec!["redrive", "--redis", redis_url.as_str(), "--from", dlq.as_str()];
+        let mut args = vec![
+            "redrive",
+            "--redis",
+            redis_url.as_str(),
+            "--from",
+            dlq.as_str(),
+        ];
         args.extend(extra);
         cli(&args)
     };

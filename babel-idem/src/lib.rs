@@ -75,10 +75,10 @@ pub mod store;
 pub mod conformance;
 #[cfg(feature = "consumer")]
 pub mod consumer;
-#[cfg(feature = "consumer")]
-pub mod transport;
 #[cfg(any(feature = "redis-transport", feature = "amqp-transport"))]
 pub mod redrive;
+#[cfg(feature = "consumer")]
+pub mod transport;
 
 #[doc(hidden)]
 pub mod __private;

@@ -388,9 +388,13 @@ pub enum LeftReason {
 impl fmt::Display for LeftReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            LeftReason::Poison => f.write_str("poison record (use include_poison to republish its payload)"),
+            LeftReason::Poison => {
+                f.write_str("poison record (use include_poison to republish its payload)")
+            }
             LeftReason::Undecodable => f.write_str("the body does not decode as an envelope"),
-            LeftReason::NoTarget => f.write_str("it names no queue to go back to; give a target queue"),
+            LeftReason::NoTarget => {
+                f.write_str("it names no queue to go back to; give a target queue")
+            }
             LeftReason::InvalidTarget(why) => write!(f, "its queue cannot be used: {why}"),
             LeftReason::Unencodable(why) => write!(f, "it cannot be rewritten: {why}"),
             LeftReason::Gone => f.write_str("it left the dead-letter queue while the redrive ran"),
@@ -631,7 +635,8 @@ async fn drive(
             match plan {
                 Some((target, body)) if !options.dry_run => {
                     if let Some(rate) = options.rate {
-                        let due = started + Duration::from_secs_f64(report.moved as f64 / f64::from(rate));
+                        let due = started
+                            + Duration::from_secs_f64(report.moved as f64 / f64::from(rate));
                         tokio::time::sleep_until(due.into()).await;
                     }
                     let headers = bypass_headers(options.bypass);
@@ -711,7 +716,12 @@ fn decide(
         }
         RecordKind::Poison | RecordKind::Undecodable => match &reading.payload {
             Some(payload) => payload.clone(),
-            None => return left(item, LeftReason::Unencodable("the record keeps no payload".into())),
+            None => {
+                return left(
+                    item,
+                    LeftReason::Unencodable("the record keeps no payload".into()),
+                );
+            }
         },
     };
     let Some(target) = options.to.clone().or(reading.original_queue.clone()) else {

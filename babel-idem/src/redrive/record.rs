@@ -60,7 +60,14 @@ pub(crate) fn read(message: &DlqMessage) -> Reading {
                     payload: Some(message.body.clone()),
                     envelope: Some(envelope),
                 },
-                (Some(Death { reason, queue, time_ms }), None) => Reading {
+                (
+                    Some(Death {
+                        reason,
+                        queue,
+                        time_ms,
+                    }),
+                    None,
+                ) => Reading {
                     kind: RecordKind::Envelope,
                     reason: reason.clone(),
                     failed_at: *time_ms,
@@ -190,7 +197,10 @@ mod tests {
 
     #[test]
     fn a_wrapped_record_gives_back_its_raw_bytes() {
-        let utf8 = poison_record(br#"{"raw":"not json","dead_letter":{"reason":"poison","original_queue":"orders"}}"#).unwrap();
+        let utf8 = poison_record(
+            br#"{"raw":"not json","dead_letter":{"reason":"poison","original_queue":"orders"}}"#,
+        )
+        .unwrap();
         assert_eq!(utf8.payload.unwrap(), b"not json");
         assert_eq!(utf8.original_queue.as_deref(), Some("orders"));
         let binary = poison_record(

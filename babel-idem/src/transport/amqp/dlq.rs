@@ -246,8 +246,11 @@ impl DlqSession for AmqpDlq {
             };
             let queue = lapin_within(
                 self.timeout,
-                self.channel
-                    .queue_declare(self.dlq.as_str().into(), passive, FieldTable::default()),
+                self.channel.queue_declare(
+                    self.dlq.as_str().into(),
+                    passive,
+                    FieldTable::default(),
+                ),
             )
             .await?;
             Ok(queue.message_count() as usize)
@@ -260,19 +263,13 @@ impl DlqSession for AmqpDlq {
             for _ in 0..max {
                 let got = lapin_within(
                     self.timeout,
-                    self.channel.basic_get(
-                        self.dlq.as_str().into(),
-                        BasicGetOptions { no_ack: false },
-                    ),
+                    self.channel
+                        .basic_get(self.dlq.as_str().into(), BasicGetOptions { no_ack: false }),
                 )
                 .await?;
                 let Some(got) = got else { break };
                 let delivery = got.delivery;
-                let headers = delivery
-                    .properties
-                    .headers()
-                    .clone()
-                    .unwrap_or_default();
+                let headers = delivery.properties.headers().clone().unwrap_or_default();
                 if field(&headers, DELIVERY_COUNT).is_some() {
                     let mut copy = FieldTable::default();
                     for (name, value) in properties::out_of_band(&delivery.properties).inner() {
@@ -312,7 +309,11 @@ impl DlqSession for AmqpDlq {
             // On the connection the delivery came on: once it is gone the
             // broker has put the delivery back, and a copy would be a second.
             self.sessions
-                .publish(target, std::iter::once((body, &table)), Some(self.generation))
+                .publish(
+                    target,
+                    std::iter::once((body, &table)),
+                    Some(self.generation),
+                )
                 .await?;
             lapin_within(
                 self.timeout,
@@ -328,10 +329,7 @@ impl DlqSession for AmqpDlq {
         let DlqHandle::Amqp(tag) = message.handle else {
             return;
         };
-        let copy = self
-            .counted
-            .remove(&tag)
-            .map(|table| (message.body, table));
+        let copy = self.counted.remove(&tag).map(|table| (message.body, table));
         self.held.push(Held { tag, copy });
     }
 

@@ -22,8 +22,8 @@ use ::redis::{RedisError, Script};
 use super::frame;
 use super::{QUEUE_NAMES, RedisTransport, broker};
 use crate::redrive::{
-    self, DlqHandle, DlqMessage, DlqRecord, DlqSession, RedriveError, RedriveItem,
-    RedriveOptions, RedriveReport,
+    self, DlqHandle, DlqMessage, DlqRecord, DlqSession, RedriveError, RedriveItem, RedriveOptions,
+    RedriveReport,
 };
 use crate::transport::{TransportError, TransportFuture};
 
