@@ -61,7 +61,16 @@ use crate::consumer::HEADER_REPLAY_BYPASS;
 use crate::envelope::Envelope;
 use crate::transport::{TransportError, TransportFuture};
 
-/// A predicate over the envelope of a dead-lettered message.
+/// A predicate over the envelope of a dead-lettered message, as
+/// [`Selection::filter`] keeps it.
+///
+/// ```
+/// use babel_idem::redrive::Predicate;
+/// use std::sync::Arc;
+///
+/// let orders: Predicate = Arc::new(|envelope| envelope.urn().starts_with("urn:babel:orders:"));
+/// # let _ = orders;
+/// ```
 pub type Predicate = Arc<dyn Fn(&Envelope) -> bool + Send + Sync>;
 
 /// Which dead-lettered messages a redrive moves: every condition given must
@@ -352,6 +361,13 @@ pub struct DlqRecord {
 }
 
 /// What happened to one message in a redrive.
+///
+/// ```
+/// use babel_idem::redrive::{LeftReason, Outcome};
+///
+/// let outcome = Outcome::Left(LeftReason::Poison);
+/// assert!(matches!(outcome, Outcome::Left(_)));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Outcome {
@@ -366,6 +382,12 @@ pub enum Outcome {
 }
 
 /// Why a selected message was left in the dead-letter queue.
+///
+/// ```
+/// use babel_idem::redrive::LeftReason;
+///
+/// assert!(LeftReason::NoTarget.to_string().contains("give a target queue"));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LeftReason {
@@ -403,6 +425,19 @@ impl fmt::Display for LeftReason {
 }
 
 /// One message of a redrive's report.
+///
+/// ```
+/// use babel_idem::redrive::{Outcome, RedriveItem};
+///
+/// fn moved_ids(items: &[RedriveItem]) -> Vec<&str> {
+///     items
+///         .iter()
+///         .filter(|item| item.outcome == Outcome::Moved)
+///         .filter_map(|item| item.id.as_deref())
+///         .collect()
+/// }
+/// assert!(moved_ids(&[]).is_empty());
+/// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct RedriveItem {
@@ -465,6 +500,21 @@ impl RedriveReport {
 }
 
 /// Why a redrive did not finish.
+///
+/// ```no_run
+/// # #[cfg(feature = "redis-transport")]
+/// # async fn run(transport: babel_idem::transport::RedisTransport) {
+/// use babel_idem::redrive::{RedriveError, RedriveOptions};
+///
+/// match transport.redrive("orders.dlq", &RedriveOptions::new()).await {
+///     Ok(report) => println!("moved {}", report.moved),
+///     Err(RedriveError::Stopped { report, error }) => {
+///         eprintln!("stopped after {}: {error}; run it again", report.moved)
+///     }
+///     Err(error) => eprintln!("nothing moved: {error}"),
+/// }
+/// # }
+/// ```
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum RedriveError {
@@ -545,7 +595,7 @@ pub(crate) enum DlqHandle {
 
 /// A transport's dead-letter queue operations for one run: what each
 /// broker's commands translate.
-pub(crate) trait DlqSession: Send {
+pub(crate) trait DlqRun: Send {
     /// How many messages the queue holds now.
     fn depth(&mut self) -> TransportFuture<'_, usize>;
 
@@ -576,22 +626,26 @@ pub(crate) trait DlqSession: Send {
 /// Messages looked at per broker round trip.
 pub(crate) const PAGE: usize = 100;
 
-/// A redrive over `session`, which the transport opened on `dlq`.
+/// A redrive over `queue`, which the transport opened on `dlq`.
 pub(crate) async fn run(
-    session: &mut dyn DlqSession,
+    queue: &mut dyn DlqRun,
     dlq: &str,
     options: &RedriveOptions,
     on_item: &mut (dyn FnMut(&RedriveItem) + Send),
 ) -> Result<RedriveReport, RedriveError> {
-    if let Some(to) = &options.to {
-        session.check_queue(to)?;
+    if let Some(to) = &options.to
+        && let Err(error) = queue.check_queue(to)
+    {
+        // Nothing was looked at: closing gives nothing back but the channel.
+        let _ = queue.close().await;
+        return Err(RedriveError::Transport(error));
     }
     let mut report = RedriveReport {
         dry_run: options.dry_run,
         ..RedriveReport::default()
     };
-    let outcome = drive(session, dlq, options, on_item, &mut report).await;
-    let closed = session.close().await;
+    let outcome = drive(queue, dlq, options, on_item, &mut report).await;
+    let closed = queue.close().await;
     match (outcome, closed) {
         (Ok(()), Ok(())) => Ok(report),
         (Err(error), _) | (Ok(()), Err(error)) => {
@@ -605,33 +659,33 @@ pub(crate) async fn run(
 }
 
 async fn drive(
-    session: &mut dyn DlqSession,
+    queue: &mut dyn DlqRun,
     dlq: &str,
     options: &RedriveOptions,
     on_item: &mut (dyn FnMut(&RedriveItem) + Send),
     report: &mut RedriveReport,
 ) -> Result<(), TransportError> {
-    let mut depth = session.depth().await?;
+    let mut depth = queue.depth().await?;
     let watching = Instant::now();
     while depth == 0 && watching.elapsed() < options.wait {
         tokio::time::sleep(Duration::from_millis(50).min(options.wait)).await;
-        depth = session.depth().await?;
+        depth = queue.depth().await?;
     }
     let max = options.max.unwrap_or(usize::MAX);
     let started = Instant::now();
     let mut looked = 0;
     while looked < depth && report.moved + report.would_move < max {
-        let page = session.look(PAGE.min(depth - looked)).await?;
+        let page = queue.look(PAGE.min(depth - looked)).await?;
         if page.is_empty() {
             break;
         }
         for message in page {
             looked += 1;
             if report.moved + report.would_move >= max {
-                session.put_back(message);
+                queue.put_back(message);
                 continue;
             }
-            let (mut item, plan) = decide(&message, dlq, options, session);
+            let (mut item, plan) = decide(&message, dlq, options, queue);
             match plan {
                 Some((target, body)) if !options.dry_run => {
                     if let Some(rate) = options.rate {
@@ -640,7 +694,7 @@ async fn drive(
                         tokio::time::sleep_until(due.into()).await;
                     }
                     let headers = bypass_headers(options.bypass);
-                    match session.republish(message, &target, &body, &headers).await {
+                    match queue.republish(message, &target, &body, &headers).await {
                         Ok(true) => item.outcome = Outcome::Moved,
                         Ok(false) => {
                             item.outcome = Outcome::Left(LeftReason::Gone);
@@ -651,9 +705,9 @@ async fn drive(
                 }
                 Some(_) => {
                     item.outcome = Outcome::WouldMove;
-                    session.put_back(message);
+                    queue.put_back(message);
                 }
-                None => session.put_back(message),
+                None => queue.put_back(message),
             }
             on_item(&item);
             report.push(item);
@@ -675,7 +729,7 @@ fn decide(
     message: &DlqMessage,
     dlq: &str,
     options: &RedriveOptions,
-    session: &dyn DlqSession,
+    queue: &dyn DlqRun,
 ) -> (RedriveItem, Option<(String, Vec<u8>)>) {
     let reading = record::read(message);
     let envelope = reading.envelope.as_ref();
@@ -731,7 +785,7 @@ fn decide(
         };
         return left(item, why);
     };
-    if let Err(error) = session.check_queue(&target) {
+    if let Err(error) = queue.check_queue(&target) {
         return left(item, LeftReason::InvalidTarget(error.to_string()));
     }
     item.to = Some(target.clone());
@@ -739,28 +793,28 @@ fn decide(
     (item, Some((target, body)))
 }
 
-/// Reads up to `max` messages of the queue `session` was opened on, from
+/// Reads up to `max` messages of the dead-letter queue `queue`, from
 /// the head, and leaves them all in place.
 pub(crate) async fn look(
-    session: &mut dyn DlqSession,
+    queue: &mut dyn DlqRun,
     max: Option<usize>,
 ) -> Result<Vec<DlqRecord>, TransportError> {
-    let looked = look_all(session, max).await;
-    let closed = session.close().await;
+    let looked = look_all(queue, max).await;
+    let closed = queue.close().await;
     let records = looked?;
     closed?;
     Ok(records)
 }
 
 async fn look_all(
-    session: &mut dyn DlqSession,
+    queue: &mut dyn DlqRun,
     max: Option<usize>,
 ) -> Result<Vec<DlqRecord>, TransportError> {
-    let depth = session.depth().await?;
+    let depth = queue.depth().await?;
     let wanted = max.map_or(depth, |max| max.min(depth));
     let mut records = Vec::with_capacity(wanted);
     while records.len() < wanted {
-        let page = session.look(PAGE.min(wanted - records.len())).await?;
+        let page = queue.look(PAGE.min(wanted - records.len())).await?;
         if page.is_empty() {
             break;
         }
@@ -780,7 +834,7 @@ async fn look_all(
                 body: message.body.clone(),
                 headers: message.headers.clone(),
             });
-            session.put_back(message);
+            queue.put_back(message);
         }
     }
     Ok(records)

@@ -38,7 +38,7 @@ use lapin::types::{AMQPValue, FieldTable};
 use super::session::Sessions;
 use super::{AmqpTransport, QUEUE_NAMES, properties};
 use crate::redrive::{
-    self, Death, DlqHandle, DlqMessage, DlqRecord, DlqSession, RedriveError, RedriveItem,
+    self, Death, DlqHandle, DlqMessage, DlqRecord, DlqRun, RedriveError, RedriveItem,
     RedriveOptions, RedriveReport,
 };
 use crate::transport::{TransportError, TransportFuture};
@@ -93,8 +93,8 @@ impl AmqpTransport {
         options: &RedriveOptions,
         mut on_item: impl FnMut(&RedriveItem) + Send,
     ) -> Result<RedriveReport, RedriveError> {
-        let mut session = self.dead_letter_session(dlq).await?;
-        redrive::run(&mut session, dlq, options, &mut on_item).await
+        let mut run = self.dead_letter_run(dlq).await?;
+        redrive::run(&mut run, dlq, options, &mut on_item).await
     }
 
     /// Reads up to `max` (all with `None`) messages of the dead-letter
@@ -117,11 +117,11 @@ impl AmqpTransport {
         dlq: &str,
         max: Option<usize>,
     ) -> Result<Vec<DlqRecord>, RedriveError> {
-        let mut session = self.dead_letter_session(dlq).await?;
-        Ok(redrive::look(&mut session, max).await?)
+        let mut run = self.dead_letter_run(dlq).await?;
+        Ok(redrive::look(&mut run, max).await?)
     }
 
-    async fn dead_letter_session(&self, dlq: &str) -> Result<AmqpDlq, RedriveError> {
+    async fn dead_letter_run(&self, dlq: &str) -> Result<AmqpDlq, RedriveError> {
         QUEUE_NAMES.check(dlq)?;
         let timeout = self.sessions.timeout();
         // A refused passive declare closes its channel: a throwaway one.
@@ -237,7 +237,7 @@ fn field<'t>(table: &'t FieldTable, name: &str) -> Option<&'t AMQPValue> {
         .map(|(_, value)| value)
 }
 
-impl DlqSession for AmqpDlq {
+impl DlqRun for AmqpDlq {
     fn depth(&mut self) -> TransportFuture<'_, usize> {
         Box::pin(async move {
             let passive = QueueDeclareOptions {

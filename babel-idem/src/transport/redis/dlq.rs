@@ -22,7 +22,7 @@ use ::redis::{RedisError, Script};
 use super::frame;
 use super::{QUEUE_NAMES, RedisTransport, broker};
 use crate::redrive::{
-    self, DlqHandle, DlqMessage, DlqRecord, DlqSession, RedriveError, RedriveItem, RedriveOptions,
+    self, DlqHandle, DlqMessage, DlqRecord, DlqRun, RedriveError, RedriveItem, RedriveOptions,
     RedriveReport,
 };
 use crate::transport::{TransportError, TransportFuture};
@@ -74,8 +74,8 @@ impl RedisTransport {
         options: &RedriveOptions,
         mut on_item: impl FnMut(&RedriveItem) + Send,
     ) -> Result<RedriveReport, RedriveError> {
-        let mut session = self.dead_letter_session(dlq)?;
-        redrive::run(&mut session, dlq, options, &mut on_item).await
+        let mut run = self.dead_letter_run(dlq)?;
+        redrive::run(&mut run, dlq, options, &mut on_item).await
     }
 
     /// Reads up to `max` (all with `None`) records of the dead-letter list
@@ -97,11 +97,11 @@ impl RedisTransport {
         dlq: &str,
         max: Option<usize>,
     ) -> Result<Vec<DlqRecord>, RedriveError> {
-        let mut session = self.dead_letter_session(dlq)?;
-        Ok(redrive::look(&mut session, max).await?)
+        let mut run = self.dead_letter_run(dlq)?;
+        Ok(redrive::look(&mut run, max).await?)
     }
 
-    fn dead_letter_session(&self, dlq: &str) -> Result<RedisDlq, TransportError> {
+    fn dead_letter_run(&self, dlq: &str) -> Result<RedisDlq, TransportError> {
         QUEUE_NAMES.check(dlq)?;
         Ok(RedisDlq {
             connection: self.connection.clone(),
@@ -144,7 +144,7 @@ impl RedisDlq {
     }
 }
 
-impl DlqSession for RedisDlq {
+impl DlqRun for RedisDlq {
     fn depth(&mut self) -> TransportFuture<'_, usize> {
         Box::pin(async move {
             self.list_type().await?;
@@ -209,10 +209,9 @@ impl DlqSession for RedisDlq {
                 .invoke_async(&mut self.connection)
                 .await;
             let moved = moved.map_err(broker)? == 1;
-            if moved {
-                // It was before the cursor; the list is one shorter there.
-                self.offset = self.offset.saturating_sub(1);
-            }
+            // It was before the cursor and is gone now, moved by this run
+            // or taken by another tool: the list is one shorter there.
+            self.offset = self.offset.saturating_sub(1);
             Ok(moved)
         })
     }
