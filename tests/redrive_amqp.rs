@@ -10,7 +10,9 @@
 mod consumer_support;
 mod store_contract;
 
+use std::collections::HashSet;
 use std::path::Path;
+use std::time::Duration;
 
 use babel_idem::Envelope;
 use babel_idem::envelope::{DeadLetter, DeadLetterReason};
@@ -456,4 +458,127 @@ async fn looking_at_a_quorum_dlq_with_a_delivery_limit_never_dead_letters_a_mess
         .await
         .unwrap();
     assert_eq!(report.moved, 3);
+}
+
+/// A TCP proxy to the broker, owned by one test: `stop` drops every
+/// connection through it and stops listening, so the broker is unreachable.
+struct Proxy {
+    port: u16,
+    tasks: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
+}
+
+impl Proxy {
+    async fn start(upstream: String) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let tasks: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>> =
+            std::sync::Arc::default();
+        let registry = std::sync::Arc::clone(&tasks);
+        let accept = tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let upstream = upstream.clone();
+                let task = tokio::spawn(async move {
+                    if let Ok(mut server) = tokio::net::TcpStream::connect(upstream).await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    }
+                });
+                registry.lock().unwrap().push(task.abort_handle());
+            }
+        });
+        tasks.lock().unwrap().push(accept.abort_handle());
+        Proxy { port, tasks }
+    }
+
+    fn stop(&self) {
+        self.tasks
+            .lock()
+            .unwrap()
+            .drain(..)
+            .for_each(|task| task.abort());
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_lost_mid_run_stops_the_redrive_with_what_moved_and_loses_nothing() {
+    const TEST: &str = "amqp_a_broker_lost_mid_run";
+    let Some(url) = server_url(AMQP_URL, TEST) else {
+        return;
+    };
+    let queues = Queues::new(&url);
+    let direct = queues.transport().await;
+    let total = 300;
+    let ids: Vec<String> = (0..total).map(|n| format!("l-{n}")).collect();
+    let records: Vec<Vec<u8>> = ids.iter().map(|id| record(id, &queues.name)).collect();
+    direct.publish_many(&queues.dlq(), &records).await.unwrap();
+
+    let uri: lapin::uri::AMQPUri = url.parse().unwrap();
+    let proxy = Proxy::start(format!("{}:{}", uri.authority.host, uri.authority.port)).await;
+    let proxied = url.replacen(
+        &format!(":{}", uri.authority.port),
+        &format!(":{}", proxy.port),
+        1,
+    );
+    let transport = AmqpTransport::builder()
+        .timeout(Duration::from_secs(1))
+        .reconnect_attempts(0)
+        .connect(&proxied)
+        .await
+        .unwrap();
+    let dlq = queues.dlq();
+    let run = tokio::spawn(async move {
+        transport
+            .redrive(&dlq, &RedriveOptions::new().rate(100))
+            .await
+    });
+    eventually("some messages moved", || async {
+        direct
+            .dead_letters(&queues.name, None)
+            .await
+            .map_or(0, |m| m.len())
+            >= 20
+    })
+    .await;
+    proxy.stop();
+    let error = run
+        .await
+        .unwrap()
+        .expect_err("the broker went away mid-run");
+    let RedriveError::Stopped { report, .. } = &error else {
+        panic!("stopped with a report: {error}");
+    };
+    assert!(report.moved >= 20 && report.moved < total, "{report:?}");
+
+    // The broker requeues what the lost connection held: every message is
+    // in the DLQ or on the queue (both only if cut between confirm and ack).
+    eventually("every message is back", || async {
+        let found: HashSet<String> = direct
+            .dead_letters(&queues.dlq(), None)
+            .await
+            .unwrap()
+            .into_iter()
+            .chain(direct.dead_letters(&queues.name, None).await.unwrap())
+            .filter_map(|record| record.id)
+            .collect();
+        found.len() == total
+    })
+    .await;
+    let again = direct
+        .redrive(&queues.dlq(), &RedriveOptions::new())
+        .await
+        .unwrap();
+    assert!(again.moved <= total - report.moved, "{again:?}");
+    let work: HashSet<String> = direct
+        .dead_letters(&queues.name, None)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|record| record.id)
+        .collect();
+    assert_eq!(work, ids.into_iter().collect::<HashSet<_>>());
 }
