@@ -11,7 +11,8 @@ Subcommands every peer answers (one JSON document on stdout):
                                                      and the peer's own options
   poison-record                                      stdin {"body": [bytes], "block_json"}:
                                                      the SDK's poison record, {"record": [bytes]}
-  redrive URL DLQ [--to Q] [--bypass 1]              the SDK's redrive of DLQ: what it did
+  redrive URL DLQ [--to Q] [--bypass 1]              the SDK's redrive of DLQ: what it did, and
+                                                     how long it took (`seconds`)
 """
 
 import json
@@ -97,8 +98,11 @@ def poison_record():
 
 def redrive_with(transport, dlq, options):
     """The SDK's `redrive` of `dlq` on `transport`, with --to and --bypass."""
+    import time
+
     from babelqueue.redrive import redrive
 
+    started = time.perf_counter()
     result = redrive(
         transport,
         dlq,
@@ -111,7 +115,8 @@ def redrive_with(transport, dlq, options):
          "redriven": i.redriven, "bypassed": i.bypassed}
         for i in result.items
     ]
-    return {"redriven": result.redriven, "skipped": result.skipped, "items": items}
+    seconds = time.perf_counter() - started
+    return {"redriven": result.redriven, "skipped": result.skipped, "items": items, "seconds": seconds}
 
 
 def main(argv, app_for, consume_with, commands=None):
