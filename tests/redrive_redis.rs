@@ -82,6 +82,44 @@ async fn ids(queue: &Queue, key: &str) -> Vec<String> {
 /// two readers could part: number forms, escapes, key order, repeated keys,
 /// the `urn` alias, non-canonical keys, pretty printing, no `attempts`.
 fn spelled_records(queue: &str) -> Vec<String> {
+    let mut records = hand_spelled_records(queue);
+    records.extend(float_records(queue));
+    records
+}
+
+/// Records whose `data` holds floats from random bit patterns, each
+/// written three ways (Rust's shortest, `{:e}`, 17 significant digits):
+/// Python reads each as a float and writes it as `repr` does.
+fn float_records(queue: &str) -> Vec<String> {
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    (0..20)
+        .map(|record| {
+            let floats: Vec<String> = (0..30)
+                .filter_map(|_| {
+                    let number = f64::from_bits(next());
+                    number.is_finite().then_some(number)
+                })
+                .flat_map(|n| [format!("{n:?}"), format!("{n:e}"), format!("{n:.16e}")])
+                .collect();
+            format!(
+                r#"{{"job":"{URN}","trace_id":"f-{record}","data":{{"floats":[{}],"scaled":[{}]}},"meta":{{"id":"id-floats-{record}","queue":"{queue}","lang":"rust","schema_version":1,"created_at":1}},"attempts":1,"dead_letter":{{"reason":"failed","original_queue":"{queue}","failed_at":1,"attempts":1}}}}"#,
+                floats.join(","),
+                (0..30)
+                    .map(|i| format!("{}", (next() % 1_000_000) as f64 / 10f64.powi(i % 12)))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )
+        })
+        .collect()
+}
+
+fn hand_spelled_records(queue: &str) -> Vec<String> {
     let block = format!(
         r#"{{"reason":"failed","error":"boom","exception":"RuntimeError","failed_at":1796093299123,"original_queue":"{queue}","attempts":3,"lang":"python"}}"#
     );
@@ -136,17 +174,18 @@ async fn redriven_values_equal_the_python_sdks_byte_for_byte() {
             args.extend(["--bypass", "1"]);
         }
         let out = peer(&python, &args).await;
-        assert_eq!(out["redriven"], 5, "{out}");
+        let count = spelled_records(&queue.name).len();
+        assert_eq!(out["redriven"], count, "{out}");
 
         let options = RedriveOptions::new().to(&ours_to).bypass(bypass);
         let report = transport.redrive(&ours_dlq, &options).await.unwrap();
-        assert_eq!((report.moved, report.left, report.skipped), (5, 0, 0));
+        assert_eq!((report.moved, report.left, report.skipped), (count, 0, 0));
 
         let (python_values, ours) = (
             values(&queue, &python_to).await,
             values(&queue, &ours_to).await,
         );
-        assert_eq!(python_values.len(), 5);
+        assert_eq!(python_values.len(), count);
         for (python_value, our_value) in python_values.iter().zip(&ours) {
             assert_eq!(
                 String::from_utf8_lossy(our_value),
@@ -428,6 +467,37 @@ async fn an_empty_or_missing_dlq_is_nothing_to_redrive_and_bad_names_are_refused
         assert!(error.to_string().contains("invalid queue name"), "{error}");
     }
     assert_eq!(queue.len(&queue.dlq()).await, 1);
+}
+
+#[tokio::test]
+async fn an_empty_dlq_is_watched_for_the_wait_given() {
+    const TEST: &str = "an_empty_dlq_is_watched";
+    let Some(url) = server_url(REDIS_URL, TEST) else {
+        return;
+    };
+    let queue = Queue::new(&url);
+    let transport = queue.transport().await;
+    let late = record("w-0", URN, &queue.name, DeadLetterReason::Failed, 1);
+    let pushed = {
+        let url = url.clone();
+        let dlq = queue.dlq();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let client = redis::Client::open(url.as_str()).unwrap();
+            let mut raw = client.get_multiplexed_async_connection().await.unwrap();
+            let _: () = raw.rpush(dlq, late).await.unwrap();
+        })
+    };
+    let report = transport
+        .redrive(
+            &queue.dlq(),
+            &RedriveOptions::new().wait(Duration::from_secs(30)),
+        )
+        .await
+        .unwrap();
+    pushed.await.unwrap();
+    assert_eq!(report.moved, 1, "{report:?}");
+    assert_eq!(ids(&queue, &queue.name).await, ["w-0"]);
 }
 
 // ---------------------------------------------------------------- interop

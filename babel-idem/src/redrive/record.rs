@@ -181,6 +181,62 @@ fn base64_decode(text: &str) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::redrive::DlqHandle;
+
+    fn message(body: &[u8], headers: &[(&str, &str)], death: Option<Death>) -> DlqMessage {
+        #[cfg(feature = "redis-transport")]
+        let handle = DlqHandle::Redis(body.to_vec());
+        #[cfg(not(feature = "redis-transport"))]
+        let handle = DlqHandle::Amqp(1);
+        DlqMessage {
+            body: body.to_vec(),
+            headers: headers
+                .iter()
+                .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+                .collect(),
+            death,
+            handle,
+        }
+    }
+
+    const ENVELOPE: &[u8] = br#"{"job":"urn:babel:a:b","trace_id":"t","data":{},"meta":{"id":"1","queue":"meta-queue","schema_version":1},"attempts":2}"#;
+
+    #[test]
+    fn a_message_the_broker_dead_lettered_reads_its_reason_queue_and_time_from_x_death() {
+        let death = Death {
+            reason: "expired".to_owned(),
+            queue: "orders".to_owned(),
+            time_ms: Some(1_796_093_299_000),
+        };
+        let reading = read(&message(ENVELOPE, &[], Some(death)));
+        assert_eq!(reading.kind, RecordKind::Envelope);
+        assert_eq!(reading.reason, "expired");
+        assert_eq!(reading.original_queue.as_deref(), Some("orders"));
+        assert_eq!(reading.failed_at, Some(1_796_093_299_000));
+    }
+
+    #[test]
+    fn an_envelope_that_says_nothing_goes_back_to_its_meta_queue() {
+        let reading = read(&message(ENVELOPE, &[], None));
+        assert_eq!(reading.kind, RecordKind::Envelope);
+        assert_eq!(reading.reason, "");
+        assert_eq!(reading.original_queue.as_deref(), Some("meta-queue"));
+    }
+
+    #[test]
+    fn a_copy_the_transport_could_not_hand_over_is_poison_with_its_body_as_payload() {
+        let headers = [
+            (UNREADABLE_REASON_HEADER, "its headers nest too deep"),
+            (UNREADABLE_QUEUE_HEADER, "orders"),
+        ];
+        let reading = read(&message(ENVELOPE, &headers, None));
+        assert_eq!(reading.kind, RecordKind::Poison);
+        assert_eq!(reading.payload.as_deref(), Some(ENVELOPE));
+        assert_eq!(reading.original_queue.as_deref(), Some("orders"));
+        let unreadable = read(&message(b"\xff", &headers, None));
+        assert_eq!(unreadable.kind, RecordKind::Undecodable);
+        assert_eq!(unreadable.reason, "poison");
+    }
 
     #[test]
     fn a_spliced_record_gives_back_the_body_it_was_made_from() {
