@@ -26,7 +26,11 @@ use lapin::{BasicProperties, Connection, ConnectionProperties};
 use serde_json::{Value, json};
 use store_contract::servers::{server_url, unique_suffix};
 
-use consumer_support::{URN, eventually, python, python_consumes, python_publishes};
+use babel_idem::Consumer;
+use consumer_support::{
+    QUIET, SeenLog, URN, eventually, python, python_consumes, python_publishes, recording_router,
+    run_until_idle,
+};
 
 const AMQP_URL: &str = "BABEL_IDEM_AMQP_URL";
 
@@ -271,6 +275,58 @@ async fn python_dead_letters_babel_idem_redrives_with_bypass_and_python_sees_rep
         assert_eq!(message["replay"], true, "{message}");
         assert_eq!(message["attempts"], 0, "{message}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn babel_idem_dead_letters_python_redrives_and_babel_idem_runs_them_again() {
+    const TEST: &str = "amqp_babel_idem_dead_letters_python_redrives";
+    let (Some(url), Some(python)) = (server_url(AMQP_URL, TEST), python(TEST)) else {
+        return;
+    };
+    let queues = Queues::new(&url);
+    let transport = AmqpTransport::builder()
+        .reserve_wait(Duration::from_millis(50))
+        .connect(&url)
+        .await
+        .unwrap();
+    let mut sent = Vec::new();
+    for n in 0..3 {
+        let envelope = Envelope::new(URN, json!({"n": n})).with_queue(&queues.name);
+        sent.push(envelope.meta.id.clone().unwrap());
+        transport
+            .publish(&queues.name, &envelope.to_vec())
+            .await
+            .unwrap();
+    }
+    let failing = Consumer::builder(
+        recording_router(SeenLog::default(), true),
+        transport.clone(),
+        &queues.name,
+    )
+    .build()
+    .unwrap();
+    let report = run_until_idle(&failing, QUIET).await;
+    assert_eq!(report.dead_lettered, 3, "{report:?}");
+
+    let out = peer(&python, &["redrive", &url, &queues.dlq(), "--bypass", "1"]).await;
+    assert_eq!(out["redriven"], 3, "{out}");
+
+    let log = SeenLog::default();
+    let consumer = Consumer::builder(
+        recording_router(std::sync::Arc::clone(&log), false),
+        transport,
+        &queues.name,
+    )
+    .build()
+    .unwrap();
+    let report = run_until_idle(&consumer, QUIET).await;
+    assert_eq!(report.acked, 3, "{report:?}");
+    let seen = log.lock().unwrap().clone();
+    let mut seen_ids: Vec<String> = seen.iter().map(|s| s.id.clone()).collect();
+    seen_ids.sort();
+    sent.sort();
+    assert_eq!(seen_ids, sent);
+    assert!(seen.iter().all(|s| s.attempts == 0 && s.replay), "{seen:?}");
 }
 
 #[tokio::test]
