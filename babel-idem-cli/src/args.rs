@@ -13,7 +13,7 @@ Conventions (every command keeps them):
     sqlite://PATH (or sqlite:PATH), redis://..., rediss://...,
     postgres://... (or postgresql://...). The URL picks the backend.
   - A command that talks to a broker takes --redis URL or --amqp URL
-    (no command talks to a broker yet).
+    (redrive, dlq).
   - Durations are a whole number and a unit: 250ms, 30s, 5m, 2h, 7d
     (e.g. --timeout 5s); a bare number is seconds.
   - Points in time are RFC 3339 (2026-12-01T02:48:19Z, with Z or an offset)
@@ -31,7 +31,7 @@ fn after_help() -> String {
 
 /// Operate babel-idem's seen-sets: look up, forget (replay), purge, migrate
 /// and count the marks and claims that SQLite, Redis and PostgreSQL stores
-/// keep.
+/// keep; look at dead-letter queues and redrive them.
 #[derive(Debug, Parser)]
 #[command(
     name = "babel-idem",
@@ -117,6 +117,125 @@ pub(crate) enum Command {
         /// Count only the marks of this guard scope.
         #[arg(long, value_name = "SCOPE")]
         scope: Option<String>,
+    },
+    /// Move dead-lettered messages back to work: each selected message,
+    /// reset (no dead_letter block, attempts 0, the same meta.id), to its
+    /// original queue or --to; poison records stay unless --include-poison.
+    Redrive(Box<RedriveArgs>),
+    /// Look at a dead-letter queue before moving anything.
+    Dlq {
+        #[command(subcommand)]
+        command: DlqCommand,
+    },
+}
+
+/// The broker a command talks to: one of --redis and --amqp.
+#[derive(Debug, Clone, Args)]
+#[group(required = true, multiple = false)]
+pub(crate) struct BrokerArgs {
+    /// The Redis server of the BabelQueue Redis layout (redis://HOST:PORT/DB).
+    #[arg(long, value_name = "URL")]
+    pub redis: Option<String>,
+    /// The RabbitMQ broker (amqp://USER:PASSWORD@HOST:PORT/VHOST).
+    #[arg(long, value_name = "URL")]
+    pub amqp: Option<String>,
+}
+
+impl BrokerArgs {
+    /// The URL given, whichever flag carried it.
+    pub(crate) fn url(&self) -> &str {
+        self.redis
+            .as_deref()
+            .or(self.amqp.as_deref())
+            .unwrap_or_default()
+    }
+}
+
+/// Which dead-lettered messages a command takes: every condition given
+/// must hold; a repeated flag takes any of its values.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct SelectArgs {
+    /// Only messages of this URN (job).
+    #[arg(long, value_name = "URN")]
+    pub urn: Vec<String>,
+    /// Only messages dead-lettered for this reason: failed, unknown_urn,
+    /// poison, or RabbitMQ's x-death reason (rejected, expired, maxlen,
+    /// delivery_limit).
+    #[arg(long, value_name = "REASON")]
+    pub reason: Vec<String>,
+    /// Only messages dead-lettered at or after TIME (RFC 3339 or Unix ms, UTC).
+    #[arg(long, value_name = "TIME")]
+    pub since: Option<String>,
+    /// Only messages dead-lettered at or before TIME (RFC 3339 or Unix ms, UTC).
+    #[arg(long, value_name = "TIME")]
+    pub until: Option<String>,
+    /// Only the message with this meta.id.
+    #[arg(long, value_name = "ID")]
+    pub id: Vec<String>,
+}
+
+/// `redrive`'s arguments.
+#[derive(Debug, Args)]
+pub(crate) struct RedriveArgs {
+    #[command(flatten)]
+    pub broker: BrokerArgs,
+    /// The dead-letter queue to move messages from (e.g. orders.dlq).
+    #[arg(long, value_name = "QUEUE")]
+    pub from: String,
+    /// Send every message to this queue instead of its original queue.
+    #[arg(long, value_name = "QUEUE")]
+    pub to: Option<String>,
+    /// Move at most N messages.
+    #[arg(long, value_name = "N")]
+    pub max: Option<usize>,
+    #[command(flatten)]
+    pub select: SelectArgs,
+    /// Stamp bq-replay-bypass on each moved message: handlers see an
+    /// intended replay and can skip external effects that already fired.
+    #[arg(long)]
+    pub bypass: bool,
+    /// Move at most N messages a second.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub rate: Option<u32>,
+    /// Also republish poison records: the payload each kept, as it holds it.
+    #[arg(long)]
+    pub include_poison: bool,
+    /// DANGEROUS: first forget the moved messages' ids in this seen-set
+    /// (a store URL), so messages that were marked done run again.
+    #[arg(long, value_name = "STORE_URL")]
+    pub forget_in: Option<String>,
+}
+
+/// `dlq`'s subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum DlqCommand {
+    /// One line per message: position, meta.id, URN, reason, failed at, queue.
+    List {
+        #[command(flatten)]
+        broker: BrokerArgs,
+        /// The dead-letter queue (e.g. orders.dlq).
+        queue: String,
+        /// At most N messages, from the head.
+        #[arg(long, value_name = "N")]
+        max: Option<usize>,
+        #[command(flatten)]
+        select: SelectArgs,
+    },
+    /// One message in full: its record, its headers, its body.
+    Show {
+        #[command(flatten)]
+        broker: BrokerArgs,
+        /// The dead-letter queue (e.g. orders.dlq).
+        queue: String,
+        /// The message's meta.id, or its position (0 at the head) as #N.
+        message: String,
+    },
+    /// Counts by reason, by URN and by original queue.
+    Stats {
+        #[command(flatten)]
+        broker: BrokerArgs,
+        /// The dead-letter queue (e.g. orders.dlq).
+        queue: String,
     },
 }
 

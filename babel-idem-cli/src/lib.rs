@@ -6,6 +6,12 @@
 //! babel-idem purge-expired URL [--claims]     delete expired marks (and finished claims)
 //! babel-idem migrate URL [--claims]           create the seen-set table (and claim mode's)
 //! babel-idem stats URL [--scope S]            count marks: total, expired, oldest, newest
+//! babel-idem redrive --redis URL|--amqp URL --from DLQ [--to Q] [--max N] [--urn U]
+//!            [--reason R] [--since T] [--until T] [--id ID] [--bypass] [--rate N]
+//!            [--include-poison] [--forget-in STORE_URL]
+//!                                            move dead-lettered messages back to work
+//! babel-idem dlq list|show|stats --redis URL|--amqp URL DLQ
+//!                                            look at a dead-letter queue, change nothing
 //! ```
 //!
 //! `URL` is `sqlite://PATH` (or `sqlite:PATH`), `redis://...` or
@@ -18,7 +24,7 @@
 //!
 //! Every command keeps one set of conventions (`--help` prints them): the
 //! store URL is a store command's first argument; a command that talks to a
-//! broker takes `--redis URL` or `--amqp URL` (none does yet); durations
+//! broker takes `--redis URL` or `--amqp URL` (`redrive`, `dlq`); durations
 //! are written `30s`, `5m`, `2h` ([`parse_duration`]); points in time are
 //! RFC 3339 or Unix milliseconds, UTC ([`parse_time`]); `--json` prints one
 //! JSON object per line and `--dry-run` changes nothing and reports what
@@ -38,6 +44,7 @@
 mod args;
 mod backend;
 mod commands;
+mod dead_letters;
 mod exit;
 mod ids;
 mod output;
@@ -50,7 +57,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::args::{Cli, Command};
+use crate::args::{Cli, Command, DlqCommand};
 use crate::backend::{Access, Settings};
 use crate::exit::{CliError, Exit};
 use crate::output::Output;
@@ -61,7 +68,7 @@ use crate::target::Target;
 pub fn main() -> ExitCode {
     // Usage errors exit 2 here, `--help` and `--version` 0 (clap's codes).
     let cli = Cli::parse();
-    let url = store_url(&cli.command).to_owned();
+    let urls: Vec<String> = urls(&cli.command).into_iter().map(str::to_owned).collect();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build();
@@ -76,20 +83,34 @@ pub fn main() -> ExitCode {
         Ok(exit) => exit.into(),
         Err(error) => {
             // A driver's error may quote the URL: no secret of it is printed.
-            eprintln!("babel-idem: {}", target::scrubbed(&error.one_line(), &url));
+            let line = urls
+                .iter()
+                .fold(error.one_line(), |line, url| target::scrubbed(&line, url));
+            eprintln!("babel-idem: {line}");
             error.exit.into()
         }
     }
 }
 
-/// The store URL the command names.
-fn store_url(command: &Command) -> &str {
+/// The URLs the command names (a store's, a broker's): none of their
+/// secrets is printed.
+fn urls(command: &Command) -> Vec<&str> {
     match command {
-        Command::Seen(args) => &args.url,
-        Command::Forget(args) => &args.url,
+        Command::Seen(args) => vec![&args.url],
+        Command::Forget(args) => vec![&args.url],
         Command::PurgeExpired { url, .. }
         | Command::Migrate { url, .. }
-        | Command::Stats { url, .. } => url,
+        | Command::Stats { url, .. } => vec![url],
+        Command::Redrive(args) => {
+            let mut urls = vec![args.broker.url()];
+            urls.extend(args.forget_in.as_deref());
+            urls
+        }
+        Command::Dlq { command } => match command {
+            DlqCommand::List { broker, .. }
+            | DlqCommand::Show { broker, .. }
+            | DlqCommand::Stats { broker, .. } => vec![broker.url()],
+        },
     }
 }
 
@@ -132,5 +153,7 @@ async fn run(cli: Cli) -> Result<Exit, CliError> {
             let opened = backend::open(&Target::parse(&url)?, &settings, Access::Read).await?;
             commands::stats(&opened, scope.as_deref(), &mut out).await
         }
+        Command::Redrive(args) => dead_letters::redrive(*args, &settings, dry_run, &mut out).await,
+        Command::Dlq { command } => dead_letters::dlq(command, settings.timeout, &mut out).await,
     }
 }

@@ -75,6 +75,8 @@ pub mod store;
 pub mod conformance;
 #[cfg(feature = "consumer")]
 pub mod consumer;
+#[cfg(any(feature = "redis-transport", feature = "amqp-transport"))]
+pub mod redrive;
 #[cfg(feature = "consumer")]
 pub mod transport;
 

@@ -11,6 +11,7 @@ one more subcommand:
                                                  pika publishes the body with a header name, or a
                                                  message_id, that is not UTF-8 (bytes as given), or
                                                  with headers nested "depth" tables deep
+  redrive URL DLQ [--to Q] [--bypass 1]          interop.py's redrive, on RabbitMQ
 """
 
 import json
@@ -97,5 +98,17 @@ def consume(url, queue, idle, options):
     return out
 
 
+def redrive_command(url, dlq, *args):
+    transport = PikaTransport(url)
+    out = interop.redrive_with(transport, dlq, dict(zip(args[::2], args[1::2])))
+    transport.close()
+    return out
+
+
 if __name__ == "__main__":
-    interop.main(sys.argv, app_for, consume, {"publish-raw": publish_raw, "publish-unreadable": publish_unreadable})
+    interop.main(
+        sys.argv,
+        app_for,
+        consume,
+        {"publish-raw": publish_raw, "publish-unreadable": publish_unreadable, "redrive": redrive_command},
+    )

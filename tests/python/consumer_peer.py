@@ -4,6 +4,7 @@ peer answers are interop.py's (publish, consume, poison-record), on Redis; one
 more:
 
   dlq URL DLQ    the DLQ read with Python's redrive (dry run)
+  redrive URL DLQ [--to Q] [--bypass 1]   interop.py's redrive, on Redis
 """
 
 import sys
@@ -42,5 +43,9 @@ def dlq(url, queue):
     return {"items": items, "records": records, "left": client.llen(queue)}
 
 
+def redrive_command(url, dlq_name, *args):
+    return interop.redrive_with(RedisTransport(url), dlq_name, dict(zip(args[::2], args[1::2])))
+
+
 if __name__ == "__main__":
-    interop.main(sys.argv, app_for, consume, {"dlq": dlq})
+    interop.main(sys.argv, app_for, consume, {"dlq": dlq, "redrive": redrive_command})

@@ -11,6 +11,8 @@ Subcommands every peer answers (one JSON document on stdout):
                                                      and the peer's own options
   poison-record                                      stdin {"body": [bytes], "block_json"}:
                                                      the SDK's poison record, {"record": [bytes]}
+  redrive URL DLQ [--to Q] [--bypass 1]              the SDK's redrive of DLQ: what it did, and
+                                                     how long it took (`seconds`)
 """
 
 import json
@@ -57,11 +59,15 @@ def consume(app, queue, idle, client, options):
     """Runs `app` as a worker on `queue` until it has been idle for `idle`
     seconds. With --effects, each run counts one in that Redis hash of
     `client`; with --seen-prefix, the handler is wrapped in that seen-set;
-    with --noop 1, the handler does nothing."""
+    with --noop 1, the handler does nothing; with --fail 1, it raises, so
+    every message ends in the dead-letter queue."""
     effects, noop = options.get("--effects"), options.get("--noop") == "1"
+    fail = options.get("--fail") == "1"
     received = []
 
     def handler(data, meta, envelope):
+        if fail:
+            raise RuntimeError("the interop peer fails on purpose")
         if noop:
             return
         if effects:
@@ -88,6 +94,29 @@ def poison_record():
     # The block as JSON text: json.loads keeps its key order, which the record's bytes show.
     record = build_poison_record(body, json.loads(request["block_json"]))
     return {"record": list(record.encode("utf-8", "surrogateescape"))}
+
+
+def redrive_with(transport, dlq, options):
+    """The SDK's `redrive` of `dlq` on `transport`, with --to and --bypass."""
+    import time
+
+    from babelqueue.redrive import redrive
+
+    started = time.perf_counter()
+    result = redrive(
+        transport,
+        dlq,
+        to_queue=options.get("--to"),
+        bypass=options.get("--bypass") == "1",
+        timeout=0.1,
+    )
+    items = [
+        {"message_id": i.message_id, "urn": i.urn, "reason": i.reason, "to": i.to,
+         "redriven": i.redriven, "bypassed": i.bypassed}
+        for i in result.items
+    ]
+    seconds = time.perf_counter() - started
+    return {"redriven": result.redriven, "skipped": result.skipped, "items": items, "seconds": seconds}
 
 
 def main(argv, app_for, consume_with, commands=None):

@@ -3,6 +3,7 @@
 //! `babelqueue.pika_transport` (1.24).
 
 mod acks;
+mod dlq;
 mod header_guard;
 mod properties;
 mod raw;

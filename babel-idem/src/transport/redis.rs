@@ -2,6 +2,7 @@
 //! `redis-transport`), byte-compatible with the Python SDK's
 //! `babelqueue.redis_transport` (1.24).
 
+mod dlq;
 mod frame;
 mod token;
 

@@ -322,6 +322,18 @@ impl Sessions {
 }
 
 impl Sessions {
+    /// A new channel on the live session's connection, with the session's
+    /// generation: for the dead-letter queue operations, which hold their
+    /// own deliveries on it.
+    pub(super) async fn open_channel(&self) -> Result<(u64, Channel), TransportError> {
+        let session = self.session().await?;
+        let channel = within(self.connector.timeout, session.connection.create_channel()).await;
+        let channel = self.after(&session, channel).await?;
+        Ok((session.generation, channel))
+    }
+}
+
+impl Sessions {
     /// When lapin failed on a frame it cannot parse, takes the message at
     /// fault off `queue` (see [`dead_letter_unreadable`](Self::dead_letter_unreadable)),
     /// so the queue moves on; anything else is left to the reconnect.

@@ -1,0 +1,841 @@
+//! Dead-letter redrive: moving dead-lettered messages back to work, by the
+//! BabelQueue family's contract (features `redis-transport`,
+//! `amqp-transport`).
+//!
+//! A redriven message is the dead-letter record reset for reprocessing: its
+//! `dead_letter` block removed and `attempts` set to 0, with `job`,
+//! `trace_id`, `data` and `meta` (so `meta.id`) kept, in exactly the bytes
+//! the Python SDK's `redrive` writes. It goes to the queue the record names
+//! (`dead_letter.original_queue`, or the queue the broker dead-lettered it
+//! from) unless [`RedriveOptions::to`] names another, such as a sandbox.
+//!
+//! The rules, for every transport (the decisions are made here; a transport
+//! only looks at, republishes and puts back messages of its dead-letter
+//! queue in its own broker's commands):
+//!
+//! - A message leaves the dead-letter queue only once its republish
+//!   succeeded: on Redis both happen in one script; on RabbitMQ the copy is
+//!   confirmed by the broker before the original is acked. A run that stops
+//!   (a crash, a lost broker) leaves each message in the dead-letter queue,
+//!   on the target queue, or (RabbitMQ, between the confirm and the ack) in
+//!   both with the same `meta.id`, never nowhere; running it again is safe.
+//! - A message that is not moved (not selected, a dry run, poison, a body
+//!   that does not decode) is left as it is, untouched.
+//! - Poison records (`dead_letter.reason` `poison`, or a body that does not
+//!   decode as an envelope) are never redriven as envelopes. With
+//!   [`RedriveOptions::include_poison`] the payload the record kept is
+//!   republished as the record holds it.
+//! - A dry run changes nothing: the dead-letter queue stays as it was (the
+//!   Python and Go SDKs' dry runs pop and re-append each message instead).
+//! - [`RedriveOptions::max`] counts the messages moved (or, in a dry run,
+//!   that would move), not the messages looked at.
+//! - Each run looks at the messages the queue held when it started, once:
+//!   a redriven message that fails again and is dead-lettered anew waits
+//!   for the next run.
+//!
+//! ```no_run
+//! # #[cfg(feature = "redis-transport")]
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use babel_idem::redrive::{RedriveOptions, Selection};
+//! use babel_idem::transport::RedisTransport;
+//!
+//! let transport = RedisTransport::connect("redis://127.0.0.1:6379/0").await?;
+//! let options = RedriveOptions::new()
+//!     .select(Selection::new().reason("failed").urn("urn:babel:orders:created"))
+//!     .bypass(true);
+//! let report = transport.redrive("orders.dlq", &options).await?;
+//! println!("moved {}, skipped {}, left {}", report.moved, report.skipped, report.left);
+//! # Ok(())
+//! # }
+//! ```
+
+mod record;
+mod rewrite;
+
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::consumer::HEADER_REPLAY_BYPASS;
+use crate::envelope::Envelope;
+use crate::transport::{TransportError, TransportFuture};
+
+/// A predicate over the envelope of a dead-lettered message, as
+/// [`Selection::filter`] keeps it.
+///
+/// ```
+/// use babel_idem::redrive::Predicate;
+/// use std::sync::Arc;
+///
+/// let orders: Predicate = Arc::new(|envelope| envelope.urn().starts_with("urn:babel:orders:"));
+/// # let _ = orders;
+/// ```
+pub type Predicate = Arc<dyn Fn(&Envelope) -> bool + Send + Sync>;
+
+/// Which dead-lettered messages a redrive moves: every condition given must
+/// hold (an empty selection takes every message).
+///
+/// ```
+/// use babel_idem::redrive::Selection;
+///
+/// let selection = Selection::new()
+///     .urn("urn:babel:orders:created")
+///     .reason("failed")
+///     .since(1_796_000_000_000)
+///     .id("5b9e2c47-8d1a-4f63-a0b7-c3d2e1f0a9b8");
+/// assert!(!selection.is_empty());
+/// ```
+#[derive(Clone, Default)]
+pub struct Selection {
+    urns: Vec<String>,
+    reasons: Vec<String>,
+    since: Option<u64>,
+    until: Option<u64>,
+    ids: HashSet<String>,
+    predicate: Option<Predicate>,
+}
+
+impl Selection {
+    /// Every message.
+    pub fn new() -> Self {
+        Selection::default()
+    }
+
+    /// Messages whose URN (`job`) is `urn`; given more than once, any of them.
+    pub fn urn(mut self, urn: impl Into<String>) -> Self {
+        self.urns.push(urn.into());
+        self
+    }
+
+    /// Messages dead-lettered for `reason`: `failed`, `unknown_urn`,
+    /// `poison`, or the reason RabbitMQ wrote in `x-death` (`rejected`,
+    /// `expired`, `maxlen`, `delivery_limit`); given more than once, any.
+    pub fn reason(mut self, reason: impl Into<String>) -> Self {
+        self.reasons.push(reason.into());
+        self
+    }
+
+    /// Messages dead-lettered at or after `millis` (Unix milliseconds, UTC;
+    /// `dead_letter.failed_at`, or the time in `x-death`). A message that
+    /// says no time does not match.
+    pub fn since(mut self, millis: u64) -> Self {
+        self.since = Some(millis);
+        self
+    }
+
+    /// Messages dead-lettered at or before `millis` (as [`since`](Self::since)).
+    pub fn until(mut self, millis: u64) -> Self {
+        self.until = Some(millis);
+        self
+    }
+
+    /// The message whose `meta.id` is `id`; given more than once, any.
+    pub fn id(mut self, id: impl Into<String>) -> Self {
+        self.ids.insert(id.into());
+        self
+    }
+
+    /// Messages whose envelope `predicate` accepts (a record that is not an
+    /// envelope never matches).
+    ///
+    /// ```
+    /// use babel_idem::redrive::Selection;
+    ///
+    /// let big_orders = Selection::new().filter(|envelope| {
+    ///     envelope.data.get("total").and_then(|t| t.as_u64()).is_some_and(|t| t > 1000)
+    /// });
+    /// # let _ = big_orders;
+    /// ```
+    pub fn filter(mut self, predicate: impl Fn(&Envelope) -> bool + Send + Sync + 'static) -> Self {
+        self.predicate = Some(Arc::new(predicate));
+        self
+    }
+
+    /// Whether the selection takes every message.
+    pub fn is_empty(&self) -> bool {
+        self.urns.is_empty()
+            && self.reasons.is_empty()
+            && self.since.is_none()
+            && self.until.is_none()
+            && self.ids.is_empty()
+            && self.predicate.is_none()
+    }
+
+    fn matches(&self, reading: &record::Reading) -> bool {
+        let envelope = reading.envelope.as_ref();
+        let any = |wanted: &[String], got: Option<&str>| {
+            wanted.is_empty() || got.is_some_and(|got| wanted.iter().any(|w| w == got))
+        };
+        any(&self.urns, envelope.map(Envelope::urn))
+            && any(&self.reasons, Some(reading.reason.as_str()))
+            && self
+                .since
+                .is_none_or(|since| reading.failed_at.is_some_and(|at| at >= since))
+            && self
+                .until
+                .is_none_or(|until| reading.failed_at.is_some_and(|at| at <= until))
+            && (self.ids.is_empty()
+                || envelope
+                    .and_then(|e| e.meta.id.as_deref())
+                    .is_some_and(|id| self.ids.contains(id)))
+            && self
+                .predicate
+                .as_ref()
+                .is_none_or(|predicate| envelope.is_some_and(|e| predicate(e)))
+    }
+}
+
+impl fmt::Debug for Selection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Selection")
+            .field("urns", &self.urns)
+            .field("reasons", &self.reasons)
+            .field("since", &self.since)
+            .field("until", &self.until)
+            .field("ids", &self.ids)
+            .field("predicate", &self.predicate.is_some())
+            .finish()
+    }
+}
+
+/// How a redrive runs: the family's options (target queue, maximum, dry
+/// run, selection, bypass, wait) and babel-idem's own (poison, rate).
+///
+/// ```
+/// use babel_idem::redrive::{RedriveOptions, Selection};
+/// use std::time::Duration;
+///
+/// let options = RedriveOptions::new()
+///     .to("orders.sandbox")
+///     .max(100)
+///     .select(Selection::new().reason("unknown_urn"))
+///     .rate(50)
+///     .wait(Duration::from_secs(1))
+///     .dry_run(true);
+/// # let _ = options;
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct RedriveOptions {
+    to: Option<String>,
+    max: Option<usize>,
+    dry_run: bool,
+    selection: Selection,
+    bypass: bool,
+    include_poison: bool,
+    rate: Option<u32>,
+    wait: Duration,
+}
+
+impl RedriveOptions {
+    /// Every message back to its own queue, no limit, no bypass.
+    pub fn new() -> Self {
+        RedriveOptions::default()
+    }
+
+    /// Republishes every message to `queue` instead of the queue it was
+    /// dead-lettered from (a sandbox, to replay safely).
+    pub fn to(mut self, queue: impl Into<String>) -> Self {
+        self.to = Some(queue.into());
+        self
+    }
+
+    /// Moves at most `max` messages.
+    pub fn max(mut self, max: usize) -> Self {
+        self.max = Some(max);
+        self
+    }
+
+    /// Moves nothing and changes nothing; the report says what would move where.
+    pub fn dry_run(mut self, dry_run: bool) -> Self {
+        self.dry_run = dry_run;
+        self
+    }
+
+    /// Moves only the messages `selection` takes; the others stay.
+    pub fn select(mut self, selection: Selection) -> Self {
+        self.selection = selection;
+        self
+    }
+
+    /// Stamps the `bq-replay-bypass` header on every redriven message, so
+    /// its handler sees an intended replay
+    /// ([`is_replay`](crate::consumer::is_replay)) and can skip external
+    /// effects that already fired.
+    pub fn bypass(mut self, bypass: bool) -> Self {
+        self.bypass = bypass;
+        self
+    }
+
+    /// Also republishes poison records: the payload each kept, as it holds
+    /// it (never rewritten as an envelope), to its original queue or
+    /// [`to`](Self::to). A body that does not decode at all, and names no
+    /// queue, moves only with `to`.
+    pub fn include_poison(mut self, include: bool) -> Self {
+        self.include_poison = include;
+        self
+    }
+
+    /// Moves at most `per_second` messages a second.
+    pub fn rate(mut self, per_second: u32) -> Self {
+        self.rate = Some(per_second).filter(|r| *r > 0);
+        self
+    }
+
+    /// How long to watch an empty dead-letter queue for a first message
+    /// before reporting nothing to redrive (default: not at all).
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
+        self
+    }
+}
+
+/// What a dead-letter queue message is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RecordKind {
+    /// An envelope a redrive can reset: with a `dead_letter` block, or
+    /// dead-lettered by the broker itself (RabbitMQ's `x-death`).
+    Envelope,
+    /// A poison record: `dead_letter.reason` is `poison`, or the record
+    /// wraps a body that was never an envelope.
+    Poison,
+    /// A body that does not decode as an envelope or a record.
+    Undecodable,
+}
+
+impl RecordKind {
+    /// `envelope`, `poison` or `undecodable`.
+    ///
+    /// ```
+    /// assert_eq!(babel_idem::redrive::RecordKind::Poison.as_str(), "poison");
+    /// ```
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecordKind::Envelope => "envelope",
+            RecordKind::Poison => "poison",
+            RecordKind::Undecodable => "undecodable",
+        }
+    }
+}
+
+/// One message of a dead-letter queue, as a look reads it.
+///
+/// ```
+/// use babel_idem::redrive::{DlqRecord, RecordKind};
+///
+/// fn describe(record: &DlqRecord) -> String {
+///     match record.kind {
+///         RecordKind::Envelope => format!("{:?} {} ({})", record.id, record.urn.as_deref().unwrap_or(""), record.reason),
+///         _ => format!("{} record at {}", record.kind.as_str(), record.position),
+///     }
+/// }
+/// # let _ = describe;
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct DlqRecord {
+    /// Its place in the queue, 0 at the head.
+    pub position: usize,
+    /// What it is.
+    pub kind: RecordKind,
+    /// `meta.id`, when it has one.
+    pub id: Option<String>,
+    /// The URN (`job`), when it decodes.
+    pub urn: Option<String>,
+    /// `trace_id`, when it decodes.
+    pub trace_id: Option<String>,
+    /// Why it was dead-lettered (`failed`, `unknown_urn`, `poison`, an
+    /// `x-death` reason), or empty when it does not say.
+    pub reason: String,
+    /// When, in Unix milliseconds, when it says.
+    pub failed_at: Option<u64>,
+    /// The queue it was dead-lettered from, when it says.
+    pub original_queue: Option<String>,
+    /// The error it records, if any.
+    pub error: Option<String>,
+    /// The body as it sits in the queue.
+    pub body: Vec<u8>,
+    /// The transport headers beside it.
+    pub headers: Vec<(String, String)>,
+}
+
+/// What happened to one message in a redrive.
+///
+/// ```
+/// use babel_idem::redrive::{LeftReason, Outcome};
+///
+/// let outcome = Outcome::Left(LeftReason::Poison);
+/// assert!(matches!(outcome, Outcome::Left(_)));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// Republished to `to` and removed from the dead-letter queue.
+    Moved,
+    /// A dry run: it would have moved to `to`.
+    WouldMove,
+    /// Not selected; left where it was.
+    Skipped,
+    /// Left in the dead-letter queue, untouched, for the reason given.
+    Left(LeftReason),
+}
+
+/// Why a selected message was left in the dead-letter queue.
+///
+/// ```
+/// use babel_idem::redrive::LeftReason;
+///
+/// assert!(LeftReason::NoTarget.to_string().contains("give a target queue"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LeftReason {
+    /// A poison record, without [`RedriveOptions::include_poison`].
+    Poison,
+    /// A body that does not decode, without
+    /// [`RedriveOptions::include_poison`] (or with it but no queue to go to).
+    Undecodable,
+    /// It names no queue to go back to, and no target was given.
+    NoTarget,
+    /// The queue it names cannot be held by the transport's layout.
+    InvalidTarget(String),
+    /// It cannot be rewritten (the text says why).
+    Unencodable(String),
+    /// It left the dead-letter queue while the redrive ran (another tool
+    /// took it); nothing was republished.
+    Gone,
+}
+
+impl fmt::Display for LeftReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LeftReason::Poison => {
+                f.write_str("poison record (use include_poison to republish its payload)")
+            }
+            LeftReason::Undecodable => f.write_str("the body does not decode as an envelope"),
+            LeftReason::NoTarget => {
+                f.write_str("it names no queue to go back to; give a target queue")
+            }
+            LeftReason::InvalidTarget(why) => write!(f, "its queue cannot be used: {why}"),
+            LeftReason::Unencodable(why) => write!(f, "it cannot be rewritten: {why}"),
+            LeftReason::Gone => f.write_str("it left the dead-letter queue while the redrive ran"),
+        }
+    }
+}
+
+/// One message of a redrive's report.
+///
+/// ```
+/// use babel_idem::redrive::{Outcome, RedriveItem};
+///
+/// fn moved_ids(items: &[RedriveItem]) -> Vec<&str> {
+///     items
+///         .iter()
+///         .filter(|item| item.outcome == Outcome::Moved)
+///         .filter_map(|item| item.id.as_deref())
+///         .collect()
+/// }
+/// assert!(moved_ids(&[]).is_empty());
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct RedriveItem {
+    /// `meta.id`, when it has one.
+    pub id: Option<String>,
+    /// `trace_id`, when it decodes.
+    pub trace_id: Option<String>,
+    /// The URN, when it decodes.
+    pub urn: Option<String>,
+    /// Why it was dead-lettered.
+    pub reason: String,
+    /// What it is.
+    pub kind: RecordKind,
+    /// The dead-letter queue it was read from.
+    pub from: String,
+    /// The queue it went (or, in a dry run, would go) to.
+    pub to: Option<String>,
+    /// What happened to it.
+    pub outcome: Outcome,
+    /// Whether it carried the `bq-replay-bypass` header when republished.
+    pub bypassed: bool,
+}
+
+/// What a redrive moved, skipped and left.
+///
+/// ```
+/// use babel_idem::redrive::RedriveReport;
+///
+/// let report = RedriveReport::default();
+/// assert_eq!((report.moved, report.skipped, report.left), (0, 0, 0));
+/// ```
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct RedriveReport {
+    /// Messages republished and removed from the dead-letter queue.
+    pub moved: usize,
+    /// A dry run: messages that would have moved.
+    pub would_move: usize,
+    /// Messages not selected, left where they were.
+    pub skipped: usize,
+    /// Selected messages left in the dead-letter queue (poison,
+    /// undecodable, no queue to go to).
+    pub left: usize,
+    /// Whether it was a dry run.
+    pub dry_run: bool,
+    /// Every message looked at, in queue order.
+    pub items: Vec<RedriveItem>,
+}
+
+impl RedriveReport {
+    fn push(&mut self, item: RedriveItem) {
+        match item.outcome {
+            Outcome::Moved => self.moved += 1,
+            Outcome::WouldMove => self.would_move += 1,
+            Outcome::Skipped => self.skipped += 1,
+            Outcome::Left(_) => self.left += 1,
+        }
+        self.items.push(item);
+    }
+}
+
+/// Why a redrive did not finish.
+///
+/// ```no_run
+/// # #[cfg(feature = "redis-transport")]
+/// # async fn run(transport: babel_idem::transport::RedisTransport) {
+/// use babel_idem::redrive::{RedriveError, RedriveOptions};
+///
+/// match transport.redrive("orders.dlq", &RedriveOptions::new()).await {
+///     Ok(report) => println!("moved {}", report.moved),
+///     Err(RedriveError::Stopped { report, error }) => {
+///         eprintln!("stopped after {}: {error}; run it again", report.moved)
+///     }
+///     Err(error) => eprintln!("nothing moved: {error}"),
+/// }
+/// # }
+/// ```
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum RedriveError {
+    /// It could not start (a bad queue name, an unreachable broker);
+    /// nothing moved.
+    Transport(TransportError),
+    /// The dead-letter queue does not exist (RabbitMQ); nothing moved.
+    MissingQueue(String),
+    /// The broker failed part way: `report` says what moved before it did.
+    /// Every message not moved is still in the dead-letter queue; running
+    /// the redrive again picks up where this one stopped.
+    Stopped {
+        /// What was done before the failure.
+        report: RedriveReport,
+        /// The failure.
+        error: TransportError,
+    },
+}
+
+impl fmt::Display for RedriveError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RedriveError::Transport(error) => error.fmt(f),
+            RedriveError::MissingQueue(queue) => {
+                write!(f, "the dead-letter queue {queue:?} does not exist")
+            }
+            RedriveError::Stopped { report, error } => write!(
+                f,
+                "the redrive stopped after moving {} message(s): {error}; the rest are still in the dead-letter queue",
+                report.moved
+            ),
+        }
+    }
+}
+
+impl std::error::Error for RedriveError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            RedriveError::Transport(error) | RedriveError::Stopped { error, .. } => Some(error),
+            RedriveError::MissingQueue(_) => None,
+        }
+    }
+}
+
+impl From<TransportError> for RedriveError {
+    fn from(error: TransportError) -> Self {
+        RedriveError::Transport(error)
+    }
+}
+
+/// RabbitMQ's account of a message it dead-lettered itself: the latest
+/// `x-death` entry.
+#[derive(Debug, Clone)]
+pub(crate) struct Death {
+    pub(crate) reason: String,
+    pub(crate) queue: String,
+    pub(crate) time_ms: Option<u64>,
+}
+
+/// A message a transport looked at, still in the dead-letter queue.
+pub(crate) struct DlqMessage {
+    pub(crate) body: Vec<u8>,
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) death: Option<Death>,
+    /// What the transport needs to take it (its stored value, its delivery tag).
+    pub(crate) handle: DlqHandle,
+}
+
+/// A transport's hold on a looked-at message.
+pub(crate) enum DlqHandle {
+    /// Redis: the value as stored in the list.
+    #[cfg(feature = "redis-transport")]
+    Redis(Vec<u8>),
+    /// RabbitMQ: the delivery tag of the unacked `basic.get`.
+    #[cfg(feature = "amqp-transport")]
+    Amqp(u64),
+}
+
+/// A transport's dead-letter queue operations for one run: what each
+/// broker's commands translate.
+pub(crate) trait DlqRun: Send {
+    /// How many messages the queue holds now.
+    fn depth(&mut self) -> TransportFuture<'_, usize>;
+
+    /// The next `max` messages after those looked at so far, in queue
+    /// order, without taking them.
+    fn look(&mut self, max: usize) -> TransportFuture<'_, Vec<DlqMessage>>;
+
+    /// Takes `message` off the queue once `body` (with `headers`) is on
+    /// `target`: `Ok(false)` when the message was no longer there.
+    fn republish<'a>(
+        &'a mut self,
+        message: DlqMessage,
+        target: &'a str,
+        body: &'a [u8],
+        headers: &'a [(String, String)],
+    ) -> TransportFuture<'a, bool>;
+
+    /// Leaves `message` in the queue as it was.
+    fn put_back(&mut self, message: DlqMessage);
+
+    /// Ends the run: every message put back is in the queue again.
+    fn close(&mut self) -> TransportFuture<'_, ()>;
+
+    /// Checks that `queue` can be held by the transport's layout.
+    fn check_queue(&self, queue: &str) -> Result<(), TransportError>;
+}
+
+/// Messages looked at per broker round trip.
+pub(crate) const PAGE: usize = 100;
+
+/// A redrive over `queue`, which the transport opened on `dlq`.
+pub(crate) async fn run(
+    queue: &mut dyn DlqRun,
+    dlq: &str,
+    options: &RedriveOptions,
+    on_item: &mut (dyn FnMut(&RedriveItem) + Send),
+) -> Result<RedriveReport, RedriveError> {
+    if let Some(to) = &options.to
+        && let Err(error) = queue.check_queue(to)
+    {
+        // Nothing was looked at: closing gives nothing back but the channel.
+        let _ = queue.close().await;
+        return Err(RedriveError::Transport(error));
+    }
+    let mut report = RedriveReport {
+        dry_run: options.dry_run,
+        ..RedriveReport::default()
+    };
+    let outcome = drive(queue, dlq, options, on_item, &mut report).await;
+    let closed = queue.close().await;
+    match (outcome, closed) {
+        (Ok(()), Ok(())) => Ok(report),
+        (Err(error), _) | (Ok(()), Err(error)) => {
+            if report.moved == 0 && report.items.is_empty() {
+                Err(RedriveError::Transport(error))
+            } else {
+                Err(RedriveError::Stopped { report, error })
+            }
+        }
+    }
+}
+
+async fn drive(
+    queue: &mut dyn DlqRun,
+    dlq: &str,
+    options: &RedriveOptions,
+    on_item: &mut (dyn FnMut(&RedriveItem) + Send),
+    report: &mut RedriveReport,
+) -> Result<(), TransportError> {
+    let mut depth = queue.depth().await?;
+    let watching = Instant::now();
+    while depth == 0 && watching.elapsed() < options.wait {
+        tokio::time::sleep(Duration::from_millis(50).min(options.wait)).await;
+        depth = queue.depth().await?;
+    }
+    let max = options.max.unwrap_or(usize::MAX);
+    let started = Instant::now();
+    let mut looked = 0;
+    while looked < depth && report.moved + report.would_move < max {
+        let page = queue.look(PAGE.min(depth - looked)).await?;
+        if page.is_empty() {
+            break;
+        }
+        for message in page {
+            looked += 1;
+            if report.moved + report.would_move >= max {
+                queue.put_back(message);
+                continue;
+            }
+            let (mut item, plan) = decide(&message, dlq, options, queue);
+            match plan {
+                Some((target, body)) if !options.dry_run => {
+                    if let Some(rate) = options.rate {
+                        let due = started
+                            + Duration::from_secs_f64(report.moved as f64 / f64::from(rate));
+                        tokio::time::sleep_until(due.into()).await;
+                    }
+                    let headers = bypass_headers(options.bypass);
+                    match queue.republish(message, &target, &body, &headers).await {
+                        Ok(true) => item.outcome = Outcome::Moved,
+                        Ok(false) => {
+                            item.outcome = Outcome::Left(LeftReason::Gone);
+                            item.bypassed = false;
+                        }
+                        Err(error) => return Err(error),
+                    }
+                }
+                Some(_) => {
+                    item.outcome = Outcome::WouldMove;
+                    queue.put_back(message);
+                }
+                None => queue.put_back(message),
+            }
+            on_item(&item);
+            report.push(item);
+        }
+    }
+    Ok(())
+}
+
+fn bypass_headers(bypass: bool) -> Vec<(String, String)> {
+    if bypass {
+        vec![(HEADER_REPLAY_BYPASS.to_owned(), "1".to_owned())]
+    } else {
+        Vec::new()
+    }
+}
+
+/// The item for `message`, and where it goes with which body when it moves.
+fn decide(
+    message: &DlqMessage,
+    dlq: &str,
+    options: &RedriveOptions,
+    queue: &dyn DlqRun,
+) -> (RedriveItem, Option<(String, Vec<u8>)>) {
+    let reading = record::read(message);
+    let envelope = reading.envelope.as_ref();
+    let mut item = RedriveItem {
+        id: envelope.and_then(|e| e.meta.id.clone()),
+        trace_id: envelope.map(|e| e.trace_id.clone()),
+        urn: envelope.map(|e| e.job.clone()),
+        reason: reading.reason.clone(),
+        kind: reading.kind,
+        from: dlq.to_owned(),
+        to: None,
+        outcome: Outcome::Skipped,
+        bypassed: false,
+    };
+    if !options.selection.matches(&reading) {
+        return (item, None);
+    }
+    let left = |mut item: RedriveItem, why: LeftReason| {
+        item.outcome = Outcome::Left(why);
+        (item, None)
+    };
+    let body = match reading.kind {
+        RecordKind::Envelope => {
+            let rewritten = std::str::from_utf8(&message.body)
+                .map_err(|_| rewrite::Unencodable::NotAnObject)
+                .and_then(rewrite::redriven);
+            match rewritten {
+                Ok(body) => body,
+                Err(why) => return left(item, LeftReason::Unencodable(why.to_string())),
+            }
+        }
+        RecordKind::Poison | RecordKind::Undecodable if !options.include_poison => {
+            let why = match reading.kind {
+                RecordKind::Poison => LeftReason::Poison,
+                _ => LeftReason::Undecodable,
+            };
+            return left(item, why);
+        }
+        RecordKind::Poison | RecordKind::Undecodable => match &reading.payload {
+            Some(payload) => payload.clone(),
+            None => {
+                return left(
+                    item,
+                    LeftReason::Unencodable("the record keeps no payload".into()),
+                );
+            }
+        },
+    };
+    let Some(target) = options.to.clone().or(reading.original_queue.clone()) else {
+        let why = match reading.kind {
+            RecordKind::Undecodable => LeftReason::Undecodable,
+            _ => LeftReason::NoTarget,
+        };
+        return left(item, why);
+    };
+    if let Err(error) = queue.check_queue(&target) {
+        return left(item, LeftReason::InvalidTarget(error.to_string()));
+    }
+    item.to = Some(target.clone());
+    item.bypassed = options.bypass;
+    (item, Some((target, body)))
+}
+
+/// Reads up to `max` messages of the dead-letter queue `queue`, from
+/// the head, and leaves them all in place.
+pub(crate) async fn look(
+    queue: &mut dyn DlqRun,
+    max: Option<usize>,
+) -> Result<Vec<DlqRecord>, TransportError> {
+    let looked = look_all(queue, max).await;
+    let closed = queue.close().await;
+    let records = looked?;
+    closed?;
+    Ok(records)
+}
+
+async fn look_all(
+    queue: &mut dyn DlqRun,
+    max: Option<usize>,
+) -> Result<Vec<DlqRecord>, TransportError> {
+    let depth = queue.depth().await?;
+    let wanted = max.map_or(depth, |max| max.min(depth));
+    let mut records = Vec::with_capacity(wanted);
+    while records.len() < wanted {
+        let page = queue.look(PAGE.min(wanted - records.len())).await?;
+        if page.is_empty() {
+            break;
+        }
+        for message in page {
+            let reading = record::read(&message);
+            let envelope = reading.envelope.as_ref();
+            records.push(DlqRecord {
+                position: records.len(),
+                kind: reading.kind,
+                id: envelope.and_then(|e| e.meta.id.clone()),
+                urn: envelope.map(|e| e.job.clone()),
+                trace_id: envelope.map(|e| e.trace_id.clone()),
+                reason: reading.reason.clone(),
+                failed_at: reading.failed_at,
+                original_queue: reading.original_queue.clone(),
+                error: reading.error.clone(),
+                body: message.body.clone(),
+                headers: message.headers.clone(),
+            });
+            queue.put_back(message);
+        }
+    }
+    Ok(records)
+}

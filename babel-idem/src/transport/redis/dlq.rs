@@ -1,0 +1,231 @@
+//! The dead-letter queue operations of [`RedisTransport`], for
+//! [`redrive`](crate::redrive): the list `<queue>.dlq` read and moved
+//! from, in the legacy layout.
+//!
+//! | operation | commands |
+//! |---|---|
+//! | depth | `LLEN <dlq>` (a missing key is an empty queue) |
+//! | look | `LRANGE <dlq> i j`: reads, takes nothing |
+//! | put back | nothing: a message looked at is never taken |
+//! | republish | `redis/redrive.lua`: `LPOS` finds the record, `RPUSH` appends the redriven value to the target list, `LREM <dlq> 1 <record>` removes it, in one script |
+//!
+//! A record stored as a `__bq_frame` frame is read unframed (its headers
+//! beside it). The redriven value is the bare body, or a frame holding only
+//! `bq-replay-bypass` with a bypass: the Python SDK's `redrive` stores the
+//! same. Since the record leaves the list in the same script that appends
+//! the redriven value, a process killed at any point leaves each message in
+//! exactly one of the two lists.
+
+use ::redis::aio::ConnectionManager;
+use ::redis::{RedisError, Script};
+
+use super::frame;
+use super::{QUEUE_NAMES, RedisTransport, broker};
+use crate::redrive::{
+    self, DlqHandle, DlqMessage, DlqRecord, DlqRun, RedriveError, RedriveItem, RedriveOptions,
+    RedriveReport,
+};
+use crate::transport::{TransportError, TransportFuture};
+
+impl RedisTransport {
+    /// Redrives the dead-letter list `dlq` by `options` (see
+    /// [`redrive`](crate::redrive) for the rules): each selected record,
+    /// reset, goes back to its original queue (or the target), and leaves
+    /// `dlq` in the same step. A missing list is an empty queue.
+    ///
+    /// ```no_run
+    /// use babel_idem::redrive::RedriveOptions;
+    /// use babel_idem::transport::RedisTransport;
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let transport = RedisTransport::connect("redis://127.0.0.1:6379/0").await?;
+    /// let plan = transport.redrive("orders.dlq", &RedriveOptions::new().dry_run(true)).await?;
+    /// println!("{} would move", plan.would_move);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn redrive(
+        &self,
+        dlq: &str,
+        options: &RedriveOptions,
+    ) -> Result<RedriveReport, RedriveError> {
+        self.redrive_with(dlq, options, |_| {}).await
+    }
+
+    /// [`redrive`](Self::redrive), calling `on_item` for each message as it
+    /// is decided (for a progress bar).
+    ///
+    /// ```no_run
+    /// use babel_idem::redrive::RedriveOptions;
+    /// use babel_idem::transport::RedisTransport;
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let transport = RedisTransport::connect("redis://127.0.0.1:6379/0").await?;
+    /// let mut seen = 0;
+    /// transport
+    ///     .redrive_with("orders.dlq", &RedriveOptions::new(), |_item| seen += 1)
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn redrive_with(
+        &self,
+        dlq: &str,
+        options: &RedriveOptions,
+        mut on_item: impl FnMut(&RedriveItem) + Send,
+    ) -> Result<RedriveReport, RedriveError> {
+        let mut run = self.dead_letter_run(dlq)?;
+        redrive::run(&mut run, dlq, options, &mut on_item).await
+    }
+
+    /// Reads up to `max` (all with `None`) records of the dead-letter list
+    /// `dlq` from its head, and changes nothing.
+    ///
+    /// ```no_run
+    /// use babel_idem::transport::RedisTransport;
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let transport = RedisTransport::connect("redis://127.0.0.1:6379/0").await?;
+    /// for record in transport.dead_letters("orders.dlq", Some(10)).await? {
+    ///     println!("{:?} {}", record.id, record.reason);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn dead_letters(
+        &self,
+        dlq: &str,
+        max: Option<usize>,
+    ) -> Result<Vec<DlqRecord>, RedriveError> {
+        let mut run = self.dead_letter_run(dlq)?;
+        Ok(redrive::look(&mut run, max).await?)
+    }
+
+    fn dead_letter_run(&self, dlq: &str) -> Result<RedisDlq, TransportError> {
+        QUEUE_NAMES.check(dlq)?;
+        Ok(RedisDlq {
+            connection: self.connection.clone(),
+            dlq: dlq.to_owned(),
+            offset: 0,
+            script: Script::new(concat!(
+                include_str!("keys.lua"),
+                include_str!("redrive.lua")
+            )),
+        })
+    }
+}
+
+/// One run over a dead-letter list: `offset` is how many records before
+/// the next one to look at are still in the list (looked at, not moved).
+struct RedisDlq {
+    connection: ConnectionManager,
+    dlq: String,
+    offset: usize,
+    script: Script,
+}
+
+impl RedisDlq {
+    async fn list_type(&mut self) -> Result<(), TransportError> {
+        let kind: String = ::redis::cmd("TYPE")
+            .arg(&self.dlq)
+            .query_async(&mut self.connection)
+            .await
+            .map_err(broker)?;
+        match kind.as_str() {
+            "none" | "list" => Ok(()),
+            other => Err(TransportError::Broker(
+                format!(
+                    "WRONGTYPE {} holds a {other}, not a list of dead-letter records",
+                    self.dlq
+                )
+                .into(),
+            )),
+        }
+    }
+}
+
+impl DlqRun for RedisDlq {
+    fn depth(&mut self) -> TransportFuture<'_, usize> {
+        Box::pin(async move {
+            self.list_type().await?;
+            ::redis::cmd("LLEN")
+                .arg(&self.dlq)
+                .query_async(&mut self.connection)
+                .await
+                .map_err(broker)
+        })
+    }
+
+    fn look(&mut self, max: usize) -> TransportFuture<'_, Vec<DlqMessage>> {
+        Box::pin(async move {
+            if max == 0 {
+                return Ok(Vec::new());
+            }
+            let raws: Vec<Vec<u8>> = ::redis::cmd("LRANGE")
+                .arg(&self.dlq)
+                .arg(self.offset)
+                .arg(self.offset + max - 1)
+                .query_async(&mut self.connection)
+                .await
+                .map_err(broker)?;
+            self.offset += raws.len();
+            Ok(raws
+                .into_iter()
+                .map(|raw| {
+                    let (body, headers) = frame::unframe(raw.clone());
+                    DlqMessage {
+                        body,
+                        headers,
+                        death: None,
+                        handle: DlqHandle::Redis(raw),
+                    }
+                })
+                .collect())
+        })
+    }
+
+    fn republish<'a>(
+        &'a mut self,
+        message: DlqMessage,
+        target: &'a str,
+        body: &'a [u8],
+        headers: &'a [(String, String)],
+    ) -> TransportFuture<'a, bool> {
+        Box::pin(async move {
+            #[allow(irrefutable_let_patterns, reason = "one variant per enabled transport")]
+            let DlqHandle::Redis(raw) = message.handle else {
+                return Err(TransportError::Unsupported {
+                    operation: "republishing another transport's message",
+                });
+            };
+            // A body that cannot be framed (not UTF-8) goes bare.
+            let value = frame::frame(body, headers).unwrap_or_else(|| body.to_vec());
+            let moved: Result<i64, RedisError> = self
+                .script
+                .key(&self.dlq)
+                .key(target)
+                .arg(&raw)
+                .arg(&value)
+                .invoke_async(&mut self.connection)
+                .await;
+            let moved = moved.map_err(broker)? == 1;
+            // It was before the cursor and is gone now, moved by this run
+            // or taken by another tool: the list is one shorter there.
+            self.offset = self.offset.saturating_sub(1);
+            Ok(moved)
+        })
+    }
+
+    fn put_back(&mut self, message: DlqMessage) {
+        // Never taken: it is where it was.
+        drop(message);
+    }
+
+    fn close(&mut self) -> TransportFuture<'_, ()> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn check_queue(&self, queue: &str) -> Result<(), TransportError> {
+        QUEUE_NAMES.check(queue)
+    }
+}
