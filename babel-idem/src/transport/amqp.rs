@@ -4,6 +4,7 @@
 
 mod acks;
 mod properties;
+mod publish;
 mod raw;
 mod session;
 

@@ -3,6 +3,7 @@
 //! `babelqueue.redis_transport` (1.24).
 
 mod frame;
+mod publish;
 mod token;
 
 use std::fmt;
