@@ -6,6 +6,8 @@
 //! babel-idem purge-expired URL [--claims]     delete expired marks (and finished claims)
 //! babel-idem migrate URL [--claims]           create the seen-set table (and claim mode's)
 //! babel-idem stats URL [--scope S]            count marks: total, expired, oldest, newest
+//! babel-idem relay --outbox URL --redis URL   publish a transactional outbox (or --amqp URL)
+//! babel-idem outbox stats|retry-failed|purge-published URL   look after an outbox
 //! ```
 //!
 //! `URL` is `sqlite://PATH` (or `sqlite:PATH`), `redis://...` or
@@ -18,7 +20,7 @@
 //!
 //! Every command keeps one set of conventions (`--help` prints them): the
 //! store URL is a store command's first argument; a command that talks to a
-//! broker takes `--redis URL` or `--amqp URL` (none does yet); durations
+//! broker takes `--redis URL` or `--amqp URL` (`relay`); durations
 //! are written `30s`, `5m`, `2h` ([`parse_duration`]); points in time are
 //! RFC 3339 or Unix milliseconds, UTC ([`parse_time`]); `--json` prints one
 //! JSON object per line and `--dry-run` changes nothing and reports what
@@ -40,6 +42,7 @@ mod backend;
 mod commands;
 mod exit;
 mod ids;
+mod outbox;
 mod output;
 mod target;
 mod units;
@@ -90,6 +93,8 @@ fn store_url(command: &Command) -> &str {
         Command::PurgeExpired { url, .. }
         | Command::Migrate { url, .. }
         | Command::Stats { url, .. } => url,
+        Command::Relay(args) => &args.outbox,
+        Command::Outbox(command) => command.url(),
     }
 }
 
@@ -118,15 +123,26 @@ async fn run(cli: Cli) -> Result<Exit, CliError> {
             let opened = backend::open(&Target::parse(&url)?, &settings, access).await?;
             commands::purge_expired(&opened, claims, dry_run, &mut out).await
         }
-        Command::Migrate { url, claims } => {
+        Command::Migrate {
+            url,
+            claims,
+            outbox,
+            outbox_table,
+        } => {
             let target = Target::parse(&url)?;
             let migration = backend::migrate(&target, &settings, claims, dry_run).await?;
-            Ok(commands::migrated(
-                &target.display(),
-                migration,
-                dry_run,
-                &mut out,
-            ))
+            let exit = commands::migrated(&target.display(), migration, dry_run, &mut out);
+            if outbox {
+                let (table, missing) =
+                    outbox::migrate(&url, outbox_table.as_deref(), settings.timeout, dry_run)
+                        .await?;
+                commands::outbox_migrated(&target.display(), &table, missing, dry_run, &mut out);
+            }
+            Ok(exit)
+        }
+        Command::Relay(args) => outbox::relay(args, settings.timeout, &mut out).await,
+        Command::Outbox(command) => {
+            outbox::outbox(command, settings.timeout, dry_run, &mut out).await
         }
         Command::Stats { url, scope } => {
             let opened = backend::open(&Target::parse(&url)?, &settings, Access::Read).await?;

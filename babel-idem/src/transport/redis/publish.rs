@@ -1,7 +1,7 @@
 //! Publishing on the Redis binding beyond single bodies: an [`Envelope`]
 //! with its producer span, and a batch in one pipelined round trip.
 
-use ::redis::{RedisResult, Value};
+use ::redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 
 use super::{RedisTransport, broker, frame};
 use crate::envelope::Envelope;
@@ -85,6 +85,14 @@ impl RedisTransport {
                 .query_async(&mut connection)
                 .await
                 .map_err(broker)?;
+            // A server that is loading, read-only or down answers every
+            // command so: that is the broker's state, not a message's fault.
+            if let Some(Err(error)) = replies
+                .iter()
+                .find(|reply| reply.as_ref().is_err_and(is_server_state))
+            {
+                return Err(broker(error.clone()));
+            }
             let mut replies = replies.into_iter();
             for outcome in outcomes.iter_mut().filter(|outcome| outcome.is_none()) {
                 *outcome = Some(match replies.next() {
@@ -101,4 +109,22 @@ impl RedisTransport {
             .map(|outcome| outcome.unwrap_or(Ok(())))
             .collect())
     }
+}
+
+/// Whether `error` is the server's state (loading its data set, read-only,
+/// its cluster or primary down, out of memory) rather than a refusal of
+/// the one command.
+fn is_server_state(error: &RedisError) -> bool {
+    matches!(
+        error.kind(),
+        ErrorKind::Server(
+            ServerErrorKind::BusyLoading
+                | ServerErrorKind::ReadOnly
+                | ServerErrorKind::TryAgain
+                | ServerErrorKind::ClusterDown
+                | ServerErrorKind::MasterDown
+        ) | ErrorKind::Io
+    ) || error
+        .code()
+        .is_some_and(|code| code == "OOM" || code == "MISCONF")
 }
