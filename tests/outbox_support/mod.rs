@@ -3,6 +3,9 @@
 //! drop.
 #![allow(dead_code)]
 
+#[cfg(all(feature = "sqlite", feature = "postgres"))]
+pub mod db;
+
 use std::time::Duration;
 
 use lapin::options::{BasicGetOptions, QueueDeclareOptions, QueueDeleteOptions};

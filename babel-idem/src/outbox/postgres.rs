@@ -130,14 +130,19 @@ impl PostgresOutbox {
     /// lock named after the table, so migrations run one after another.
     pub async fn migrate(&self) -> Result<(), OutboxError> {
         let ddl = DDL.replace(DEFAULT_TABLE, &self.table);
+        let lock = format!("babel-idem migrate outbox {}", self.table);
+        self.run_ddl(&lock, &ddl).await
+    }
+
+    /// Runs `ddl` in a transaction holding the advisory lock named `lock`.
+    async fn run_ddl(&self, lock: &str, ddl: &str) -> Result<(), OutboxError> {
         let mut tx = self.pool.begin().await.map_err(database("migrate"))?;
         sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
-            .bind(format!("babel-idem migrate outbox {}", self.table))
+            .bind(lock)
             .execute(&mut *tx)
             .await
             .map_err(database("migrate"))?;
-        sqlx::raw_sql(&ddl)
-            .execute(&mut *tx)
+        sqlx::Executor::execute(&mut *tx, ddl)
             .await
             .map_err(database("migrate"))?;
         tx.commit().await.map_err(database("migrate"))

@@ -134,12 +134,18 @@ impl SqliteOutbox {
     /// waits for the write lock and then finds the table made or makes it.
     pub async fn migrate(&self) -> Result<(), OutboxError> {
         let ddl = DDL.replace(DEFAULT_TABLE, &self.table);
+        self.run_ddl(&ddl).await
+    }
+
+    /// Runs `ddl` under the write lock: `BEGIN IMMEDIATE` takes it before
+    /// the first statement, so concurrent migrations run one after another.
+    async fn run_ddl(&self, ddl: &str) -> Result<(), OutboxError> {
         let mut tx = self
             .pool
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(database("migrate"))?;
-        sqlx::Executor::execute(&mut *tx, ddl.as_str())
+        sqlx::Executor::execute(&mut *tx, ddl)
             .await
             .map_err(database("migrate"))?;
         tx.commit().await.map_err(database("migrate"))
