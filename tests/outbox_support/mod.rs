@@ -194,3 +194,65 @@ impl Landed {
         value["meta"]["id"].as_str().unwrap().to_owned()
     }
 }
+
+/// A TCP proxy to a broker, owned by one test: `down` drops every
+/// connection through it and refuses new ones (the broker is unreachable)
+/// until `up`.
+pub struct Proxy {
+    pub port: u16,
+    down: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    connections: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl Proxy {
+    pub async fn start(upstream: String) -> Self {
+        use std::sync::atomic::Ordering;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let down = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let connections: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>> =
+            Default::default();
+        let (registry, refusing) = (connections.clone(), down.clone());
+        let accept = tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                if refusing.load(Ordering::SeqCst) {
+                    drop(client);
+                    continue;
+                }
+                let upstream = upstream.clone();
+                let task = tokio::spawn(async move {
+                    if let Ok(mut server) = tokio::net::TcpStream::connect(upstream).await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    }
+                });
+                registry.lock().unwrap().push(task.abort_handle());
+            }
+        });
+        Proxy {
+            port,
+            down,
+            connections,
+            accept,
+        }
+    }
+
+    /// Cuts every connection and refuses new ones.
+    pub fn down(&self) {
+        self.down.store(true, std::sync::atomic::Ordering::SeqCst);
+        let cut: Vec<_> = self.connections.lock().unwrap().drain(..).collect();
+        cut.iter().for_each(tokio::task::AbortHandle::abort);
+    }
+
+    /// Accepts connections again.
+    pub fn up(&self) {
+        self.down.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+        self.down();
+    }
+}
