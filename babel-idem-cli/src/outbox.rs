@@ -2,7 +2,6 @@
 //! broker; `outbox stats | retry-failed | purge-published` look after it;
 //! `migrate URL --outbox` creates its table.
 
-use std::future::Future;
 use std::time::Duration;
 
 use babel_idem::outbox::{
@@ -290,28 +289,19 @@ pub(crate) async fn relay(
 }
 
 /// Completes on SIGTERM or Ctrl-C.
-fn terminated() -> impl Future<Output = ()> {
-    async {
-        #[cfg(unix)]
-        {
-            use tokio::signal::unix::{SignalKind, signal};
-            match signal(SignalKind::terminate()) {
-                Ok(mut term) => {
-                    tokio::select! {
-                        _ = term.recv() => {}
-                        _ = tokio::signal::ctrl_c() => {}
-                    }
-                }
-                Err(_) => {
-                    let _ = tokio::signal::ctrl_c().await;
-                }
+async fn terminated() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
             }
-        }
-        #[cfg(not(unix))]
-        {
-            let _ = tokio::signal::ctrl_c().await;
+            return;
         }
     }
+    let _ = tokio::signal::ctrl_c().await;
 }
 
 fn broker_failed(url: &str, error: TransportError) -> CliError {

@@ -8,6 +8,7 @@
 //! | [`stores`] | every backend's layout on one page: the in-memory store, the SQLite and PostgreSQL tables (their DDL), the Redis keys (the Go and PHP layouts) and the roles of its Lua scripts |
 //! | [`consumers`] | from a raw delivery to a [`Disposition`](crate::router::Disposition), and how the consumer settles each one on Redis and RabbitMQ |
 //! | [`replays`] | intended replays: the `bq-replay-bypass` header |
+//! | [`outbox`] | the producer's side: publishing envelopes, the transactional outbox (its table, shared with the family), outgoing messages in a transactional handler, the relay, retention |
 //! | [`observability`] | the consumer span's fields, the decision counters and the `metrics` names |
 //!
 //! The crates: `babel-idem` (this one: the guard, the stores, the router,
@@ -52,6 +53,10 @@ pub mod consumers {
 
 pub mod replays {
     #![doc = include_str!("guide/replays.md")]
+}
+
+pub mod outbox {
+    #![doc = include_str!("guide/outbox.md")]
 }
 
 pub mod observability {

@@ -47,17 +47,14 @@ impl Broker {
                     .unwrap();
                 let channel = connection.create_channel().await.unwrap();
                 let mut landed = Vec::new();
-                loop {
-                    match channel
-                        .basic_get(queue.into(), BasicGetOptions { no_ack: true })
-                        .await
-                    {
-                        Ok(Some(message)) => landed.push(Landed {
-                            headers: amqp_headers(&message.delivery.properties),
-                            body: message.delivery.data,
-                        }),
-                        Ok(None) | Err(_) => break,
-                    }
+                while let Ok(Some(message)) = channel
+                    .basic_get(queue.into(), BasicGetOptions { no_ack: true })
+                    .await
+                {
+                    landed.push(Landed {
+                        headers: amqp_headers(&message.delivery.properties),
+                        body: message.delivery.data,
+                    });
                 }
                 let _ = connection.close(200, "read".into()).await;
                 landed

@@ -175,6 +175,7 @@ pub struct RelayBuilder {
     max_attempts: u32,
     max_body: usize,
     poll: Duration,
+    notifications: bool,
 }
 
 impl RelayBuilder {
@@ -211,6 +212,13 @@ impl RelayBuilder {
     /// again (default 1 s): the latency for rows other processes write.
     pub fn poll_interval(mut self, poll: Duration) -> Self {
         self.poll = poll;
+        self
+    }
+
+    /// Whether an idle relay waits for `save`'s wake-up (PostgreSQL's
+    /// `LISTEN`, SQLite's in-process signal) or only polls (default `true`).
+    pub fn notifications(mut self, on: bool) -> Self {
+        self.notifications = on;
         self
     }
 
@@ -302,6 +310,7 @@ impl Relay {
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             max_body: DEFAULT_MAX_BODY,
             poll: Duration::from_secs(1),
+            notifications: true,
         }
     }
 
@@ -335,7 +344,11 @@ impl Relay {
         until_empty: bool,
     ) -> Result<RelayReport, RelayError> {
         let mut shutdown = std::pin::pin!(shutdown);
-        let mut wake = Wake::new(&self.settings.source).await?;
+        let mut wake = if self.settings.notifications {
+            Wake::new(&self.settings.source).await?
+        } else {
+            Wake::Sleep
+        };
         let mut total = RelayReport::default();
         let mut outages = 0u32;
         let mut last_metrics: Option<Instant> = None;
@@ -549,6 +562,8 @@ const LOCAL_BURST: u32 = 6;
 
 /// How an idle relay learns that rows were written.
 enum Wake {
+    /// Notifications off: the poll alone.
+    Sleep,
     #[cfg(feature = "sqlite")]
     Local {
         notify: std::sync::Arc<tokio::sync::Notify>,
@@ -581,6 +596,7 @@ impl Wake {
     /// Waits for a wake-up or `poll`, whichever comes first.
     async fn wait(&mut self, poll: Duration) {
         match self {
+            Wake::Sleep => tokio::time::sleep(poll).await,
             #[cfg(feature = "sqlite")]
             Wake::Local { notify, burst } => {
                 // `save` runs inside a transaction that commits after it:

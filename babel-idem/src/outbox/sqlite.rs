@@ -253,10 +253,8 @@ impl SqliteOutbox {
         dry_run: bool,
     ) -> Result<u64, OutboxError> {
         let t = &self.table;
-        let old = format!(
-            "status = 'published' AND published_at < \
-             strftime('%Y-%m-%d %H:%M:%f', 'now', printf('-%.3f seconds', ?1))"
-        );
+        let old = "status = 'published' AND published_at < \
+                   strftime('%Y-%m-%d %H:%M:%f', 'now', printf('-%.3f seconds', ?1))";
         let seconds = older_than.as_secs_f64();
         if dry_run {
             let count = format!("SELECT count(*) FROM {t} WHERE {old}");
