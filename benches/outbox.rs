@@ -155,10 +155,12 @@ impl Db {
             }
             Db::Sqlite(dir) => {
                 let path = dir.join(format!("{table}.db"));
+                // As `babel-idem relay` opens it: WAL, `NORMAL` sync.
                 let options = SqliteConnectOptions::new()
                     .filename(&path)
                     .create_if_missing(true)
-                    .journal_mode(SqliteJournalMode::Wal);
+                    .journal_mode(SqliteJournalMode::Wal)
+                    .synchronous(sqlx::sqlite::SqliteSynchronous::Normal);
                 let pool = SqlitePoolOptions::new()
                     .max_connections(2)
                     .connect_with(options)

@@ -765,3 +765,99 @@ async fn migrations_run_at_once_by_a_fleet_all_succeed() {
         db.cleanup().await;
     }
 }
+
+#[cfg(feature = "metrics")]
+#[test]
+fn the_relay_records_the_outbox_lag_and_its_rows_by_status() {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let ran = metrics::with_local_recorder(&recorder, || {
+        runtime.block_on(async {
+            let (Some(db), Some(broker)) = (
+                Db::open(Kind::Sqlite, "outbox_metrics").await,
+                broker(true, "outbox_metrics"),
+            ) else {
+                return false;
+            };
+            db.migrate().await;
+            let queue = queue_name();
+            db.save_all(&[
+                envelope(&queue, 0),
+                envelope(&queue, 1),
+                envelope(&queue, 2),
+            ])
+            .await;
+            db.insert_plain(&[("bad queue".to_owned(), "{}".to_owned())])
+                .await;
+            let relay = Relay::builder(db.source().await, sink(&broker).await)
+                .max_attempts(1)
+                .build()
+                .await
+                .unwrap();
+            relay.drain().await.unwrap();
+            broker.delete(&[queue]).await;
+            db.cleanup().await;
+            true
+        })
+    });
+    if !ran {
+        return;
+    }
+    let values: Vec<(String, Vec<(String, String)>, DebugValue)> = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .map(|(key, _, _, value)| {
+            let labels = key
+                .key()
+                .labels()
+                .map(|l| (l.key().to_owned(), l.value().to_owned()))
+                .collect();
+            (key.key().name().to_owned(), labels, value)
+        })
+        .collect();
+    let find = |name: &str, status: Option<&str>| {
+        values
+            .iter()
+            .find(|(n, labels, _)| {
+                n == name
+                    && status.is_none_or(|s| labels.contains(&("status".to_owned(), s.to_owned())))
+            })
+            .map(|(_, _, value)| value)
+            .unwrap_or_else(|| panic!("{name} {status:?} was not recorded: {values:?}"))
+    };
+    let gauge = |value: &DebugValue| match value {
+        DebugValue::Gauge(g) => g.into_inner(),
+        other => panic!("not a gauge: {other:?}"),
+    };
+    assert_eq!(
+        gauge(find(babel_idem::metrics::OUTBOX_ROWS, Some("published"))),
+        3.0
+    );
+    assert_eq!(
+        gauge(find(babel_idem::metrics::OUTBOX_ROWS, Some("failed"))),
+        1.0
+    );
+    assert_eq!(
+        gauge(find(babel_idem::metrics::OUTBOX_ROWS, Some("pending"))),
+        0.0
+    );
+    assert_eq!(
+        gauge(find(babel_idem::metrics::OUTBOX_LAG_SECONDS, None)),
+        0.0
+    );
+    assert!(matches!(
+        find(babel_idem::metrics::OUTBOX_PUBLISHED_TOTAL, None),
+        &DebugValue::Counter(3)
+    ));
+    assert!(matches!(
+        find(babel_idem::metrics::OUTBOX_REFUSED_TOTAL, None),
+        &DebugValue::Counter(1)
+    ));
+}

@@ -12,7 +12,7 @@ use babel_idem::transport::{AmqpTransport, RedisTransport, TransportError};
 use clap::{Args, Subcommand};
 use serde_json::json;
 use sqlx::postgres::PgPoolOptions;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
 use crate::exit::{CliError, Exit};
 use crate::output::Output;
@@ -111,9 +111,13 @@ async fn open(url: &str, table: Option<&str>, timeout: Duration) -> Result<Opene
             if !path.exists() {
                 return Err(not_migrated(&target, "no SQLite database at this path"));
             }
+            // The relay's own connections: in WAL mode `NORMAL` syncs at
+            // checkpoints, not at each commit; a mark a power loss takes
+            // back publishes its row again (at least once, as always).
             let options = SqliteConnectOptions::new()
                 .filename(path)
                 .journal_mode(SqliteJournalMode::Wal)
+                .synchronous(SqliteSynchronous::Normal)
                 .busy_timeout(timeout);
             let pool = SqlitePoolOptions::new()
                 .max_connections(2)

@@ -41,6 +41,10 @@ const NOW: &str = "(now() AT TIME ZONE 'UTC')";
 /// | `retry_failed` | `UPDATE t SET status = 'pending', attempts = 0, failed_at = NULL WHERE status = 'failed'` |
 /// | `purge_published` | `DELETE FROM t WHERE id IN (SELECT id FROM t WHERE status = 'published' AND published_at < now - age ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)`, batch after batch |
 ///
+/// The relay's transaction commits with `synchronous_commit = off`: a mark
+/// a server crash loses publishes its row again, which at-least-once
+/// delivery allows, and the relay never waits for the disk.
+///
 /// The relay holds the rows it took locked until it marked them, so
 /// several relays drain one outbox at once, each row taken by one relay at
 /// a time; a relay that dies releases its rows (still pending) with its
@@ -360,7 +364,14 @@ impl PostgresOutbox {
              ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
             t = self.table
         );
-        let mut tx = self.pool.begin().await.map_err(database("take"))?;
+        // The transaction only marks rows: a mark lost to a server crash
+        // publishes its row again (at least once, as always), so its commit
+        // need not wait for the disk.
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN; SET LOCAL synchronous_commit = off")
+            .await
+            .map_err(database("take"))?;
         let rows: Vec<(i64, String, String, i64, Option<String>)> = sqlx::query_as(&take)
             .bind(i64::from(limit))
             .bind(backoff.step.as_secs_f64())

@@ -368,7 +368,8 @@ impl Relay {
                     if taken < self.settings.batch as usize {
                         if until_empty {
                             if self.stats().await?.pending == 0 {
-                                self.record_metrics(&mut last_metrics).await;
+                                // The last figures, whenever the previous ones were taken.
+                                self.record_metrics(&mut None).await;
                                 return Ok(total);
                             }
                             // Rows waiting out a backoff.
