@@ -809,7 +809,8 @@ fn the_relay_records_the_outbox_lag_and_its_rows_by_status() {
     if !ran {
         return;
     }
-    let values: Vec<(String, Vec<(String, String)>, DebugValue)> = snapshotter
+    type Labels = Vec<(String, String)>;
+    let values: Vec<(String, Labels, DebugValue)> = snapshotter
         .snapshot()
         .into_vec()
         .into_iter()

@@ -38,8 +38,8 @@ pub enum ProduceError {
         pointer: String,
     },
     /// The encoded bytes would not decode as a valid envelope (a blank URN
-    /// or `trace_id`, an unsupported `schema_version`, an integer out of
-    /// range); says which rule failed.
+    /// or `trace_id`, an unsupported `schema_version`); says which rule
+    /// failed.
     Invalid(EnvelopeError),
 }
 
@@ -188,12 +188,14 @@ mod tests {
     }
 
     #[test]
-    fn an_integer_beyond_the_contract_is_refused() {
+    fn a_schema_version_consumers_do_not_read_is_refused() {
         let mut env = Envelope::new("urn:babel:orders:created", json!({}));
-        env.attempts = u64::MAX;
+        env.meta.schema_version = 2;
         assert!(matches!(
             env.encode_for_publish(),
-            Err(ProduceError::Invalid(EnvelopeError::InvalidInteger { .. }))
+            Err(ProduceError::Invalid(
+                EnvelopeError::UnsupportedSchemaVersion(2)
+            ))
         ));
     }
 

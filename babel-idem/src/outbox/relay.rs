@@ -264,6 +264,9 @@ impl RelayBuilder {
 ///   rows in id order, among the rows committed when the relay read. With
 ///   several relays, or a refused row waiting its backoff, it is not
 ///   promised.
+/// - Give the relay its own pool (on SQLite `synchronous = NORMAL` in WAL
+///   mode, as `babel-idem relay` opens it): its marks need no flush to
+///   disk, since a lost mark only publishes its row again.
 /// - Delivery is at least once: a relay that dies after the broker
 ///   accepted a batch and before it marked it publishes that batch again,
 ///   with the same `meta.id`s, which consumers deduplicate.
@@ -277,7 +280,10 @@ impl RelayBuilder {
 /// let outbox = SqliteOutbox::new(pool);
 /// let transport = RedisTransport::connect("redis://127.0.0.1:6379/0").await?;
 /// let relay = Relay::builder(outbox, transport).build().await?;
-/// relay.run(tokio::signal::ctrl_c()).await?; // until Ctrl-C, after the current batch
+/// let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+/// // ... `stop.send(())` from a signal handler ...
+/// # drop(stop);
+/// relay.run(stopped).await?; // until `stop`, after the current batch
 /// # Ok(())
 /// # }
 /// ```
