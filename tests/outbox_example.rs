@@ -42,14 +42,7 @@ fn example() -> &'static Path {
             .unwrap()
             .to_owned();
         let mut build = Command::new(env!("CARGO"));
-        build.args([
-            "build",
-            "--quiet",
-            "--example",
-            "outbox",
-            "--features",
-            "redis-transport,sqlite,postgres",
-        ]);
+        build.args(["build", "--quiet", "--example", "outbox", "--all-features"]);
         if profile.ends_with("release") {
             build.arg("--release");
         }

@@ -334,7 +334,12 @@ pub fn cli() -> &'static Path {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
     BINARY.get_or_init(|| {
         let binary = profile_dir().join(format!("babel-idem{}", std::env::consts::EXE_SUFFIX));
-        built(binary, &["-p", "babel-idem-cli", "--bin", "babel-idem"])
+        // The whole workspace with every feature, as `cargo test --all-features`
+        // builds it, so its artifacts are reused.
+        built(
+            binary,
+            &["--workspace", "--all-features", "--bin", "babel-idem"],
+        )
     })
 }
 
