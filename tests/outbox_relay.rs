@@ -177,6 +177,10 @@ async fn atomicity(kind: Kind, test: &str) {
     let committed = crashing_producer(&db, &queue, 3, "after-commit").await;
     let rows = db.rows().await;
     assert!(rows.iter().all(|row| row.status == "pending"), "{rows:?}");
+    let dry = relay_drain(&db, &broker, &["--dry-run", "--json"]).await;
+    let said: Value = serde_json::from_slice(&dry.stdout).unwrap();
+    assert_eq!(said["pending"], 3, "{said}");
+    assert_eq!(broker.len(&queue).await, 0, "--dry-run published nothing");
     let out = relay_drain(&db, &broker, &[]).await;
     assert!(
         out.status.success(),

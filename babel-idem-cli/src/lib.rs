@@ -140,7 +140,7 @@ async fn run(cli: Cli) -> Result<Exit, CliError> {
             }
             Ok(exit)
         }
-        Command::Relay(args) => outbox::relay(args, settings.timeout, &mut out).await,
+        Command::Relay(args) => outbox::relay(args, settings.timeout, dry_run, &mut out).await,
         Command::Outbox(command) => {
             outbox::outbox(command, settings.timeout, dry_run, &mut out).await
         }

@@ -230,9 +230,29 @@ fn chain(error: &dyn std::error::Error) -> String {
 pub(crate) async fn relay(
     args: RelayArgs,
     timeout: Duration,
+    dry_run: bool,
     out: &mut Output,
 ) -> Result<Exit, CliError> {
     let opened = open(&args.outbox, args.outbox_table.as_deref(), timeout).await?;
+    if dry_run {
+        // Publishes nothing: says what a run would take.
+        let target = Target::parse(&args.outbox)?;
+        let stats = opened
+            .stats()
+            .await
+            .map_err(|e| outbox_failed(&target, e))?;
+        out.emit(
+            || {
+                format!(
+                    "{}: would publish up to {} pending rows (dry run: nothing published)",
+                    target.display(),
+                    stats.pending
+                )
+            },
+            || json!({ "pending": stats.pending, "dry_run": true }),
+        );
+        return Ok(Exit::Ok);
+    }
     let sink = match (&args.redis, &args.amqp) {
         (Some(url), _) => RelaySink::from(
             RedisTransport::builder()
