@@ -24,7 +24,17 @@ pub const DEFAULT_MAX_ATTEMPTS: u32 = 10;
 /// `max_message_size` (16 MiB).
 pub const DEFAULT_MAX_BODY: usize = 16 * 1024 * 1024;
 
-/// The outbox a [`Relay`] drains.
+/// The outbox a [`Relay`] drains: made by `From` of either outbox.
+///
+/// ```
+/// use babel_idem::outbox::{RelaySource, SqliteOutbox};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let pool = sqlx::sqlite::SqlitePoolOptions::new().connect_lazy("sqlite::memory:").unwrap();
+/// let source = RelaySource::from(SqliteOutbox::new(pool));
+/// assert!(matches!(source, RelaySource::Sqlite(_)));
+/// # });
+/// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum RelaySource {
@@ -50,7 +60,17 @@ impl From<PostgresOutbox> for RelaySource {
     }
 }
 
-/// The broker a [`Relay`] publishes to.
+/// The broker a [`Relay`] publishes to: made by `From` of either transport.
+///
+/// ```no_run
+/// use babel_idem::outbox::RelaySink;
+/// use babel_idem::transport::RedisTransport;
+///
+/// # async fn run() -> Result<(), babel_idem::transport::TransportError> {
+/// let sink = RelaySink::from(RedisTransport::connect("redis://127.0.0.1:6379/0").await?);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 #[non_exhaustive]
 pub enum RelaySink {
@@ -100,6 +120,13 @@ impl RelaySink {
 }
 
 /// Why the relay stopped or a pass failed.
+///
+/// ```
+/// use babel_idem::outbox::{OutboxError, RelayError};
+///
+/// let error = RelayError::from(OutboxError::MissingTable { table: "babelqueue_outbox".into() });
+/// assert!(error.to_string().contains("babel-idem migrate URL --outbox"));
+/// ```
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum RelayError {
@@ -166,6 +193,26 @@ impl RelayReport {
 }
 
 /// Configures a [`Relay`]; made by [`Relay::builder`].
+///
+/// ```no_run
+/// use babel_idem::outbox::{Relay, SqliteOutbox};
+/// use babel_idem::transport::AmqpTransport;
+/// use std::time::Duration;
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let pool = sqlx::SqlitePool::connect("sqlite://app.db").await?;
+/// let transport = AmqpTransport::connect("amqp://guest:guest@127.0.0.1:5672/%2f").await?;
+/// let relay = Relay::builder(SqliteOutbox::new(pool), transport)
+///     .batch_size(200)
+///     .max_attempts(5)
+///     .backoff(Duration::from_millis(100), Duration::from_secs(10))
+///     .poll_interval(Duration::from_millis(250))
+///     .build()
+///     .await?;
+/// relay.drain().await?;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 pub struct RelayBuilder {
     source: RelaySource,

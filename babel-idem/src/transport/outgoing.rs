@@ -49,10 +49,26 @@ impl<'a> Outgoing<'a> {
 /// wrong type, a nack), which says nothing about the others. A broker that
 /// cannot be reached fails the whole call instead, and then nothing is
 /// known of any message.
+///
+/// ```
+/// use babel_idem::transport::{BatchOutcome, TransportError};
+///
+/// let outcome: BatchOutcome = vec![Ok(()), Err(TransportError::Unsupported { operation: "x" })];
+/// let accepted = outcome.iter().filter(|result| result.is_ok()).count();
+/// assert_eq!(accepted, 1);
+/// ```
 pub type BatchOutcome = Vec<Result<(), TransportError>>;
 
 /// Why publishing an [`Envelope`](crate::Envelope) failed: it does not encode (nothing was
 /// sent), or the broker failed.
+///
+/// ```
+/// use babel_idem::envelope::ProduceError;
+/// use babel_idem::transport::PublishError;
+///
+/// let error = PublishError::from(ProduceError::MissingId);
+/// assert!(error.to_string().contains("meta.id"));
+/// ```
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum PublishError {
