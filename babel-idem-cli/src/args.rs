@@ -13,7 +13,7 @@ Conventions (every command keeps them):
     sqlite://PATH (or sqlite:PATH), redis://..., rediss://...,
     postgres://... (or postgresql://...). The URL picks the backend.
   - A command that talks to a broker takes --redis URL or --amqp URL
-    (redrive, dlq).
+    (redrive, dlq, relay).
   - Durations are a whole number and a unit: 250ms, 30s, 5m, 2h, 7d
     (e.g. --timeout 5s); a bare number is seconds.
   - Points in time are RFC 3339 (2026-12-01T02:48:19Z, with Z or an offset)
@@ -109,6 +109,12 @@ pub(crate) enum Command {
         /// Also create claim mode's tables (claims need the seen-set table).
         #[arg(long)]
         claims: bool,
+        /// Also create the transactional outbox's table.
+        #[arg(long)]
+        outbox: bool,
+        /// The outbox table (default babelqueue_outbox).
+        #[arg(long, value_name = "NAME", requires = "outbox")]
+        outbox_table: Option<String>,
     },
     /// Count the marks: total, expired, oldest and newest.
     Stats {
@@ -127,6 +133,13 @@ pub(crate) enum Command {
         #[command(subcommand)]
         command: DlqCommand,
     },
+    /// Publish a transactional outbox's pending rows to Redis or RabbitMQ,
+    /// until SIGTERM (after the current batch) or, with --drain, until none
+    /// is pending.
+    Relay(crate::outbox::RelayArgs),
+    /// Look after a transactional outbox: stats, retry-failed, purge-published.
+    #[command(subcommand)]
+    Outbox(crate::outbox::OutboxCommand),
 }
 
 /// The broker a command talks to: one of --redis and --amqp.

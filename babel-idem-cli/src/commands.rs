@@ -269,6 +269,25 @@ pub(crate) fn migrated(
     Exit::Ok
 }
 
+/// Says that the outbox table is ready, or with `dry_run` whether it is
+/// missing.
+pub(crate) fn outbox_migrated(
+    display: &str,
+    table: &str,
+    missing: bool,
+    dry_run: bool,
+    out: &mut Output,
+) {
+    out.emit(
+        || match (dry_run, missing) {
+            (true, true) => format!("{display}: would create outbox table {table} (dry run)"),
+            (true, false) => format!("{display}: outbox table {table} is there (dry run)"),
+            (false, _) => format!("{display}: outbox table {table} is ready"),
+        },
+        || json!({ "outbox_table": table, "dry_run": dry_run, "missing": missing }),
+    );
+}
+
 /// Prints the marks' count, expired count, oldest and newest.
 pub(crate) async fn stats(
     opened: &Opened,

@@ -12,6 +12,8 @@
 //!                                            move dead-lettered messages back to work
 //! babel-idem dlq list|show|stats --redis URL|--amqp URL DLQ
 //!                                            look at a dead-letter queue, change nothing
+//! babel-idem relay --outbox URL --redis URL   publish a transactional outbox (or --amqp URL)
+//! babel-idem outbox stats|retry-failed|purge-published URL   look after an outbox
 //! ```
 //!
 //! `URL` is `sqlite://PATH` (or `sqlite:PATH`), `redis://...` or
@@ -24,7 +26,7 @@
 //!
 //! Every command keeps one set of conventions (`--help` prints them): the
 //! store URL is a store command's first argument; a command that talks to a
-//! broker takes `--redis URL` or `--amqp URL` (`redrive`, `dlq`); durations
+//! broker takes `--redis URL` or `--amqp URL` (`redrive`, `dlq`, `relay`); durations
 //! are written `30s`, `5m`, `2h` ([`parse_duration`]); points in time are
 //! RFC 3339 or Unix milliseconds, UTC ([`parse_time`]); `--json` prints one
 //! JSON object per line and `--dry-run` changes nothing and reports what
@@ -47,6 +49,7 @@ mod commands;
 mod dead_letters;
 mod exit;
 mod ids;
+mod outbox;
 mod output;
 mod target;
 mod units;
@@ -111,6 +114,10 @@ fn urls(command: &Command) -> Vec<&str> {
             | DlqCommand::Show { broker, .. }
             | DlqCommand::Stats { broker, .. } => vec![broker.url()],
         },
+        Command::Relay(args) => {
+            vec![args.outbox.as_str(), args.broker.url()]
+        }
+        Command::Outbox(command) => vec![command.url()],
     }
 }
 
@@ -139,15 +146,26 @@ async fn run(cli: Cli) -> Result<Exit, CliError> {
             let opened = backend::open(&Target::parse(&url)?, &settings, access).await?;
             commands::purge_expired(&opened, claims, dry_run, &mut out).await
         }
-        Command::Migrate { url, claims } => {
+        Command::Migrate {
+            url,
+            claims,
+            outbox,
+            outbox_table,
+        } => {
             let target = Target::parse(&url)?;
             let migration = backend::migrate(&target, &settings, claims, dry_run).await?;
-            Ok(commands::migrated(
-                &target.display(),
-                migration,
-                dry_run,
-                &mut out,
-            ))
+            let exit = commands::migrated(&target.display(), migration, dry_run, &mut out);
+            if outbox {
+                let (table, missing) =
+                    outbox::migrate(&url, outbox_table.as_deref(), settings.timeout, dry_run)
+                        .await?;
+                commands::outbox_migrated(&target.display(), &table, missing, dry_run, &mut out);
+            }
+            Ok(exit)
+        }
+        Command::Relay(args) => outbox::relay(args, settings.timeout, dry_run, &mut out).await,
+        Command::Outbox(command) => {
+            outbox::outbox(command, settings.timeout, dry_run, &mut out).await
         }
         Command::Stats { url, scope } => {
             let opened = backend::open(&Target::parse(&url)?, &settings, Access::Read).await?;

@@ -426,7 +426,7 @@ async fn sqlite_bad_input_is_one_line_and_a_documented_code() {
         &["stats", &url, "--timeout", "0"],
         &["stats", &url, "--timeout", "0s"],
         &["stats", &url, "--timeout", "5 minutes"],
-        &["migrate", &url, "--outbox"],
+        &["migrate", &url, "--claimz"],
     ] {
         let run = cli(args);
         assert_eq!(run.code, 2, "{run:?}");

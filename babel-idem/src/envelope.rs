@@ -29,10 +29,12 @@ mod encode;
 mod error;
 mod integer;
 mod members;
+mod produce;
 mod raw;
 
 pub use error::EnvelopeError;
 pub use integer::{IntegerProblem, MAX_INTEGER};
+pub use produce::ProduceError;
 
 /// The only `meta.schema_version` this crate reads and writes.
 pub const SCHEMA_VERSION: u64 = 1;

@@ -9,6 +9,7 @@
 //! | [`consumers`] | from a raw delivery to a [`Disposition`](crate::router::Disposition), and how the consumer settles each one on Redis and RabbitMQ |
 //! | [`replays`] | intended replays: the `bq-replay-bypass` header |
 //! | [`redrive`] | dead-letter redrive: the redriven bytes, the rules, why nothing is lost, the CLI's `redrive` and `dlq` |
+//! | [`outbox`] | the producer's side: publishing envelopes, the transactional outbox (its table, shared with the family), outgoing messages in a transactional handler, the relay, retention |
 //! | [`observability`] | the consumer span's fields, the decision counters and the `metrics` names |
 //!
 //! The crates: `babel-idem` (this one: the guard, the stores, the router,
@@ -57,6 +58,10 @@ pub mod replays {
 
 pub mod redrive {
     #![doc = include_str!("guide/redrive.md")]
+}
+
+pub mod outbox {
+    #![doc = include_str!("guide/outbox.md")]
 }
 
 pub mod observability {

@@ -68,6 +68,8 @@ pub mod guide;
 pub mod key;
 mod message;
 pub mod metrics;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub mod outbox;
 pub mod router;
 pub mod store;
 

@@ -17,8 +17,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 mod facade;
 mod observe;
 
+#[cfg(all(feature = "metrics", any(feature = "sqlite", feature = "postgres")))]
+pub(crate) use facade::record_outbox;
 #[cfg(feature = "metrics")]
-pub use facade::{DECISIONS_TOTAL, STORE_DURATION_SECONDS, STORE_ERRORS_TOTAL, describe};
+pub use facade::{
+    DECISIONS_TOTAL, OUTBOX_LAG_SECONDS, OUTBOX_PUBLISHED_TOTAL, OUTBOX_REFUSED_TOTAL, OUTBOX_ROWS,
+    STORE_DURATION_SECONDS, STORE_ERRORS_TOTAL, describe,
+};
 // The consumer span (router) declares this field; its unit test checks the name.
 #[cfg(test)]
 pub(crate) use observe::DECISION_FIELD;

@@ -42,7 +42,7 @@ mod handler;
 pub(crate) mod parked;
 mod policy;
 mod routes;
-mod span;
+pub(crate) mod span;
 mod urn;
 
 pub use delivery::Delivery;

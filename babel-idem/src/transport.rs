@@ -23,6 +23,9 @@ use std::time::Duration;
 
 #[cfg(any(feature = "redis-transport", feature = "amqp-transport"))]
 mod binding;
+mod outgoing;
+
+pub use self::outgoing::{BatchOutcome, Outgoing, PublishError};
 
 #[cfg(feature = "redis-transport")]
 mod redis;

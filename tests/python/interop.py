@@ -13,12 +13,14 @@ Subcommands every peer answers (one JSON document on stdout):
                                                      the SDK's poison record, {"record": [bytes]}
   redrive URL DLQ [--to Q] [--bypass 1]              the SDK's redrive of DLQ: what it did, and
                                                      how long it took (`seconds`)
+  encode QUEUE COUNT                                 COUNT envelopes of URN for QUEUE as the
+                                                     SDK encodes them, {"encoded": [text]}
 """
 
 import json
 import sys
 
-from babelqueue import BabelQueue, headers_from_context, is_replay
+from babelqueue import BabelQueue, EnvelopeCodec, headers_from_context, is_replay
 from babelqueue._poison_record import build_poison_record
 from babelqueue.idempotency import wrap
 
@@ -80,6 +82,8 @@ def consume(app, queue, idle, client, options):
             "lang": meta.get("lang"),
             "headers": dict(headers_from_context()),
             "replay": is_replay(),
+            # The SDK's own encoding of what it consumed, to compare bytes.
+            "encoded": EnvelopeCodec.encode(envelope),
         })
 
     prefix = options.get("--seen-prefix")
@@ -133,6 +137,11 @@ def main(argv, app_for, consume_with, commands=None):
         out = consume_with(args[0], args[1], float(args[2]), options)
     elif command == "poison-record":
         out = poison_record()
+    elif command == "encode":
+        out = {"encoded": [
+            EnvelopeCodec.encode(EnvelopeCodec.make(URN, {"n": n, "text": "héllo"}, queue=args[0]))
+            for n in range(int(args[1]))
+        ]}
     elif commands and command in commands:
         out = commands[command](*args)
     else:

@@ -32,6 +32,38 @@ pub const STORE_DURATION_SECONDS: &str = "babel_idem_store_duration_seconds";
 /// and `backend` as [`STORE_DURATION_SECONDS`] is.
 pub const STORE_ERRORS_TOTAL: &str = "babel_idem_store_errors_total";
 
+/// Gauge, in seconds: how long the oldest pending row of the outbox a
+/// relay drains has waited (0 when none is pending).
+pub const OUTBOX_LAG_SECONDS: &str = "babel_idem_outbox_lag_seconds";
+
+/// Gauge: the rows of the outbox a relay drains, labelled `status`
+/// (`pending`, `published`, `failed`).
+pub const OUTBOX_ROWS: &str = "babel_idem_outbox_rows";
+
+/// Counter: rows a relay published and marked.
+pub const OUTBOX_PUBLISHED_TOTAL: &str = "babel_idem_outbox_published_total";
+
+/// Counter: refusals a relay recorded on rows (each an attempt).
+pub const OUTBOX_REFUSED_TOTAL: &str = "babel_idem_outbox_refused_total";
+
+/// Records an outbox's lag and counts by status.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+#[cfg_attr(
+    not(any(feature = "redis-transport", feature = "amqp-transport")),
+    allow(dead_code, reason = "only the relay records the outbox")
+)]
+pub(crate) fn record_outbox(stats: &crate::outbox::OutboxStats) {
+    let lag = stats.oldest_pending_age.unwrap_or_default().as_secs_f64();
+    ::metrics::gauge!(OUTBOX_LAG_SECONDS).set(lag);
+    for (status, count) in [
+        ("pending", stats.pending),
+        ("published", stats.published),
+        ("failed", stats.failed),
+    ] {
+        ::metrics::gauge!(OUTBOX_ROWS, "status" => status).set(count as f64);
+    }
+}
+
 /// Registers a description and unit for each of the three metrics with the
 /// installed recorder (a Prometheus exporter prints them as `# HELP`). Call it
 /// once after installing the recorder; recording works without it.
@@ -54,6 +86,26 @@ pub fn describe() {
         STORE_ERRORS_TOTAL,
         ::metrics::Unit::Count,
         "failed seen-set store calls a babel-idem guard awaited"
+    );
+    ::metrics::describe_gauge!(
+        OUTBOX_LAG_SECONDS,
+        ::metrics::Unit::Seconds,
+        "age of the oldest pending row of the outbox a babel-idem relay drains"
+    );
+    ::metrics::describe_gauge!(
+        OUTBOX_ROWS,
+        ::metrics::Unit::Count,
+        "rows of the outbox a babel-idem relay drains, by status"
+    );
+    ::metrics::describe_counter!(
+        OUTBOX_PUBLISHED_TOTAL,
+        ::metrics::Unit::Count,
+        "outbox rows a babel-idem relay published"
+    );
+    ::metrics::describe_counter!(
+        OUTBOX_REFUSED_TOTAL,
+        ::metrics::Unit::Count,
+        "refusals a babel-idem relay recorded on outbox rows"
     );
 }
 

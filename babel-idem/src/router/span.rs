@@ -16,6 +16,11 @@
 //!
 //! With the feature `opentelemetry`, a W3C `traceparent` (and `tracestate`)
 //! transport header makes the span a child of the producer's span.
+//!
+//! The PRODUCER span a publish runs in has the same attributes, with
+//! `otel.name` `publish <urn>`, `otel.kind` `producer` and
+//! `messaging.operation` `publish`; with the feature `opentelemetry` its
+//! context travels as the W3C `traceparent` header of the message.
 
 use std::fmt;
 
@@ -52,6 +57,91 @@ pub(super) fn consumer(envelope: &Envelope, delivery: &Delivery) -> Span {
     #[cfg(feature = "opentelemetry")]
     continue_trace(&span, delivery);
     span
+}
+
+/// Opens (but does not enter) the producer span of one publish of
+/// `envelope` to `queue`.
+#[cfg_attr(
+    not(any(feature = "redis-transport", feature = "amqp-transport")),
+    allow(dead_code, reason = "only a broker binding publishes")
+)]
+pub(crate) fn producer(envelope: &Envelope, queue: &str) -> Span {
+    tracing::info_span!(
+        "babelqueue.publish",
+        otel.name = %PublishName(envelope.urn()),
+        otel.kind = "producer",
+        messaging.system = "babelqueue",
+        messaging.operation = "publish",
+        messaging.destination.name = queue,
+        messaging.message.id = envelope.message_id(),
+        messaging.message.conversation_id = envelope.trace_id.as_str(),
+        messaging.babelqueue.attempts = i64::try_from(envelope.attempts).unwrap_or(i64::MAX),
+    )
+}
+
+/// `publish <urn>`, the family's producer span name.
+struct PublishName<'a>(&'a str);
+
+impl fmt::Display for PublishName<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "publish {}", self.0)
+    }
+}
+
+/// The W3C `traceparent` (and `tracestate`, when there is one) naming
+/// `span`, as transport headers; none when the span has no OpenTelemetry
+/// context (disabled, or a subscriber without the OpenTelemetry layer).
+#[cfg(feature = "opentelemetry")]
+#[cfg_attr(
+    not(any(
+        feature = "redis-transport",
+        feature = "amqp-transport",
+        feature = "sqlite",
+        feature = "postgres"
+    )),
+    allow(dead_code, reason = "only a producer carries a trace context")
+)]
+pub(crate) fn trace_headers(span: &Span) -> Vec<(String, String)> {
+    use opentelemetry::propagation::{Injector, TextMapPropagator};
+    use opentelemetry::trace::TraceContextExt;
+    use opentelemetry_sdk::propagation::TraceContextPropagator;
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+    struct Headers(Vec<(String, String)>);
+
+    impl Injector for Headers {
+        fn set(&mut self, key: &str, value: String) {
+            if !value.is_empty() {
+                self.0.push((key.to_owned(), value));
+            }
+        }
+    }
+
+    if span.is_disabled() {
+        return Vec::new();
+    }
+    let context = span.context();
+    if !context.span().span_context().is_valid() {
+        return Vec::new();
+    }
+    let mut headers = Headers(Vec::new());
+    TraceContextPropagator::new().inject_context(&context, &mut headers);
+    headers.0
+}
+
+/// Without the feature `opentelemetry` no span has a W3C context to carry.
+#[cfg(not(feature = "opentelemetry"))]
+#[cfg_attr(
+    not(any(
+        feature = "redis-transport",
+        feature = "amqp-transport",
+        feature = "sqlite",
+        feature = "postgres"
+    )),
+    allow(dead_code, reason = "only a producer carries a trace context")
+)]
+pub(crate) fn trace_headers(_span: &Span) -> Vec<(String, String)> {
+    Vec::new()
 }
 
 /// `<queue> process`, the OpenTelemetry messaging span name.

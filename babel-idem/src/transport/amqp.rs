@@ -6,6 +6,7 @@ mod acks;
 mod dlq;
 mod header_guard;
 mod properties;
+mod publish;
 mod raw;
 mod session;
 

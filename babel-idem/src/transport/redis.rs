@@ -4,6 +4,7 @@
 
 mod dlq;
 mod frame;
+mod publish;
 mod token;
 
 use std::fmt;

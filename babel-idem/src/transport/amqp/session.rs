@@ -246,6 +246,73 @@ impl Sessions {
         Ok(())
     }
 
+    /// Publishes every message of `messages` (queue, body, out-of-band
+    /// headers), each to its own queue, on one confirm channel, then waits
+    /// for all their confirms at once. `Err` when the connection or the
+    /// channel failed (nothing is known of any message); otherwise one
+    /// outcome per message: `Ok` once the broker confirmed it, an error
+    /// when the broker nacked it or refused to declare its queue.
+    pub(super) async fn publish_each(
+        &self,
+        messages: &[(&str, &[u8], FieldTable)],
+    ) -> Result<Vec<Result<(), TransportError>>, TransportError> {
+        let session = self.session().await?;
+        let result = self.publish_each_on(&session, messages).await;
+        self.after(&session, result).await
+    }
+
+    async fn publish_each_on(
+        &self,
+        session: &Session,
+        messages: &[(&str, &[u8], FieldTable)],
+    ) -> Result<Vec<Result<(), TransportError>>, TransportError> {
+        let timeout = self.connector.timeout;
+        let mut refused: HashMap<&str, String> = HashMap::new();
+        for (queue, _, _) in messages {
+            if refused.contains_key(queue) {
+                continue;
+            }
+            if let Err(error) = session.declare(queue, timeout).await {
+                if !session.connection.status().connected() {
+                    return Err(error);
+                }
+                refused.insert(queue, error.to_string());
+            }
+        }
+        let publisher = session.publisher(timeout).await?;
+        let mut outcomes: Vec<Option<Result<(), TransportError>>> =
+            messages.iter().map(|_| None).collect();
+        let mut confirms = Vec::with_capacity(messages.len());
+        for (index, (queue, body, headers)) in messages.iter().enumerate() {
+            if let Some(reason) = refused.get(queue) {
+                outcomes[index] = Some(Err(broker_message(&format!(
+                    "the broker refused to declare the queue: {reason}"
+                ))));
+                continue;
+            }
+            let publish = publisher.basic_publish(
+                "".into(),
+                (*queue).into(),
+                BasicPublishOptions::default(),
+                body,
+                properties::for_body(body, headers),
+            );
+            confirms.push((index, within(timeout, publish).await?));
+        }
+        for (index, confirm) in confirms {
+            let confirmation = within(timeout, confirm).await?;
+            outcomes[index] = Some(if confirmation.is_nack() {
+                Err(broker_message("the broker refused (nacked) the publish"))
+            } else {
+                Ok(())
+            });
+        }
+        Ok(outcomes
+            .into_iter()
+            .map(|outcome| outcome.unwrap_or(Ok(())))
+            .collect())
+    }
+
     /// Runs `operation` on the live session's publishing channel.
     pub(super) async fn with_channel<F, Fut>(&self, operation: F) -> Result<(), TransportError>
     where

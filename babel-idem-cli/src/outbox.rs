@@ -1,0 +1,508 @@
+//! The transactional outbox's commands: `relay` drains an outbox to a
+//! broker; `outbox stats | retry-failed | purge-published` look after it;
+//! `migrate URL --outbox` creates its table.
+
+use std::time::Duration;
+
+use babel_idem::outbox::{
+    OutboxError, OutboxStats, PostgresOutbox, Relay, RelayError, RelayReport, RelaySink,
+    RelaySource, SqliteOutbox,
+};
+use babel_idem::transport::{AmqpTransport, RedisTransport, TransportError};
+use clap::{Args, Subcommand};
+use serde_json::json;
+use sqlx::postgres::PgPoolOptions;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+
+use crate::args::BrokerArgs;
+use crate::exit::{CliError, Exit};
+use crate::output::Output;
+use crate::target::Target;
+use crate::units::{parse_duration, positive_duration};
+
+/// `babel-idem relay`'s arguments.
+#[derive(Debug, Args)]
+pub(crate) struct RelayArgs {
+    /// The outbox's database: sqlite://PATH or postgres://...
+    #[arg(long, value_name = "URL")]
+    pub outbox: String,
+    /// The broker the rows are published to.
+    #[command(flatten)]
+    pub broker: BrokerArgs,
+    /// The outbox table (default babelqueue_outbox).
+    #[arg(long, value_name = "NAME")]
+    pub outbox_table: Option<String>,
+    /// Exit 0 once the outbox holds no pending row (each published, or
+    /// failed after its last attempt).
+    #[arg(long)]
+    pub drain: bool,
+    /// Rows taken, published and marked at a time.
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    pub batch: u32,
+    /// Refusals after which a row is set failed.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub max_attempts: u32,
+    /// The largest body published, in bytes; a larger row is refused.
+    #[arg(long, value_name = "BYTES", default_value_t = 16 * 1024 * 1024)]
+    pub max_body: usize,
+    /// How often an idle relay looks for rows nothing woke it for.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = positive_duration)]
+    pub poll: Duration,
+}
+
+/// `babel-idem outbox`'s subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum OutboxCommand {
+    /// Count the rows by status, and the age of the oldest pending one.
+    Stats(OutboxTarget),
+    /// Make the failed rows pending again, their attempts back to 0.
+    RetryFailed(OutboxTarget),
+    /// Delete the rows published longer ago than --older-than, in batches.
+    PurgePublished {
+        #[command(flatten)]
+        target: OutboxTarget,
+        /// How long published rows are kept: 7d, 12h, 30m.
+        #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = parse_duration)]
+        older_than: Duration,
+        /// Rows deleted per statement (each a short transaction).
+        #[arg(long, value_name = "N", default_value_t = 1000)]
+        batch: u32,
+    },
+}
+
+impl OutboxCommand {
+    /// The outbox URL the command names.
+    pub(crate) fn url(&self) -> &str {
+        match self {
+            OutboxCommand::Stats(target) | OutboxCommand::RetryFailed(target) => &target.url,
+            OutboxCommand::PurgePublished { target, .. } => &target.url,
+        }
+    }
+}
+
+/// The outbox an `outbox` subcommand works on.
+#[derive(Debug, Args)]
+pub(crate) struct OutboxTarget {
+    /// The outbox's database: sqlite://PATH or postgres://...
+    pub url: String,
+    /// The outbox table (default babelqueue_outbox).
+    #[arg(long, value_name = "NAME")]
+    pub outbox_table: Option<String>,
+}
+
+/// An outbox the CLI opened.
+enum Opened {
+    Sqlite(SqliteOutbox),
+    Postgres(PostgresOutbox),
+}
+
+/// Opens the outbox `url` names, checking that its table is there.
+async fn open(url: &str, table: Option<&str>, timeout: Duration) -> Result<Opened, CliError> {
+    let target = Target::parse(url)?;
+    let opened = match &target {
+        Target::Sqlite(path) => {
+            if !path.exists() {
+                return Err(not_migrated(&target, "no SQLite database at this path"));
+            }
+            // The relay's own connections: in WAL mode `NORMAL` syncs at
+            // checkpoints, not at each commit; a mark a power loss takes
+            // back publishes its row again (at least once, as always).
+            let options = SqliteConnectOptions::new()
+                .filename(path)
+                .journal_mode(SqliteJournalMode::Wal)
+                .synchronous(SqliteSynchronous::Normal)
+                .busy_timeout(timeout);
+            let pool = SqlitePoolOptions::new()
+                .max_connections(2)
+                .acquire_timeout(timeout)
+                .connect_lazy_with(options);
+            let mut outbox = SqliteOutbox::new(pool);
+            if let Some(table) = table {
+                outbox = outbox.with_table(table).map_err(usage)?;
+            }
+            Opened::Sqlite(outbox)
+        }
+        Target::Postgres(url) => {
+            let pool = PgPoolOptions::new()
+                .max_connections(4)
+                .acquire_timeout(timeout)
+                .connect_lazy(url)
+                .map_err(|e| CliError::usage(format!("{}: {e}", target.display())))?;
+            let mut outbox = PostgresOutbox::new(pool);
+            if let Some(table) = table {
+                outbox = outbox.with_table(table).map_err(usage)?;
+            }
+            Opened::Postgres(outbox)
+        }
+        Target::Redis(_) => {
+            return Err(CliError::usage(
+                "an outbox lives in SQL: use sqlite://PATH or postgres://...",
+            ));
+        }
+    };
+    // Reaches the database and checks the table.
+    opened
+        .stats()
+        .await
+        .map_err(|e| outbox_failed(&target, e))?;
+    Ok(opened)
+}
+
+impl Opened {
+    async fn stats(&self) -> Result<OutboxStats, OutboxError> {
+        match self {
+            Opened::Sqlite(outbox) => outbox.stats().await,
+            Opened::Postgres(outbox) => outbox.stats().await,
+        }
+    }
+
+    fn source(&self) -> RelaySource {
+        match self {
+            Opened::Sqlite(outbox) => outbox.clone().into(),
+            Opened::Postgres(outbox) => outbox.clone().into(),
+        }
+    }
+}
+
+fn usage(error: OutboxError) -> CliError {
+    CliError::usage(error.to_string())
+}
+
+/// Sorts an outbox failure into an exit code.
+fn outbox_failed(target: &Target, error: OutboxError) -> CliError {
+    match error {
+        OutboxError::MissingTable { table } => {
+            not_migrated(target, &format!("outbox table {table} does not exist"))
+        }
+        OutboxError::InvalidTable { .. } => CliError::usage(error.to_string()),
+        OutboxError::Database { ref source, .. }
+            if source
+                .downcast_ref::<sqlx::Error>()
+                .is_some_and(|e| matches!(e, sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut)) =>
+        {
+            CliError::new(
+                Exit::Connect,
+                format!("cannot connect to {}: {}", target.display(), chain(&error)),
+            )
+        }
+        other => CliError::new(
+            Exit::Store,
+            format!("{}: {}", target.display(), chain(&other)),
+        ),
+    }
+}
+
+fn not_migrated(target: &Target, what: &str) -> CliError {
+    CliError::new(
+        Exit::NotMigrated,
+        format!(
+            "{}: {what}: run `babel-idem migrate URL --outbox` (with the same --outbox-table) first",
+            target.display()
+        ),
+    )
+}
+
+/// The error and its causes, `: `-separated.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// `babel-idem relay`: drains the outbox to the broker until SIGTERM (or
+/// Ctrl-C), stopping after the current batch; with `--drain`, until no row
+/// is pending.
+pub(crate) async fn relay(
+    args: RelayArgs,
+    timeout: Duration,
+    dry_run: bool,
+    out: &mut Output,
+) -> Result<Exit, CliError> {
+    let opened = open(&args.outbox, args.outbox_table.as_deref(), timeout).await?;
+    if dry_run {
+        // Publishes nothing: says what a run would take.
+        let target = Target::parse(&args.outbox)?;
+        let stats = opened
+            .stats()
+            .await
+            .map_err(|e| outbox_failed(&target, e))?;
+        out.emit(
+            || {
+                format!(
+                    "{}: would publish up to {} pending rows (dry run: nothing published)",
+                    target.display(),
+                    stats.pending
+                )
+            },
+            || json!({ "pending": stats.pending, "dry_run": true }),
+        );
+        return Ok(Exit::Ok);
+    }
+    let sink = match (&args.broker.redis, &args.broker.amqp) {
+        (Some(url), _) => RelaySink::from(
+            RedisTransport::builder()
+                .timeout(timeout)
+                .connect(url)
+                .await
+                .map_err(|e| broker_failed(url, e))?,
+        ),
+        (None, Some(url)) => RelaySink::from(
+            AmqpTransport::builder()
+                .timeout(timeout)
+                .connect(url)
+                .await
+                .map_err(|e| broker_failed(url, e))?,
+        ),
+        (None, None) => return Err(CliError::usage("relay needs --redis URL or --amqp URL")),
+    };
+    let target = Target::parse(&args.outbox)?;
+    let relay = Relay::builder(opened.source(), sink)
+        .batch_size(args.batch)
+        .max_attempts(args.max_attempts)
+        .max_body_bytes(args.max_body)
+        .poll_interval(args.poll)
+        .build()
+        .await
+        .map_err(|e| relay_failed(&target, e))?;
+    let report = if args.drain {
+        let drained = relay.drain();
+        tokio::select! {
+            report = drained => report,
+            () = terminated() => Ok(RelayReport::default()),
+        }
+    } else {
+        relay.run(terminated()).await
+    }
+    .map_err(|e| relay_failed(&target, e))?;
+    out.emit(
+        || {
+            format!(
+                "{}: published {}, refused {}, failed {}, broker outages {}",
+                target.display(),
+                report.published,
+                report.refused,
+                report.failed,
+                report.outages
+            )
+        },
+        || {
+            json!({
+                "published": report.published,
+                "refused": report.refused,
+                "failed": report.failed,
+                "outages": report.outages,
+            })
+        },
+    );
+    Ok(Exit::Ok)
+}
+
+/// Completes on SIGTERM or Ctrl-C.
+async fn terminated() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+fn broker_failed(url: &str, error: TransportError) -> CliError {
+    let display = crate::target::redacted(url);
+    let exit = match error {
+        TransportError::InvalidUrl { .. } => Exit::Usage,
+        _ => Exit::Connect,
+    };
+    CliError::new(
+        exit,
+        format!("cannot connect to {display}: {}", chain(&error)),
+    )
+}
+
+fn relay_failed(target: &Target, error: RelayError) -> CliError {
+    match error {
+        RelayError::Outbox(error) => outbox_failed(target, error),
+        other => CliError::new(Exit::Connect, chain(&other)),
+    }
+}
+
+/// `babel-idem outbox ...`.
+pub(crate) async fn outbox(
+    command: OutboxCommand,
+    timeout: Duration,
+    dry_run: bool,
+    out: &mut Output,
+) -> Result<Exit, CliError> {
+    match command {
+        OutboxCommand::Stats(target) => {
+            let place = Target::parse(&target.url)?;
+            let opened = open(&target.url, target.outbox_table.as_deref(), timeout).await?;
+            let stats = opened.stats().await.map_err(|e| outbox_failed(&place, e))?;
+            let lag = stats.oldest_pending_age.map(|age| age.as_secs_f64());
+            out.emit(
+                || {
+                    format!(
+                        "pending {}, published {}, failed {}, oldest pending {}",
+                        stats.pending,
+                        stats.published,
+                        stats.failed,
+                        lag.map_or("none".to_owned(), |lag| format!("{lag:.3}s old"))
+                    )
+                },
+                || {
+                    json!({
+                        "pending": stats.pending,
+                        "published": stats.published,
+                        "failed": stats.failed,
+                        "oldest_pending_age_seconds": lag,
+                    })
+                },
+            );
+            Ok(Exit::Ok)
+        }
+        OutboxCommand::RetryFailed(target) => {
+            let place = Target::parse(&target.url)?;
+            let opened = open(&target.url, target.outbox_table.as_deref(), timeout).await?;
+            let count = match &opened {
+                Opened::Sqlite(outbox) => outbox.retry_failed(dry_run).await,
+                Opened::Postgres(outbox) => outbox.retry_failed(dry_run).await,
+            }
+            .map_err(|e| outbox_failed(&place, e))?;
+            out.emit(
+                || match dry_run {
+                    true => format!("would make {count} failed rows pending (dry run)"),
+                    false => format!("made {count} failed rows pending"),
+                },
+                || json!({ "retried": count, "dry_run": dry_run }),
+            );
+            Ok(Exit::Ok)
+        }
+        OutboxCommand::PurgePublished {
+            target,
+            older_than,
+            batch,
+        } => {
+            let place = Target::parse(&target.url)?;
+            let opened = open(&target.url, target.outbox_table.as_deref(), timeout).await?;
+            let count = match &opened {
+                Opened::Sqlite(outbox) => outbox.purge_published(older_than, batch, dry_run).await,
+                Opened::Postgres(outbox) => {
+                    outbox.purge_published(older_than, batch, dry_run).await
+                }
+            }
+            .map_err(|e| outbox_failed(&place, e))?;
+            out.emit(
+                || match dry_run {
+                    true => format!("would delete {count} published rows (dry run)"),
+                    false => format!("deleted {count} published rows"),
+                },
+                || json!({ "purged": count, "dry_run": dry_run }),
+            );
+            Ok(Exit::Ok)
+        }
+    }
+}
+
+/// `migrate URL --outbox`: creates the outbox table (and the SQLite file);
+/// with `dry_run`, says whether it is missing. The table name it made.
+pub(crate) async fn migrate(
+    url: &str,
+    table: Option<&str>,
+    timeout: Duration,
+    dry_run: bool,
+) -> Result<(String, bool), CliError> {
+    let target = Target::parse(url)?;
+    let outbox = match &target {
+        Target::Sqlite(path) => {
+            if dry_run && !path.exists() {
+                let table = table.unwrap_or(babel_idem::outbox::DEFAULT_TABLE);
+                return Ok((table.to_owned(), true));
+            }
+            let options = SqliteConnectOptions::new()
+                .filename(path)
+                .create_if_missing(true)
+                .journal_mode(SqliteJournalMode::Wal)
+                .busy_timeout(timeout);
+            let pool = SqlitePoolOptions::new()
+                .max_connections(1)
+                .acquire_timeout(timeout)
+                .connect_lazy_with(options);
+            let mut outbox = SqliteOutbox::new(pool);
+            if let Some(table) = table {
+                outbox = outbox.with_table(table).map_err(usage)?;
+            }
+            Opened::Sqlite(outbox)
+        }
+        Target::Postgres(url) => {
+            let pool = PgPoolOptions::new()
+                .max_connections(1)
+                .acquire_timeout(timeout)
+                .connect_lazy(url)
+                .map_err(|e| CliError::usage(format!("{}: {e}", target.display())))?;
+            let mut outbox = PostgresOutbox::new(pool);
+            if let Some(table) = table {
+                outbox = outbox.with_table(table).map_err(usage)?;
+            }
+            Opened::Postgres(outbox)
+        }
+        Target::Redis(_) => {
+            return Err(CliError::usage(
+                "--outbox needs a SQL store: an outbox lives in sqlite://PATH or postgres://...",
+            ));
+        }
+    };
+    let name = match &outbox {
+        Opened::Sqlite(outbox) => outbox.table().to_owned(),
+        Opened::Postgres(outbox) => outbox.table().to_owned(),
+    };
+    if dry_run {
+        let missing = match outbox.stats().await {
+            Ok(_) => false,
+            Err(OutboxError::MissingTable { .. }) => true,
+            Err(error) => return Err(outbox_failed(&target, error)),
+        };
+        return Ok((name, missing));
+    }
+    match &outbox {
+        Opened::Sqlite(outbox) => outbox.migrate().await,
+        Opened::Postgres(outbox) => outbox.migrate().await,
+    }
+    .map_err(|e| outbox_failed(&target, e))?;
+    Ok((name, false))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_outbox_on_redis_is_refused_as_a_usage_error() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let error = runtime
+            .block_on(open(
+                "redis://127.0.0.1:6379/0",
+                None,
+                Duration::from_secs(1),
+            ))
+            .err()
+            .expect("refused");
+        assert_eq!(error.exit, Exit::Usage);
+    }
+}

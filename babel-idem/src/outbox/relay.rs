@@ -1,0 +1,682 @@
+//! [`Relay`]: drains an outbox's pending rows to Redis or RabbitMQ (with
+//! `redis-transport` or `amqp-transport`).
+
+use std::fmt;
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+#[cfg(feature = "postgres")]
+use super::postgres::PostgresOutbox;
+#[cfg(feature = "sqlite")]
+use super::sqlite::SqliteOutbox;
+use super::{Backoff, OutboxError, OutboxStats, PendingRow};
+#[cfg(feature = "amqp-transport")]
+use crate::transport::AmqpTransport;
+#[cfg(feature = "redis-transport")]
+use crate::transport::RedisTransport;
+use crate::transport::{BatchOutcome, Outgoing, TransportError};
+
+/// The family's batch: rows taken, published and marked at a time.
+pub const DEFAULT_BATCH: u32 = 100;
+/// How many refusals turn a row `'failed'` by default.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 10;
+/// The largest body the relay publishes by default: RabbitMQ's default
+/// `max_message_size` (16 MiB).
+pub const DEFAULT_MAX_BODY: usize = 16 * 1024 * 1024;
+
+/// The outbox a [`Relay`] drains: made by `From` of either outbox.
+///
+/// ```
+/// use babel_idem::outbox::{RelaySource, SqliteOutbox};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let pool = sqlx::sqlite::SqlitePoolOptions::new().connect_lazy("sqlite::memory:").unwrap();
+/// let source = RelaySource::from(SqliteOutbox::new(pool));
+/// assert!(matches!(source, RelaySource::Sqlite(_)));
+/// # });
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum RelaySource {
+    /// A SQLite outbox (one relay at a time).
+    #[cfg(feature = "sqlite")]
+    Sqlite(SqliteOutbox),
+    /// A PostgreSQL outbox (any number of relays at once).
+    #[cfg(feature = "postgres")]
+    Postgres(PostgresOutbox),
+}
+
+#[cfg(feature = "sqlite")]
+impl From<SqliteOutbox> for RelaySource {
+    fn from(outbox: SqliteOutbox) -> Self {
+        RelaySource::Sqlite(outbox)
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl From<PostgresOutbox> for RelaySource {
+    fn from(outbox: PostgresOutbox) -> Self {
+        RelaySource::Postgres(outbox)
+    }
+}
+
+/// The broker a [`Relay`] publishes to: made by `From` of either transport.
+///
+/// ```no_run
+/// use babel_idem::outbox::RelaySink;
+/// use babel_idem::transport::RedisTransport;
+///
+/// # async fn run() -> Result<(), babel_idem::transport::TransportError> {
+/// let sink = RelaySink::from(RedisTransport::connect("redis://127.0.0.1:6379/0").await?);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+#[non_exhaustive]
+pub enum RelaySink {
+    /// The BabelQueue Redis layout: an `RPUSH` per row, one pipeline a batch.
+    #[cfg(feature = "redis-transport")]
+    Redis(RedisTransport),
+    /// RabbitMQ: persistent publishes on a confirm channel, one confirm
+    /// round a batch.
+    #[cfg(feature = "amqp-transport")]
+    Amqp(AmqpTransport),
+}
+
+impl fmt::Debug for RelaySink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            #[cfg(feature = "redis-transport")]
+            RelaySink::Redis(_) => f.write_str("RelaySink::Redis"),
+            #[cfg(feature = "amqp-transport")]
+            RelaySink::Amqp(_) => f.write_str("RelaySink::Amqp"),
+        }
+    }
+}
+
+#[cfg(feature = "redis-transport")]
+impl From<RedisTransport> for RelaySink {
+    fn from(transport: RedisTransport) -> Self {
+        RelaySink::Redis(transport)
+    }
+}
+
+#[cfg(feature = "amqp-transport")]
+impl From<AmqpTransport> for RelaySink {
+    fn from(transport: AmqpTransport) -> Self {
+        RelaySink::Amqp(transport)
+    }
+}
+
+impl RelaySink {
+    async fn publish(&self, messages: &[Outgoing<'_>]) -> Result<BatchOutcome, TransportError> {
+        match self {
+            #[cfg(feature = "redis-transport")]
+            RelaySink::Redis(transport) => transport.publish_batch(messages).await,
+            #[cfg(feature = "amqp-transport")]
+            RelaySink::Amqp(transport) => transport.publish_batch(messages).await,
+        }
+    }
+}
+
+/// Why the relay stopped or a pass failed.
+///
+/// ```
+/// use babel_idem::outbox::{OutboxError, RelayError};
+///
+/// let error = RelayError::from(OutboxError::MissingTable { table: "babelqueue_outbox".into() });
+/// assert!(error.to_string().contains("babel-idem migrate URL --outbox"));
+/// ```
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum RelayError {
+    /// The outbox failed (a missing table names `babel-idem migrate`).
+    Outbox(OutboxError),
+    /// The broker could not be reached: no row was marked, and no row
+    /// spent an attempt.
+    Broker(TransportError),
+}
+
+impl fmt::Display for RelayError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RelayError::Outbox(error) => error.fmt(f),
+            RelayError::Broker(error) => {
+                write!(f, "{error} (the rows stay pending; no attempt was counted)")
+            }
+        }
+    }
+}
+
+impl std::error::Error for RelayError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            RelayError::Outbox(error) => Some(error),
+            RelayError::Broker(error) => Some(error),
+        }
+    }
+}
+
+impl From<OutboxError> for RelayError {
+    fn from(error: OutboxError) -> Self {
+        RelayError::Outbox(error)
+    }
+}
+
+/// What a relay did: rows published, refused (an attempt recorded) and
+/// turned `'failed'`, and how many times the broker was unreachable.
+///
+/// ```
+/// let report = babel_idem::outbox::RelayReport::default();
+/// assert_eq!(report.published, 0);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RelayReport {
+    /// Rows the broker accepted and the relay marked published.
+    pub published: u64,
+    /// Refusals recorded on rows (each an attempt).
+    pub refused: u64,
+    /// Rows that reached the maximum attempts and are now `'failed'`.
+    pub failed: u64,
+    /// Passes that found the broker unreachable.
+    pub outages: u64,
+}
+
+impl RelayReport {
+    fn add(&mut self, other: RelayReport) {
+        self.published += other.published;
+        self.refused += other.refused;
+        self.failed += other.failed;
+        self.outages += other.outages;
+    }
+}
+
+/// Configures a [`Relay`]; made by [`Relay::builder`].
+///
+/// ```no_run
+/// use babel_idem::outbox::{Relay, SqliteOutbox};
+/// use babel_idem::transport::AmqpTransport;
+/// use std::time::Duration;
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let pool = sqlx::SqlitePool::connect("sqlite://app.db").await?;
+/// let transport = AmqpTransport::connect("amqp://guest:guest@127.0.0.1:5672/%2f").await?;
+/// let relay = Relay::builder(SqliteOutbox::new(pool), transport)
+///     .batch_size(200)
+///     .max_attempts(5)
+///     .backoff(Duration::from_millis(100), Duration::from_secs(10))
+///     .poll_interval(Duration::from_millis(250))
+///     .build()
+///     .await?;
+/// relay.drain().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct RelayBuilder {
+    source: RelaySource,
+    sink: RelaySink,
+    batch: u32,
+    backoff: Backoff,
+    max_attempts: u32,
+    max_body: usize,
+    poll: Duration,
+    notifications: bool,
+}
+
+impl RelayBuilder {
+    /// Rows taken, published and marked at a time (default 100, the
+    /// family's; at least 1).
+    pub fn batch_size(mut self, batch: u32) -> Self {
+        self.batch = batch.max(1);
+        self
+    }
+
+    /// The wait after a refusal, per attempt so far (default 50 ms), and
+    /// its cap (default 5 s): the family's backoff. The same steps pace the
+    /// relay while the broker is unreachable.
+    pub fn backoff(mut self, step: Duration, cap: Duration) -> Self {
+        self.backoff = Backoff { step, cap };
+        self
+    }
+
+    /// After how many refusals a row is set `'failed'` (default 10; at
+    /// least 1). `babel-idem outbox retry-failed` makes such rows pending.
+    pub fn max_attempts(mut self, attempts: u32) -> Self {
+        self.max_attempts = attempts.max(1);
+        self
+    }
+
+    /// The largest body the relay publishes, in bytes (default 16 MiB); a
+    /// larger one is refused like a row the broker refused.
+    pub fn max_body_bytes(mut self, bytes: usize) -> Self {
+        self.max_body = bytes;
+        self
+    }
+
+    /// How long [`run`](Relay::run) waits for a wake-up before it looks
+    /// again (default 1 s): the latency for rows other processes write.
+    pub fn poll_interval(mut self, poll: Duration) -> Self {
+        self.poll = poll;
+        self
+    }
+
+    /// Whether an idle relay waits for `save`'s wake-up (PostgreSQL's
+    /// `LISTEN`, SQLite's in-process signal) or only polls (default `true`).
+    pub fn notifications(mut self, on: bool) -> Self {
+        self.notifications = on;
+        self
+    }
+
+    /// Checks that the outbox table exists (and whether it has the
+    /// `headers` column), and makes the relay.
+    pub async fn build(self) -> Result<Relay, RelayError> {
+        let headers = match &self.source {
+            #[cfg(feature = "sqlite")]
+            RelaySource::Sqlite(outbox) => outbox.probe().await?,
+            #[cfg(feature = "postgres")]
+            RelaySource::Postgres(outbox) => outbox.probe().await?,
+        };
+        Ok(Relay {
+            settings: self,
+            headers,
+        })
+    }
+}
+
+/// Drains an outbox: takes pending rows oldest first, publishes each body
+/// byte for byte to its row's queue (with the row's `headers` as transport
+/// headers), and marks each published once the broker accepted it (a
+/// confirm, on RabbitMQ).
+///
+/// - One batch is one round trip to the broker: one pipeline on Redis, one
+///   confirm round on RabbitMQ.
+/// - A row the broker refuses (a queue name the transport cannot hold, a
+///   key of the wrong type, a nack, a body over
+///   [`max_body_bytes`](RelayBuilder::max_body_bytes)) gets `attempts + 1`,
+///   `last_error` (at most 500 characters) and `failed_at`, and waits
+///   50 ms per attempt (at most 5 s) before it is tried again; after
+///   [`max_attempts`](RelayBuilder::max_attempts) it is `'failed'`. The
+///   other rows go on.
+/// - A broker that cannot be reached is nobody's fault: no row is marked
+///   and none spends an attempt; the relay waits (the same steps) and
+///   tries again.
+/// - On PostgreSQL the rows a relay took stay locked (`FOR UPDATE SKIP
+///   LOCKED`) until it marked them, so several relays share an outbox,
+///   each row taken by one at a time; `LISTEN`/`NOTIFY` wakes them. On
+///   SQLite run one relay per database; a `save` in the same process wakes
+///   it.
+/// - Order: with one relay and no refused row, each queue receives its
+///   rows in id order, among the rows committed when the relay read. With
+///   several relays, or a refused row waiting its backoff, it is not
+///   promised.
+/// - Give the relay its own pool (on SQLite `synchronous = NORMAL` in WAL
+///   mode, as `babel-idem relay` opens it): its marks need no flush to
+///   disk, since a lost mark only publishes its row again.
+/// - Delivery is at least once: a relay that dies after the broker
+///   accepted a batch and before it marked it publishes that batch again,
+///   with the same `meta.id`s, which consumers deduplicate.
+///
+/// ```no_run
+/// use babel_idem::outbox::{Relay, SqliteOutbox};
+/// use babel_idem::transport::RedisTransport;
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let pool = sqlx::SqlitePool::connect("sqlite://app.db").await?;
+/// let outbox = SqliteOutbox::new(pool);
+/// let transport = RedisTransport::connect("redis://127.0.0.1:6379/0").await?;
+/// let relay = Relay::builder(outbox, transport).build().await?;
+/// let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+/// // ... `stop.send(())` from a signal handler ...
+/// # drop(stop);
+/// relay.run(stopped).await?; // until `stop`, after the current batch
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Relay {
+    settings: RelayBuilder,
+    headers: bool,
+}
+
+/// What one pass did with the batch it took.
+enum Pass {
+    /// Rows were taken and settled.
+    Done { taken: usize, report: RelayReport },
+    /// The broker could not be reached; nothing was marked.
+    Outage(TransportError),
+}
+
+impl Relay {
+    /// Configures a relay from `source` to `sink`: a [`SqliteOutbox`] or
+    /// `PostgresOutbox`, and a `RedisTransport` or `AmqpTransport`.
+    pub fn builder(source: impl Into<RelaySource>, sink: impl Into<RelaySink>) -> RelayBuilder {
+        RelayBuilder {
+            source: source.into(),
+            sink: sink.into(),
+            batch: DEFAULT_BATCH,
+            backoff: Backoff {
+                step: Duration::from_millis(50),
+                cap: Duration::from_secs(5),
+            },
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            max_body: DEFAULT_MAX_BODY,
+            poll: Duration::from_secs(1),
+            notifications: true,
+        }
+    }
+
+    /// One batch: take, publish, mark. A broker that cannot be reached is
+    /// [`RelayError::Broker`], with nothing marked.
+    pub async fn run_once(&self) -> Result<RelayReport, RelayError> {
+        match self.pass().await? {
+            Pass::Done { report, .. } => Ok(report),
+            Pass::Outage(error) => Err(RelayError::Broker(error)),
+        }
+    }
+
+    /// Runs batches until the outbox holds no pending row (each one
+    /// published, or `'failed'` after its last refusal), waiting out
+    /// backoffs and outages; what it did.
+    pub async fn drain(&self) -> Result<RelayReport, RelayError> {
+        self.run_until(std::future::pending::<()>(), true).await
+    }
+
+    /// Runs until `shutdown` completes, then returns after the current
+    /// batch: publishes what is pending, then waits for a wake-up (a
+    /// `NOTIFY` on PostgreSQL, a `save` of this process on SQLite) or the
+    /// poll interval.
+    pub async fn run(&self, shutdown: impl Future) -> Result<RelayReport, RelayError> {
+        self.run_until(shutdown, false).await
+    }
+
+    async fn run_until(
+        &self,
+        shutdown: impl Future,
+        until_empty: bool,
+    ) -> Result<RelayReport, RelayError> {
+        let mut shutdown = std::pin::pin!(shutdown);
+        let mut wake = if self.settings.notifications {
+            Wake::new(&self.settings.source).await?
+        } else {
+            Wake::Sleep
+        };
+        let mut total = RelayReport::default();
+        let mut outages = 0u32;
+        let mut last_metrics: Option<Instant> = None;
+        loop {
+            let pass = self.pass().await?;
+            let mut pause = None;
+            match pass {
+                Pass::Outage(error) => {
+                    outages += 1;
+                    total.outages += 1;
+                    tracing::warn!(%error, "babel-idem relay: the broker is unreachable; no row spent an attempt");
+                    pause = Some(self.step_backoff(outages));
+                }
+                Pass::Done { taken, report } => {
+                    outages = 0;
+                    total.add(report);
+                    if taken < self.settings.batch as usize {
+                        if until_empty {
+                            if self.stats().await?.pending == 0 {
+                                // The last figures, whenever the previous ones were taken.
+                                self.record_metrics(&mut None).await;
+                                return Ok(total);
+                            }
+                            // Rows waiting out a backoff.
+                            pause = Some(self.settings.backoff.step);
+                        } else {
+                            self.record_metrics(&mut last_metrics).await;
+                            let wait = wake.wait(self.settings.poll);
+                            tokio::select! {
+                                biased;
+                                _ = &mut shutdown => return Ok(total),
+                                _ = wait => {}
+                            }
+                            continue;
+                        }
+                    }
+                }
+            }
+            self.record_metrics(&mut last_metrics).await;
+            if let Some(pause) = pause {
+                tokio::select! {
+                    biased;
+                    _ = &mut shutdown => return Ok(total),
+                    _ = tokio::time::sleep(pause) => {}
+                }
+            } else if poll_now(&mut shutdown) {
+                return Ok(total);
+            }
+        }
+    }
+
+    /// The wait after the `n`th pass in a row that found the broker down.
+    fn step_backoff(&self, n: u32) -> Duration {
+        self.settings
+            .backoff
+            .step
+            .saturating_mul(n)
+            .min(self.settings.backoff.cap)
+    }
+
+    /// The outbox's counts by status and its lag.
+    pub async fn stats(&self) -> Result<OutboxStats, RelayError> {
+        Ok(match &self.settings.source {
+            #[cfg(feature = "sqlite")]
+            RelaySource::Sqlite(outbox) => outbox.stats().await?,
+            #[cfg(feature = "postgres")]
+            RelaySource::Postgres(outbox) => outbox.stats().await?,
+        })
+    }
+
+    async fn pass(&self) -> Result<Pass, RelayError> {
+        let settings = &self.settings;
+        match &settings.source {
+            #[cfg(feature = "sqlite")]
+            RelaySource::Sqlite(outbox) => {
+                let rows = outbox
+                    .take(settings.batch, settings.backoff, self.headers)
+                    .await?;
+                if rows.is_empty() {
+                    return Ok(Pass::Done {
+                        taken: 0,
+                        report: RelayReport::default(),
+                    });
+                }
+                let settled = self.publish(&rows).await;
+                let (published, refused) = match settled {
+                    Ok(settled) => settled,
+                    Err(error) => return Ok(Pass::Outage(error)),
+                };
+                outbox
+                    .finish(&published, &refused, settings.max_attempts)
+                    .await?;
+                Ok(self.done(&rows, &published, &refused))
+            }
+            #[cfg(feature = "postgres")]
+            RelaySource::Postgres(outbox) => {
+                let (tx, rows) = outbox
+                    .take(settings.batch, settings.backoff, self.headers)
+                    .await?;
+                if rows.is_empty() {
+                    return Ok(Pass::Done {
+                        taken: 0,
+                        report: RelayReport::default(),
+                    });
+                }
+                let (published, refused) = match self.publish(&rows).await {
+                    Ok(settled) => settled,
+                    // Dropping the transaction releases the rows, unmarked.
+                    Err(error) => return Ok(Pass::Outage(error)),
+                };
+                outbox
+                    .finish(tx, &published, &refused, settings.max_attempts)
+                    .await?;
+                Ok(self.done(&rows, &published, &refused))
+            }
+        }
+    }
+
+    fn done(&self, rows: &[PendingRow], published: &[i64], refused: &[(i64, String)]) -> Pass {
+        let failed = rows
+            .iter()
+            .filter(|row| refused.iter().any(|(id, _)| *id == row.id))
+            .filter(|row| row.attempts + 1 >= i64::from(self.settings.max_attempts))
+            .count() as u64;
+        for (id, error) in refused {
+            tracing::warn!(row = id, %error, "babel-idem relay: the broker refused a row");
+        }
+        #[cfg(feature = "metrics")]
+        {
+            ::metrics::counter!(crate::metrics::OUTBOX_PUBLISHED_TOTAL)
+                .increment(published.len() as u64);
+            ::metrics::counter!(crate::metrics::OUTBOX_REFUSED_TOTAL)
+                .increment(refused.len() as u64);
+        }
+        Pass::Done {
+            taken: rows.len(),
+            report: RelayReport {
+                published: published.len() as u64,
+                refused: refused.len() as u64,
+                failed,
+                outages: 0,
+            },
+        }
+    }
+
+    /// Publishes `rows` in one round trip; the ids the broker accepted and
+    /// the refusals, or the broker's error when it could not be reached.
+    async fn publish(
+        &self,
+        rows: &[PendingRow],
+    ) -> Result<(Vec<i64>, Vec<(i64, String)>), TransportError> {
+        let mut refused = Vec::new();
+        let mut sent = Vec::with_capacity(rows.len());
+        let mut messages = Vec::with_capacity(rows.len());
+        for row in rows {
+            if row.body.len() > self.settings.max_body {
+                refused.push((
+                    row.id,
+                    format!(
+                        "the body is {} bytes, over the relay's maximum of {} bytes",
+                        row.body.len(),
+                        self.settings.max_body
+                    ),
+                ));
+                continue;
+            }
+            sent.push(row.id);
+            messages
+                .push(Outgoing::new(&row.queue, row.body.as_bytes()).with_headers(&row.headers));
+        }
+        let mut published = Vec::with_capacity(sent.len());
+        if !messages.is_empty() {
+            let outcome = self.settings.sink.publish(&messages).await?;
+            for (id, result) in sent.into_iter().zip(outcome) {
+                match result {
+                    Ok(()) => published.push(id),
+                    Err(error) => refused.push((id, error.to_string())),
+                }
+            }
+        }
+        Ok((published, refused))
+    }
+
+    /// Records the outbox's lag and counts by status through the metrics
+    /// facade, at most once a second.
+    async fn record_metrics(&self, last: &mut Option<Instant>) {
+        #[cfg(feature = "metrics")]
+        {
+            if last.is_some_and(|at| at.elapsed() < Duration::from_secs(1)) {
+                return;
+            }
+            *last = Some(Instant::now());
+            if let Ok(stats) = self.stats().await {
+                crate::metrics::record_outbox(&stats);
+            }
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = last;
+    }
+}
+
+/// Whether `shutdown` has completed, without waiting.
+fn poll_now<F: Future + ?Sized>(shutdown: &mut std::pin::Pin<&mut F>) -> bool {
+    let waker = std::task::Waker::noop();
+    let mut context = std::task::Context::from_waker(waker);
+    shutdown.as_mut().poll(&mut context).is_ready()
+}
+
+/// How many short looks follow a local wake-up (1, 2, 4, ... 64 ms apart).
+#[cfg(feature = "sqlite")]
+const LOCAL_BURST: u32 = 6;
+
+/// How an idle relay learns that rows were written.
+enum Wake {
+    /// Notifications off: the poll alone.
+    Sleep,
+    #[cfg(feature = "sqlite")]
+    Local {
+        notify: std::sync::Arc<tokio::sync::Notify>,
+        /// Short looks left after the last wake-up.
+        burst: u32,
+    },
+    #[cfg(feature = "postgres")]
+    Listen(Box<sqlx::postgres::PgListener>),
+    /// The listener was lost: the poll alone, until it is opened again.
+    #[cfg(feature = "postgres")]
+    Poll(PostgresOutbox),
+}
+
+impl Wake {
+    async fn new(source: &RelaySource) -> Result<Wake, RelayError> {
+        Ok(match source {
+            #[cfg(feature = "sqlite")]
+            RelaySource::Sqlite(outbox) => Wake::Local {
+                notify: outbox.wake(),
+                burst: 0,
+            },
+            #[cfg(feature = "postgres")]
+            RelaySource::Postgres(outbox) => match outbox.listen().await {
+                Ok(listener) => Wake::Listen(Box::new(listener)),
+                Err(_) => Wake::Poll(outbox.clone()),
+            },
+        })
+    }
+
+    /// Waits for a wake-up or `poll`, whichever comes first.
+    async fn wait(&mut self, poll: Duration) {
+        match self {
+            Wake::Sleep => tokio::time::sleep(poll).await,
+            #[cfg(feature = "sqlite")]
+            Wake::Local { notify, burst } => {
+                // `save` runs inside a transaction that commits after it:
+                // after a wake-up, look again at short, growing intervals.
+                if *burst > 0 {
+                    *burst -= 1;
+                    let delay = Duration::from_millis(1 << (LOCAL_BURST - *burst));
+                    tokio::time::sleep(delay.min(poll)).await;
+                } else if tokio::time::timeout(poll, notify.notified()).await.is_ok() {
+                    *burst = LOCAL_BURST;
+                }
+            }
+            #[cfg(feature = "postgres")]
+            Wake::Listen(listener) => {
+                if let Ok(Err(_)) = tokio::time::timeout(poll, listener.recv()).await {
+                    // The listener reconnects on its next `recv`; poll meanwhile.
+                    tokio::time::sleep(poll.min(Duration::from_millis(100))).await;
+                }
+            }
+            #[cfg(feature = "postgres")]
+            Wake::Poll(outbox) => {
+                tokio::time::sleep(poll).await;
+                if let Ok(listener) = outbox.listen().await {
+                    *self = Wake::Listen(Box::new(listener));
+                }
+            }
+        }
+    }
+}

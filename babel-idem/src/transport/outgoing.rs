@@ -1,0 +1,109 @@
+//! What a producer hands a transport: a message for a queue, and the
+//! outcome of publishing a batch of them.
+
+use crate::envelope::ProduceError;
+
+use super::TransportError;
+
+/// One message to publish: the queue, the body as it goes on the wire, and
+/// out-of-band transport headers (a W3C `traceparent`) beside it.
+///
+/// ```
+/// use babel_idem::transport::Outgoing;
+///
+/// let message = Outgoing::new("orders", br#"{"job":"urn:babel:orders:created"}"#);
+/// assert_eq!(message.queue, "orders");
+/// assert!(message.headers.is_empty());
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct Outgoing<'a> {
+    /// The queue the message goes to.
+    pub queue: &'a str,
+    /// The body, published byte for byte.
+    pub body: &'a [u8],
+    /// Out-of-band headers; blank names and values are dropped.
+    pub headers: &'a [(String, String)],
+}
+
+impl<'a> Outgoing<'a> {
+    /// A message for `queue` without headers.
+    pub fn new(queue: &'a str, body: &'a [u8]) -> Self {
+        Outgoing {
+            queue,
+            body,
+            headers: &[],
+        }
+    }
+
+    /// The same message with `headers` beside its body.
+    pub fn with_headers(mut self, headers: &'a [(String, String)]) -> Self {
+        self.headers = headers;
+        self
+    }
+}
+
+/// The outcome of publishing a batch of [`Outgoing`] messages in one round
+/// trip: one entry per message, in order. `Ok` once the broker accepted the
+/// message (confirmed it, on RabbitMQ); an error when the broker refused
+/// that one message (a queue name the layout cannot hold, a key of the
+/// wrong type, a nack), which says nothing about the others. A broker that
+/// cannot be reached fails the whole call instead, and then nothing is
+/// known of any message.
+///
+/// ```
+/// use babel_idem::transport::{BatchOutcome, TransportError};
+///
+/// let outcome: BatchOutcome = vec![Ok(()), Err(TransportError::Unsupported { operation: "x" })];
+/// let accepted = outcome.iter().filter(|result| result.is_ok()).count();
+/// assert_eq!(accepted, 1);
+/// ```
+pub type BatchOutcome = Vec<Result<(), TransportError>>;
+
+/// Why publishing an [`Envelope`](crate::Envelope) failed: it does not encode (nothing was
+/// sent), or the broker failed.
+///
+/// ```
+/// use babel_idem::envelope::ProduceError;
+/// use babel_idem::transport::PublishError;
+///
+/// let error = PublishError::from(ProduceError::MissingId);
+/// assert!(error.to_string().contains("meta.id"));
+/// ```
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum PublishError {
+    /// The envelope does not encode; nothing was sent.
+    Envelope(ProduceError),
+    /// The transport failed.
+    Transport(TransportError),
+}
+
+impl std::fmt::Display for PublishError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PublishError::Envelope(error) => error.fmt(f),
+            PublishError::Transport(error) => error.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for PublishError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            PublishError::Envelope(error) => Some(error),
+            PublishError::Transport(error) => Some(error),
+        }
+    }
+}
+
+impl From<ProduceError> for PublishError {
+    fn from(error: ProduceError) -> Self {
+        PublishError::Envelope(error)
+    }
+}
+
+impl From<TransportError> for PublishError {
+    fn from(error: TransportError) -> Self {
+        PublishError::Transport(error)
+    }
+}

@@ -1,0 +1,270 @@
+//! The relay when its broker goes away, and the retention purge beside
+//! producers and a relay: a RabbitMQ connection cut through a proxy the
+//! test owns and a Redis server of the test's own killed and restarted
+//! leave the rows pending without spending attempts, and publish them all
+//! after recovery; purging published rows while producers write neither
+//! deadlocks nor deletes a pending row.
+//!
+//! Environment: `BABEL_IDEM_AMQP_URL`, `BABEL_IDEM_POSTGRES_URL`,
+//! `BABEL_IDEM_REDIS_URL`, and `redis-server` on the PATH; without them the
+//! tests print `skipped:`, and with `BABEL_IDEM_REQUIRE_SERVERS=1` fail.
+#![cfg(all(
+    feature = "sqlite",
+    feature = "postgres",
+    feature = "redis-transport",
+    feature = "amqp-transport"
+))]
+
+mod outbox_support;
+mod store_contract;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use babel_idem::Envelope;
+use babel_idem::outbox::{Relay, RelayReport};
+use babel_idem::transport::{AmqpTransport, RedisTransport};
+use outbox_support::db::{Db, Kind};
+use outbox_support::{AMQP_URL, Broker, Landed, Proxy};
+use serde_json::json;
+use store_contract::servers::{REDIS_URL, server_url, unique_suffix};
+use store_contract::spawned::OwnRedis;
+use tokio::sync::oneshot;
+
+fn envelopes(queue: &str, from: u64, count: u64) -> Vec<Envelope> {
+    (from..from + count)
+        .map(|n| Envelope::new("urn:babel:outbox:test", json!({"n": n})).with_queue(queue))
+        .collect()
+}
+
+fn ids(envelopes: &[Envelope]) -> HashSet<String> {
+    envelopes
+        .iter()
+        .map(|env| env.meta.id.clone().unwrap())
+        .collect()
+}
+
+/// Waits (a guard against hanging, never a timing assertion) until `check`.
+async fn eventually<F: AsyncFnMut() -> bool>(what: &str, mut check: F) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    while !check().await {
+        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// While the broker is down, the rows saved stay pending with no attempt.
+async fn assert_pending_untouched(db: &Db, count: usize) {
+    let rows = db.rows().await;
+    let pending: Vec<_> = rows.iter().filter(|row| row.status == "pending").collect();
+    assert_eq!(pending.len(), count, "{rows:?}");
+    assert!(
+        pending
+            .iter()
+            .all(|row| row.attempts == 0 && !row.failed_at && row.last_error.is_none()),
+        "an unreachable broker spent a row's attempt: {pending:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_rabbitmq_connection_spends_no_attempt_and_every_row_is_published_after() {
+    const TEST: &str = "outbox_amqp_down";
+    let (Some(db), Some(url)) = (
+        Db::open(Kind::Postgres, TEST).await,
+        server_url(AMQP_URL, TEST),
+    ) else {
+        return;
+    };
+    db.migrate().await;
+    let uri: lapin::uri::AMQPUri = url.parse().unwrap();
+    let proxy = Proxy::start(format!("{}:{}", uri.authority.host, uri.authority.port)).await;
+    let through_proxy = format!(
+        "amqp://{}:{}@127.0.0.1:{}/{}",
+        uri.authority.userinfo.username,
+        uri.authority.userinfo.password,
+        proxy.port,
+        uri.vhost.replace('%', "%25").replace('/', "%2f")
+    );
+    let queue = format!("bi-obx-{}", unique_suffix());
+    let transport = AmqpTransport::builder()
+        .timeout(Duration::from_secs(1))
+        .reconnect_attempts(1)
+        .connect(&through_proxy)
+        .await
+        .unwrap();
+    let relay = Relay::builder(db.source().await, transport)
+        .poll_interval(Duration::from_millis(100))
+        .build()
+        .await
+        .unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let running = tokio::spawn(async move { relay.run(stopped).await });
+
+    let first = envelopes(&queue, 0, 100);
+    db.save_all(&first).await;
+    let broker = Broker::Amqp(url.clone());
+    broker.wait_for(&queue, 100).await;
+
+    proxy.down();
+    let second = envelopes(&queue, 100, 200);
+    db.save_all(&second).await;
+    // Long enough for several passes to meet the cut connection.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_pending_untouched(&db, 200).await;
+
+    proxy.up();
+    eventually(
+        "every row published after the broker came back",
+        async || db.rows().await.iter().all(|row| row.status == "published"),
+    )
+    .await;
+    stop.send(()).unwrap();
+    let report: RelayReport = running.await.unwrap().unwrap();
+    assert!(report.outages >= 1, "{report:?}");
+    assert_eq!(report.refused, 0, "{report:?}");
+    assert!(db.rows().await.iter().all(|row| row.attempts == 0));
+
+    let landed: HashSet<String> = broker.drain(&queue).await.iter().map(Landed::id).collect();
+    let mut expected = ids(&first);
+    expected.extend(ids(&second));
+    assert_eq!(landed, expected, "every row reached the broker");
+    broker.delete(&[queue]).await;
+    db.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_and_restarted_redis_spends_no_attempt_and_every_row_is_published_after() {
+    const TEST: &str = "outbox_redis_down";
+    let (Some(db), Some(mut redis)) = (Db::open(Kind::Sqlite, TEST).await, OwnRedis::reserve(TEST))
+    else {
+        return;
+    };
+    db.migrate().await;
+    redis.start();
+    let queue = format!("bi-obx-{}", unique_suffix());
+    let transport = RedisTransport::builder()
+        .timeout(Duration::from_secs(1))
+        .reconnect_attempts(1)
+        .connect(&redis.url())
+        .await
+        .unwrap();
+    let relay = Relay::builder(db.source().await, transport)
+        .poll_interval(Duration::from_millis(100))
+        .build()
+        .await
+        .unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let running = tokio::spawn(async move { relay.run(stopped).await });
+
+    let first = envelopes(&queue, 0, 100);
+    db.save_all(&first).await;
+    let broker = Broker::Redis(redis.url());
+    broker.wait_for(&queue, 100).await;
+
+    redis.kill();
+    let second = envelopes(&queue, 100, 200);
+    db.save_all(&second).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_pending_untouched(&db, 200).await;
+
+    redis.start();
+    eventually("every row published after Redis came back", async || {
+        db.rows().await.iter().all(|row| row.status == "published")
+    })
+    .await;
+    stop.send(()).unwrap();
+    let report = running.await.unwrap().unwrap();
+    assert!(report.outages >= 1, "{report:?}");
+    assert_eq!(report.refused, 0, "{report:?}");
+    assert!(db.rows().await.iter().all(|row| row.attempts == 0));
+
+    let landed: HashSet<String> = broker.drain(&queue).await.iter().map(Landed::id).collect();
+    let mut expected = ids(&first);
+    expected.extend(ids(&second));
+    assert_eq!(
+        landed, expected,
+        "every row on the restarted server (the first ones from its append-only file)"
+    );
+    db.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn purging_published_rows_beside_producers_and_a_relay_never_deletes_a_pending_row() {
+    const TEST: &str = "outbox_purge_while_writing";
+    let (Some(db), Some(redis)) = (
+        Db::open(Kind::Postgres, TEST).await,
+        server_url(REDIS_URL, TEST),
+    ) else {
+        return;
+    };
+    db.migrate().await;
+    let queue = format!("bi-obx-{}", unique_suffix());
+    let relay = Relay::builder(
+        db.source().await,
+        RedisTransport::connect(&redis).await.unwrap(),
+    )
+    .batch_size(50)
+    .poll_interval(Duration::from_millis(20))
+    .build()
+    .await
+    .unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let running = tokio::spawn(async move { relay.run(stopped).await });
+
+    // Four producers, 60 transactions of 10 rows each.
+    let mut producers = Vec::new();
+    for p in 0..4u64 {
+        let outbox = db.postgres();
+        let queue = queue.clone();
+        producers.push(tokio::spawn(async move {
+            let mut saved = Vec::new();
+            for t in 0..60u64 {
+                let mut tx = outbox.pool().begin().await.unwrap();
+                for env in envelopes(&queue, (p * 60 + t) * 10, 10) {
+                    outbox.save(&mut tx, &env).await.unwrap();
+                    saved.push(env.meta.id.unwrap());
+                }
+                tx.commit().await.unwrap();
+            }
+            saved
+        }));
+    }
+    // The purge, every published row at once, in small batches, meanwhile.
+    let purger = {
+        let outbox = db.postgres();
+        tokio::spawn(async move {
+            let mut purged = 0;
+            for _ in 0..200 {
+                purged += outbox
+                    .purge_published(Duration::ZERO, 25, false)
+                    .await
+                    .expect("the purge never deadlocks nor fails");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            purged
+        })
+    };
+    let mut saved = HashSet::new();
+    for producer in producers {
+        saved.extend(producer.await.unwrap());
+    }
+    let purged = purger.await.unwrap();
+    let broker = Broker::Redis(redis);
+    broker.wait_for(&queue, saved.len()).await;
+    stop.send(()).unwrap();
+    running.await.unwrap().unwrap();
+    eprintln!(
+        "purge beside producers: {purged} of {} rows purged",
+        saved.len()
+    );
+    assert!(purged > 0, "the purge ran while rows were published");
+
+    let landed: Vec<String> = broker.drain(&queue).await.iter().map(Landed::id).collect();
+    assert_eq!(landed.len(), saved.len(), "each row published once");
+    assert_eq!(
+        landed.into_iter().collect::<HashSet<_>>(),
+        saved,
+        "no pending row was purged before it was published"
+    );
+    db.cleanup().await;
+}
