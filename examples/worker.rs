@@ -14,7 +14,15 @@
 //! `--store` is the seen-set: `sqlite:PATH` (the default,
 //! `sqlite:target/worker-seen.sqlite`), `redis://URL` (the Go SDK's
 //! `bq:idemp:` keys) or `postgres://URL`; the worker migrates what seen-set
-//! mode needs, the seen-set table. `--until-idle` takes a duration as the
+//! mode needs, the seen-set table. With a concurrency above 1 the consumer
+//! sends the store calls of the deliveries in flight together (one `MGET`,
+//! one `MULTI`/`EXEC` of `SET NX`); `--no-batch` keeps one call per message.
+//!
+//! `--cached WINDOW` (a duration, `2s`) puts `store::Cached` in front of the
+//! seen-set: an id this worker saw done is answered locally for `WINDOW`,
+//! without a round trip. A `forget` made elsewhere (`babel-idem forget`,
+//! `babel-idem dlq redrive --forget-in`) reaches this worker within
+//! `WINDOW`; until then a replay of that id is skipped here. `--until-idle` takes a duration as the
 //! `babel-idem` CLI writes one (`500ms`, `30s`, `5m`, `2h`; a bare number is
 //! seconds): the worker stops once it has been idle that long. Without
 //! `--until-idle` the worker
@@ -39,8 +47,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use babel_idem::consumer::Failing;
-use babel_idem::store::Batched;
-use babel_idem::store::{PostgresStore, RedisStore, SqliteStore};
+use babel_idem::store::{Cached, PostgresStore, RedisStore, SqliteStore};
 use babel_idem::transport::{AmqpTransport, RedisTransport, Transport};
 use babel_idem::{Consumer, Envelope, Router, Store, StoreError, idempotent, metrics, urn};
 
@@ -61,10 +68,12 @@ struct Options {
     concurrency: usize,
     until_idle: Option<Duration>,
     store: String,
+    cached: Option<Duration>,
+    batch: bool,
 }
 
 const USAGE: &str = "usage: worker (--redis URL | --amqp URL) --queue NAME [--concurrency N] [--until-idle DURATION] \
-                     [--store sqlite:PATH|redis://URL|postgres://URL]";
+                     [--store sqlite:PATH|redis://URL|postgres://URL] [--cached WINDOW] [--no-batch]";
 
 fn parse_options() -> Result<Options, String> {
     let mut options = Options {
@@ -74,6 +83,8 @@ fn parse_options() -> Result<Options, String> {
         concurrency: 32,
         until_idle: None,
         store: "sqlite:target/worker-seen.sqlite".to_owned(),
+        cached: None,
+        batch: true,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -90,6 +101,8 @@ fn parse_options() -> Result<Options, String> {
             }
             "--until-idle" => options.until_idle = Some(duration("--until-idle", &value()?)?),
             "--store" => options.store = value()?,
+            "--cached" => options.cached = Some(duration("--cached", &value()?)?),
+            "--no-batch" => options.batch = false,
             "--help" | "-h" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown flag {other:?}\n{USAGE}")),
         }
@@ -121,22 +134,27 @@ fn duration(flag: &str, text: &str) -> Result<Duration, String> {
     Ok(Duration::from_millis(millis))
 }
 
-/// The seen-set in [`Batched`]: the deliveries in flight together ask the
-/// store in one round trip.
-async fn open_store(spec: &str) -> Result<Arc<dyn Store>, StoreError> {
+/// The seen-set `--store` names, in [`Cached`] with `--cached`.
+async fn open_store(spec: &str, cached: Option<Duration>) -> Result<Arc<dyn Store>, StoreError> {
+    fn wrap<S: Store + 'static>(store: S, cached: Option<Duration>) -> Arc<dyn Store> {
+        match cached {
+            Some(window) => Arc::new(Cached::builder(store).window(window).build()),
+            None => Arc::new(store),
+        }
+    }
     Ok(if let Some(path) = spec.strip_prefix("sqlite:") {
         if let Some(dir) = std::path::Path::new(path).parent() {
             // A missing directory is made; a failure shows when SQLite opens the file.
             let _ = std::fs::create_dir_all(dir);
         }
-        Arc::new(Batched::new(SqliteStore::open(path).await?))
+        wrap(SqliteStore::open(path).await?, cached)
     } else if spec.starts_with("redis://") || spec.starts_with("rediss://") {
-        Arc::new(Batched::new(RedisStore::connect_lazy(spec)?))
+        wrap(RedisStore::connect_lazy(spec)?, cached)
     } else if spec.starts_with("postgres://") || spec.starts_with("postgresql://") {
         let store = PostgresStore::connect_lazy(spec)?;
         // Seen-set mode: the seen-set table, nothing of claim mode's.
         store.migrate().await?;
-        Arc::new(Batched::new(store))
+        wrap(store, cached)
     } else {
         return Err(StoreError::new(
             babel_idem::store::StoreOperation::Open,
@@ -165,13 +183,14 @@ async fn serve<T: Transport>(
     transport: T,
     options: Options,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let store = open_store(&options.store).await?;
+    let store = open_store(&options.store, options.cached).await?;
     STORE.set(store).map_err(|_| "the store was already set")?;
     let router = Router::builder()
         .route(urn!("urn:babel:orders:created"), on_order_created)
         .build()?;
     let consumer = Consumer::builder(router, transport, &options.queue)
         .concurrency(options.concurrency)
+        .batch_store_calls(options.batch)
         .build()?;
 
     let progress = consumer.progress();
