@@ -18,6 +18,9 @@
 //! sends the store calls of the deliveries in flight together (one `MGET`,
 //! one `MULTI`/`EXEC` of `SET NX`); `--no-batch` keeps one call per message.
 //!
+//! `--urn` names the URN the job handles (default
+//! `urn:babel:orders:created`).
+//!
 //! `--cached WINDOW` (a duration, `2s`) puts `store::Cached` in front of the
 //! seen-set: an id this worker saw done is answered locally for `WINDOW`,
 //! without a round trip. A `forget` made elsewhere (`babel-idem forget`,
@@ -47,9 +50,13 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use babel_idem::consumer::Failing;
+use babel_idem::router::Urn;
 use babel_idem::store::{Cached, PostgresStore, RedisStore, SqliteStore};
 use babel_idem::transport::{AmqpTransport, RedisTransport, Transport};
-use babel_idem::{Consumer, Envelope, Router, Store, StoreError, idempotent, metrics, urn};
+use babel_idem::{Consumer, Envelope, Router, Store, StoreError, idempotent, metrics};
+
+/// The URN the job handles unless `--urn` names another.
+const ORDER_CREATED: &str = "urn:babel:orders:created";
 
 /// The seen-set, chosen at start from `--store`.
 static STORE: OnceLock<Arc<dyn Store>> = OnceLock::new();
@@ -70,10 +77,11 @@ struct Options {
     store: String,
     cached: Option<Duration>,
     batch: bool,
+    urn: String,
 }
 
 const USAGE: &str = "usage: worker (--redis URL | --amqp URL) --queue NAME [--concurrency N] [--until-idle DURATION] \
-                     [--store sqlite:PATH|redis://URL|postgres://URL] [--cached WINDOW] [--no-batch]";
+                     [--store sqlite:PATH|redis://URL|postgres://URL] [--cached WINDOW] [--no-batch] [--urn URN]";
 
 fn parse_options() -> Result<Options, String> {
     let mut options = Options {
@@ -85,6 +93,7 @@ fn parse_options() -> Result<Options, String> {
         store: "sqlite:target/worker-seen.sqlite".to_owned(),
         cached: None,
         batch: true,
+        urn: ORDER_CREATED.to_owned(),
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -103,6 +112,7 @@ fn parse_options() -> Result<Options, String> {
             "--store" => options.store = value()?,
             "--cached" => options.cached = Some(duration("--cached", &value()?)?),
             "--no-batch" => options.batch = false,
+            "--urn" => options.urn = value()?,
             "--help" | "-h" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown flag {other:?}\n{USAGE}")),
         }
@@ -186,7 +196,7 @@ async fn serve<T: Transport>(
     let store = open_store(&options.store, options.cached).await?;
     STORE.set(store).map_err(|_| "the store was already set")?;
     let router = Router::builder()
-        .route(urn!("urn:babel:orders:created"), on_order_created)
+        .route(Urn::parse(options.urn.clone())?, on_order_created)
         .build()?;
     let consumer = Consumer::builder(router, transport, &options.queue)
         .concurrency(options.concurrency)
