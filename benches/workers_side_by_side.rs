@@ -27,6 +27,7 @@
 //! BABEL_IDEM_GO_SDK=/path/to/babelqueue-go BABEL_IDEM_GO_MODS=/path/to/go-modules \
 //!     cargo bench --bench workers_side_by_side --all-features
 //! BENCH_MESSAGES=20000 BENCH_ROUNDS=2 BENCH_K=1,4 BENCH_BROKERS=redis ...   # a quicker run
+//! BENCH_SKIP_WORKERS=1 BENCH_SKIP_CEILINGS=1 ...   # store::Cached's section alone
 //! ```
 //!
 //! `BABEL_IDEM_GO_MODS` holds checkouts of go-redis (v9.7.3), amqp091-go
@@ -191,7 +192,7 @@ impl RedisStats {
             })
             .filter(|&(_, calls, _)| calls > 0)
             .collect();
-        spent.sort_by(|a, b| b.2.cmp(&a.2));
+        spent.sort_by_key(|spent| std::cmp::Reverse(spent.2));
         let per = |x: u64| x as f64 / messages as f64;
         spent
             .iter()
@@ -586,9 +587,14 @@ async fn run(
     }
 }
 
+/// The median; of an even count, the mean of the middle two.
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
+    let middle = values.len() / 2;
+    match values.len() % 2 {
+        0 => (values[middle - 1] + values[middle]) / 2.0,
+        _ => values[middle],
+    }
 }
 
 async fn side_by_side(
@@ -896,8 +902,26 @@ impl<S: Store> Store for Counting<S> {
 /// the id of the message 50 places earlier): ids sent in `seen` per
 /// message and Redis round trips per message, with and without it.
 async fn cached(url: &str, raw: &mut ConnectionManager, count: usize, rounds: usize) {
+    // The consumer's batching on (its default), then off: one call per message.
+    for batch in [true, false] {
+        cached_rounds(url, raw, count, rounds, batch).await;
+    }
+}
+
+async fn cached_rounds(
+    url: &str,
+    raw: &mut ConnectionManager,
+    count: usize,
+    rounds: usize,
+    batch: bool,
+) {
     println!(
-        "\n== store::Cached on Redis: {count} messages, 30% redeliveries of recent ids, one consumer at concurrency 32, {rounds} alternating rounds"
+        "\n== store::Cached on Redis: {count} messages, 30% redeliveries of recent ids, one consumer at concurrency 32, store calls {}, {rounds} alternating rounds",
+        if batch {
+            "batched (the default)"
+        } else {
+            "one per message (batch_store_calls(false))"
+        }
     );
     let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
     for round in 0..rounds {
@@ -907,7 +931,7 @@ async fn cached(url: &str, raw: &mut ConnectionManager, count: usize, rounds: us
         }
         let mut sent = HashMap::new();
         for with_cached in order {
-            let queue = format!("bench-sbs-cached-{run}-{round}-{with_cached}");
+            let queue = format!("bench-sbs-cached-{run}-{batch}-{round}-{with_cached}");
             let mut ids: Vec<usize> = Vec::with_capacity(count);
             for i in 0..count {
                 ids.push(if i % 10 < 3 && i >= 50 {
@@ -946,6 +970,7 @@ async fn cached(url: &str, raw: &mut ConnectionManager, count: usize, rounds: us
             let consumer =
                 Consumer::builder(router, RedisTransport::connect(url).await.unwrap(), &queue)
                     .concurrency(32)
+                    .batch_store_calls(batch)
                     .build()
                     .unwrap();
             let progress = consumer.progress();
@@ -1106,7 +1131,9 @@ fn main() {
                 side_by_side(&programs, broker, urls, &mut raw, &bodies, &ks, rounds).await;
             }
         }
-        ceilings(&programs, urls, &mut raw, &bodies, &brokers, rounds).await;
+        if env_count("BENCH_SKIP_CEILINGS", 0) == 0 {
+            ceilings(&programs, urls, &mut raw, &bodies, &brokers, rounds).await;
+        }
         cached(&redis_url, &mut raw, messages, rounds).await;
     });
     drop(own);
