@@ -213,6 +213,19 @@ impl<T: Transport> Consumer<T> {
     /// Whether the guards' store calls are batched: more than one delivery
     /// held, and [`batch_store_calls`](ConsumerBuilder::batch_store_calls)
     /// not turned off.
+    ///
+    /// ```no_run
+    /// # async fn run(router: babel_idem::Router) -> Result<(), Box<dyn std::error::Error>> {
+    /// use babel_idem::Consumer;
+    /// use babel_idem::transport::RedisTransport;
+    ///
+    /// let transport = RedisTransport::connect("redis://127.0.0.1:6379/0").await?;
+    /// let consumer = Consumer::builder(router, transport, "orders").concurrency(1).build()?;
+    /// // One delivery at a time: nothing to meet.
+    /// assert!(!consumer.batches_store_calls());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn batches_store_calls(&self) -> bool {
         self.batch_store_calls && self.concurrency > 1
     }

@@ -311,6 +311,14 @@ pub struct BatchTarget {
 impl BatchTarget {
     /// The target that names `store`; `None` for a zero-sized store, whose
     /// address names no object of its own (its calls stay per message).
+    ///
+    /// ```
+    /// use babel_idem::store::BatchTarget;
+    ///
+    /// struct Unit;
+    /// assert!(BatchTarget::of(&Unit).is_none());
+    /// assert!(BatchTarget::of(&String::from("a store")).is_some());
+    /// ```
     pub fn of<S: ?Sized>(store: &S) -> Option<Self> {
         let size = std::mem::size_of_val(store);
         if size == 0 {

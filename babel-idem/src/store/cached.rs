@@ -19,9 +19,18 @@ use super::{StoreError, StoreFuture};
 /// How long a [`Cached`] keeps a positive answer by default: a `forget` made
 /// by another process (the CLI's `forget`, a redrive's `--forget-in`) is
 /// seen here at most this long after it was made.
+///
+/// ```
+/// use std::time::Duration;
+/// assert_eq!(babel_idem::store::DEFAULT_WINDOW, Duration::from_secs(2));
+/// ```
 pub const DEFAULT_WINDOW: Duration = Duration::from_secs(2);
 
 /// How many ids a [`Cached`] keeps by default; past it the oldest go first.
+///
+/// ```
+/// assert_eq!(babel_idem::store::DEFAULT_CAPACITY, 16_384);
+/// ```
 pub const DEFAULT_CAPACITY: usize = 16_384;
 
 /// The longest id kept, in bytes (a UUID is 36, a scoped key a few more);
@@ -103,6 +112,18 @@ struct Inner<S> {
 }
 
 /// Configures a [`Cached`]; made by [`Cached::builder`].
+///
+/// ```
+/// use std::time::Duration;
+/// use babel_idem::store::Cached;
+/// use babel_idem::InMemoryStore;
+///
+/// let store = Cached::builder(InMemoryStore::new())
+///     .window(Duration::from_millis(500))
+///     .capacity(1_000)
+///     .build();
+/// assert_eq!(store.lifetime(), Duration::from_millis(500));
+/// ```
 #[must_use = "call .build() to get the store"]
 pub struct CachedBuilder<S> {
     store: S,
@@ -206,6 +227,19 @@ impl<S: Store> CachedBuilder<S> {
     /// How long a positive answer is kept at most (default
     /// [`DEFAULT_WINDOW`]): the longest a `forget` made by another process
     /// goes unseen here. Zero keeps nothing.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use babel_idem::store::Cached;
+    /// use babel_idem::{InMemoryStore, Store};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let store = Cached::builder(InMemoryStore::new()).window(Duration::ZERO).build();
+    /// store.remember("id-A").await?;
+    /// assert!(!store.is_kept("id-A"));
+    /// # Ok::<(), babel_idem::StoreError>(())
+    /// # }).unwrap();
+    /// ```
     pub fn window(mut self, window: Duration) -> Self {
         self.window = window;
         self
@@ -213,6 +247,15 @@ impl<S: Store> CachedBuilder<S> {
 
     /// The store's TTL: no answer is kept longer (default: no limit but the
     /// window).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use babel_idem::store::Cached;
+    /// use babel_idem::InMemoryStore;
+    ///
+    /// let store = Cached::builder(InMemoryStore::new()).ttl(Duration::from_secs(1)).build();
+    /// assert_eq!(store.lifetime(), Duration::from_secs(1));
+    /// ```
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = Some(ttl);
         self
@@ -220,12 +263,32 @@ impl<S: Store> CachedBuilder<S> {
 
     /// How many ids are kept at most (default [`DEFAULT_CAPACITY`]); the
     /// oldest go first. Zero keeps nothing.
+    ///
+    /// ```
+    /// use babel_idem::store::Cached;
+    /// use babel_idem::{InMemoryStore, Store};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let store = Cached::builder(InMemoryStore::new()).capacity(1).build();
+    /// store.remember_many(&["id-A", "id-B"]).await?;
+    /// assert!(!store.is_kept("id-A") && store.is_kept("id-B"));
+    /// # Ok::<(), babel_idem::StoreError>(())
+    /// # }).unwrap();
+    /// ```
     pub fn capacity(mut self, capacity: usize) -> Self {
         self.capacity = capacity;
         self
     }
 
     /// The wrapper.
+    ///
+    /// ```
+    /// use babel_idem::store::Cached;
+    /// use babel_idem::InMemoryStore;
+    ///
+    /// let store = Cached::builder(InMemoryStore::new()).build();
+    /// assert_eq!(store.kept(), 0);
+    /// ```
     pub fn build(self) -> Cached<S> {
         let lifetime = self.ttl.map_or(self.window, |ttl| ttl.min(self.window));
         Cached {
