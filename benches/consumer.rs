@@ -166,6 +166,8 @@ async fn bench_babel_idem(
     let transport = RedisTransport::connect(url).await.unwrap();
     let consumer = Consumer::builder(router, transport, &queue)
         .concurrency(concurrency())
+        // The per-delivery row keeps one store call per message.
+        .batch_store_calls(calls == Calls::Batched)
         .build()
         .unwrap();
     let progress = consumer.progress();

@@ -17,10 +17,22 @@
 //! needs. The mode is seen-set mode, unless `--lease DURATION` asks for
 //! claim mode with that lease (renewed while the handler runs): one run per
 //! id across every worker process on the same store, where seen-set mode
-//! promises it within one process. Durations are written as the
-//! `babel-idem` CLI writes them (`500ms`, `30s`, `5m`, `2h`; a bare number
-//! is seconds). `--until-idle DURATION`: the worker stops once it has been
-//! idle that long. Without
+//! promises it within one process. With a concurrency above 1 the consumer
+//! sends the store calls of the deliveries in flight together (one `MGET`,
+//! one `MULTI`/`EXEC` of `SET NX`); `--no-batch` keeps one call per message.
+//!
+//! `--urn` names the URN the job handles (default
+//! `urn:babel:orders:created`).
+//!
+//! `--cached WINDOW` (a duration, `2s`) puts `store::Cached` in front of the
+//! seen-set: an id this worker saw done is answered locally for `WINDOW`,
+//! without a round trip. A `forget` made elsewhere (`babel-idem forget`,
+//! `babel-idem dlq redrive --forget-in`) reaches this worker within
+//! `WINDOW`; until then a replay of that id is skipped here.
+//!
+//! Durations are written as the `babel-idem` CLI writes them (`500ms`,
+//! `30s`, `5m`, `2h`; a bare number is seconds). `--until-idle DURATION`:
+//! the worker stops once it has been idle that long. Without
 //! `--until-idle` the worker
 //! runs until Ctrl-C or SIGTERM: it then stops reserving and lets the
 //! deliveries in flight finish (within the consumer's shutdown timeout; what
@@ -43,11 +55,15 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use babel_idem::consumer::Failing;
+use babel_idem::router::Urn;
 use babel_idem::store::{Batched, ClaimStore};
-use babel_idem::store::{PostgresStore, RedisStore, SqliteStore};
+use babel_idem::store::{Cached, PostgresStore, RedisStore, SqliteStore};
 use babel_idem::transport::{AmqpTransport, RedisTransport, Transport};
-use babel_idem::{Consumer, Envelope, Router, StoreError, idempotent, metrics, urn};
+use babel_idem::{Consumer, Envelope, Router, StoreError, idempotent, metrics};
 use babel_idem_cli::parse_duration;
+
+/// The URN the job handles unless `--urn` names another.
+const ORDER_CREATED: &str = "urn:babel:orders:created";
 
 /// The store, chosen at start from `--store`: every backend the worker
 /// takes can claim, so one store serves both modes.
@@ -88,11 +104,15 @@ struct Options {
     concurrency: usize,
     until_idle: Option<Duration>,
     store: String,
+    cached: Option<Duration>,
+    batch: bool,
+    urn: String,
     lease: Option<Duration>,
 }
 
 const USAGE: &str = "usage: worker (--redis URL | --amqp URL) --queue NAME [--concurrency N] [--until-idle DURATION] \
-                     [--store sqlite:PATH|redis://URL|postgres://URL] [--lease DURATION]";
+                     [--store sqlite:PATH|redis://URL|postgres://URL] [--cached WINDOW] [--no-batch] [--urn URN] \
+                     [--lease DURATION]";
 
 fn parse_options() -> Result<Options, String> {
     let mut options = Options {
@@ -102,6 +122,9 @@ fn parse_options() -> Result<Options, String> {
         concurrency: 32,
         until_idle: None,
         store: "sqlite:target/worker-seen.sqlite".to_owned(),
+        cached: None,
+        batch: true,
+        urn: ORDER_CREATED.to_owned(),
         lease: None,
     };
     let mut args = std::env::args().skip(1);
@@ -119,6 +142,9 @@ fn parse_options() -> Result<Options, String> {
             }
             "--until-idle" => options.until_idle = Some(duration("--until-idle", &value()?)?),
             "--store" => options.store = value()?,
+            "--cached" => options.cached = Some(duration("--cached", &value()?)?),
+            "--no-batch" => options.batch = false,
+            "--urn" => options.urn = value()?,
             "--lease" => {
                 let lease = duration("--lease", &value()?)?;
                 if lease.is_zero() {
@@ -143,10 +169,31 @@ fn duration(flag: &str, text: &str) -> Result<Duration, String> {
     parse_duration(text).map_err(|why| format!("{flag}: {why}"))
 }
 
-/// The store in [`Batched`]: the deliveries in flight together ask the
-/// store in one round trip. `claims`: claim mode's tables are made too
-/// (seen-set mode makes only the seen-set's).
-async fn open_store(spec: &str, claims: bool) -> Result<Arc<dyn ClaimStore>, StoreError> {
+/// The store `--store` names, in [`Cached`] with `--cached`. Claim mode
+/// (`claims`) makes its tables too and sends its claims and commits through
+/// [`Batched`] (the consumer batches seen-set calls by itself).
+async fn open_store(
+    spec: &str,
+    cached: Option<Duration>,
+    claims: bool,
+) -> Result<Arc<dyn ClaimStore>, StoreError> {
+    fn cache<S: ClaimStore + 'static>(store: S, cached: Option<Duration>) -> Arc<dyn ClaimStore> {
+        match cached {
+            Some(window) => Arc::new(Cached::builder(store).window(window).build()),
+            None => Arc::new(store),
+        }
+    }
+    fn wrap<S: ClaimStore + 'static>(
+        store: S,
+        cached: Option<Duration>,
+        claims: bool,
+    ) -> Arc<dyn ClaimStore> {
+        if claims {
+            cache(Batched::new(store), cached)
+        } else {
+            cache(store, cached)
+        }
+    }
     Ok(if let Some(path) = spec.strip_prefix("sqlite:") {
         if let Some(dir) = std::path::Path::new(path).parent() {
             // A missing directory is made; a failure shows when SQLite opens the file.
@@ -156,16 +203,16 @@ async fn open_store(spec: &str, claims: bool) -> Result<Arc<dyn ClaimStore>, Sto
         if claims {
             store.migrate_claims().await?;
         }
-        Arc::new(Batched::new(store))
+        wrap(store, cached, claims)
     } else if spec.starts_with("redis://") || spec.starts_with("rediss://") {
-        Arc::new(Batched::new(RedisStore::connect_lazy(spec)?))
+        wrap(RedisStore::connect_lazy(spec)?, cached, claims)
     } else if spec.starts_with("postgres://") || spec.starts_with("postgresql://") {
         let store = PostgresStore::connect_lazy(spec)?;
         store.migrate().await?;
         if claims {
             store.migrate_claims().await?;
         }
-        Arc::new(Batched::new(store))
+        wrap(store, cached, claims)
     } else {
         return Err(StoreError::new(
             babel_idem::store::StoreOperation::Open,
@@ -194,18 +241,20 @@ async fn serve<T: Transport>(
     transport: T,
     options: Options,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let store = open_store(&options.store, options.lease.is_some()).await?;
+    let store = open_store(&options.store, options.cached, options.lease.is_some()).await?;
     STORE.set(store).map_err(|_| "the store was already set")?;
+    let urn = Urn::parse(options.urn.clone())?;
     let router = match options.lease {
         Some(lease) => {
             LEASE.set(lease).map_err(|_| "the lease was already set")?;
-            Router::builder().route(urn!("urn:babel:orders:created"), on_order_created_claimed)
+            Router::builder().route(urn, on_order_created_claimed)
         }
-        None => Router::builder().route(urn!("urn:babel:orders:created"), on_order_created),
+        None => Router::builder().route(urn, on_order_created),
     }
     .build()?;
     let consumer = Consumer::builder(router, transport, &options.queue)
         .concurrency(options.concurrency)
+        .batch_store_calls(options.batch)
         .build()?;
 
     let progress = consumer.progress();

@@ -244,6 +244,44 @@ async fn two_workers_with_a_lease_run_each_order_once_between_them() {
     assert!(fixture.queue.drained().await);
 }
 
+/// `--cached` and `--no-batch` change the calls made to the store, never
+/// the decisions: the same orders run and the same redeliveries are skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worker_with_cached_or_without_batching_decides_the_same() {
+    const TEST: &str = "the_worker_with_cached_or_without_batching_decides_the_same";
+    let Some(url) = server_url(REDIS_URL, TEST) else {
+        return;
+    };
+    for flags in [
+        &["--cached", "5s"][..],
+        &["--no-batch"],
+        &["--cached", "500ms", "--no-batch"],
+    ] {
+        let fixture = Fixture::new(&url);
+        let prefix = format!("order-{}", unique_suffix());
+        let mut orders = ids(&prefix, 0..20);
+        orders.extend(ids(&prefix, 5..15));
+        fixture.publish(&orders).await;
+        let mut args = vec!["--until-idle", "1s"];
+        args.extend_from_slice(flags);
+        let output = run_worker(fixture.args(&args)).await;
+        assert!(output.status.success(), "{flags:?}: {output:?}");
+        assert_eq!(
+            final_line(&output),
+            counts(30, 20, 10, 0, "idle"),
+            "{flags:?}"
+        );
+        assert!(fixture.queue.drained().await);
+    }
+    let refused = worker(&["--redis", &url, "--queue", "q", "--cached", "soon"])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("--cached: \"soon\" is not a duration")
+    );
+}
+
 #[cfg(unix)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_stops_the_worker_with_its_counts() {

@@ -91,7 +91,10 @@ pub(crate) enum Command {
     /// Where each id stands: seen (done), claimed (a handler holds it) or
     /// unseen (exit 0: all are seen; 1: some are not).
     Seen(IdArgs),
-    /// Forget ids, so their next delivery runs again (manual replay).
+    /// Forget ids, so their next delivery runs again (manual replay). A
+    /// worker whose seen-set is in `store::Cached` still skips an id it saw
+    /// done for its window (2s by default; the worker example's `--cached`):
+    /// wait that long before replaying.
     Forget(IdArgs),
     /// Delete the marks whose TTL has run out (SQL stores; Redis expires its own).
     PurgeExpired {

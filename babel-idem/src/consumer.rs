@@ -36,7 +36,16 @@
 //!   keeps the reservation alive; a waiting delivery takes no handler slot.
 //! - Transport headers reach the handler through [`Delivery`](crate::router::Delivery);
 //!   `bq-replay-bypass` turns [`is_replay`] on for that delivery.
+//! - With more than one delivery held (concurrency above 1), the `seen`
+//!   and `remember` calls the guards make to a store that answers a batch
+//!   in one round trip (Redis, PostgreSQL, SQLite:
+//!   [`Store::batch_target`](crate::store::Store::batch_target)) go out
+//!   together, as through [`Batched`](crate::store::Batched): every answer,
+//!   and every decision, is the one a single call gives.
+//!   [`batch_store_calls(false)`](ConsumerBuilder::batch_store_calls) keeps
+//!   one call per message.
 
+pub(crate) mod batching;
 mod outage;
 mod poison;
 mod replay;
@@ -104,6 +113,7 @@ pub struct Consumer<T: Transport> {
     release_delay: Duration,
     keep_alive: Option<Duration>,
     max_waiting: usize,
+    batch_store_calls: bool,
     counters: Arc<Counters>,
 }
 
@@ -120,6 +130,7 @@ pub struct ConsumerBuilder<T: Transport> {
     idle_poll: (Duration, Duration),
     delivery_timeout: Timeout,
     release_delay: Duration,
+    batch_store_calls: bool,
 }
 
 /// A [`ConsumerBuilder`]'s per-delivery timeout setting.
@@ -174,6 +185,7 @@ impl<T: Transport> Consumer<T> {
             idle_poll: (Duration::from_millis(10), Duration::from_millis(500)),
             delivery_timeout: Timeout::Default,
             release_delay: DEFAULT_RELEASE_DELAY,
+            batch_store_calls: true,
         }
     }
 
@@ -196,6 +208,26 @@ impl<T: Transport> Consumer<T> {
     /// The transport, for publishing beside the consumer.
     pub fn transport(&self) -> &T {
         &self.transport
+    }
+
+    /// Whether the guards' store calls are batched: more than one delivery
+    /// held, and [`batch_store_calls`](ConsumerBuilder::batch_store_calls)
+    /// not turned off.
+    ///
+    /// ```no_run
+    /// # async fn run(router: babel_idem::Router) -> Result<(), Box<dyn std::error::Error>> {
+    /// use babel_idem::Consumer;
+    /// use babel_idem::transport::RedisTransport;
+    ///
+    /// let transport = RedisTransport::connect("redis://127.0.0.1:6379/0").await?;
+    /// let consumer = Consumer::builder(router, transport, "orders").concurrency(1).build()?;
+    /// // One delivery at a time: nothing to meet.
+    /// assert!(!consumer.batches_store_calls());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn batches_store_calls(&self) -> bool {
+        self.batch_store_calls && self.concurrency > 1
     }
 
     /// A handle that reads this consumer's running totals, from any task.
@@ -264,6 +296,43 @@ impl<T: Transport> ConsumerBuilder<T> {
     /// a handler slot: a message no consumer knows is not reserved in a loop.
     pub fn release_delay(mut self, delay: Duration) -> Self {
         self.release_delay = delay;
+        self
+    }
+
+    /// Whether the `seen` and `remember` calls of the deliveries held
+    /// together go to the store together (default `true`; it takes effect
+    /// with a [`concurrency`](Self::concurrency) above 1).
+    ///
+    /// While on, a guard (`#[idempotent]`, [`guard`](crate::guard::guard()),
+    /// [`Guard`](crate::guard::Guard) in seen-set mode) running in one of
+    /// this consumer's deliveries sends its call to a store that answers a
+    /// batch in one round trip ([`Store::batch_target`](crate::store::Store::batch_target):
+    /// Redis, PostgreSQL, SQLite) through a meeting point shared by the
+    /// consumer's deliveries, as [`Batched`](crate::store::Batched) does:
+    /// a lone call goes out at once as the single call; calls that meet go
+    /// out as one `seen_many` / `remember_many`; a batch that fails leaves
+    /// each call to ask alone. Answers and decisions are those of single
+    /// calls. Calls to other stores (in memory, a store of your own that
+    /// does not override `batch_target`, a store already in `Batched`),
+    /// claim mode's calls and transactional mode's marks stay one per
+    /// message. `false` keeps every call one per message.
+    ///
+    /// ```no_run
+    /// # async fn run(router: babel_idem::Router) -> Result<(), Box<dyn std::error::Error>> {
+    /// use babel_idem::Consumer;
+    /// use babel_idem::transport::RedisTransport;
+    ///
+    /// let transport = RedisTransport::connect("redis://127.0.0.1:6379/0").await?;
+    /// let consumer = Consumer::builder(router, transport, "orders")
+    ///     .concurrency(64)
+    ///     .batch_store_calls(false) // one store call per message
+    ///     .build()?;
+    /// assert!(!consumer.batches_store_calls());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn batch_store_calls(mut self, batch: bool) -> Self {
+        self.batch_store_calls = batch;
         self
     }
 
@@ -341,6 +410,7 @@ impl<T: Transport> ConsumerBuilder<T> {
             release_delay: self.release_delay,
             keep_alive,
             max_waiting: self.concurrency.saturating_mul(WAITING_PER_SLOT),
+            batch_store_calls: self.batch_store_calls,
             counters: Arc::default(),
         })
     }

@@ -15,7 +15,8 @@ use std::task::{Context, Poll};
 // Types the backends' admin operations (their `admin.rs`) share.
 mod admin;
 mod batch;
-mod batched;
+pub(crate) mod batched;
+mod cached;
 pub(crate) mod claim;
 mod memory;
 #[cfg(feature = "postgres")]
@@ -29,7 +30,8 @@ mod sqlite;
 mod transaction;
 
 pub use admin::{Admin, IdState, StoreStats};
-pub use batched::Batched;
+pub use batched::{BatchTarget, Batched};
+pub use cached::{Cached, CachedBuilder, DEFAULT_CAPACITY, DEFAULT_WINDOW};
 pub use claim::{Claim, ClaimStore, ClaimToken, InvalidLease, MAX_LEASE};
 pub use memory::{InMemoryStore, InMemoryStoreBuilder};
 #[cfg(feature = "postgres")]
@@ -208,6 +210,55 @@ pub trait Store: Send + Sync {
         let _ = id;
         None
     }
+
+    /// `Some` for a store whose [`seen_many`](Store::seen_many) and
+    /// [`remember_many`](Store::remember_many) answer a whole batch in one
+    /// round trip, naming this store object; `None` (the default) for one
+    /// that answers id by id, or already groups its calls.
+    ///
+    /// A [`Consumer`](crate::consumer::Consumer) that holds more than one
+    /// delivery sends the concurrent `seen` and `remember` calls its guards
+    /// make to the same target together, as [`Batched`] would (see
+    /// [`guide::batches`](crate::guide::batches)); calls to a store that
+    /// answers `None` stay one per message. The server stores (Redis,
+    /// PostgreSQL, SQLite) answer `Some`; the in-memory store (no round
+    /// trip to save) and [`Batched`] (which batches already) answer `None`;
+    /// `&S`, `Arc<S>`, `Box<S>` and [`Cached`] pass their store's answer on.
+    ///
+    /// ```
+    /// use babel_idem::{InMemoryStore, Store};
+    /// use babel_idem::store::{BatchTarget, StoreFuture};
+    ///
+    /// // A store whose batch calls are one round trip each says so.
+    /// struct Remote {
+    ///     url: String,
+    /// }
+    /// impl Store for Remote {
+    ///     fn seen<'a>(&'a self, _id: &'a str) -> StoreFuture<'a, bool> {
+    ///         StoreFuture::new(async { Ok(false) })
+    ///     }
+    ///     fn remember<'a>(&'a self, _id: &'a str) -> StoreFuture<'a, ()> {
+    ///         StoreFuture::new(async { Ok(()) })
+    ///     }
+    ///     fn forget<'a>(&'a self, _id: &'a str) -> StoreFuture<'a, ()> {
+    ///         StoreFuture::new(async { Ok(()) })
+    ///     }
+    ///     // A real one also overrides `seen_many` and `remember_many`.
+    ///     fn batch_target(&self) -> Option<BatchTarget> {
+    ///         BatchTarget::of(self)
+    ///     }
+    /// }
+    ///
+    /// let store = Remote { url: "redis://127.0.0.1/".into() };
+    /// assert!(store.batch_target().is_some());
+    /// // A reference names the same store object.
+    /// assert_eq!((&store).batch_target(), store.batch_target());
+    /// assert!(InMemoryStore::new().batch_target().is_none());
+    /// ```
+    #[inline]
+    fn batch_target(&self) -> Option<BatchTarget> {
+        None
+    }
 }
 
 macro_rules! forward_store {
@@ -236,6 +287,10 @@ macro_rules! forward_store {
             #[inline]
             fn seen_now(&self, id: &str) -> Option<Result<bool, StoreError>> {
                 (**self).seen_now(id)
+            }
+            #[inline]
+            fn batch_target(&self) -> Option<BatchTarget> {
+                (**self).batch_target()
             }
         }
     )+};

@@ -86,3 +86,87 @@ impl Store for FailingStore {
         self.inner.forget(id)
     }
 }
+
+/// What a [`CountingStore`] was asked: calls, and ids sent in them.
+#[derive(Default)]
+pub struct StoreCalls {
+    /// Single `seen` calls.
+    pub seen: std::sync::atomic::AtomicU64,
+    /// `seen_many` calls.
+    pub seen_many: std::sync::atomic::AtomicU64,
+    /// Ids sent in `seen` and `seen_many` together.
+    pub seen_ids: std::sync::atomic::AtomicU64,
+    /// Single `remember` calls.
+    pub remember: std::sync::atomic::AtomicU64,
+    /// `remember_many` calls.
+    pub remember_many: std::sync::atomic::AtomicU64,
+    /// Ids sent in `remember` and `remember_many` together.
+    pub remember_ids: std::sync::atomic::AtomicU64,
+}
+
+impl StoreCalls {
+    pub fn get(counter: &std::sync::atomic::AtomicU64) -> u64 {
+        counter.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Calls made to answer `seen`: each a round trip to a server store.
+    pub fn seen_calls(&self) -> u64 {
+        Self::get(&self.seen) + Self::get(&self.seen_many)
+    }
+
+    /// Calls made to remember: each a round trip to a server store.
+    pub fn remember_calls(&self) -> u64 {
+        Self::get(&self.remember) + Self::get(&self.remember_many)
+    }
+}
+
+/// A store that counts what it is asked and passes every call on to the
+/// store inside, its batch target included (as itself, so that the calls
+/// that meet reach it as one `seen_many`).
+pub struct CountingStore<S> {
+    pub inner: S,
+    pub calls: Arc<StoreCalls>,
+}
+
+impl<S> CountingStore<S> {
+    pub fn new(inner: S) -> Self {
+        CountingStore {
+            inner,
+            calls: Arc::default(),
+        }
+    }
+}
+
+fn add(counter: &std::sync::atomic::AtomicU64, n: usize) {
+    counter.fetch_add(n as u64, std::sync::atomic::Ordering::SeqCst);
+}
+
+impl<S: Store> Store for CountingStore<S> {
+    fn seen<'a>(&'a self, id: &'a str) -> StoreFuture<'a, bool> {
+        add(&self.calls.seen, 1);
+        add(&self.calls.seen_ids, 1);
+        self.inner.seen(id)
+    }
+    fn remember<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
+        add(&self.calls.remember, 1);
+        add(&self.calls.remember_ids, 1);
+        self.inner.remember(id)
+    }
+    fn forget<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
+        self.inner.forget(id)
+    }
+    fn seen_many<'a>(&'a self, ids: &'a [&'a str]) -> StoreFuture<'a, Vec<bool>> {
+        add(&self.calls.seen_many, 1);
+        add(&self.calls.seen_ids, ids.len());
+        self.inner.seen_many(ids)
+    }
+    fn remember_many<'a>(&'a self, ids: &'a [&'a str]) -> StoreFuture<'a, ()> {
+        add(&self.calls.remember_many, 1);
+        add(&self.calls.remember_ids, ids.len());
+        self.inner.remember_many(ids)
+    }
+    fn batch_target(&self) -> Option<babel_idem::store::BatchTarget> {
+        self.inner.batch_target()?;
+        babel_idem::store::BatchTarget::of(self)
+    }
+}

@@ -16,7 +16,7 @@ use crate::router::{Delivery, Disposition, ReleaseReason, Router};
 use crate::transport::{Reserved, Settlement, Transport};
 
 use super::settle::{self, Counters, Outcome};
-use super::{Consumer, ConsumerReport, MAX_BATCH, replay};
+use super::{Consumer, ConsumerReport, MAX_BATCH, batching, replay};
 
 /// The first and the longest pause after a broker error.
 const BROKER_BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(2));
@@ -38,6 +38,8 @@ struct Shared<T: Transport> {
     waiting: Arc<Semaphore>,
     /// The ids being dispatched.
     inflight: Arc<InFlight>,
+    /// Where the guards' store calls meet; `None`: one call per message.
+    batches: Option<Arc<batching::Batches>>,
 }
 
 impl<T: Transport> Consumer<T> {
@@ -66,6 +68,7 @@ impl<T: Transport> Consumer<T> {
             slots: Arc::new(Semaphore::new(self.concurrency)),
             waiting: Arc::new(Semaphore::new(self.max_waiting)),
             inflight: Arc::default(),
+            batches: self.batches_store_calls().then(Arc::default),
         });
         let outage = &self.counters.outage;
         let mut tasks = JoinSet::new();
@@ -236,9 +239,12 @@ async fn decide<T: Transport>(
     );
     // Boxed: the dispatch's state is most of the task's, and a smaller task
     // is cheaper to spawn and to move.
-    let dispatch = Box::pin(replay::scope(
-        replay,
-        shared.router.dispatch_decoded(&body, decoded, delivery),
+    let dispatch = Box::pin(batching::scope(
+        shared.batches.clone(),
+        replay::scope(
+            replay,
+            shared.router.dispatch_decoded(&body, decoded, delivery),
+        ),
     ));
     let disposition = match shared.delivery_timeout {
         None => dispatch.await,

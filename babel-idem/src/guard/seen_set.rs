@@ -10,7 +10,7 @@ use super::{OnRememberFailure, mark_failed, report, store_failed};
 use crate::key::DedupeKey;
 use crate::metrics::{Decision, timed, timed_now};
 use crate::store::StoreOperation;
-use crate::store::{Store, StoreError};
+use crate::store::{Store, StoreError, StoreFuture};
 
 /// The decision itself; every public entry point ends here, returning this
 /// future as it is. It owns the key, so a caller's future does not borrow
@@ -215,7 +215,9 @@ where
         if let Ask::Store = ask {
             // `seen`'s answer lives in a block of its own: whatever is kept
             // across an `await` is stored in the future.
-            let seen = store_answer!(timed::<S, _>(StoreOperation::Seen, || store.seen(key.id())));
+            let seen = store_answer!(timed::<S, _>(StoreOperation::Seen, || {
+                seen_call(&store, key.id())
+            }));
             if let Some(result) = ended_by(seen, &key) {
                 return result;
             }
@@ -228,7 +230,7 @@ where
         }
 
         let remembered = store_answer!(timed::<S, _>(StoreOperation::Remember, || {
-            store.remember(key.id())
+            remember_call(&store, key.id())
         }));
         match remembered {
             Ok(()) => {
@@ -238,6 +240,26 @@ where
             Err(error) => mark_failed(key.id(), error, on_remember_failure),
         }
     }
+}
+
+/// `store.seen(id)`, sent with the concurrent calls of the other
+/// deliveries inside a consumer that batches them
+/// ([`ConsumerBuilder::batch_store_calls`](crate::consumer::ConsumerBuilder::batch_store_calls)).
+#[inline(always)]
+fn seen_call<'a, S: Store>(store: &'a S, id: &'a str) -> StoreFuture<'a, bool> {
+    #[cfg(feature = "consumer")]
+    return crate::consumer::batching::seen(store, id);
+    #[cfg(not(feature = "consumer"))]
+    store.seen(id)
+}
+
+/// `store.remember(id)`, as [`seen_call`].
+#[inline(always)]
+fn remember_call<'a, S: Store>(store: &'a S, id: &'a str) -> StoreFuture<'a, ()> {
+    #[cfg(feature = "consumer")]
+    return crate::consumer::batching::remember(store, id);
+    #[cfg(not(feature = "consumer"))]
+    store.remember(id)
 }
 
 #[cfg(test)]

@@ -114,40 +114,14 @@ impl<S: Store> Batched<S> {
 impl<S: Store> Store for Batched<S> {
     fn seen<'a>(&'a self, id: &'a str) -> StoreFuture<'a, bool> {
         let Inner { store, seen, .. } = &*self.inner;
-        StoreFuture::new(async move {
-            let batched = seen.call(id.into(), |ids| async move {
-                let ids: Vec<&str> = ids.iter().map(|id| &**id).collect();
-                match ids.as_slice() {
-                    // Alone: the single call, the same command as without us.
-                    [id] => store.seen(id).await.ok().map(|seen| vec![seen]),
-                    _ => store.seen_many(&ids).await.ok(),
-                }
-            });
-            match batched.await {
-                Some(seen) => Ok(seen),
-                None => store.seen(id).await,
-            }
-        })
+        StoreFuture::new(seen_through(seen, store, id))
     }
 
     fn remember<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
         let Inner {
             store, remember, ..
         } = &*self.inner;
-        StoreFuture::new(async move {
-            let batched = remember.call(id.into(), |ids| async move {
-                let ids: Vec<&str> = ids.iter().map(|id| &**id).collect();
-                let done = match ids.as_slice() {
-                    [id] => store.remember(id).await,
-                    _ => store.remember_many(&ids).await,
-                };
-                done.ok().map(|()| vec![(); ids.len()])
-            });
-            match batched.await {
-                Some(()) => Ok(()),
-                None => store.remember(id).await,
-            }
-        })
+        StoreFuture::new(remember_through(remember, store, id))
     }
 
     fn forget<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
@@ -265,6 +239,98 @@ impl<S: ClaimStore> ClaimStore for Batched<S> {
         commits: &'a [(&'a str, ClaimToken)],
     ) -> StoreFuture<'a, Vec<bool>> {
         self.inner.store.commit_many(commits)
+    }
+}
+
+/// `store.seen(id)`, sent in `coalescer`'s next flush with the calls that
+/// meet it there: one `seen_many` (a lone call is sent as the single call,
+/// the same command as without batching). A batch that failed as a whole,
+/// or whose leader was dropped, leaves each call to ask alone, so an error
+/// reaches only the calls the store cannot answer.
+///
+/// Every caller of one coalescer must pass the same store object: the
+/// flush is made by whichever caller leads, with its own `store`.
+pub(crate) async fn seen_through<S: Store + ?Sized>(
+    coalescer: &Coalescer<Box<str>, bool>,
+    store: &S,
+    id: &str,
+) -> Result<bool, StoreError> {
+    let batched = coalescer.call(id.into(), |ids| async move {
+        let ids: Vec<&str> = ids.iter().map(|id| &**id).collect();
+        match ids.as_slice() {
+            // Alone: the single call, the same command as without us.
+            [id] => store.seen(id).await.ok().map(|seen| vec![seen]),
+            _ => store.seen_many(&ids).await.ok(),
+        }
+    });
+    match batched.await {
+        Some(seen) => Ok(seen),
+        None => store.seen(id).await,
+    }
+}
+
+/// [`seen_through`] for `remember`: one `remember_many` per flush.
+pub(crate) async fn remember_through<S: Store + ?Sized>(
+    coalescer: &Coalescer<Box<str>, ()>,
+    store: &S,
+    id: &str,
+) -> Result<(), StoreError> {
+    let batched = coalescer.call(id.into(), |ids| async move {
+        let ids: Vec<&str> = ids.iter().map(|id| &**id).collect();
+        let done = match ids.as_slice() {
+            [id] => store.remember(id).await,
+            _ => store.remember_many(&ids).await,
+        };
+        done.ok().map(|()| vec![(); ids.len()])
+    });
+    match batched.await {
+        Some(()) => Ok(()),
+        None => store.remember(id).await,
+    }
+}
+
+/// Names one store object whose concurrent single calls may go out
+/// together ([`Store::batch_target`]): two targets are equal only for the
+/// same object (its address while it is borrowed, and its type).
+///
+/// ```
+/// use babel_idem::store::BatchTarget;
+/// use babel_idem::InMemoryStore;
+///
+/// let (a, b) = (InMemoryStore::new(), InMemoryStore::new());
+/// assert_eq!(BatchTarget::of(&a), BatchTarget::of(&a));
+/// assert_ne!(BatchTarget::of(&a), BatchTarget::of(&b));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BatchTarget {
+    address: usize,
+    size: usize,
+    type_name: &'static str,
+}
+
+impl BatchTarget {
+    /// The target that names `store`; `None` for a zero-sized store, whose
+    /// address names no object of its own (its calls stay per message).
+    ///
+    /// ```
+    /// use babel_idem::store::BatchTarget;
+    ///
+    /// struct Unit;
+    /// assert!(BatchTarget::of(&Unit).is_none());
+    /// assert!(BatchTarget::of(&String::from("a store")).is_some());
+    /// ```
+    pub fn of<S: ?Sized>(store: &S) -> Option<Self> {
+        let size = std::mem::size_of_val(store);
+        if size == 0 {
+            return None;
+        }
+        // Two objects alive at once share an address only where one holds
+        // the other at its start, and then their types differ.
+        Some(BatchTarget {
+            address: std::ptr::from_ref(store).cast::<()>() as usize,
+            size,
+            type_name: std::any::type_name::<S>(),
+        })
     }
 }
 

@@ -309,6 +309,11 @@ impl RedisStore {
 }
 
 impl Store for RedisStore {
+    /// A batch is one round trip here: a consumer's concurrent calls meet.
+    fn batch_target(&self) -> Option<super::batched::BatchTarget> {
+        super::batched::BatchTarget::of(self)
+    }
+
     fn seen<'a>(&'a self, id: &'a str) -> StoreFuture<'a, bool> {
         if self.claims.is_php() {
             return self.php_seen(id);

@@ -295,6 +295,11 @@ impl SqliteStore {
 }
 
 impl Store for SqliteStore {
+    /// A batch is one round trip here: a consumer's concurrent calls meet.
+    fn batch_target(&self) -> Option<super::batched::BatchTarget> {
+        super::batched::BatchTarget::of(self)
+    }
+
     fn seen<'a>(&'a self, id: &'a str) -> StoreFuture<'a, bool> {
         StoreFuture::new(async move {
             sqlx::query_scalar::<_, bool>(&self.settings.sql.seen)
