@@ -68,6 +68,8 @@ pub mod guide;
 pub mod key;
 mod message;
 pub mod metrics;
+#[cfg(any(feature = "redis", feature = "redis-transport"))]
+mod redis_client;
 pub mod router;
 pub mod store;
 
