@@ -411,7 +411,7 @@ mod postgres_backend {
 
 /// A Redis Cluster from `BABEL_IDEM_REDIS_CLUSTER_URL`, one prefix per space.
 #[cfg(feature = "redis-cluster")]
-pub use redis_cluster_backend::RedisClusterBackend;
+pub use redis_cluster_backend::{RedisClusterBackend, seed_urls};
 
 #[cfg(feature = "redis-cluster")]
 mod redis_cluster_backend {

@@ -19,11 +19,6 @@ use super::join_all;
 /// How many slots a cluster has.
 pub(crate) const SLOTS: u16 = 16384;
 
-/// Whether `url` asks for a cluster: `redis+cluster://` or `rediss+cluster://`.
-pub(crate) fn is_cluster_url(url: &str) -> bool {
-    url.starts_with("redis+cluster://") || url.starts_with("rediss+cluster://")
-}
-
 /// The seed nodes of a `redis[s]+cluster://[user[:password]@]host:port[,host:port...][/[0]]`
 /// URL, each as the node URL the client connects to (`redis://` or
 /// `rediss://`, with the URL's credentials). Why not, when it is malformed.

@@ -546,6 +546,7 @@ impl RedisStore {
             }
             return Ok((groups, replies));
         }
+        let _ = keys;
         let mut replies = Vec::with_capacity(groups.len());
         for group in &groups {
             replies.push(

@@ -8,6 +8,7 @@ use ::redis::{FromRedisValue, Script};
 
 use super::claim::ClaimKeys;
 use super::{BACKEND, RedisCommandError, RedisStore};
+#[cfg(feature = "redis-cluster")]
 use crate::redis_client::join_all;
 use crate::store::admin::{Admin, IdState, StoreStats};
 use crate::store::{StoreError, StoreFuture, StoreOperation, failed};
