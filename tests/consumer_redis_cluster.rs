@@ -81,15 +81,26 @@ impl ClusterQueue {
 
     async fn len(&self, key: &str) -> i64 {
         let mut raw = self.raw().await;
-        let kind: String = redis::cmd("TYPE").arg(key).query_async(&mut raw).await.unwrap();
+        let kind: String = redis::cmd("TYPE")
+            .arg(key)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
         let command = if kind == "zset" { "ZCARD" } else { "LLEN" };
-        redis::cmd(command).arg(key).query_async(&mut raw).await.unwrap()
+        redis::cmd(command)
+            .arg(key)
+            .query_async(&mut raw)
+            .await
+            .unwrap()
     }
 
     async fn drained(&self) -> bool {
         self.len(&self.name).await == 0
             && self.len(&format!("{}:processing", self.name)).await == 0
-            && self.len(&format!("{}:processing:deadlines", self.name)).await == 0
+            && self
+                .len(&format!("{}:processing:deadlines", self.name))
+                .await
+                == 0
     }
 
     async fn transport(&self) -> RedisTransport {
@@ -193,7 +204,15 @@ async fn python_publishes_on_a_cluster_queue_and_each_id_runs_once() {
         .iter()
         .map(|message| message["id"].as_str().unwrap())
         .collect();
-    assert!(seen_set.store.seen_many(&ids).await.unwrap().iter().all(|&seen| seen));
+    assert!(
+        seen_set
+            .store
+            .seen_many(&ids)
+            .await
+            .unwrap()
+            .iter()
+            .all(|&seen| seen)
+    );
     assert!(queue.drained().await);
     drop(seen_set.backend);
 }
@@ -212,23 +231,31 @@ async fn failures_are_retried_then_dead_lettered_and_python_reads_the_dlq() {
     for n in 0..3 {
         let envelope = Envelope::new(URN, json!({"n": n})).with_queue(&queue.name);
         ids.push(envelope.meta.id.clone().unwrap());
-        transport.publish(&queue.name, &envelope.to_vec()).await.unwrap();
+        transport
+            .publish(&queue.name, &envelope.to_vec())
+            .await
+            .unwrap();
     }
     let attempts: Arc<Mutex<HashMap<String, u64>>> = Arc::default();
     let counted = Arc::clone(&attempts);
     let router = Router::builder()
-        .route(urn!("urn:babel:interop:created"), move |env: Envelope, _: Delivery| {
-            *counted
-                .lock()
-                .unwrap()
-                .entry(env.meta.id.clone().unwrap_or_default())
-                .or_default() += 1;
-            async { Err::<(), _>(std::io::Error::other("payment gateway timeout")) }
-        })
+        .route(
+            urn!("urn:babel:interop:created"),
+            move |env: Envelope, _: Delivery| {
+                *counted
+                    .lock()
+                    .unwrap()
+                    .entry(env.meta.id.clone().unwrap_or_default())
+                    .or_default() += 1;
+                async { Err::<(), _>(std::io::Error::other("payment gateway timeout")) }
+            },
+        )
         .max_attempts(3)
         .build()
         .unwrap();
-    let consumer = Consumer::builder(router, transport, &queue.name).build().unwrap();
+    let consumer = Consumer::builder(router, transport, &queue.name)
+        .build()
+        .unwrap();
     let report = run_until_idle(&consumer, QUIET).await;
     assert_eq!((report.retried, report.dead_lettered), (6, 3), "{report:?}");
     assert!(attempts.lock().unwrap().values().all(|&runs| runs == 3));
@@ -275,9 +302,15 @@ async fn untagged_queues_and_unreachable_clusters_are_refused_when_built() {
         .await
         .unwrap_err();
     assert!(matches!(down, TransportError::Connect(_)), "{down}");
-    assert!(down.to_string().contains("no Redis Cluster answered"), "{down}");
+    assert!(
+        down.to_string().contains("no Redis Cluster answered"),
+        "{down}"
+    );
 
-    if let Some(single) = std::env::var("BABEL_IDEM_REDIS_URL").ok().filter(|u| !u.is_empty()) {
+    if let Some(single) = std::env::var("BABEL_IDEM_REDIS_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+    {
         let host = single
             .split_once("://")
             .map_or(single.as_str(), |(_, rest)| rest)
@@ -290,6 +323,9 @@ async fn untagged_queues_and_unreachable_clusters_are_refused_when_built() {
             .connect(&format!("redis+cluster://{host}/"))
             .await
             .unwrap_err();
-        assert!(not_cluster.to_string().contains("cluster-enabled"), "{not_cluster}");
+        assert!(
+            not_cluster.to_string().contains("cluster-enabled"),
+            "{not_cluster}"
+        );
     }
 }

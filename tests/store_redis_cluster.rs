@@ -85,7 +85,10 @@ async fn ids_on_every_master(
             break;
         }
     }
-    assert!(masters.len() >= 3, "a cluster of at least 3 masters: {owners:?}");
+    assert!(
+        masters.len() >= 3,
+        "a cluster of at least 3 masters: {owners:?}"
+    );
     ids
 }
 
@@ -111,7 +114,8 @@ async fn batches_spanning_every_master_answer_as_single_calls() {
         assert_eq!(store.seen(id).await.unwrap(), *seen, "{id}");
     }
 
-    let owners: Vec<(&str, ClaimToken)> = refs.iter().map(|id| (*id, ClaimToken::random())).collect();
+    let owners: Vec<(&str, ClaimToken)> =
+        refs.iter().map(|id| (*id, ClaimToken::random())).collect();
     let claims = store.claim_many(&owners, LEASE).await.unwrap();
     for ((id, _), claim) in owners.iter().zip(&claims) {
         if first.contains(id) {
@@ -122,7 +126,11 @@ async fn batches_spanning_every_master_answer_as_single_calls() {
     }
     let states = store.states(&refs).await.unwrap();
     for (id, state) in refs.iter().zip(&states) {
-        let expected = if first.contains(id) { "done" } else { "claimed" };
+        let expected = if first.contains(id) {
+            "done"
+        } else {
+            "claimed"
+        };
         assert_eq!(state.as_str(), expected, "{id}");
     }
     let won: Vec<(&str, ClaimToken)> = owners
@@ -132,7 +140,10 @@ async fn batches_spanning_every_master_answer_as_single_calls() {
         .collect();
     assert!(store.commit_many(&won).await.unwrap().iter().all(|&c| c));
     assert!(store.seen_many(&refs).await.unwrap().iter().all(|&s| s));
-    assert_eq!(store.stats("spread-").await.unwrap().marks, refs.len() as u64);
+    assert_eq!(
+        store.stats("spread-").await.unwrap().marks,
+        refs.len() as u64
+    );
     assert_eq!(store.forget_ids(&refs).await.unwrap(), refs.len() as u64);
     assert!(store.seen_many(&refs).await.unwrap().iter().all(|&s| !s));
 }
@@ -143,7 +154,8 @@ async fn batches_spanning_every_master_answer_as_single_calls() {
 /// ids with braces too.
 #[tokio::test]
 async fn claim_keys_and_fences_share_their_done_keys_slot() {
-    let Some(backend) = RedisClusterBackend::create("claim_keys_and_fences_share_their_done_keys_slot")
+    let Some(backend) =
+        RedisClusterBackend::create("claim_keys_and_fences_share_their_done_keys_slot")
     else {
         return;
     };
@@ -159,7 +171,10 @@ async fn claim_keys_and_fences_share_their_done_keys_slot() {
         };
         let claim_key = store.claim_key(id);
         if !id.contains(['{', '}']) {
-            assert_eq!(claim_key, format!("{stem}-claim:{{{prefix}{id}}}").into_bytes());
+            assert_eq!(
+                claim_key,
+                format!("{stem}-claim:{{{prefix}{id}}}").into_bytes()
+            );
         }
         let done_slot = keyslot(&mut raw, &store.key(id)).await;
         assert_eq!(keyslot(&mut raw, &claim_key).await, done_slot, "{id}");
@@ -193,7 +208,8 @@ async fn claim_keys_and_fences_share_their_done_keys_slot() {
 /// prefix with a brace, a URL asking for another database.
 #[tokio::test]
 async fn bad_cluster_urls_fail_when_the_store_is_built() {
-    let Some(backend) = RedisClusterBackend::create("bad_cluster_urls_fail_when_the_store_is_built")
+    let Some(backend) =
+        RedisClusterBackend::create("bad_cluster_urls_fail_when_the_store_is_built")
     else {
         return;
     };
@@ -203,9 +219,15 @@ async fn bad_cluster_urls_fail_when_the_store_is_built() {
         .connect("redis+cluster://127.0.0.1:1,127.0.0.1:2/")
         .await
         .unwrap_err();
-    assert!(down.to_string().contains("no Redis Cluster answered"), "{down}");
+    assert!(
+        down.to_string().contains("no Redis Cluster answered"),
+        "{down}"
+    );
 
-    if let Some(single) = std::env::var("BABEL_IDEM_REDIS_URL").ok().filter(|u| !u.is_empty()) {
+    if let Some(single) = std::env::var("BABEL_IDEM_REDIS_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+    {
         let host = single
             .split_once("://")
             .map_or(single.as_str(), |(_, rest)| rest)
@@ -257,8 +279,18 @@ async fn writes_wait_for_their_replica_and_fail_without_one() {
         Claim::Won { .. }
     ));
     assert!(durable.commit("claimed", owner).await.unwrap());
-    durable.remember_many(&["m1", "m2", "m3", "m4"]).await.unwrap();
-    assert!(durable.seen_many(&["mark", "claimed", "m1", "m4"]).await.unwrap().iter().all(|&s| s));
+    durable
+        .remember_many(&["m1", "m2", "m3", "m4"])
+        .await
+        .unwrap();
+    assert!(
+        durable
+            .seen_many(&["mark", "claimed", "m1", "m4"])
+            .await
+            .unwrap()
+            .iter()
+            .all(|&s| s)
+    );
 
     let greedy = RedisStore::builder()
         .prefix(backend.prefix("durable"))

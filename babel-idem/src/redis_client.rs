@@ -120,6 +120,10 @@ mod tests {
         }))
         .await;
         assert_eq!(outputs, delays);
-        assert!(join_all(Vec::<std::future::Ready<u8>>::new()).await.is_empty());
+        assert!(
+            join_all(Vec::<std::future::Ready<u8>>::new())
+                .await
+                .is_empty()
+        );
     }
 }

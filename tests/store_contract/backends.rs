@@ -533,8 +533,7 @@ mod redis_cluster_backend {
                 let Ok(client) = redis::Client::open(format!("redis://{master}/")) else {
                     continue;
                 };
-                let Ok(mut connection) =
-                    client.get_connection_with_timeout(Duration::from_secs(2))
+                let Ok(mut connection) = client.get_connection_with_timeout(Duration::from_secs(2))
                 else {
                     continue;
                 };

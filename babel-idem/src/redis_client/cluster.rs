@@ -32,9 +32,7 @@ pub(crate) fn seed_nodes(url: &str) -> Result<Vec<String>, String> {
         _ => return Err("expected redis+cluster:// or rediss+cluster://".to_owned()),
     };
     let (before_query, _query) = rest.split_once('?').unwrap_or((rest, ""));
-    let (authority, path) = before_query
-        .split_once('/')
-        .unwrap_or((before_query, ""));
+    let (authority, path) = before_query.split_once('/').unwrap_or((before_query, ""));
     if !(path.is_empty() || path == "0") {
         return Err(format!(
             "a Redis Cluster has only database 0, the URL asks for {path:?}"
@@ -88,12 +86,13 @@ pub(crate) fn connect_lazy(
     timeout: Duration,
     retries: usize,
 ) -> Result<ClusterConnection, ClusterOpenError> {
-    Ok(client(url, timeout, retries)?
-        .get_pending_async_connection_with_config(
+    Ok(
+        client(url, timeout, retries)?.get_pending_async_connection_with_config(
             ::redis::cluster::ClusterConfig::new()
                 .set_connection_timeout(timeout)
                 .set_response_timeout(timeout),
-        ))
+        ),
+    )
 }
 
 /// A connection to a cluster that answers now: the seed nodes reached, the
@@ -273,7 +272,10 @@ struct SlotMap {
 
 impl SlotCache {
     fn get(&self) -> Option<Arc<SlotMap>> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     fn set(&self, map: Option<Arc<SlotMap>>) {
@@ -293,7 +295,9 @@ impl SlotCache {
             master_of: vec![usize::MAX; usize::from(SLOTS)],
         };
         for range in ranges {
-            let Value::Array(fields) = range else { continue };
+            let Value::Array(fields) = range else {
+                continue;
+            };
             let (Some(start), Some(end), Some(Value::Array(master))) =
                 (fields.first(), fields.get(1), fields.get(2))
             else {
@@ -382,24 +386,31 @@ pub(crate) async fn by_master(
             _ => alone.push(i),
         }
     }
-    let pipelines = join_all(shares.iter().enumerate().filter(|(_, share)| !share.is_empty()).map(
-        |(master, share)| {
-            let mut connection = connection.clone();
-            let (host, port) = map.masters[master].clone();
-            let mut pipeline = ::redis::pipe();
-            for &i in share {
-                pipeline.add_command(commands[i].1.clone());
-            }
-            if let Some((replicas, timeout_ms)) = wait {
-                pipeline.cmd("WAIT").arg(replicas).arg(timeout_ms);
-            }
-            let count = share.len() + usize::from(wait.is_some());
-            async move {
-                let route = SingleNodeRoutingInfo::ByAddress { host, port };
-                (share, connection.route_pipeline(pipeline, 0, count, route).await)
-            }
-        },
-    ))
+    let pipelines = join_all(
+        shares
+            .iter()
+            .enumerate()
+            .filter(|(_, share)| !share.is_empty())
+            .map(|(master, share)| {
+                let mut connection = connection.clone();
+                let (host, port) = map.masters[master].clone();
+                let mut pipeline = ::redis::pipe();
+                for &i in share {
+                    pipeline.add_command(commands[i].1.clone());
+                }
+                if let Some((replicas, timeout_ms)) = wait {
+                    pipeline.cmd("WAIT").arg(replicas).arg(timeout_ms);
+                }
+                let count = share.len() + usize::from(wait.is_some());
+                async move {
+                    let route = SingleNodeRoutingInfo::ByAddress { host, port };
+                    (
+                        share,
+                        connection.route_pipeline(pipeline, 0, count, route).await,
+                    )
+                }
+            }),
+    )
     .await;
     let mut sent: Vec<Option<Sent>> = commands.iter().map(|_| None).collect();
     let mut stale = false;
@@ -527,8 +538,16 @@ mod tests {
             seed_nodes("rediss+cluster://app:s3cret@a:7000,b:7000").unwrap(),
             ["rediss://app:s3cret@a:7000/", "rediss://app:s3cret@b:7000/"]
         );
-        assert!(seed_nodes("redis+cluster://a:7000/1").unwrap_err().contains("database 0"));
-        assert!(seed_nodes("redis+cluster:///").unwrap_err().contains("no node"));
+        assert!(
+            seed_nodes("redis+cluster://a:7000/1")
+                .unwrap_err()
+                .contains("database 0")
+        );
+        assert!(
+            seed_nodes("redis+cluster:///")
+                .unwrap_err()
+                .contains("no node")
+        );
         assert!(seed_nodes("redis://a:7000").is_err());
     }
 

@@ -248,7 +248,11 @@ impl RedisStoreBuilder {
     }
 
     #[cfg(not(feature = "redis-cluster"))]
-    async fn cluster_eager(self, _url: &str, reason: &'static str) -> Result<RedisStore, StoreError> {
+    async fn cluster_eager(
+        self,
+        _url: &str,
+        reason: &'static str,
+    ) -> Result<RedisStore, StoreError> {
         Err(open_failed(RedisOpenError::Cluster(reason)))
     }
 
@@ -372,7 +376,8 @@ impl RedisStore {
     /// How many replicas each write waits for: 0 unless
     /// [`wait_for_replicas`](RedisStoreBuilder::wait_for_replicas) was set.
     pub fn replicas_awaited(&self) -> u32 {
-        self.durability.map_or(0, |durability| durability.replicas())
+        self.durability
+            .map_or(0, |durability| durability.replicas())
     }
 
     /// Whether the store speaks to a Redis Cluster.
@@ -478,7 +483,10 @@ impl RedisStore {
                 if let Some(script) = script {
                     script.load_async(&mut connection).await.map_err(failed)?;
                 }
-                pipeline.query_async(&mut connection).await.map_err(failed)?
+                pipeline
+                    .query_async(&mut connection)
+                    .await
+                    .map_err(failed)?
             }
             answered => answered.map_err(failed)?,
         };
@@ -528,10 +536,9 @@ impl RedisStore {
                 .durability
                 .filter(|_| durable)
                 .map(|durability| durability.wait_arguments());
-            let sent = crate::redis_client::cluster::by_master(
-                connection, slots, commands, script, wait,
-            )
-            .await;
+            let sent =
+                crate::redis_client::cluster::by_master(connection, slots, commands, script, wait)
+                    .await;
             let mut replies = Vec::with_capacity(sent.len());
             for answer in sent {
                 let reply = answer
@@ -595,9 +602,7 @@ impl Store for RedisStore {
                 command.arg("PX").arg(ttl_ms);
             }
             // `OK` when set, nil when the id was already there: both succeed.
-            let _: ::redis::Value = self
-                .write(StoreOperation::Remember, None, &command)
-                .await?;
+            let _: ::redis::Value = self.write(StoreOperation::Remember, None, &command).await?;
             Ok(())
         })
     }
@@ -689,9 +694,12 @@ impl Store for RedisStore {
                     .map(drop),
                 None => {
                     let mut connection = self.connection.clone();
-                    pipeline.query_async::<()>(&mut connection).await.map_err(|e| {
-                        failed(BACKEND, StoreOperation::Remember)(RedisCommandError::from(e))
-                    })
+                    pipeline
+                        .query_async::<()>(&mut connection)
+                        .await
+                        .map_err(|e| {
+                            failed(BACKEND, StoreOperation::Remember)(RedisCommandError::from(e))
+                        })
                 }
             }
         })

@@ -245,7 +245,11 @@ impl TransportBuilder<RedisOptions> {
 
     /// A connection to the cluster `address` names, checked to answer.
     #[cfg(feature = "redis-cluster")]
-    async fn connect_cluster(&self, url: &str, address: &str) -> Result<Connection, TransportError> {
+    async fn connect_cluster(
+        &self,
+        url: &str,
+        address: &str,
+    ) -> Result<Connection, TransportError> {
         use crate::redis_client::cluster::{ClusterOpenError, connect};
         match connect(address, self.timeout, self.reconnect_attempts).await {
             Ok(connection) => Ok(Connection::cluster(connection)),
@@ -255,7 +259,11 @@ impl TransportBuilder<RedisOptions> {
     }
 
     #[cfg(not(feature = "redis-cluster"))]
-    async fn connect_cluster(&self, url: &str, _address: &str) -> Result<Connection, TransportError> {
+    async fn connect_cluster(
+        &self,
+        url: &str,
+        _address: &str,
+    ) -> Result<Connection, TransportError> {
         Err(TransportError::invalid_url(
             url,
             "a Redis Cluster URL needs babel-idem's `redis-cluster` feature",
@@ -518,7 +526,10 @@ impl RedisTransport {
                     self.scripts.settle.load_async(&mut connection).await?;
                     let sent: Vec<&Cmd> = pipeline.cmd_iter().collect();
                     let again = settle_pipe(forgotten.iter().map(|&i| sent[i].clone()));
-                    for (i, answer) in forgotten.into_iter().zip(settle_each(&again, &mut connection).await?) {
+                    for (i, answer) in forgotten
+                        .into_iter()
+                        .zip(settle_each(&again, &mut connection).await?)
+                    {
                         settled[i] = answer;
                     }
                 }

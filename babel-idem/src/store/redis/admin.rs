@@ -96,7 +96,9 @@ impl RedisStore {
         }
         let counts = replies
             .into_iter()
-            .map(|value| i64::from_redis_value(value).map_err(|e| super::parse_failed(operation, e)))
+            .map(|value| {
+                i64::from_redis_value(value).map_err(|e| super::parse_failed(operation, e))
+            })
             .collect::<Result<Vec<i64>, StoreError>>()?;
         Ok(counts
             .chunks(per_id)
@@ -192,11 +194,9 @@ impl Admin for RedisStore {
                 command
             };
             #[cfg(feature = "redis-cluster")]
-            if let Some((connection, masters)) = self
-                .cluster_masters()
-                .await
-                .map_err(|e| failed(BACKEND, StoreOperation::Maintenance)(RedisCommandError::from(e)))?
-            {
+            if let Some((connection, masters)) = self.cluster_masters().await.map_err(|e| {
+                failed(BACKEND, StoreOperation::Maintenance)(RedisCommandError::from(e))
+            })? {
                 // Each master holds its slots' keys; a replica's are copies.
                 let counts = join_all(masters.iter().map(|(host, port)| {
                     let mut connection = connection.clone();
@@ -236,8 +236,9 @@ impl Admin for RedisStore {
             let mut marks = 0;
             let mut cursor = 0u64;
             loop {
-                let (next, keys): (u64, Vec<Vec<u8>>) =
-                    self.query(StoreOperation::Maintenance, scan(cursor)).await?;
+                let (next, keys): (u64, Vec<Vec<u8>>) = self
+                    .query(StoreOperation::Maintenance, scan(cursor))
+                    .await?;
                 marks += keys.len() as u64;
                 if next == 0 {
                     break;
@@ -298,7 +299,8 @@ impl Admin for RedisStore {
                 .await?;
             let mut total = 0;
             for count in removed {
-                total += u64::from_redis_value(count).map_err(|e| super::parse_failed(operation, e))?;
+                total +=
+                    u64::from_redis_value(count).map_err(|e| super::parse_failed(operation, e))?;
             }
             Ok(total)
         })

@@ -405,8 +405,7 @@ impl ClaimStore for RedisStore {
                 ClaimKeys::Beside { claim_prefix, .. } => {
                     let script = &SCRIPTS.release;
                     let mut call = evalsha(script, 1, id);
-                    call.arg(self.claim_arg(claim_prefix, id))
-                        .arg(Owner(owner));
+                    call.arg(self.claim_arg(claim_prefix, id)).arg(Owner(owner));
                     (script, call)
                 }
                 ClaimKeys::Php => {
@@ -601,7 +600,12 @@ impl RedisStore {
 
     /// `batch`'s script call for `chunk` (at most [`MAX_SCRIPT_BATCH`]
     /// entries), with `first_key` before the entries' keys.
-    fn batch_call(&self, batch: &Batch<'_>, first_key: Option<&[u8]>, chunk: &[(&str, ClaimToken)]) -> Cmd {
+    fn batch_call(
+        &self,
+        batch: &Batch<'_>,
+        first_key: Option<&[u8]>,
+        chunk: &[(&str, ClaimToken)],
+    ) -> Cmd {
         let keys = 2 * chunk.len() + usize::from(first_key.is_some());
         let id_bytes: usize = chunk.iter().map(|(id, _)| id.len()).sum();
         // Per entry two prefixed keys, and an owner's 32 digits.

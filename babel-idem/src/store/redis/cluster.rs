@@ -157,7 +157,11 @@ mod tests {
             let done = [b"bq:idemp:".as_slice(), id.as_bytes()].concat();
             let claim = claim_key(b"bq:idemp-claim:", "bq:idemp:", id);
             assert_eq!(slot(&claim), slot(&done), "{id:?}");
-            assert_eq!(slot(&fence_key(b"bq:idemp-fence", &done)), slot(&done), "{id:?}");
+            assert_eq!(
+                slot(&fence_key(b"bq:idemp-fence", &done)),
+                slot(&done),
+                "{id:?}"
+            );
             assert!(keys.insert(claim), "{id:?}: two ids, one claim key");
         }
         assert_eq!(

@@ -39,7 +39,9 @@ impl Durability {
             return Err("wait_for_replicas needs at least 1 replica to wait for");
         }
         if self.timeout_ms == 0 {
-            return Err("wait_for_replicas needs a timeout of at least 1 ms (WAIT reads 0 as forever)");
+            return Err(
+                "wait_for_replicas needs a timeout of at least 1 ms (WAIT reads 0 as forever)",
+            );
         }
         Ok(())
     }
@@ -118,6 +120,10 @@ mod tests {
         assert_eq!((short.acknowledged, short.wanted), (0, 1));
         assert!(short.to_string().contains("0 of the 1 replica"), "{short}");
         assert!(Durability::new(0, Duration::from_secs(1)).check().is_err());
-        assert!(Durability::new(1, Duration::from_micros(10)).check().is_err());
+        assert!(
+            Durability::new(1, Duration::from_micros(10))
+                .check()
+                .is_err()
+        );
     }
 }
