@@ -84,7 +84,7 @@ const DEFAULT_PREFIX: &str = "bq:idemp:";
 /// is a Redis Cluster: the same operations, every call's keys in one slot,
 /// batches split by slot and sent at once; the cluster's layout (hash tags
 /// around claim keys, a fence counter per slot) is on
-/// [`guide::stores_redis`](crate::guide::stores_redis).
+/// [`guide::stores`](crate::guide::stores).
 ///
 /// # Durability across a failover
 ///
@@ -222,7 +222,7 @@ impl RedisStoreBuilder {
     /// connection, right after the write. A write fewer replicas
     /// acknowledged fails with [`NotReplicated`] (it may still be on the
     /// master, and reach the replicas later). Costs the replication's
-    /// delay on every write; see [the failover guarantees](crate::guide::stores_redis).
+    /// delay on every write; see [the failover guarantees](crate::guide::stores).
     ///
     /// ```
     /// use babel_idem::store::RedisStore;

@@ -125,7 +125,7 @@ impl RedisStore {
     /// ```
     ///
     /// On a Redis Cluster the claim key shares its done key's slot: see
-    /// [`guide::stores_redis`](crate::guide::stores_redis).
+    /// [`guide::stores`](crate::guide::stores).
     pub fn claim_key(&self, id: &str) -> Vec<u8> {
         match &self.claims {
             ClaimKeys::Beside { claim_prefix, .. } => match self.claim_arg(claim_prefix, id) {

@@ -1,7 +1,7 @@
 //! [`RedisStore`] on a Redis Cluster (feature `redis-cluster`): building it
 //! from a `redis+cluster://` URL, and the keys that differ from one
 //! server's so that every script's keys share a slot. The layout is on
-//! [`guide::stores_redis`](crate::guide::stores_redis).
+//! [`guide::stores`](crate::guide::stores).
 
 use ::redis::cluster_async::ClusterConnection;
 
