@@ -34,6 +34,9 @@ const DELIVERIES: usize = 3;
 const LEASE: Duration = Duration::from_secs(5);
 const DEADLINE: Duration = Duration::from_secs(150);
 
+/// A master's port, node id and slot ranges.
+type Master = (u16, String, Vec<(u16, u16)>);
+
 /// Six `redis-server`s in cluster mode, killed and deleted on drop.
 struct OwnCluster {
     dir: PathBuf,
@@ -148,7 +151,7 @@ impl OwnCluster {
     }
 
     /// Each master's port and its slot ranges, from `CLUSTER NODES`.
-    fn masters(&self) -> Vec<(u16, String, Vec<(u16, u16)>)> {
+    fn masters(&self) -> Vec<Master> {
         let alive = self
             .ports
             .iter()
