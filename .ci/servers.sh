@@ -89,6 +89,7 @@ babel_idem_servers_redis_cluster() {
       mkdir -p "$root/$port"
       redis-server --daemonize yes --bind 127.0.0.1 --port "$port" --dir "$root/$port" \
         --cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 2000 \
+        --repl-diskless-sync-delay 0 \
         --save "" --appendonly no --logfile "$root/$port/redis.log" || return 1
       started+=("$port")
     done

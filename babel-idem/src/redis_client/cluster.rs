@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use ::redis::cluster::ClusterClientBuilder;
 use ::redis::cluster_async::ClusterConnection;
-use ::redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use ::redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use ::redis::{Cmd, ErrorKind, FromRedisValue, RedisError, Script, ServerErrorKind, Value};
 
 use super::join_all;
@@ -343,6 +343,76 @@ fn sent_elsewhere(error: &RedisError) -> bool {
         || error.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
 }
 
+/// The slot of `command`'s first key: `EVALSHA`'s after its key count,
+/// any other command's first argument.
+fn command_slot(command: &Cmd) -> Option<u16> {
+    let mut args = command.args_iter().filter_map(|arg| match arg {
+        ::redis::Arg::Simple(bytes) => Some(bytes),
+        _ => None,
+    });
+    let name = args.next()?;
+    let key = if name.eq_ignore_ascii_case(b"EVALSHA") || name.eq_ignore_ascii_case(b"EVAL") {
+        args.nth(2)?
+    } else {
+        args.next()?
+    };
+    Some(slot(key))
+}
+
+/// Sends `command` (the client follows its redirections and retries it
+/// across a failover; a script the node lacks is loaded and the command
+/// sent again), then `WAIT <replicas> <timeout ms>` to the master of its
+/// slot, which after a redirection is the node that ran it: its reply, and
+/// how many replicas confirmed it.
+pub(crate) async fn with_wait(
+    connection: &mut ClusterConnection,
+    command: &Cmd,
+    script: Option<&Script>,
+    (replicas, timeout_ms): (u32, u64),
+) -> Sent {
+    let mut reply = command.query_async::<Value>(connection).await;
+    if let (Err(error), Some(script)) = (&reply, script)
+        && error.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
+    {
+        reply = match script.load_async(connection).await {
+            Ok(_) => command.query_async::<Value>(connection).await,
+            Err(error) => Err(error),
+        };
+    }
+    if reply.is_err() {
+        return Sent {
+            reply,
+            replicas: None,
+        };
+    }
+    let Some(slot) = command_slot(command) else {
+        return Sent {
+            reply,
+            replicas: Some(0),
+        };
+    };
+    let mut wait = ::redis::cmd("WAIT");
+    wait.arg(replicas).arg(timeout_ms);
+    let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::new(
+        slot,
+        SlotAddr::Master,
+    )));
+    match connection.route_command(wait, route).await {
+        Ok(Value::Int(acknowledged)) => Sent {
+            reply,
+            replicas: Some(acknowledged),
+        },
+        Ok(_) => Sent {
+            reply,
+            replicas: Some(0),
+        },
+        Err(error) => Sent {
+            reply: Err(error),
+            replicas: None,
+        },
+    }
+}
+
 /// What one command of [`by_master`] got: its reply (or error), and with a
 /// `WAIT`, how many replicas confirmed the pipeline that carried it.
 pub(crate) struct Sent {
@@ -465,21 +535,7 @@ pub(crate) async fn by_master(
                         reply: command.query_async::<Value>(&mut connection).await,
                         replicas: None,
                     },
-                    Some((replicas, timeout_ms)) => {
-                        let mut pipeline = ::redis::pipe();
-                        pipeline.add_command(command);
-                        pipeline.cmd("WAIT").arg(replicas).arg(timeout_ms);
-                        match pipeline.query_async::<(Value, i64)>(&mut connection).await {
-                            Ok((reply, replicas)) => Sent {
-                                reply: Ok(reply),
-                                replicas: Some(replicas),
-                            },
-                            Err(error) => Sent {
-                                reply: Err(error),
-                                replicas: None,
-                            },
-                        }
-                    }
+                    Some(wait) => with_wait(&mut connection, &command, script, wait).await,
                 }
             }
         }))
@@ -517,6 +573,21 @@ mod tests {
         assert_eq!(hash_tag(b"{orders}"), Some(&b"orders"[..]));
         assert_eq!(hash_tag(b"orders"), None);
         assert_eq!(hash_tag(b"{}orders"), None);
+    }
+
+    #[test]
+    fn a_command_is_routed_by_its_first_key() {
+        let mut set = ::redis::cmd("SET");
+        set.arg("{a}x").arg(1);
+        let mut script = ::redis::cmd("EVALSHA");
+        script
+            .arg("0123")
+            .arg(2)
+            .arg("{b}y")
+            .arg("{b}z")
+            .arg("owner");
+        assert_eq!(command_slot(&set), Some(slot(b"a")));
+        assert_eq!(command_slot(&script), Some(slot(b"b")));
     }
 
     #[test]

@@ -446,6 +446,25 @@ impl RedisStore {
     ) -> Result<T, StoreError> {
         let failed = |e| StoreError::new(operation, BACKEND, RedisCommandError::from(e));
         let mut connection = self.connection.clone();
+        #[cfg(feature = "redis-cluster")]
+        if let (Connection::Cluster(cluster, _), Some(durability)) =
+            (&mut connection, self.durability.filter(|_| durable))
+        {
+            // On a cluster the write goes alone, so the client follows its
+            // redirections, then `WAIT` to the master of its slot.
+            let sent = crate::redis_client::cluster::with_wait(
+                cluster,
+                command,
+                script,
+                durability.wait_arguments(),
+            )
+            .await;
+            let reply = sent.reply.map_err(failed)?;
+            durability
+                .confirm(sent.replicas.unwrap_or(0))
+                .map_err(|e| StoreError::new(operation, BACKEND, e))?;
+            return T::from_redis_value(reply).map_err(|e| parse_failed(operation, e));
+        }
         let Some(durability) = self.durability.filter(|_| durable) else {
             return match command.query_async(&mut connection).await {
                 Err(e) if is_no_script(&e) && script.is_some() => {
@@ -802,8 +821,19 @@ impl From<RedisError> for RedisCommandError {
 
 impl fmt::Display for RedisCommandError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0.is_cluster_error() {
-            write!(f, "{CLUSTER_UNSUPPORTED}; the server answered: {}", self.0)
+        if matches!(
+            self.0.kind(),
+            ::redis::ErrorKind::Server(
+                ::redis::ServerErrorKind::Moved | ::redis::ServerErrorKind::Ask
+            )
+        ) {
+            write!(
+                f,
+                "the server answered with a Redis Cluster redirection ({}): on a cluster the \
+                 slot moved while the call ran, and the next call finds it; a redis:// URL \
+                 is one server and cannot follow it ({CLUSTER_UNSUPPORTED})",
+                self.0
+            )
         } else {
             fmt::Display::fmt(&self.0, f)
         }
