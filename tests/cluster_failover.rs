@@ -11,7 +11,7 @@
 //! id done; the figures (runs overlapping, ids run twice, the master's
 //! replication offset against its replica's at the kill) are printed, and
 //! with `wait_for_replicas(1, ...)` no two runs of an id ever overlap.
-//! The slot-range resharding case is not written yet.
+
 #![cfg(feature = "redis-cluster")]
 
 mod store_contract;
@@ -281,7 +281,19 @@ struct Figures {
     offsets: String,
 }
 
-async fn claim_mode_run(cluster: &mut OwnCluster, durable: bool) -> Figures {
+/// What happens to the cluster a third of the way through the run.
+#[derive(Clone, Copy, PartialEq)]
+enum Disruption {
+    /// The busiest master is killed; with `durable`, writes wait for a replica.
+    Kill { durable: bool },
+    /// 4,000 slots move from the busiest master to another, by
+    /// `redis-cli --cluster reshard`; the guard's calls go through
+    /// `store::Batched`, so batches meet the moving slots too.
+    Reshard,
+}
+
+async fn claim_mode_run(cluster: &mut OwnCluster, disruption: Disruption) -> Figures {
+    let durable = disruption == Disruption::Kill { durable: true };
     let url = cluster.url();
     let prefix = format!("fo{}:", unique_suffix());
     let mut builder = RedisStore::builder()
@@ -292,7 +304,12 @@ async fn claim_mode_run(cluster: &mut OwnCluster, durable: bool) -> Figures {
     }
     let store = builder.connect(&url).await.expect("the cluster answers");
     // A commit that fails is returned, not acked: the delivery comes back.
-    let guard = Guard::new(store.clone())
+    let guarded: Arc<dyn babel_idem::store::ClaimStore> = if disruption == Disruption::Reshard {
+        Arc::new(babel_idem::store::Batched::new(store.clone()))
+    } else {
+        Arc::new(store.clone())
+    };
+    let guard = Guard::new(guarded)
         .on_remember_failure(OnRememberFailure::ReturnError)
         .lease(LEASE)
         .expect("a lease");
@@ -393,31 +410,53 @@ async fn claim_mode_run(cluster: &mut OwnCluster, durable: bool) -> Figures {
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    // The replica's offset first, then the master's, then the kill: the
-    // difference is at least what the replica lacked when the master died.
-    let replica_port = cluster
-        .ports
-        .iter()
-        .copied()
-        .find(|&p| {
-            cli(p, &["cluster", "nodes"])
-                .lines()
-                .any(|l| l.contains("myself,slave") && l.contains(&victim_id))
+    let offsets = if disruption == Disruption::Reshard {
+        let target = masters
+            .iter()
+            .find(|(p, _, _)| *p != victim)
+            .map(|(_, id, _)| id.clone())
+            .unwrap();
+        let resharded = tokio::task::spawn_blocking(move || {
+            Command::new("redis-cli")
+                .args(["--cluster", "reshard", &format!("127.0.0.1:{victim}")])
+                .args(["--cluster-from", &victim_id, "--cluster-to", &target])
+                .args(["--cluster-slots", "4000", "--cluster-yes"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
         })
-        .unwrap_or_default();
-    let replica_offset = cli(replica_port, &["info", "replication"]);
-    let master_offset = cli(victim, &["info", "replication"]);
-    cluster.kill(victim);
-    let pick = |info: &str, field: &str| {
-        info.lines()
-            .find_map(|l| l.trim().strip_prefix(field).map(str::to_owned))
-            .unwrap_or_default()
+        .await
+        .expect("the reshard task")
+        .expect("redis-cli --cluster reshard");
+        assert!(resharded.success(), "redis-cli --cluster reshard failed");
+        format!("4000 slots moved off {victim} while deliveries ran")
+    } else {
+        // The replica's offset first, then the master's, then the kill: the
+        // difference is at least what the replica lacked when the master died.
+        let replica_port = cluster
+            .ports
+            .iter()
+            .copied()
+            .find(|&p| {
+                cli(p, &["cluster", "nodes"])
+                    .lines()
+                    .any(|l| l.contains("myself,slave") && l.contains(&victim_id))
+            })
+            .unwrap_or_default();
+        let replica_offset = cli(replica_port, &["info", "replication"]);
+        let master_offset = cli(victim, &["info", "replication"]);
+        cluster.kill(victim);
+        let pick = |info: &str, field: &str| {
+            info.lines()
+                .find_map(|l| l.trim().strip_prefix(field).map(str::to_owned))
+                .unwrap_or_default()
+        };
+        format!(
+            "master {victim} master_repl_offset {} / replica {replica_port} slave_repl_offset {}",
+            pick(&master_offset, "master_repl_offset:"),
+            pick(&replica_offset, "slave_repl_offset:")
+        )
     };
-    let offsets = format!(
-        "master {victim} master_repl_offset {} / replica {replica_port} slave_repl_offset {}",
-        pick(&master_offset, "master_repl_offset:"),
-        pick(&replica_offset, "slave_repl_offset:")
-    );
 
     for task in tasks {
         let left = DEADLINE.saturating_sub(started.elapsed());
@@ -470,7 +509,7 @@ async fn a_killed_master_is_failed_over_and_the_claim_mode_run_finishes() {
     let Some(mut cluster) = OwnCluster::start(TEST, 1) else {
         return;
     };
-    let figures = claim_mode_run(&mut cluster, false).await;
+    let figures = claim_mode_run(&mut cluster, Disruption::Kill { durable: false }).await;
     eprintln!(
         "failover without WAIT: {} overlapping runs, {} ids run twice, {} store errors; {}",
         figures.overlapping, figures.run_twice, figures.store_errors, figures.offsets
@@ -489,10 +528,29 @@ async fn with_wait_a_failover_never_lets_two_runs_of_an_id_overlap() {
     let Some(mut cluster) = OwnCluster::start(TEST, 2) else {
         return;
     };
-    let figures = claim_mode_run(&mut cluster, true).await;
+    let figures = claim_mode_run(&mut cluster, Disruption::Kill { durable: true }).await;
     eprintln!(
         "failover with WAIT: {} overlapping runs, {} ids run twice, {} store errors; {}",
         figures.overlapping, figures.run_twice, figures.store_errors, figures.offsets
     );
     assert_eq!(figures.overlapping, 0, "two runs of an id overlapped");
+}
+
+/// A slot range moves between masters while deliveries run (single calls
+/// and `Batched` batches): redirections are followed or the call fails and
+/// the delivery comes back; no id is lost, none runs twice, no two runs of
+/// an id overlap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resharding_while_deliveries_run_loses_nothing_and_runs_each_id_once() {
+    const TEST: &str = "resharding_while_deliveries_run_loses_nothing_and_runs_each_id_once";
+    let Some(mut cluster) = OwnCluster::start(TEST, 0) else {
+        return;
+    };
+    let figures = claim_mode_run(&mut cluster, Disruption::Reshard).await;
+    eprintln!(
+        "resharding: {} overlapping runs, {} ids run twice, {} store errors; {}",
+        figures.overlapping, figures.run_twice, figures.store_errors, figures.offsets
+    );
+    assert_eq!(figures.overlapping, 0, "two runs of an id overlapped");
+    assert_eq!(figures.run_twice, 0, "an id ran twice");
 }

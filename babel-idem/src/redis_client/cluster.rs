@@ -370,12 +370,12 @@ pub(crate) async fn with_wait(
     script: Option<&Script>,
     (replicas, timeout_ms): (u32, u64),
 ) -> Sent {
-    let mut reply = command.query_async::<Value>(connection).await;
+    let mut reply = to_slot(connection, command).await;
     if let (Err(error), Some(script)) = (&reply, script)
         && error.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
     {
         reply = match script.load_async(connection).await {
-            Ok(_) => command.query_async::<Value>(connection).await,
+            Ok(_) => to_slot(connection, command).await,
             Err(error) => Err(error),
         };
     }
@@ -410,6 +410,23 @@ pub(crate) async fn with_wait(
             reply: Err(error),
             replicas: None,
         },
+    }
+}
+
+/// Sends `command` as a single-node request to the master of its first
+/// key's slot, so the client follows `MOVED` and `ASK` for it and reads its
+/// slot map again (a multi-key command it would split by slot instead, and
+/// a redirection of one part would end the call).
+async fn to_slot(connection: &mut ClusterConnection, command: &Cmd) -> Result<Value, RedisError> {
+    match command_slot(command) {
+        Some(slot) => {
+            let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::new(
+                slot,
+                SlotAddr::Master,
+            )));
+            connection.route_command(command.clone(), route).await
+        }
+        None => command.query_async::<Value>(connection).await,
     }
 }
 
@@ -507,6 +524,14 @@ pub(crate) async fn by_master(
                     }
                 }
             }
+            // The client followed a redirection of the pipeline and met
+            // another: its slots moved. Each command goes again alone (one
+            // already run where it was first sent finds its own effect: a
+            // claim held, a mark set, a commit's claim gone).
+            Err(error) if sent_elsewhere(&error) => {
+                stale = true;
+                alone.extend(share.iter().copied());
+            }
             Err(error) => {
                 // The master may be gone: read the map again next time.
                 stale = true;
@@ -532,7 +557,7 @@ pub(crate) async fn by_master(
             async move {
                 match wait {
                     None => Sent {
-                        reply: command.query_async::<Value>(&mut connection).await,
+                        reply: to_slot(&mut connection, &command).await,
                         replicas: None,
                     },
                     Some(wait) => with_wait(&mut connection, &command, script, wait).await,
