@@ -44,12 +44,22 @@ struct OwnCluster {
     nodes: Vec<Option<Child>>,
 }
 
+/// A free port whose cluster bus port (`port + 10000`) is free too.
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map(|address| address.port())
-        .expect("a free port")
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .map(|address| address.port())
+            .expect("a free port");
+        if port < 55_000 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return port;
+        }
+    }
 }
+
+/// One cluster at a time: two starting at once could pick each other's
+/// ports, and the machine's cores are few.
+static ONE_CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A cluster node on `port`, its files in `<dir>/<port>` (its `nodes.conf`
 /// kept there, so a restarted node rejoins as what the cluster made it).
@@ -390,7 +400,7 @@ async fn claim_mode_run(cluster: &mut OwnCluster, disruption: Disruption) -> Fig
                         Err(error) => {
                             if !error.is_parked() {
                                 board.store_errors.fetch_add(1, Ordering::Relaxed);
-                                let kind: String = error.to_string().chars().take(90).collect();
+                                let kind: String = error.to_string().chars().take(400).collect();
                                 *board.errors.lock().unwrap().entry(kind).or_default() += 1;
                             }
                             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -406,7 +416,8 @@ async fn claim_mode_run(cluster: &mut OwnCluster, disruption: Disruption) -> Fig
     while board.processed.load(Ordering::Relaxed) < (IDS * DELIVERIES / 3) as u64 {
         assert!(
             started.elapsed() < DEADLINE,
-            "the run stalled before the kill"
+            "the run stalled before the kill: {:?}",
+            board.errors.lock().unwrap()
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -506,6 +517,7 @@ async fn claim_mode_run(cluster: &mut OwnCluster, disruption: Disruption) -> Fig
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_master_is_failed_over_and_the_claim_mode_run_finishes() {
     const TEST: &str = "a_killed_master_is_failed_over_and_the_claim_mode_run_finishes";
+    let _one = ONE_CLUSTER.lock().await;
     let Some(mut cluster) = OwnCluster::start(TEST, 1) else {
         return;
     };
@@ -525,6 +537,7 @@ async fn with_wait_a_failover_never_lets_two_runs_of_an_id_overlap() {
     const TEST: &str = "with_wait_a_failover_never_lets_two_runs_of_an_id_overlap";
     // Two replicas per master: after the failover the promoted master
     // still has one for `WAIT 1` (the other replica follows it).
+    let _one = ONE_CLUSTER.lock().await;
     let Some(mut cluster) = OwnCluster::start(TEST, 2) else {
         return;
     };
@@ -543,6 +556,7 @@ async fn with_wait_a_failover_never_lets_two_runs_of_an_id_overlap() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resharding_while_deliveries_run_loses_nothing_and_runs_each_id_once() {
     const TEST: &str = "resharding_while_deliveries_run_loses_nothing_and_runs_each_id_once";
+    let _one = ONE_CLUSTER.lock().await;
     let Some(mut cluster) = OwnCluster::start(TEST, 0) else {
         return;
     };

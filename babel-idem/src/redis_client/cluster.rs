@@ -370,12 +370,12 @@ pub(crate) async fn with_wait(
     script: Option<&Script>,
     (replicas, timeout_ms): (u32, u64),
 ) -> Sent {
-    let mut reply = to_slot(connection, command).await;
+    let mut reply = command.query_async::<Value>(connection).await;
     if let (Err(error), Some(script)) = (&reply, script)
         && error.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
     {
         reply = match script.load_async(connection).await {
-            Ok(_) => to_slot(connection, command).await,
+            Ok(_) => command.query_async::<Value>(connection).await,
             Err(error) => Err(error),
         };
     }
