@@ -1,8 +1,8 @@
 # shellcheck shell=bash
 # Makes sure Redis, PostgreSQL, RabbitMQ (and faketime, for the clock-skew tests) are installed, running and
 # answering, then exports what the store and transport tests read:
-#   BABEL_IDEM_REDIS_URL, BABEL_IDEM_POSTGRES_URL, BABEL_IDEM_AMQP_URL,
-#   BABEL_IDEM_REQUIRE_SERVERS=1
+#   BABEL_IDEM_REDIS_URL, BABEL_IDEM_REDIS_CLUSTER_URL, BABEL_IDEM_POSTGRES_URL,
+#   BABEL_IDEM_AMQP_URL, BABEL_IDEM_REQUIRE_SERVERS=1
 #
 # Sourced by .ci/run (as root, CI=true): `source .ci/servers.sh`. It only
 # defines functions and calls one, so the caller's shell options stay as
@@ -54,6 +54,63 @@ babel_idem_servers_redis() {
     return 1
   }
   export BABEL_IDEM_REDIS_URL=redis://127.0.0.1:6379/
+}
+
+# A Redis Cluster of 3 masters and 3 replicas on 127.0.0.1:7000-7005, one
+# folder per node under /var/lib/redis/cluster. A cluster that already
+# answers `cluster_state:ok` on every port is reused as it is; nothing is
+# stopped here, and a node this function did not start is never touched.
+BABEL_IDEM_CLUSTER_PORTS="7000 7001 7002 7003 7004 7005"
+
+babel_idem_cluster_node_ok() {
+  redis-cli -h 127.0.0.1 -p "$1" cluster info 2>/dev/null | grep -q '^cluster_state:ok'
+}
+
+babel_idem_cluster_ok() {
+  local port
+  for port in $BABEL_IDEM_CLUSTER_PORTS; do
+    babel_idem_cluster_node_ok "$port" || return 1
+  done
+}
+
+babel_idem_servers_redis_cluster() {
+  local root=/var/lib/redis/cluster port started=() nodes=()
+  if ! babel_idem_cluster_ok; then
+    for port in $BABEL_IDEM_CLUSTER_PORTS; do
+      if [ "$(redis-cli -h 127.0.0.1 -p "$port" ping 2>/dev/null)" = PONG ]; then
+        # Something answers on the port: a node of ours that has not
+        # formed a cluster yet, or a server that is none of ours.
+        redis-cli -h 127.0.0.1 -p "$port" info cluster 2>/dev/null | grep -q '^cluster_enabled:1' || {
+          babel_idem_servers_say "127.0.0.1:$port answers but is not a cluster node; not touching it"
+          return 1
+        }
+        continue
+      fi
+      mkdir -p "$root/$port"
+      redis-server --daemonize yes --bind 127.0.0.1 --port "$port" --dir "$root/$port" \
+        --cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 2000 \
+        --repl-diskless-sync-delay 0 \
+        --save "" --appendonly no --logfile "$root/$port/redis.log" || return 1
+      started+=("$port")
+    done
+    for port in $BABEL_IDEM_CLUSTER_PORTS; do
+      babel_idem_servers_wait redis-cli -h 127.0.0.1 -p "$port" ping || {
+        babel_idem_servers_say "cluster node 127.0.0.1:$port does not answer; its log: $root/$port/redis.log"
+        return 1
+      }
+      nodes+=("127.0.0.1:$port")
+    done
+    # Create the cluster only from nodes that know no other node yet.
+    if [ "$(redis-cli -h 127.0.0.1 -p 7000 cluster info | tr -d '\r' | sed -n 's/^cluster_known_nodes://p')" = 1 ]; then
+      babel_idem_servers_say "creating a Redis Cluster on ${nodes[*]} (started: ${started[*]:-none})"
+      redis-cli --cluster create "${nodes[@]}" --cluster-replicas 1 --cluster-yes >/dev/null || return 1
+    fi
+    babel_idem_servers_wait babel_idem_cluster_ok || {
+      babel_idem_servers_say "the Redis Cluster on 7000-7005 never reached cluster_state:ok"
+      return 1
+    }
+  fi
+  export BABEL_IDEM_REDIS_CLUSTER_URL="redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002/"
 }
 
 babel_idem_servers_postgres() {
@@ -108,10 +165,11 @@ babel_idem_servers_rabbitmq() {
 babel_idem_servers() {
   babel_idem_servers_install || { babel_idem_servers_say "could not install the servers"; return 1; }
   babel_idem_servers_redis || return 1
+  babel_idem_servers_redis_cluster || return 1
   babel_idem_servers_postgres || return 1
   babel_idem_servers_rabbitmq || return 1
   export BABEL_IDEM_REQUIRE_SERVERS=1
-  babel_idem_servers_say "Redis at $BABEL_IDEM_REDIS_URL, PostgreSQL at ${BABEL_IDEM_POSTGRES_URL/:postgres@/:***@}, RabbitMQ at ${BABEL_IDEM_AMQP_URL/:guest@/:***@}"
+  babel_idem_servers_say "Redis at $BABEL_IDEM_REDIS_URL, Redis Cluster at $BABEL_IDEM_REDIS_CLUSTER_URL, PostgreSQL at ${BABEL_IDEM_POSTGRES_URL/:postgres@/:***@}, RabbitMQ at ${BABEL_IDEM_AMQP_URL/:guest@/:***@}"
 }
 
 babel_idem_servers

@@ -2,7 +2,7 @@
 //! behind a `Consumer`, on the queue layout the Python, PHP and Go SDKs share.
 //!
 //! ```text
-//! cargo run --example worker --features redis-transport,amqp-transport,sqlite,redis,postgres -- \
+//! cargo run --example worker --features redis-transport,amqp-transport,sqlite,redis,redis-cluster,postgres -- \
 //!     --redis redis://127.0.0.1:6379/0 --queue orders --concurrency 32 \
 //!     --until-idle 2s --store sqlite:target/worker.sqlite
 //! ```
@@ -12,7 +12,8 @@
 //! RabbitMQ the prefetch is the concurrency.
 //!
 //! `--store` is the seen-set: `sqlite:PATH` (the default,
-//! `sqlite:target/worker-seen.sqlite`), `redis://URL` (the Go SDK's
+//! `sqlite:target/worker-seen.sqlite`), `redis://URL` or
+//! `redis+cluster://HOST:PORT,...` (a Redis Cluster; the Go SDK's
 //! `bq:idemp:` keys) or `postgres://URL`; the worker migrates what its mode
 //! needs. The mode is seen-set mode, unless `--lease DURATION` asks for
 //! claim mode with that lease (renewed while the handler runs): one run per
@@ -111,7 +112,7 @@ struct Options {
 }
 
 const USAGE: &str = "usage: worker (--redis URL | --amqp URL) --queue NAME [--concurrency N] [--until-idle DURATION] \
-                     [--store sqlite:PATH|redis://URL|postgres://URL] [--cached WINDOW] [--no-batch] [--urn URN] \
+                     [--store sqlite:PATH|redis://URL|redis+cluster://HOST:PORT,...|postgres://URL] [--cached WINDOW] [--no-batch] [--urn URN] \
                      [--lease DURATION]";
 
 fn parse_options() -> Result<Options, String> {
@@ -204,7 +205,15 @@ async fn open_store(
             store.migrate_claims().await?;
         }
         wrap(store, cached, claims)
-    } else if spec.starts_with("redis://") || spec.starts_with("rediss://") {
+    } else if [
+        "redis://",
+        "rediss://",
+        "redis+cluster://",
+        "rediss+cluster://",
+    ]
+    .iter()
+    .any(|scheme| spec.starts_with(scheme))
+    {
         wrap(RedisStore::connect_lazy(spec)?, cached, claims)
     } else if spec.starts_with("postgres://") || spec.starts_with("postgresql://") {
         let store = PostgresStore::connect_lazy(spec)?;
@@ -217,7 +226,10 @@ async fn open_store(
         return Err(StoreError::new(
             babel_idem::store::StoreOperation::Open,
             "worker",
-            format!("--store must be sqlite:PATH, redis://URL or postgres://URL, got {spec:?}"),
+            format!(
+                "--store must be sqlite:PATH, redis://URL, redis+cluster://HOST:PORT,... \
+                 or postgres://URL, got {spec:?}"
+            ),
         ));
     })
 }

@@ -421,7 +421,7 @@ async fn a_queue_name_or_store_it_cannot_use_is_a_clear_error_on_a_live_broker()
         ),
         (
             vec!["--queue", &queue, "--store", "mysql://x"],
-            "--store must be sqlite:PATH, redis://URL or postgres://URL",
+            "--store must be sqlite:PATH, redis://URL, redis+cluster://HOST:PORT,... or postgres://URL",
         ),
     ];
     for (args, says) in cases {

@@ -11,6 +11,7 @@ pub(crate) const CONVENTIONS: &str = "\
 Conventions (every command keeps them):
   - A store command takes the store URL as its first argument:
     sqlite://PATH (or sqlite:PATH), redis://..., rediss://...,
+    redis+cluster://HOST:PORT,... (a Redis Cluster, every master scanned),
     postgres://... (or postgresql://...). The URL picks the backend.
   - A command that talks to a broker takes --redis URL or --amqp URL
     (redrive, dlq, relay).

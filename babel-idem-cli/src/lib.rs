@@ -16,7 +16,8 @@
 //! babel-idem outbox stats|retry-failed|purge-published URL   look after an outbox
 //! ```
 //!
-//! `URL` is `sqlite://PATH` (or `sqlite:PATH`), `redis://...` or
+//! `URL` is `sqlite://PATH` (or `sqlite:PATH`), `redis://...`
+//! (`redis+cluster://HOST:PORT,...` for a Redis Cluster) or
 //! `postgres://...` (`postgresql://`); it picks the backend once, and every
 //! command then works through the library's
 //! [`Admin`](babel_idem::store::Admin) trait. `--table` (SQL) and

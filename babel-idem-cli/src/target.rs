@@ -9,13 +9,15 @@ use crate::exit::CliError;
 pub(crate) enum Target {
     /// `sqlite://PATH` or `sqlite:PATH`: a database file.
     Sqlite(PathBuf),
-    /// `redis://`, `rediss://`, `redis+unix://`, `unix://`.
+    /// `redis://`, `rediss://`, `redis+unix://`, `unix://`; a Redis Cluster's
+    /// `redis+cluster://`, `rediss+cluster://`.
     Redis(String),
     /// `postgres://` or `postgresql://`.
     Postgres(String),
 }
 
-const FORMS: &str = "use sqlite://PATH, redis://[:PASSWORD@]HOST[:PORT][/DB] \
+const FORMS: &str = "use sqlite://PATH, redis://[:PASSWORD@]HOST[:PORT][/DB], \
+                     redis+cluster://HOST:PORT[,HOST:PORT...] \
                      or postgres://USER[:PASSWORD]@HOST[:PORT]/DB";
 
 impl Target {
@@ -43,7 +45,9 @@ impl Target {
             )));
         };
         match scheme {
-            "redis" | "rediss" | "redis+unix" | "unix" => Ok(Target::Redis(url.to_owned())),
+            "redis" | "rediss" | "redis+unix" | "unix" | "redis+cluster" | "rediss+cluster" => {
+                Ok(Target::Redis(url.to_owned()))
+            }
             "postgres" | "postgresql" => Ok(Target::Postgres(url.to_owned())),
             other => Err(CliError::usage(format!(
                 "unsupported URL scheme `{other}`: {FORMS}"
@@ -153,6 +157,10 @@ mod tests {
     #[test]
     fn servers_and_refusals() {
         assert!(matches!(Target::parse("redis://h/0"), Ok(Target::Redis(_))));
+        assert!(matches!(
+            Target::parse("redis+cluster://a:7000,b:7000/"),
+            Ok(Target::Redis(_))
+        ));
         assert!(matches!(
             Target::parse("postgresql://h/db"),
             Ok(Target::Postgres(_))

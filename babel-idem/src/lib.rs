@@ -70,6 +70,8 @@ mod message;
 pub mod metrics;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub mod outbox;
+#[cfg(any(feature = "redis", feature = "redis-transport"))]
+mod redis_client;
 pub mod router;
 pub mod store;
 

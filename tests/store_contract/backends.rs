@@ -57,6 +57,13 @@ pub trait Backend {
     fn stores_nul(&self) -> bool {
         true
     }
+
+    /// Whether fences order the claims of every id together (one counter
+    /// for the store), rather than only each id's own claims (a Redis
+    /// Cluster keeps a counter per slot).
+    fn fences_store_wide(&self) -> bool {
+        true
+    }
 }
 
 /// The reference store: a fresh [`InMemoryStore`] per `open`.
@@ -398,6 +405,159 @@ mod postgres_backend {
                 });
             });
             let _ = cleanup.join();
+        }
+    }
+}
+
+/// A Redis Cluster from `BABEL_IDEM_REDIS_CLUSTER_URL`, one prefix per space.
+#[cfg(feature = "redis-cluster")]
+pub use redis_cluster_backend::{RedisClusterBackend, seed_urls};
+
+#[cfg(feature = "redis-cluster")]
+mod redis_cluster_backend {
+    use super::*;
+    use crate::store_contract::servers::{REDIS_CLUSTER_URL, server_url};
+    use babel_idem::store::RedisStore;
+
+    pub struct RedisClusterBackend {
+        pub url: String,
+        run: String,
+    }
+
+    impl RedisClusterBackend {
+        pub fn create(test: &str) -> Option<Self> {
+            let url = server_url(REDIS_CLUSTER_URL, test)?;
+            Some(Self::on(url))
+        }
+
+        /// A fixture on a given cluster (the failover tests' own).
+        pub fn on(url: String) -> Self {
+            RedisClusterBackend {
+                url,
+                run: unique_suffix(),
+            }
+        }
+
+        pub fn run_prefix(&self) -> String {
+            format!("bqtest:{}:", self.run)
+        }
+
+        pub fn prefix(&self, space: &str) -> String {
+            format!("{}{space}:", self.run_prefix())
+        }
+
+        /// The seed nodes as plain `redis://host:port/` URLs.
+        pub fn seeds(&self) -> Vec<String> {
+            seed_urls(&self.url)
+        }
+
+        /// A cluster connection, to read the cluster without the store.
+        pub async fn raw(&self) -> redis::cluster_async::ClusterConnection {
+            redis::cluster::ClusterClient::new(self.seeds())
+                .expect("a cluster URL")
+                .get_async_connection()
+                .await
+                .expect("connect to the Redis Cluster")
+        }
+    }
+
+    /// `redis+cluster://a:1,b:2/` as `["redis://a:1/", "redis://b:2/"]`.
+    pub fn seed_urls(url: &str) -> Vec<String> {
+        let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+        let hosts = rest.split(['/', '?']).next().unwrap_or_default();
+        hosts
+            .split(',')
+            .filter(|host| !host.is_empty())
+            .map(|host| format!("redis://{host}/"))
+            .collect()
+    }
+
+    /// The masters serving slots, as `host:port`, read from `seed` (sync).
+    pub fn masters(seed: &str) -> Vec<String> {
+        let Ok(client) = redis::Client::open(seed) else {
+            return Vec::new();
+        };
+        let Ok(mut connection) = client.get_connection_with_timeout(Duration::from_secs(2)) else {
+            return Vec::new();
+        };
+        let nodes: String = redis::cmd("CLUSTER")
+            .arg("NODES")
+            .query(&mut connection)
+            .unwrap_or_default();
+        nodes
+            .lines()
+            .filter_map(|line| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                let flags = fields.get(2)?;
+                (flags.contains("master") && !flags.contains("fail") && fields.len() > 8)
+                    .then(|| fields[1].split('@').next().unwrap_or_default().to_owned())
+            })
+            .collect()
+    }
+
+    impl Backend for RedisClusterBackend {
+        type Store = RedisStore;
+
+        async fn build(
+            &self,
+            space: &str,
+            ttl: Option<Duration>,
+        ) -> Result<RedisStore, StoreError> {
+            let mut builder = RedisStore::builder().prefix(self.prefix(space));
+            if let Some(ttl) = ttl {
+                builder = builder.ttl(ttl);
+            }
+            builder.connect_lazy(&self.url)
+        }
+
+        fn self_expiring(&self) -> bool {
+            true
+        }
+
+        fn fences_store_wide(&self) -> bool {
+            false
+        }
+    }
+
+    impl Drop for RedisClusterBackend {
+        fn drop(&mut self) {
+            // Every master holds its slots' keys: SCAN each, DEL key by key
+            // (a multi-key DEL must stay in one slot). Claim keys and fence
+            // counters start with the run's prefix too, bar the last byte.
+            let Some(seed) = self.seeds().into_iter().next() else {
+                return;
+            };
+            let stem = self.run_prefix();
+            let stem = &stem[..stem.len() - 1];
+            for master in masters(&seed) {
+                let Ok(client) = redis::Client::open(format!("redis://{master}/")) else {
+                    continue;
+                };
+                let Ok(mut connection) = client.get_connection_with_timeout(Duration::from_secs(2))
+                else {
+                    continue;
+                };
+                let mut cursor = 0u64;
+                loop {
+                    let page: redis::RedisResult<(u64, Vec<Vec<u8>>)> = redis::cmd("SCAN")
+                        .arg(cursor)
+                        .arg("MATCH")
+                        .arg(format!("{stem}*"))
+                        .arg("COUNT")
+                        .arg(1000)
+                        .query(&mut connection);
+                    let Ok((next, keys)) = page else { break };
+                    let mut pipeline = redis::pipe();
+                    for key in keys {
+                        pipeline.cmd("DEL").arg(key).ignore();
+                    }
+                    let _: redis::RedisResult<()> = pipeline.query(&mut connection);
+                    if next == 0 {
+                        break;
+                    }
+                    cursor = next;
+                }
+            }
         }
     }
 }

@@ -1,12 +1,14 @@
 //! Which shared servers the store tests may use, from the environment.
 //!
-//! - `BABEL_IDEM_REDIS_URL`, `BABEL_IDEM_POSTGRES_URL`: the servers to test
-//!   against. Unset: the test prints a visible `skipped:` line and passes.
+//! - `BABEL_IDEM_REDIS_URL`, `BABEL_IDEM_REDIS_CLUSTER_URL`, `BABEL_IDEM_POSTGRES_URL`:
+//!   the servers to test against. Unset: the test prints a visible `skipped:` line and passes.
 //! - `BABEL_IDEM_REQUIRE_SERVERS=1` (CI): an unset URL is a failure instead.
 
 use std::env;
 
 pub const REDIS_URL: &str = "BABEL_IDEM_REDIS_URL";
+/// A Redis Cluster's seed nodes, `redis+cluster://host:port,host:port/`.
+pub const REDIS_CLUSTER_URL: &str = "BABEL_IDEM_REDIS_CLUSTER_URL";
 pub const POSTGRES_URL: &str = "BABEL_IDEM_POSTGRES_URL";
 pub const REQUIRE_SERVERS: &str = "BABEL_IDEM_REQUIRE_SERVERS";
 

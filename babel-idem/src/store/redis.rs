@@ -6,13 +6,19 @@ use std::fmt;
 use std::time::Duration;
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use ::redis::{Client, RedisError};
+use ::redis::{Client, Cmd, FromRedisValue, Pipeline, RedisError, Script, Value};
 
 use super::settings::{Drivers, optional_ttl_millis, require_tokio};
 use super::{Store, StoreError, StoreFuture, StoreOperation, failed};
+use crate::redis_client::Connection;
 
 mod admin;
 mod claim;
+#[cfg(feature = "redis-cluster")]
+mod cluster;
+mod durability;
+
+pub use durability::NotReplicated;
 
 const BACKEND: &str = "redis";
 
@@ -69,12 +75,24 @@ const DEFAULT_PREFIX: &str = "bq:idemp:";
 /// Claim mode keeps its claims beside these keys (or in the PHP SDK's
 /// layout): see the [`ClaimStore`](crate::store::ClaimStore) impl below.
 ///
-/// # One server, not Redis Cluster
+/// # One server, or a Redis Cluster
 ///
-/// The store talks to one Redis server (a standalone server, or the primary
-/// a proxy or Sentinel points to). Redis Cluster is **not supported**: a
-/// cluster URL is refused when the store is built, and a cluster node that
-/// answers `MOVED`/`ASK` makes the operation fail with an error that says so.
+/// A `redis://` URL is one Redis server (a standalone server, or the
+/// primary a proxy or Sentinel points to); a node of a cluster answering
+/// `MOVED`/`ASK` there makes the operation fail with an error that says so.
+/// With the `redis-cluster` feature, a `redis+cluster://host:port,...` URL
+/// is a Redis Cluster: the same operations, every call's keys in one slot,
+/// batches split by slot and sent at once; the cluster's layout (hash tags
+/// around claim keys, a fence counter per slot) is on
+/// [`guide::stores`](crate::guide::stores).
+///
+/// # Durability across a failover
+///
+/// Redis acknowledges a write before its replicas have it. With
+/// [`wait_for_replicas`](RedisStoreBuilder::wait_for_replicas), every
+/// write (a mark, a claim, a commit) is followed, in the same pipeline, by
+/// `WAIT <replicas> <timeout>`, and fails with [`NotReplicated`] when fewer
+/// replicas acknowledged it in time.
 ///
 /// The store connects lazily and reconnects by itself: building it needs no
 /// server, each operation fails with a [`StoreError`] while the server is
@@ -97,10 +115,11 @@ const DEFAULT_PREFIX: &str = "bq:idemp:";
 /// ```
 #[derive(Clone)]
 pub struct RedisStore {
-    connection: ConnectionManager,
+    connection: Connection,
     prefix: String,
     ttl_ms: Option<i64>,
     claims: claim::ClaimKeys,
+    durability: Option<durability::Durability>,
 }
 
 /// Configures a [`RedisStore`]; made by [`RedisStore::builder`].
@@ -111,6 +130,7 @@ pub struct RedisStoreBuilder {
     timeout: Duration,
     reconnect_attempts: usize,
     claim_layout: claim::ClaimLayout,
+    durability: Option<durability::Durability>,
 }
 
 impl Default for RedisStoreBuilder {
@@ -121,6 +141,7 @@ impl Default for RedisStoreBuilder {
             timeout: Duration::from_secs(2),
             reconnect_attempts: 2,
             claim_layout: claim::ClaimLayout::default(),
+            durability: None,
         }
     }
 }
@@ -157,15 +178,82 @@ impl RedisStoreBuilder {
     }
 
     /// A store for `url` (`redis://[user:password@]host:port/db`, `rediss://`
-    /// needs the crate's TLS features, `redis+unix:///path`). Nothing
+    /// needs the crate's TLS features, `redis+unix:///path`; with the
+    /// `redis-cluster` feature, `redis+cluster://[user:password@]host:port[,host:port...]`
+    /// or `rediss+cluster://...`, the seed nodes of a Redis Cluster). Nothing
     /// connects until the first operation. Must be called inside a Tokio
-    /// runtime with timers and I/O. A Redis Cluster URL is refused.
+    /// runtime with timers and I/O.
     pub fn connect_lazy(self, url: &str) -> Result<RedisStore, StoreError> {
         if let Some(reason) = cluster_url_reason(url) {
-            return Err(open_failed(RedisOpenError::Cluster(reason)));
+            return self.cluster_lazy(url, reason);
         }
         let client = Client::open(url).map_err(|e| open_failed(RedisOpenError::Url(e)))?;
         self.from_client(client)
+    }
+
+    /// A store for `url`, as [`connect_lazy`](Self::connect_lazy) takes it,
+    /// that answers now: fails, with an error that says why, when the
+    /// server cannot be reached or refuses the login, and for a cluster URL
+    /// when no seed node answers as a cluster node or the cluster is not
+    /// `cluster_state:ok`.
+    ///
+    /// ```no_run
+    /// use babel_idem::store::RedisStore;
+    ///
+    /// # async fn run() -> Result<(), babel_idem::StoreError> {
+    /// let store = RedisStore::builder()
+    ///     .connect("redis+cluster://10.0.0.1:7000,10.0.0.2:7000/")
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn connect(self, url: &str) -> Result<RedisStore, StoreError> {
+        if let Some(reason) = cluster_url_reason(url) {
+            return self.cluster_eager(url, reason).await;
+        }
+        let store = self.connect_lazy(url)?;
+        store.ping().await?;
+        Ok(store)
+    }
+
+    /// Every write (`remember`, a claim, a commit, and their batches) waits
+    /// until `replicas` replicas have it, or `timeout` passed: `WAIT
+    /// <replicas> <timeout ms>` sent in the same pipeline, on the same
+    /// connection, right after the write. A write fewer replicas
+    /// acknowledged fails with [`NotReplicated`] (it may still be on the
+    /// master, and reach the replicas later). Costs the replication's
+    /// delay on every write; see [the failover guarantees](crate::guide::stores).
+    ///
+    /// ```
+    /// use babel_idem::store::RedisStore;
+    /// use std::time::Duration;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let store = RedisStore::builder()
+    ///     .wait_for_replicas(1, Duration::from_millis(500))
+    ///     .connect_lazy("redis://127.0.0.1:6379/")?;
+    /// assert_eq!(store.replicas_awaited(), 1);
+    /// # Ok::<(), babel_idem::StoreError>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.durability = Some(durability::Durability::new(replicas, timeout));
+        self
+    }
+
+    /// Without the `redis-cluster` feature a cluster URL is refused.
+    #[cfg(not(feature = "redis-cluster"))]
+    fn cluster_lazy(self, _url: &str, reason: &'static str) -> Result<RedisStore, StoreError> {
+        Err(open_failed(RedisOpenError::Cluster(reason)))
+    }
+
+    #[cfg(not(feature = "redis-cluster"))]
+    async fn cluster_eager(
+        self,
+        _url: &str,
+        reason: &'static str,
+    ) -> Result<RedisStore, StoreError> {
+        Err(open_failed(RedisOpenError::Cluster(reason)))
     }
 
     /// A store over a client the caller already built, with its own
@@ -181,7 +269,7 @@ impl RedisStoreBuilder {
             .set_max_delay(self.timeout);
         let connection = ConnectionManager::new_lazy_with_config(client, config)
             .map_err(|e| open_failed(RedisOpenError::Client(e)))?;
-        Ok(settings.with(connection))
+        Ok(settings.with(Connection::Single(connection)))
     }
 
     /// A store over a connection manager the caller already has (it is
@@ -191,12 +279,17 @@ impl RedisStoreBuilder {
         self,
         connection: ConnectionManager,
     ) -> Result<RedisStore, StoreError> {
-        Ok(self.checked()?.with(connection))
+        Ok(self.checked()?.with(Connection::Single(connection)))
     }
 
     /// Every setting checked, and the runtime, before anything is built.
     fn checked(&self) -> Result<RedisSettings, StoreError> {
         let prefix = checked_prefix(&self.prefix).map_err(open_failed)?;
+        if let Some(durability) = &self.durability {
+            durability
+                .check()
+                .map_err(|reason| open_failed(RedisOpenError::Durability(reason)))?;
+        }
         let ttl_ms =
             optional_ttl_millis(self.ttl).map_err(failed(BACKEND, StoreOperation::Open))?;
         require_tokio(Drivers::TimeAndIo).map_err(failed(BACKEND, StoreOperation::Open))?;
@@ -204,6 +297,7 @@ impl RedisStoreBuilder {
             claims: claim::ClaimKeys::new(self.claim_layout, prefix),
             prefix: prefix.to_owned(),
             ttl_ms,
+            durability: self.durability,
         })
     }
 }
@@ -213,15 +307,17 @@ struct RedisSettings {
     prefix: String,
     ttl_ms: Option<i64>,
     claims: claim::ClaimKeys,
+    durability: Option<durability::Durability>,
 }
 
 impl RedisSettings {
-    fn with(self, connection: ConnectionManager) -> RedisStore {
+    fn with(self, connection: Connection) -> RedisStore {
         RedisStore {
             connection,
             prefix: self.prefix,
             ttl_ms: self.ttl_ms,
             claims: self.claims,
+            durability: self.durability,
         }
     }
 }
@@ -262,12 +358,31 @@ impl RedisStore {
     /// use babel_idem::store::RedisStore;
     ///
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-    /// let cluster = RedisStore::connect_lazy("redis+cluster://10.0.0.1:7000,10.0.0.2:7000/");
-    /// assert!(cluster.unwrap_err().to_string().contains("Redis Cluster is not supported"));
+    /// // Several hosts in a plain redis:// URL: say which kind of URL is meant.
+    /// let several = RedisStore::connect_lazy("redis://10.0.0.1:7000,10.0.0.2:7000/");
+    /// assert!(several.unwrap_err().to_string().contains("redis+cluster://"));
     /// # });
     /// ```
     pub fn connect_lazy(url: &str) -> Result<Self, StoreError> {
         Self::builder().connect_lazy(url)
+    }
+
+    /// A store for `url` with the default prefix and no TTL that answers
+    /// now; see [`RedisStoreBuilder::connect`].
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        Self::builder().connect(url).await
+    }
+
+    /// How many replicas each write waits for: 0 unless
+    /// [`wait_for_replicas`](RedisStoreBuilder::wait_for_replicas) was set.
+    pub fn replicas_awaited(&self) -> u32 {
+        self.durability
+            .map_or(0, |durability| durability.replicas())
+    }
+
+    /// Whether the store speaks to a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        self.connection.is_cluster()
     }
 
     /// A store over an existing connection manager, default prefix, no TTL.
@@ -298,14 +413,188 @@ impl RedisStore {
         operation: StoreOperation,
         command: ::redis::Cmd,
     ) -> Result<T, StoreError> {
-        // A clone shares the one multiplexed connection; it is how the
-        // manager is meant to be used from many tasks.
+        // A clone shares the one multiplexed connection (per node, on a
+        // cluster); it is how the client is meant to be used from many tasks.
         let mut connection = self.connection.clone();
         command
             .query_async(&mut connection)
             .await
             .map_err(|e| failed(BACKEND, operation)(RedisCommandError::from(e)))
     }
+
+    /// Sends a write: `command` alone, or, with
+    /// [`wait_for_replicas`](RedisStoreBuilder::wait_for_replicas), in one
+    /// pipeline with the `WAIT` that must confirm it. A script call
+    /// (`script` given) the server has forgotten (`NOSCRIPT`, after a
+    /// restart or a failover) is loaded and sent again: it did not run.
+    async fn write<T: FromRedisValue>(
+        &self,
+        operation: StoreOperation,
+        script: Option<&Script>,
+        command: &Cmd,
+    ) -> Result<T, StoreError> {
+        self.send(operation, script, command, true).await
+    }
+
+    /// Sends `command`; a `durable` one as [`write`](Self::write) does.
+    async fn send<T: FromRedisValue>(
+        &self,
+        operation: StoreOperation,
+        script: Option<&Script>,
+        command: &Cmd,
+        durable: bool,
+    ) -> Result<T, StoreError> {
+        let failed = |e| StoreError::new(operation, BACKEND, RedisCommandError::from(e));
+        let mut connection = self.connection.clone();
+        #[cfg(feature = "redis-cluster")]
+        if let (Connection::Cluster(cluster, _), Some(durability)) =
+            (&mut connection, self.durability.filter(|_| durable))
+        {
+            // On a cluster the write goes alone, so the client follows its
+            // redirections, then `WAIT` to the master of its slot.
+            let sent = crate::redis_client::cluster::with_wait(
+                cluster,
+                command,
+                script,
+                durability.wait_arguments(),
+            )
+            .await;
+            let reply = sent.reply.map_err(failed)?;
+            durability
+                .confirm(sent.replicas.unwrap_or(0))
+                .map_err(|e| StoreError::new(operation, BACKEND, e))?;
+            return T::from_redis_value(reply).map_err(|e| parse_failed(operation, e));
+        }
+        let Some(durability) = self.durability.filter(|_| durable) else {
+            return match command.query_async(&mut connection).await {
+                Err(e) if is_no_script(&e) && script.is_some() => {
+                    if let Some(script) = script {
+                        script.load_async(&mut connection).await.map_err(failed)?;
+                    }
+                    command.query_async(&mut connection).await.map_err(failed)
+                }
+                answered => answered.map_err(failed),
+            };
+        };
+        let mut pipeline = ::redis::pipe();
+        pipeline.add_command(command.clone());
+        let mut values = self
+            .durable_pipeline(operation, script, durability, pipeline)
+            .await?;
+        let value = values.pop().unwrap_or(Value::Nil);
+        T::from_redis_value(value).map_err(|e| parse_failed(operation, e))
+    }
+
+    /// Sends `pipeline` with `WAIT` appended; the replies of `pipeline`'s
+    /// own commands (those not ignored), once the `WAIT` confirmed them.
+    async fn durable_pipeline(
+        &self,
+        operation: StoreOperation,
+        script: Option<&Script>,
+        durability: durability::Durability,
+        mut pipeline: Pipeline,
+    ) -> Result<Vec<Value>, StoreError> {
+        let failed = |e| StoreError::new(operation, BACKEND, RedisCommandError::from(e));
+        durability.append_wait(&mut pipeline);
+        let mut connection = self.connection.clone();
+        let mut values: Vec<Value> = match pipeline.query_async(&mut connection).await {
+            Err(e) if is_no_script(&e) && script.is_some() => {
+                if let Some(script) = script {
+                    script.load_async(&mut connection).await.map_err(failed)?;
+                }
+                pipeline
+                    .query_async(&mut connection)
+                    .await
+                    .map_err(failed)?
+            }
+            answered => answered.map_err(failed)?,
+        };
+        let acknowledged = match values.pop() {
+            Some(Value::Int(replicas)) => replicas,
+            _ => 0,
+        };
+        durability
+            .confirm(acknowledged)
+            .map_err(|e| StoreError::new(operation, BACKEND, e))?;
+        Ok(values)
+    }
+
+    /// The indices of `keys` grouped by the slot each key is in, groups in
+    /// the order of their first key; one group of them all on one server.
+    fn slot_groups<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<Vec<usize>> {
+        #[cfg(feature = "redis-cluster")]
+        if self.connection.is_cluster() {
+            return cluster::slot_groups(keys);
+        }
+        vec![(0..keys.len()).collect()]
+    }
+
+    /// One command per group of `keys`' indices (each group's keys in one
+    /// slot: see [`slot_groups`](Self::slot_groups)), made by `command`: on
+    /// one server each in turn; on a cluster in one pipeline per master,
+    /// all at once. The groups, and each group's reply.
+    async fn per_slot(
+        &self,
+        operation: StoreOperation,
+        keys: &[Vec<u8>],
+        groups: Vec<Vec<usize>>,
+        script: Option<&Script>,
+        durable: bool,
+        command: impl Fn(&[usize]) -> Cmd,
+    ) -> Result<(Vec<Vec<usize>>, Vec<Value>), StoreError> {
+        #[cfg(feature = "redis-cluster")]
+        if let Connection::Cluster(connection, slots) = &self.connection {
+            let commands = groups
+                .iter()
+                .map(|group| {
+                    let slot = crate::redis_client::cluster::slot(&keys[group[0]]);
+                    (slot, command(group))
+                })
+                .collect();
+            let wait = self
+                .durability
+                .filter(|_| durable)
+                .map(|durability| durability.wait_arguments());
+            let sent =
+                crate::redis_client::cluster::by_master(connection, slots, commands, script, wait)
+                    .await;
+            let mut replies = Vec::with_capacity(sent.len());
+            for answer in sent {
+                let reply = answer
+                    .reply
+                    .map_err(|e| StoreError::new(operation, BACKEND, RedisCommandError::from(e)))?;
+                if let (Some(durability), Some(replicas)) = (self.durability, answer.replicas) {
+                    durability
+                        .confirm(replicas)
+                        .map_err(|e| StoreError::new(operation, BACKEND, e))?;
+                }
+                replies.push(reply);
+            }
+            return Ok((groups, replies));
+        }
+        let _ = keys;
+        let mut replies = Vec::with_capacity(groups.len());
+        for group in &groups {
+            replies.push(
+                self.send::<Value>(operation, script, &command(group), durable)
+                    .await?,
+            );
+        }
+        Ok((groups, replies))
+    }
+}
+
+/// A reply that is not what the command answers.
+fn parse_failed(operation: StoreOperation, error: ::redis::ParsingError) -> StoreError {
+    StoreError::new(
+        operation,
+        BACKEND,
+        RedisCommandError::from(RedisError::from(error)),
+    )
+}
+
+fn is_no_script(error: &RedisError) -> bool {
+    error.kind() == ::redis::ErrorKind::Server(::redis::ServerErrorKind::NoScript)
 }
 
 impl Store for RedisStore {
@@ -337,7 +626,7 @@ impl Store for RedisStore {
                 command.arg("PX").arg(ttl_ms);
             }
             // `OK` when set, nil when the id was already there: both succeed.
-            let _: ::redis::Value = self.query(StoreOperation::Remember, command).await?;
+            let _: ::redis::Value = self.write(StoreOperation::Remember, None, &command).await?;
             Ok(())
         })
     }
@@ -356,20 +645,33 @@ impl Store for RedisStore {
             if ids.is_empty() {
                 return Ok(Vec::new());
             }
-            let mut command = ::redis::cmd("MGET");
-            for id in ids {
-                command.arg(self.key(id));
-            }
-            let values: Vec<Option<Vec<u8>>> = self.query(StoreOperation::Seen, command).await?;
+            let keys: Vec<Vec<u8>> = ids.iter().map(|id| self.key(id)).collect();
+            // One `MGET` (per slot on a cluster).
+            let operation = StoreOperation::Seen;
+            let groups = self.slot_groups(&keys);
+            let (groups, answers) = self
+                .per_slot(operation, &keys, groups, None, false, |group| {
+                    let mut command = ::redis::cmd("MGET");
+                    for &i in group {
+                        command.arg(&keys[i]);
+                    }
+                    command
+                })
+                .await?;
             // The PHP layout's `seen` is `GET == '2'`; the Go layout's is `EXISTS`.
             let php = self.claims.is_php();
-            Ok(values
-                .iter()
-                .map(|value| match value {
-                    Some(value) => !php || value == b"2",
-                    None => false,
-                })
-                .collect())
+            let mut seen = vec![false; ids.len()];
+            for (group, values) in groups.iter().zip(answers) {
+                let values: Vec<Option<Vec<u8>>> = FromRedisValue::from_redis_value(values)
+                    .map_err(|e| parse_failed(operation, e))?;
+                for (&i, value) in group.iter().zip(values) {
+                    seen[i] = match value {
+                        Some(value) => !php || value == b"2",
+                        None => false,
+                    };
+                }
+            }
+            Ok(seen)
         })
     }
 
@@ -381,21 +683,49 @@ impl Store for RedisStore {
             if ids.is_empty() {
                 return Ok(());
             }
-            // `remember`'s command per id, in one MULTI/EXEC sent as one write.
-            let mut pipeline = ::redis::pipe();
-            pipeline.atomic();
-            for id in ids {
-                let command = pipeline.cmd("SET").arg(self.key(id)).arg(1).arg("NX");
+            let keys: Vec<Vec<u8>> = ids.iter().map(|id| self.key(id)).collect();
+            let set = |i: usize| {
+                let mut command = ::redis::cmd("SET");
+                command.arg(&keys[i]).arg(1).arg("NX");
                 if let Some(ttl_ms) = self.ttl_ms {
                     command.arg("PX").arg(ttl_ms);
                 }
-                command.ignore();
+                command
+            };
+            #[cfg(feature = "redis-cluster")]
+            if self.connection.is_cluster() {
+                // On a cluster `remember`'s `SET` per id, in one pipeline per
+                // master: each mark stands alone, as `remember`'s does.
+                let each = (0..keys.len()).map(|i| vec![i]).collect();
+                self.per_slot(StoreOperation::Remember, &keys, each, None, true, |group| {
+                    set(group[0])
+                })
+                .await?;
+                return Ok(());
             }
-            let mut connection = self.connection.clone();
-            let () = pipeline.query_async(&mut connection).await.map_err(|e| {
-                failed(BACKEND, StoreOperation::Remember)(RedisCommandError::from(e))
-            })?;
-            Ok(())
+            // `remember`'s command per id, in one MULTI/EXEC sent as one write.
+            let mut pipeline = ::redis::pipe();
+            // MULTI and EXEC by hand, so a `WAIT` can follow the EXEC.
+            pipeline.cmd("MULTI").ignore();
+            for i in 0..keys.len() {
+                pipeline.add_command(set(i)).ignore();
+            }
+            pipeline.cmd("EXEC").ignore();
+            match self.durability {
+                Some(durability) => self
+                    .durable_pipeline(StoreOperation::Remember, None, durability, pipeline)
+                    .await
+                    .map(drop),
+                None => {
+                    let mut connection = self.connection.clone();
+                    pipeline
+                        .query_async::<()>(&mut connection)
+                        .await
+                        .map_err(|e| {
+                            failed(BACKEND, StoreOperation::Remember)(RedisCommandError::from(e))
+                        })
+                }
+            }
         })
     }
 }
@@ -422,14 +752,23 @@ fn cluster_url_reason(url: &str) -> Option<&'static str> {
         .then_some("the URL lists several nodes")
 }
 
-const CLUSTER_UNSUPPORTED: &str = "Redis Cluster is not supported by RedisStore: \
-     point it at one standalone server (or the primary behind a proxy or Sentinel)";
+/// What a cluster URL needs, or a command met a cluster where one server
+/// was expected.
+const CLUSTER_UNSUPPORTED: &str = "a Redis Cluster needs a redis+cluster://host:port[,host:port...] URL \
+     (rediss+cluster:// for TLS) and babel-idem's `redis-cluster` feature; a redis:// URL \
+     is one standalone server (or the primary behind a proxy or Sentinel)";
 
 /// Building the store failed.
 #[derive(Debug)]
 enum RedisOpenError {
     Prefix(String),
+    #[cfg_attr(feature = "redis-cluster", allow(dead_code))]
     Cluster(&'static str),
+    #[cfg(feature = "redis-cluster")]
+    ClusterOpen(crate::redis_client::cluster::ClusterOpenError),
+    #[cfg(feature = "redis-cluster")]
+    ClusterPrefix(String),
+    Durability(&'static str),
     Url(RedisError),
     Client(RedisError),
 }
@@ -445,6 +784,15 @@ impl fmt::Display for RedisOpenError {
                  {DEFAULT_PREFIX:?} (one store's key would be another's id)"
             ),
             RedisOpenError::Cluster(reason) => write!(f, "{CLUSTER_UNSUPPORTED} ({reason})"),
+            #[cfg(feature = "redis-cluster")]
+            RedisOpenError::ClusterOpen(e) => fmt::Display::fmt(e, f),
+            #[cfg(feature = "redis-cluster")]
+            RedisOpenError::ClusterPrefix(prefix) => write!(
+                f,
+                "Redis key prefix {prefix:?} is refused on a Redis Cluster: it holds '{{' or \
+                 '}}', and the store's own hash tags must be the only ones in its keys"
+            ),
+            RedisOpenError::Durability(reason) => f.write_str(reason),
             RedisOpenError::Url(e) => write!(f, "not a usable Redis URL: {e}"),
             RedisOpenError::Client(e) => write!(f, "could not set up the connection: {e}"),
         }
@@ -454,7 +802,13 @@ impl fmt::Display for RedisOpenError {
 impl StdError for RedisOpenError {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
         match self {
-            RedisOpenError::Prefix(_) | RedisOpenError::Cluster(_) => None,
+            RedisOpenError::Prefix(_)
+            | RedisOpenError::Cluster(_)
+            | RedisOpenError::Durability(_) => None,
+            #[cfg(feature = "redis-cluster")]
+            RedisOpenError::ClusterPrefix(_) => None,
+            #[cfg(feature = "redis-cluster")]
+            RedisOpenError::ClusterOpen(e) => Some(e),
             RedisOpenError::Url(e) | RedisOpenError::Client(e) => Some(e),
         }
     }
@@ -472,8 +826,19 @@ impl From<RedisError> for RedisCommandError {
 
 impl fmt::Display for RedisCommandError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0.is_cluster_error() {
-            write!(f, "{CLUSTER_UNSUPPORTED}; the server answered: {}", self.0)
+        if matches!(
+            self.0.kind(),
+            ::redis::ErrorKind::Server(
+                ::redis::ServerErrorKind::Moved | ::redis::ServerErrorKind::Ask
+            )
+        ) {
+            write!(
+                f,
+                "the server answered with a Redis Cluster redirection ({}): on a cluster the \
+                 slot moved while the call ran, and the next call finds it; a redis:// URL \
+                 is one server and cannot follow it ({CLUSTER_UNSUPPORTED})",
+                self.0
+            )
         } else {
             fmt::Display::fmt(&self.0, f)
         }

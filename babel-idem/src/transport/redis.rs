@@ -16,6 +16,7 @@ use ::redis::{Client, Cmd, RedisError, RedisResult, Script};
 
 use self::token::Tokens;
 use crate::coalesce::Coalescer;
+use crate::redis_client::Connection;
 
 use super::binding::QueueNames;
 use super::{Reserved, Settlement, Transport, TransportBuilder, TransportError, TransportFuture};
@@ -77,6 +78,21 @@ const QUEUE_NAMES: QueueNames = QueueNames {
 ///
 /// The Laravel-compatible layout (`?laravel=1`) is not supported.
 ///
+/// # Redis Cluster
+///
+/// With the `redis-cluster` feature, a `redis+cluster://host:port[,host:port...]`
+/// URL (`rediss+cluster://` for TLS, `user:password@` for an ACL user)
+/// connects to a Redis Cluster. A queue's scripts touch `<queue>`,
+/// `<queue>:processing` and `<queue>:processing:deadlines` at once, so on a
+/// cluster a queue name must carry a hash tag (`{orders}`, `jobs:{orders}`):
+/// every key of its layout, `<queue>.dlq` included, then shares the tag's
+/// slot. A name without one is refused ([`TransportError::InvalidQueue`]),
+/// and so is a dead-letter queue in another slot when a delivery is
+/// dead-lettered (name it after the queue's tag). A Python SDK worker or
+/// producer on the same queue uses the same name with a
+/// `redis.cluster.RedisCluster` client: its scripts touch the same keys.
+/// Settles of different queues go in one pipeline per queue, at once.
+///
 /// ```no_run
 /// use babel_idem::transport::RedisTransport;
 /// use std::time::Duration;
@@ -92,7 +108,7 @@ const QUEUE_NAMES: QueueNames = QueueNames {
 /// ```
 #[derive(Clone)]
 pub struct RedisTransport {
-    connection: ConnectionManager,
+    connection: Connection,
     retry_after: Option<Duration>,
     scripts: Arc<Scripts>,
     tokens: Arc<Tokens>,
@@ -199,17 +215,22 @@ impl TransportBuilder<RedisOptions> {
     /// ```
     pub async fn connect(self, url: &str) -> Result<RedisTransport, TransportError> {
         let (address, retry_after) = self.parse_url(url)?;
-        let client =
-            Client::open(address).map_err(|e| TransportError::invalid_url(url, e.to_string()))?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.timeout))
-            .set_response_timeout(Some(self.timeout))
-            .set_number_of_retries(self.reconnect_attempts)
-            .set_min_delay(Duration::from_millis(50))
-            .set_max_delay(Duration::from_secs(1));
-        let connection = ConnectionManager::new_with_config(client, config)
-            .await
-            .map_err(|e| TransportError::Connect(Box::new(e)))?;
+        let connection = if is_cluster_url(address) {
+            self.connect_cluster(url, address).await?
+        } else {
+            let client = Client::open(address)
+                .map_err(|e| TransportError::invalid_url(url, e.to_string()))?;
+            let config = ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(self.timeout))
+                .set_response_timeout(Some(self.timeout))
+                .set_number_of_retries(self.reconnect_attempts)
+                .set_min_delay(Duration::from_millis(50))
+                .set_max_delay(Duration::from_secs(1));
+            let connection = ConnectionManager::new_with_config(client, config)
+                .await
+                .map_err(|e| TransportError::Connect(Box::new(e)))?;
+            Connection::Single(connection)
+        };
         Ok(RedisTransport {
             connection,
             retry_after,
@@ -224,12 +245,41 @@ impl TransportBuilder<RedisOptions> {
         })
     }
 
+    /// A connection to the cluster `address` names, checked to answer.
+    #[cfg(feature = "redis-cluster")]
+    async fn connect_cluster(
+        &self,
+        url: &str,
+        address: &str,
+    ) -> Result<Connection, TransportError> {
+        use crate::redis_client::cluster::{ClusterOpenError, connect};
+        match connect(address, self.timeout, self.reconnect_attempts).await {
+            Ok(connection) => Ok(Connection::cluster(connection)),
+            Err(ClusterOpenError::Url(reason)) => Err(TransportError::invalid_url(url, reason)),
+            Err(error) => Err(TransportError::Connect(Box::new(error))),
+        }
+    }
+
+    #[cfg(not(feature = "redis-cluster"))]
+    async fn connect_cluster(
+        &self,
+        url: &str,
+        _address: &str,
+    ) -> Result<Connection, TransportError> {
+        Err(TransportError::invalid_url(
+            url,
+            "a Redis Cluster URL needs babel-idem's `redis-cluster` feature",
+        ))
+    }
+
     /// Splits the Python SDK's query parameters off `url`.
     fn parse_url<'u>(&self, url: &'u str) -> Result<(&'u str, Option<Duration>), TransportError> {
         let invalid = |reason: String| TransportError::invalid_url(url, reason);
-        if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
+        if !(url.starts_with("redis://") || url.starts_with("rediss://") || is_cluster_url(url)) {
             return Err(invalid(
-                "expected redis://host:port/db or rediss://host:port/db".to_owned(),
+                "expected redis://host:port/db, rediss://host:port/db or \
+                 redis+cluster://host:port[,host:port...]"
+                    .to_owned(),
             ));
         }
         let (address, query) = url.split_once('?').unwrap_or((url, ""));
@@ -424,6 +474,9 @@ impl RedisTransport {
         &self,
         commands: Vec<Cmd>,
     ) -> Result<Vec<RedisResult<bool>>, RedisError> {
+        if self.connection.is_cluster() {
+            return self.settle_by_queue(commands).await;
+        }
         let mut connection = self.connection.clone();
         let pipeline = settle_pipe(commands);
         let mut settled = settle_each(&pipeline, &mut connection).await?;
@@ -444,12 +497,87 @@ impl RedisTransport {
         Ok(settled)
     }
 
+    /// On a cluster, the settles of each queue (one slot) in a pipeline of
+    /// their own, all at once; answers in the commands' order.
+    async fn settle_by_queue(
+        &self,
+        commands: Vec<Cmd>,
+    ) -> Result<Vec<RedisResult<bool>>, RedisError> {
+        // A settle's first key is `<queue>:processing`, in the queue's slot.
+        let mut queues: Vec<(Vec<u8>, Vec<usize>)> = Vec::new();
+        for (i, command) in commands.iter().enumerate() {
+            let key = match command.args_iter().nth(3) {
+                Some(::redis::Arg::Simple(key)) => key.to_vec(),
+                _ => Vec::new(),
+            };
+            match queues.iter_mut().find(|(queue, _)| *queue == key) {
+                Some((_, indices)) => indices.push(i),
+                None => queues.push((key, vec![i])),
+            }
+        }
+        let answers = crate::redis_client::join_all(queues.iter().map(|(_, indices)| {
+            let share: Vec<Cmd> = indices.iter().map(|&i| commands[i].clone()).collect();
+            async move {
+                let mut connection = self.connection.clone();
+                let pipeline = settle_pipe(share);
+                let mut settled = settle_each(&pipeline, &mut connection).await?;
+                let forgotten: Vec<usize> = (0..settled.len())
+                    .filter(|&i| matches!(&settled[i], Err(error) if is_no_script(error)))
+                    .collect();
+                if !forgotten.is_empty() {
+                    self.scripts.settle.load_async(&mut connection).await?;
+                    let sent: Vec<&Cmd> = pipeline.cmd_iter().collect();
+                    let again = settle_pipe(forgotten.iter().map(|&i| sent[i].clone()));
+                    for (i, answer) in forgotten
+                        .into_iter()
+                        .zip(settle_each(&again, &mut connection).await?)
+                    {
+                        settled[i] = answer;
+                    }
+                }
+                Ok::<_, RedisError>(settled)
+            }
+        }))
+        .await;
+        let mut settled: Vec<Option<RedisResult<bool>>> = commands.iter().map(|_| None).collect();
+        for ((_, indices), answer) in queues.iter().zip(answers) {
+            for (&i, one) in indices.iter().zip(answer?) {
+                settled[i] = Some(one);
+            }
+        }
+        Ok(settled
+            .into_iter()
+            .map(|one| {
+                one.unwrap_or_else(|| {
+                    Err(RedisError::from((
+                        ::redis::ErrorKind::Parse,
+                        "the server sent no answer to the settle",
+                    )))
+                })
+            })
+            .collect())
+    }
+
     /// Settles one reservation; the settles that meet share one pipeline.
     async fn settle_coalesced(
         &self,
         handle: &RedisHandle,
         settlement: &Settlement,
     ) -> Result<bool, TransportError> {
+        #[cfg(feature = "redis-cluster")]
+        if self.connection.is_cluster()
+            && let Some((target, _)) = settlement.destination(&handle.queue)
+        {
+            use crate::redis_client::cluster::slot;
+            if slot(target.as_bytes()) != slot(handle.queue.as_bytes()) {
+                return Err(TransportError::InvalidQueue {
+                    queue: target.to_owned(),
+                    reason: "on a Redis Cluster the dead-letter queue must carry the queue's hash \
+                             tag (the default <queue>.dlq does), so one script can move the \
+                             delivery there; nothing was touched",
+                });
+            }
+        }
         let command = self.settle_command(handle, settlement);
         let batched = self
             .settles
@@ -511,8 +639,24 @@ impl Transport for RedisTransport {
     /// A queue name must be non-empty, at most 512 bytes, with no whitespace
     /// or control characters, and must not end in the layout's own suffixes
     /// (`:processing`, `:processing:deadlines`), whose keys it would collide with.
+    ///
+    /// On a Redis Cluster the name must also carry a hash tag (`{orders}`),
+    /// so every key of the queue's layout is in one slot.
     fn check_queue(&self, queue: &str) -> Result<(), TransportError> {
-        QUEUE_NAMES.check(queue)
+        QUEUE_NAMES.check(queue)?;
+        #[cfg(feature = "redis-cluster")]
+        if self.connection.is_cluster()
+            && crate::redis_client::cluster::hash_tag(queue.as_bytes()).is_none()
+        {
+            return Err(TransportError::InvalidQueue {
+                queue: queue.to_owned(),
+                reason: "on a Redis Cluster a queue name needs a hash tag, such as {orders} or \
+                         jobs:{orders}: the queue's keys (<queue>, <queue>:processing, \
+                         <queue>:processing:deadlines, <queue>.dlq) must share one slot for its \
+                         scripts to run",
+            });
+        }
+        Ok(())
     }
 
     /// The builder's [`retry_after`](TransportBuilder::retry_after)
@@ -608,13 +752,18 @@ fn settle_pipe(commands: impl IntoIterator<Item = Cmd>) -> ::redis::Pipeline {
 /// or the error it met.
 async fn settle_each(
     pipeline: &::redis::Pipeline,
-    connection: &mut ConnectionManager,
+    connection: &mut Connection,
 ) -> Result<Vec<RedisResult<bool>>, RedisError> {
     let answers: Vec<RedisResult<i64>> = pipeline.query_async(connection).await?;
     Ok(answers
         .into_iter()
         .map(|answer| answer.map(|settled| settled == 1))
         .collect())
+}
+
+/// Whether `url` names a Redis Cluster (`redis+cluster://`, `rediss+cluster://`).
+fn is_cluster_url(url: &str) -> bool {
+    url.starts_with("redis+cluster://") || url.starts_with("rediss+cluster://")
 }
 
 fn is_no_script(error: &RedisError) -> bool {

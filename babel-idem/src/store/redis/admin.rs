@@ -4,10 +4,12 @@
 
 use std::sync::LazyLock;
 
-use ::redis::Script;
+use ::redis::{FromRedisValue, Script};
 
 use super::claim::ClaimKeys;
 use super::{BACKEND, RedisCommandError, RedisStore};
+#[cfg(feature = "redis-cluster")]
+use crate::redis_client::join_all;
 use crate::store::admin::{Admin, IdState, StoreStats};
 use crate::store::{StoreError, StoreFuture, StoreOperation, failed};
 
@@ -23,9 +25,9 @@ static PHP_FORGET: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!(
 /// | operation | command |
 /// |---|---|
 /// | [`ping`](Self::ping) | `PING` |
-/// | `stats` | `SCAN <cursor> MATCH <prefix><key prefix>* COUNT 1000`, until the cursor is 0 |
-/// | `states` | one pipeline: `EXISTS <key>` and `EXISTS <claim key>` per id; in the PHP layout, `GET <key>` per id (`'2'` done, another value claimed) |
-/// | `forget_ids` | `DEL <key> ...`; in the PHP layout a script that deletes the keys holding `'2'` |
+/// | `stats` | `SCAN <cursor> MATCH <prefix><key prefix>* COUNT 1000`, until the cursor is 0 (on a cluster, on every master) |
+/// | `states` | one pipeline: `EXISTS <key>` and `EXISTS <claim key>` per id; in the PHP layout, `GET <key>` per id (`'2'` done, another value claimed); on a cluster one pipeline per slot, all at once |
+/// | `forget_ids` | `DEL <key> ...`; in the PHP layout a script that deletes the keys holding `'2'`; on a cluster one call per slot |
 /// | `count_expired`, `purge_expired`, `count_finished_claims`, `purge_finished_claims` | none: Redis deletes expired keys itself (`PX`), and a claim's key expires with its lease |
 ///
 /// ```no_run
@@ -53,6 +55,101 @@ impl RedisStore {
             .query(StoreOperation::Open, ::redis::cmd("PING"))
             .await?;
         Ok(())
+    }
+
+    /// The states of `ids` on a cluster: `EXISTS` (`GET` in the PHP layout)
+    /// of each done key and claim key, in one pipeline per master.
+    #[cfg(feature = "redis-cluster")]
+    async fn cluster_states(&self, ids: &[&str]) -> Result<Vec<IdState>, StoreError> {
+        let operation = StoreOperation::Seen;
+        let php = self.claims.is_php();
+        let beside = matches!(self.claims, ClaimKeys::Beside { .. });
+        let per_id = if beside { 2 } else { 1 };
+        let mut keys = Vec::with_capacity(ids.len() * per_id);
+        for id in ids {
+            keys.push(self.key(id));
+            if beside {
+                keys.push(self.claim_key(id));
+            }
+        }
+        let each = (0..keys.len()).map(|i| vec![i]).collect();
+        let (_, replies) = self
+            .per_slot(operation, &keys, each, None, false, |group| {
+                let mut command = ::redis::cmd(if php { "GET" } else { "EXISTS" });
+                command.arg(&keys[group[0]]);
+                command
+            })
+            .await?;
+        if php {
+            return replies
+                .into_iter()
+                .map(|value| {
+                    let value = Option::<Vec<u8>>::from_redis_value(value)
+                        .map_err(|e| super::parse_failed(operation, e))?;
+                    Ok(match value.as_deref() {
+                        None => IdState::Absent,
+                        Some(b"2") => IdState::Done,
+                        Some(_) => IdState::Claimed,
+                    })
+                })
+                .collect();
+        }
+        let counts = replies
+            .into_iter()
+            .map(|value| {
+                i64::from_redis_value(value).map_err(|e| super::parse_failed(operation, e))
+            })
+            .collect::<Result<Vec<i64>, StoreError>>()?;
+        Ok(counts
+            .chunks(per_id)
+            .map(|found| match found {
+                [done, ..] if *done > 0 => IdState::Done,
+                [_, claimed] if *claimed > 0 => IdState::Claimed,
+                _ => IdState::Absent,
+            })
+            .collect())
+    }
+
+    /// The states of `ids` in one pipeline (one server).
+    async fn states_in_slot(
+        &self,
+        ids: impl Iterator<Item = &str>,
+    ) -> Result<Vec<IdState>, StoreError> {
+        let mut pipeline = ::redis::pipe();
+        if self.claims.is_php() {
+            for id in ids {
+                pipeline.cmd("GET").arg(self.key(id));
+            }
+            let values: Vec<Option<Vec<u8>>> =
+                self.pipelined(StoreOperation::Seen, &pipeline).await?;
+            return Ok(values
+                .into_iter()
+                .map(|value| match value.as_deref() {
+                    None => IdState::Absent,
+                    Some(b"2") => IdState::Done,
+                    // `'1'`, or anything else the PHP SDK's claim finds
+                    // held: a claim, never done.
+                    Some(_) => IdState::Claimed,
+                })
+                .collect());
+        }
+        let beside = matches!(self.claims, ClaimKeys::Beside { .. });
+        for id in ids {
+            pipeline.cmd("EXISTS").arg(self.key(id));
+            if beside {
+                pipeline.cmd("EXISTS").arg(self.claim_key(id));
+            }
+        }
+        let counts: Vec<i64> = self.pipelined(StoreOperation::Seen, &pipeline).await?;
+        let per_id = if beside { 2 } else { 1 };
+        Ok(counts
+            .chunks(per_id)
+            .map(|found| match found {
+                [done, ..] if *done > 0 => IdState::Done,
+                [_, claimed] if *claimed > 0 => IdState::Claimed,
+                _ => IdState::Absent,
+            })
+            .collect())
     }
 
     /// Runs `pipeline`, answering one value per command.
@@ -86,9 +183,7 @@ impl Admin for RedisStore {
                 pattern.push(byte);
             }
             pattern.push(b'*');
-            let mut marks = 0;
-            let mut cursor = 0u64;
-            loop {
+            let scan = |cursor: u64| {
                 let mut command = ::redis::cmd("SCAN");
                 command
                     .arg(cursor)
@@ -96,8 +191,54 @@ impl Admin for RedisStore {
                     .arg(&pattern)
                     .arg("COUNT")
                     .arg(SCAN_COUNT);
-                let (next, keys): (u64, Vec<Vec<u8>>) =
-                    self.query(StoreOperation::Maintenance, command).await?;
+                command
+            };
+            #[cfg(feature = "redis-cluster")]
+            if let Some((connection, masters)) = self.cluster_masters().await.map_err(|e| {
+                failed(BACKEND, StoreOperation::Maintenance)(RedisCommandError::from(e))
+            })? {
+                // Each master holds its slots' keys; a replica's are copies.
+                let counts = join_all(masters.iter().map(|(host, port)| {
+                    let mut connection = connection.clone();
+                    let scan = &scan;
+                    async move {
+                        let mut marks = 0u64;
+                        let mut cursor = 0u64;
+                        loop {
+                            let (next, keys): (u64, Vec<Vec<u8>>) =
+                                crate::redis_client::cluster::on_node(
+                                    &mut connection,
+                                    host,
+                                    *port,
+                                    scan(cursor),
+                                )
+                                .await?;
+                            marks += keys.len() as u64;
+                            if next == 0 {
+                                return Ok::<u64, ::redis::RedisError>(marks);
+                            }
+                            cursor = next;
+                        }
+                    }
+                }))
+                .await;
+                let mut marks = 0;
+                for count in counts {
+                    marks += count.map_err(|e| {
+                        failed(BACKEND, StoreOperation::Maintenance)(RedisCommandError::from(e))
+                    })?;
+                }
+                return Ok(StoreStats {
+                    marks,
+                    ..StoreStats::default()
+                });
+            }
+            let mut marks = 0;
+            let mut cursor = 0u64;
+            loop {
+                let (next, keys): (u64, Vec<Vec<u8>>) = self
+                    .query(StoreOperation::Maintenance, scan(cursor))
+                    .await?;
                 marks += keys.len() as u64;
                 if next == 0 {
                     break;
@@ -116,41 +257,11 @@ impl Admin for RedisStore {
             if ids.is_empty() {
                 return Ok(Vec::new());
             }
-            let mut pipeline = ::redis::pipe();
-            if self.claims.is_php() {
-                for id in ids {
-                    pipeline.cmd("GET").arg(self.key(id));
-                }
-                let values: Vec<Option<Vec<u8>>> =
-                    self.pipelined(StoreOperation::Seen, &pipeline).await?;
-                return Ok(values
-                    .into_iter()
-                    .map(|value| match value.as_deref() {
-                        None => IdState::Absent,
-                        Some(b"2") => IdState::Done,
-                        // `'1'`, or anything else the PHP SDK's claim finds
-                        // held: a claim, never done.
-                        Some(_) => IdState::Claimed,
-                    })
-                    .collect());
+            #[cfg(feature = "redis-cluster")]
+            if self.connection.is_cluster() {
+                return self.cluster_states(ids).await;
             }
-            let beside = matches!(self.claims, ClaimKeys::Beside { .. });
-            for id in ids {
-                pipeline.cmd("EXISTS").arg(self.key(id));
-                if beside {
-                    pipeline.cmd("EXISTS").arg(self.claim_key(id));
-                }
-            }
-            let counts: Vec<i64> = self.pipelined(StoreOperation::Seen, &pipeline).await?;
-            let per_id = if beside { 2 } else { 1 };
-            Ok(counts
-                .chunks(per_id)
-                .map(|found| match found {
-                    [done, ..] if *done > 0 => IdState::Done,
-                    [_, claimed] if *claimed > 0 => IdState::Claimed,
-                    _ => IdState::Absent,
-                })
-                .collect())
+            self.states_in_slot(ids.iter().copied()).await
         })
     }
 
@@ -159,21 +270,39 @@ impl Admin for RedisStore {
             if ids.is_empty() {
                 return Ok(0);
             }
-            if self.claims.is_php() {
-                let mut invocation = PHP_FORGET.prepare_invoke();
-                for id in ids {
-                    invocation.key(self.key(id));
-                }
-                let mut connection = self.connection.clone();
-                return invocation.invoke_async(&mut connection).await.map_err(|e| {
-                    failed(BACKEND, StoreOperation::Forget)(RedisCommandError::from(e))
-                });
+            let operation = StoreOperation::Forget;
+            let keys: Vec<Vec<u8>> = ids.iter().map(|id| self.key(id)).collect();
+            // One `DEL` (or the PHP layout's script) per slot on a cluster.
+            let php = self.claims.is_php();
+            let groups = self.slot_groups(&keys);
+            let (_, removed) = self
+                .per_slot(
+                    operation,
+                    &keys,
+                    groups,
+                    php.then_some(&*PHP_FORGET),
+                    false,
+                    |group| {
+                        let mut command = if php {
+                            let mut call = ::redis::cmd("EVALSHA");
+                            call.arg(PHP_FORGET.get_hash()).arg(group.len());
+                            call
+                        } else {
+                            ::redis::cmd("DEL")
+                        };
+                        for &i in group {
+                            command.arg(&keys[i]);
+                        }
+                        command
+                    },
+                )
+                .await?;
+            let mut total = 0;
+            for count in removed {
+                total +=
+                    u64::from_redis_value(count).map_err(|e| super::parse_failed(operation, e))?;
             }
-            let mut command = ::redis::cmd("DEL");
-            for id in ids {
-                command.arg(self.key(id));
-            }
-            self.query(StoreOperation::Forget, command).await
+            Ok(total)
         })
     }
 

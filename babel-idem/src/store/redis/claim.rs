@@ -123,11 +123,28 @@ impl RedisStore {
     /// # Ok::<(), babel_idem::StoreError>(())
     /// # }).unwrap();
     /// ```
+    ///
+    /// On a Redis Cluster the claim key shares its done key's slot: see
+    /// [`guide::stores`](crate::guide::stores).
     pub fn claim_key(&self, id: &str) -> Vec<u8> {
         match &self.claims {
-            ClaimKeys::Beside { claim_prefix, .. } => [claim_prefix, id.as_bytes()].concat(),
+            ClaimKeys::Beside { claim_prefix, .. } => match self.claim_arg(claim_prefix, id) {
+                ClaimArg::Joined(Joined(claim_prefix, id)) => {
+                    [claim_prefix, id.as_bytes()].concat()
+                }
+                ClaimArg::Owned(key) => key,
+            },
             ClaimKeys::Php | ClaimKeys::NoRoom => self.key(id),
         }
+    }
+
+    /// The claim key of `id` beside the seen-set, as a script argument.
+    fn claim_arg<'a>(&'a self, claim_prefix: &'a [u8], id: &'a str) -> ClaimArg<'a> {
+        #[cfg(feature = "redis-cluster")]
+        if self.connection.is_cluster() {
+            return ClaimArg::Owned(super::cluster::claim_key(claim_prefix, &self.prefix, id));
+        }
+        ClaimArg::Joined(Joined(claim_prefix, id))
     }
 
     /// `seen` in the PHP layout: only a done id (`'2'`) is seen, not a claim.
@@ -158,13 +175,18 @@ impl RedisStore {
     }
 
     /// Runs a script call made by [`evalsha`], loading the script into the
-    /// server when it answers `NOSCRIPT` (a restart, `SCRIPT FLUSH`).
+    /// server when it answers `NOSCRIPT` (a restart, `SCRIPT FLUSH`, a
+    /// promoted replica); with [`wait_for_replicas`](RedisStoreBuilder::wait_for_replicas),
+    /// a write's call is confirmed by `WAIT`.
     async fn eval<T: FromRedisValue>(
         &self,
         operation: StoreOperation,
         script: &Script,
         call: &Cmd,
     ) -> Result<T, StoreError> {
+        if self.durability.is_some() && operation != StoreOperation::Release {
+            return self.write(operation, Some(script), call).await;
+        }
         let failed = |e| StoreError::new(operation, BACKEND, RedisCommandError::from(e));
         let mut connection = self.connection.clone();
         match call.query_async(&mut connection).await {
@@ -192,6 +214,23 @@ fn evalsha(script: &Script, keys: usize, id: &str) -> Cmd {
 /// A key written as one argument from its prefix and the id, with no
 /// intermediate `Vec`.
 struct Joined<'a>(&'a [u8], &'a str);
+
+/// A claim key: prefix and id on one server, the cluster's tagged key on a
+/// cluster.
+enum ClaimArg<'a> {
+    Joined(Joined<'a>),
+    #[cfg_attr(not(feature = "redis-cluster"), allow(dead_code))]
+    Owned(Vec<u8>),
+}
+
+impl ToRedisArgs for ClaimArg<'_> {
+    fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
+        match self {
+            ClaimArg::Joined(joined) => joined.write_redis_args(out),
+            ClaimArg::Owned(key) => out.write_arg(key),
+        }
+    }
+}
 
 impl ToRedisArgs for Joined<'_> {
     fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
@@ -226,6 +265,10 @@ fn no_room(operation: StoreOperation) -> StoreError {
 struct Scripts {
     claim: Script,
     claim_many: Script,
+    #[cfg_attr(not(feature = "redis-cluster"), allow(dead_code))]
+    claim_cluster: Script,
+    #[cfg_attr(not(feature = "redis-cluster"), allow(dead_code))]
+    claim_many_cluster: Script,
     commit: Script,
     commit_many: Script,
     release: Script,
@@ -239,6 +282,8 @@ struct Scripts {
 static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     claim: Script::new(include_str!("claim.lua")),
     claim_many: Script::new(include_str!("claim_many.lua")),
+    claim_cluster: Script::new(include_str!("claim_cluster.lua")),
+    claim_many_cluster: Script::new(include_str!("claim_many_cluster.lua")),
     commit: Script::new(include_str!("commit.lua")),
     commit_many: Script::new(include_str!("commit_many.lua")),
     release: Script::new(include_str!("release.lua")),
@@ -305,10 +350,10 @@ impl ClaimStore for RedisStore {
                     claim_prefix,
                     fence,
                 } => {
-                    let script = &SCRIPTS.claim;
+                    let (script, fence) = self.fence_for(fence, id);
                     let mut call = evalsha(script, 3, id);
                     call.arg(self.id_key(id))
-                        .arg(Joined(claim_prefix, id))
+                        .arg(self.claim_arg(claim_prefix, id))
                         .arg(fence)
                         .arg(Owner(owner))
                         .arg(lease_ms);
@@ -336,7 +381,7 @@ impl ClaimStore for RedisStore {
                     let script = &SCRIPTS.commit;
                     let mut call = evalsha(script, 2, id);
                     call.arg(self.id_key(id))
-                        .arg(Joined(claim_prefix, id))
+                        .arg(self.claim_arg(claim_prefix, id))
                         .arg(Owner(owner))
                         .arg(ttl_ms);
                     (script, call)
@@ -360,7 +405,7 @@ impl ClaimStore for RedisStore {
                 ClaimKeys::Beside { claim_prefix, .. } => {
                     let script = &SCRIPTS.release;
                     let mut call = evalsha(script, 1, id);
-                    call.arg(Joined(claim_prefix, id)).arg(Owner(owner));
+                    call.arg(self.claim_arg(claim_prefix, id)).arg(Owner(owner));
                     (script, call)
                 }
                 ClaimKeys::Php => {
@@ -388,7 +433,7 @@ impl ClaimStore for RedisStore {
                 ClaimKeys::Beside { claim_prefix, .. } => {
                     let script = &SCRIPTS.renew;
                     let mut call = evalsha(script, 1, id);
-                    call.arg(Joined(claim_prefix, id))
+                    call.arg(self.claim_arg(claim_prefix, id))
                         .arg(Owner(owner))
                         .arg(lease_ms);
                     (script, call)
@@ -426,7 +471,11 @@ impl ClaimStore for RedisStore {
             };
             let batch = Batch {
                 operation,
-                script: &SCRIPTS.claim_many,
+                script: if self.connection.is_cluster() {
+                    &SCRIPTS.claim_many_cluster
+                } else {
+                    &SCRIPTS.claim_many
+                },
                 first_key: Some(fence),
                 claim_prefix,
                 argument: lease_ms,
@@ -481,38 +530,102 @@ struct Batch<'a> {
 }
 
 impl RedisStore {
-    /// Runs `batch` over `entries`, [`MAX_SCRIPT_BATCH`] per call; the
-    /// replies in the entries' order.
+    /// The claim script and the fence counter for `id`: the store's one
+    /// counter on one server, the counter of the id's slot on a cluster.
+    fn fence_for<'a>(&self, fence: &'a [u8], id: &str) -> (&'static Script, ClaimArg<'a>) {
+        #[cfg(feature = "redis-cluster")]
+        if self.connection.is_cluster() {
+            let done = self.key(id);
+            return (
+                &SCRIPTS.claim_cluster,
+                ClaimArg::Owned(super::cluster::fence_key(fence, &done)),
+            );
+        }
+        let _ = id;
+        (&SCRIPTS.claim, ClaimArg::Joined(Joined(fence, "")))
+    }
+
+    /// Runs `batch` over `entries`, [`MAX_SCRIPT_BATCH`] per call; on a
+    /// cluster one call per slot share of the entries (the slot's fence
+    /// counter first), in one pipeline per master, all at once. The replies
+    /// in the entries' order.
     async fn run_batch(
         &self,
         batch: &Batch<'_>,
         entries: &[(&str, ClaimToken)],
     ) -> Result<Vec<i64>, StoreError> {
+        #[cfg(feature = "redis-cluster")]
+        if self.connection.is_cluster() {
+            let keys: Vec<Vec<u8>> = entries.iter().map(|(id, _)| self.key(id)).collect();
+            let groups: Vec<Vec<usize>> = self
+                .slot_groups(&keys)
+                .iter()
+                .flat_map(|group| group.chunks(MAX_SCRIPT_BATCH).map(<[usize]>::to_vec))
+                .collect();
+            let (groups, answers) = self
+                .per_slot(
+                    batch.operation,
+                    &keys,
+                    groups,
+                    Some(batch.script),
+                    true,
+                    |group| {
+                        let fence = batch
+                            .first_key
+                            .map(|fence| super::cluster::fence_key(fence, &keys[group[0]]));
+                        let share: Vec<(&str, ClaimToken)> =
+                            group.iter().map(|&i| entries[i]).collect();
+                        self.batch_call(batch, fence.as_deref(), &share)
+                    },
+                )
+                .await?;
+            let mut replies = vec![0; entries.len()];
+            for (group, answer) in groups.iter().zip(answers) {
+                let answer: Vec<i64> = FromRedisValue::from_redis_value(answer)
+                    .map_err(|e| super::parse_failed(batch.operation, e))?;
+                for (&i, reply) in group.iter().zip(answer) {
+                    replies[i] = reply;
+                }
+            }
+            return Ok(replies);
+        }
         let mut replies = Vec::with_capacity(entries.len());
         for chunk in entries.chunks(MAX_SCRIPT_BATCH) {
-            let keys = 2 * chunk.len() + usize::from(batch.first_key.is_some());
-            let id_bytes: usize = chunk.iter().map(|(id, _)| id.len()).sum();
-            // Per entry two prefixed keys, and an owner's 32 digits.
-            let mut call = Cmd::with_capacity(
-                keys + chunk.len() + 5,
-                128 + 2 * id_bytes + chunk.len() * 96,
-            );
-            call.arg("EVALSHA").arg(batch.script.get_hash()).arg(keys);
-            if let Some(key) = batch.first_key {
-                call.arg(key);
-            }
-            for &(id, _) in chunk {
-                call.arg(self.id_key(id))
-                    .arg(Joined(batch.claim_prefix, id));
-            }
-            call.arg(batch.argument);
-            for &(_, owner) in chunk {
-                call.arg(Owner(owner));
-            }
+            let call = self.batch_call(batch, batch.first_key, chunk);
             let chunk_replies: Vec<i64> = self.eval(batch.operation, batch.script, &call).await?;
             replies.extend(chunk_replies);
         }
         Ok(replies)
+    }
+
+    /// `batch`'s script call for `chunk` (at most [`MAX_SCRIPT_BATCH`]
+    /// entries), with `first_key` before the entries' keys.
+    fn batch_call(
+        &self,
+        batch: &Batch<'_>,
+        first_key: Option<&[u8]>,
+        chunk: &[(&str, ClaimToken)],
+    ) -> Cmd {
+        let keys = 2 * chunk.len() + usize::from(first_key.is_some());
+        let id_bytes: usize = chunk.iter().map(|(id, _)| id.len()).sum();
+        // Per entry two prefixed keys, and an owner's 32 digits.
+        let mut call = Cmd::with_capacity(
+            keys + chunk.len() + 5,
+            128 + 2 * id_bytes + chunk.len() * 96,
+        );
+        call.arg("EVALSHA").arg(batch.script.get_hash()).arg(keys);
+        if let Some(key) = first_key {
+            call.arg(key);
+        }
+        for &(id, _) in chunk {
+            call.arg(self.id_key(id))
+                .arg(self.claim_arg(batch.claim_prefix, id));
+        }
+        call.arg(batch.argument);
+        for &(_, owner) in chunk {
+            call.arg(Owner(owner));
+        }
+        call
     }
 }
 
