@@ -16,7 +16,7 @@
 //! the redriven value, a process killed at any point leaves each message in
 //! exactly one of the two lists.
 
-use ::redis::aio::ConnectionManager;
+use crate::redis_client::Connection;
 use ::redis::{RedisError, Script};
 
 use super::frame;
@@ -118,7 +118,7 @@ impl RedisTransport {
 /// One run over a dead-letter list: `offset` is how many records before
 /// the next one to look at are still in the list (looked at, not moved).
 struct RedisDlq {
-    connection: ConnectionManager,
+    connection: Connection,
     dlq: String,
     offset: usize,
     script: Script,
