@@ -61,7 +61,6 @@ use babel_idem::store::{Batched, ClaimStore};
 use babel_idem::store::{Cached, PostgresStore, RedisStore, SqliteStore};
 use babel_idem::transport::{AmqpTransport, RedisTransport, Transport};
 use babel_idem::{Consumer, Envelope, Router, StoreError, idempotent, metrics};
-use babel_idem_cli::parse_duration;
 
 /// The URN the job handles unless `--urn` names another.
 const ORDER_CREATED: &str = "urn:babel:orders:created";
@@ -165,9 +164,28 @@ fn parse_options() -> Result<Options, String> {
     Ok(options)
 }
 
-/// A duration written as the `babel-idem` CLI writes one, for `flag`.
+/// A duration written as the `babel-idem` CLI writes one: a whole number
+/// and a unit, `ms`, `s`, `m`, `h` or `d` (`500ms`, `30s`, `5m`, `2h`); a
+/// bare number is seconds.
 fn duration(flag: &str, text: &str) -> Result<Duration, String> {
-    parse_duration(text).map_err(|why| format!("{flag}: {why}"))
+    let refused = || {
+        format!(
+            "{flag}: {text:?} is not a duration: write a whole number and a unit \
+             (ms, s, m, h, d), as in 30s, 5m, 2h; a bare number is seconds"
+        )
+    };
+    let digits = text.bytes().take_while(u8::is_ascii_digit).count();
+    let number: u64 = text[..digits].parse().map_err(|_| refused())?;
+    let millis_per_unit: u64 = match &text[digits..] {
+        "ms" => 1,
+        "" | "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return Err(refused()),
+    };
+    let millis = number.checked_mul(millis_per_unit).ok_or_else(refused)?;
+    Ok(Duration::from_millis(millis))
 }
 
 /// The store `--store` names, in [`Cached`] with `--cached`. Claim mode
