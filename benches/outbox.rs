@@ -215,7 +215,16 @@ impl Filled {
                      ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED"
                 );
                 let mark = format!(
-                    "UPDATE {t} SET status = 'published', published_at = {now} WHERE id = ANY($1)"
+                    "UPDATE {t} AS o SET
+                         status = CASE WHEN r.error IS NULL THEN 'published'
+                                       WHEN o.attempts + 1 >= $3 THEN 'failed'
+                                       ELSE o.status END,
+                         published_at = CASE WHEN r.error IS NULL THEN {now} ELSE o.published_at END,
+                         attempts = o.attempts + CASE WHEN r.error IS NULL THEN 0 ELSE 1 END,
+                         last_error = COALESCE(r.error, o.last_error),
+                         failed_at = CASE WHEN r.error IS NULL THEN o.failed_at ELSE {now} END
+                     FROM unnest($1::int8[], $2::text[]) AS r(id, error)
+                     WHERE o.id = r.id"
                 );
                 loop {
                     let mut tx = pool
@@ -234,7 +243,14 @@ impl Filled {
                         break;
                     }
                     let ids: Vec<i64> = taken.iter().map(|row| row.0).collect();
-                    sqlx::query(&mark).bind(&ids).execute(&mut *tx).await.unwrap();
+                    let errors: Vec<Option<String>> = vec![None; ids.len()];
+                    sqlx::query(&mark)
+                        .bind(&ids)
+                        .bind(&errors)
+                        .bind(10i64)
+                        .execute(&mut *tx)
+                        .await
+                        .unwrap();
                     tx.commit().await.unwrap();
                     marked += ids.len();
                 }
@@ -246,6 +262,7 @@ impl Filled {
                      WHERE status = 'pending'
                        AND (failed_at IS NULL OR failed_at <= strftime('%Y-%m-%d %H:%M:%f', 'now',
                             printf('-%.3f seconds', min(attempts * ?2, ?3))))
+                       AND id NOT IN (SELECT value FROM json_each(?4))
                      ORDER BY id LIMIT ?1"
                 );
                 let mark = format!(
@@ -258,6 +275,7 @@ impl Filled {
                             .bind(100i64)
                             .bind(0.05f64)
                             .bind(5.0f64)
+                            .bind("[]")
                             .fetch_all(pool)
                             .await
                             .unwrap();
@@ -265,13 +283,11 @@ impl Filled {
                         break;
                     }
                     let ids: Vec<i64> = taken.iter().map(|row| row.0).collect();
-                    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.unwrap();
                     sqlx::query(&mark)
                         .bind(serde_json::Value::from(ids.clone()).to_string())
-                        .execute(&mut *tx)
+                        .execute(pool)
                         .await
                         .unwrap();
-                    tx.commit().await.unwrap();
                     marked += ids.len();
                 }
             }
