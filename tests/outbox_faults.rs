@@ -3,10 +3,12 @@
 //! test owns and a Redis server of the test's own killed and restarted
 //! leave the rows pending without spending attempts, and publish them all
 //! after recovery; purging published rows while producers write neither
-//! deadlocks nor deletes a pending row.
+//! deadlocks nor deletes a pending row; a RabbitMQ node of the test's own
+//! that closes the channel over one oversized body fails that row alone.
 //!
 //! Environment: `BABEL_IDEM_AMQP_URL`, `BABEL_IDEM_POSTGRES_URL`,
-//! `BABEL_IDEM_REDIS_URL`, and `redis-server` on the PATH; without them the
+//! `BABEL_IDEM_REDIS_URL`, `redis-server` on the PATH and RabbitMQ
+//! installed (`/usr/lib/rabbitmq/bin`); without them the
 //! tests print `skipped:`, and with `BABEL_IDEM_REQUIRE_SERVERS=1` fail.
 #![cfg(all(
     feature = "sqlite",
@@ -28,7 +30,7 @@ use outbox_support::db::{Db, Kind};
 use outbox_support::{AMQP_URL, Broker, Landed, Proxy};
 use serde_json::json;
 use store_contract::servers::{REDIS_URL, server_url, unique_suffix};
-use store_contract::spawned::OwnRedis;
+use store_contract::spawned::{OwnRabbit, OwnRedis};
 use tokio::sync::oneshot;
 
 fn envelopes(queue: &str, from: u64, count: u64) -> Vec<Envelope> {
@@ -267,4 +269,83 @@ async fn purging_published_rows_beside_producers_and_a_relay_never_deletes_a_pen
         "no pending row was purged before it was published"
     );
     db.cleanup().await;
+}
+
+/// A body over the broker's `max_message_size` makes RabbitMQ close the
+/// channel, failing the whole batch's publish while the broker still
+/// answers: the relay finds that row, fails it with the broker's reason,
+/// and publishes the rows around it, in id order.
+async fn oversized_body(rabbit: &OwnRabbit, kind: Kind, test: &str) {
+    let Some(db) = Db::open(kind, test).await else {
+        return;
+    };
+    db.migrate().await;
+    let queue = format!("bi-obx-{}", unique_suffix());
+    let mut batch = envelopes(&queue, 0, 20);
+    batch[7] = Envelope::new(
+        "urn:babel:outbox:test",
+        json!({"n": 7, "pad": "x".repeat(8192)}),
+    )
+    .with_queue(&queue);
+    let saved = db.save_all(&batch).await;
+    let transport = AmqpTransport::builder()
+        .timeout(Duration::from_secs(5))
+        .connect(&rabbit.url())
+        .await
+        .unwrap();
+    let relay = Relay::builder(db.source().await, transport)
+        .max_attempts(1)
+        .build()
+        .await
+        .unwrap();
+    let report = tokio::time::timeout(Duration::from_secs(120), relay.drain())
+        .await
+        .expect("the relay stops retrying the batch")
+        .unwrap();
+    // The channel the broker closed may meet one pass as an outage, which
+    // spends no attempt; the relay then goes on and finishes.
+    assert_eq!(report.published, 19, "{report:?}");
+    assert_eq!((report.refused, report.failed), (1, 1), "{report:?}");
+
+    for row in db.rows().await {
+        if row.id == saved[7] {
+            assert_eq!(row.status, "failed", "{row:?}");
+            let reason = row.last_error.clone().unwrap_or_default();
+            assert!(reason.contains("max size"), "{row:?}");
+        } else {
+            assert_eq!(row.status, "published", "{row:?}");
+            assert_eq!(row.attempts, 0, "{row:?}");
+        }
+    }
+    let broker = Broker::Amqp(rabbit.url());
+    let landed: Vec<String> = broker.drain(&queue).await.iter().map(Landed::id).collect();
+    let mut expected = batch.clone();
+    expected.remove(7);
+    let expected: Vec<String> = expected
+        .iter()
+        .map(|env| env.meta.id.clone().unwrap())
+        .collect();
+    // Rows the broker took before it closed the channel land again (at
+    // least once); their first arrivals keep id order.
+    let mut first = Vec::new();
+    for id in &landed {
+        if !first.contains(id) {
+            first.push(id.clone());
+        }
+    }
+    assert_eq!(
+        first, expected,
+        "each row but the oversized one, in id order"
+    );
+    db.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_over_rabbitmqs_max_message_size_fails_alone_and_the_rest_publish() {
+    const TEST: &str = "outbox_amqp_oversized";
+    let Some(rabbit) = OwnRabbit::start(TEST, 4096) else {
+        return;
+    };
+    oversized_body(&rabbit, Kind::Sqlite, TEST).await;
+    oversized_body(&rabbit, Kind::Postgres, TEST).await;
 }

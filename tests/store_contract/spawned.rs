@@ -256,3 +256,102 @@ fn running_as_root() -> bool {
         .output()
         .is_ok_and(|output| output.stdout.trim_ascii() == b"0")
 }
+
+/// A RabbitMQ node of the test's own (its own node name, port, data and
+/// configuration), for a broker setting the shared one must keep: the
+/// largest message it takes (`max_message_size`).
+pub struct OwnRabbit {
+    port: u16,
+    node: String,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+/// RabbitMQ's own scripts, which run a node as the calling user.
+const RABBIT_BIN: &str = "/usr/lib/rabbitmq/bin";
+
+impl OwnRabbit {
+    /// A node on a free port taking messages of at most `max_message_size`
+    /// bytes, started; `None` (after a `skipped:` line) when RabbitMQ is
+    /// not installed.
+    pub fn start(test: &str, max_message_size: usize) -> Option<Self> {
+        let server = PathBuf::from(RABBIT_BIN).join("rabbitmq-server");
+        if !server.exists() {
+            skip_or_fail(test, "RabbitMQ is not installed (no rabbitmq-server)");
+            return None;
+        }
+        let port = free_port();
+        let dir = scratch_dir("rabbitmq");
+        std::fs::write(
+            dir.join("rabbit.conf"),
+            format!(
+                "listeners.tcp.default = {port}\nmax_message_size = {max_message_size}\n\
+                 loopback_users = none\n"
+            ),
+        )
+        .expect("write the node's configuration");
+        std::fs::write(dir.join("plugins"), "").expect("write the node's plugin list");
+        let mut rabbit = OwnRabbit {
+            port,
+            node: format!("babel-idem-{}@localhost", unique_suffix()),
+            dir,
+            child: None,
+        };
+        let child = rabbit
+            .command("rabbitmq-server")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start rabbitmq-server");
+        rabbit.child = Some(child);
+        // A node boots in seconds; a loaded machine takes longer.
+        let deadline = Instant::now() + STARTUP_LIMIT * 3;
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "rabbitmq-server did not start");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Some(rabbit)
+    }
+
+    /// The node's AMQP URL (guest, the default vhost).
+    pub fn url(&self) -> String {
+        format!("amqp://guest:guest@127.0.0.1:{}/%2f", self.port)
+    }
+
+    /// One of RabbitMQ's scripts, pointed at this node's files alone.
+    fn command(&self, script: &str) -> Command {
+        let mut command = Command::new(PathBuf::from(RABBIT_BIN).join(script));
+        let dir = &self.dir;
+        command
+            .env("HOME", dir)
+            .env("RABBITMQ_NODENAME", &self.node)
+            .env("RABBITMQ_NODE_PORT", self.port.to_string())
+            .env("RABBITMQ_DIST_PORT", free_port().to_string())
+            .env("RABBITMQ_CONFIG_FILE", dir.join("rabbit.conf"))
+            .env("RABBITMQ_ADVANCED_CONFIG_FILE", dir.join("advanced.config"))
+            .env("RABBITMQ_CONF_ENV_FILE", dir.join("rabbitmq-env.conf"))
+            .env("RABBITMQ_ENABLED_PLUGINS_FILE", dir.join("plugins"))
+            .env("RABBITMQ_MNESIA_BASE", dir.join("mnesia"))
+            .env("RABBITMQ_LOG_BASE", dir.join("log"))
+            .env("RABBITMQ_PID_FILE", dir.join("pid"));
+        command
+    }
+}
+
+impl Drop for OwnRabbit {
+    fn drop(&mut self) {
+        // The script's child is the Erlang VM: stop the node by name, then
+        // reap the script.
+        let _ = self
+            .command("rabbitmqctl")
+            .arg("stop")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -36,8 +36,7 @@ const NOW: &str = "(now() AT TIME ZONE 'UTC')";
 /// |---|---|
 /// | `save` | `WITH saved AS (INSERT INTO t (queue, body, headers, created_at) VALUES ($1, $2, $3, now) RETURNING id) SELECT id, pg_notify('t', '')::text FROM saved` |
 /// | the relay takes, in its transaction | `SELECT id, queue, body, attempts, headers FROM t WHERE status = 'pending' AND (failed_at IS NULL OR failed_at <= now - backoff) ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED` |
-/// | the broker accepted, same transaction | `UPDATE t SET status = 'published', published_at = now WHERE id = ANY($1)` |
-/// | the broker refused, same transaction | `UPDATE t SET attempts = attempts + 1, last_error = $2, failed_at = now, status = CASE WHEN attempts + 1 >= $3 THEN 'failed' ELSE status END WHERE id = $1` |
+/// | the relay marks the batch, same transaction (`$1` ids, `$2` their errors, `NULL` for the rows the broker accepted) | `UPDATE t AS o SET status = CASE WHEN r.error IS NULL THEN 'published' WHEN o.attempts + 1 >= $3 THEN 'failed' ELSE o.status END, published_at = CASE WHEN r.error IS NULL THEN now ELSE o.published_at END, attempts = o.attempts + CASE WHEN r.error IS NULL THEN 0 ELSE 1 END, last_error = COALESCE(r.error, o.last_error), failed_at = CASE WHEN r.error IS NULL THEN o.failed_at ELSE now END FROM unnest($1::int8[], $2::text[]) AS r(id, error) WHERE o.id = r.id`, then `COMMIT` |
 /// | `retry_failed` | `UPDATE t SET status = 'pending', attempts = 0, failed_at = NULL WHERE status = 'failed'` |
 /// | `purge_published` | `DELETE FROM t WHERE id IN (SELECT id FROM t WHERE status = 'published' AND published_at < now - age ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)`, batch after batch |
 ///
@@ -48,7 +47,9 @@ const NOW: &str = "(now() AT TIME ZONE 'UTC')";
 /// The relay holds the rows it took locked until it marked them, so
 /// several relays drain one outbox at once, each row taken by one relay at
 /// a time; a relay that dies releases its rows (still pending) with its
-/// connection. `save`'s `NOTIFY` on the channel named like the table is
+/// connection. A relay takes its next batch, in a second transaction,
+/// while the previous batch's mark commits: the rows still locked are
+/// skipped, and a row whose mark committed meanwhile is no longer pending. `save`'s `NOTIFY` on the channel named like the table is
 /// delivered when the transaction commits, and wakes the relays that
 /// `LISTEN` there; rows other producers insert are found by the poll.
 ///
@@ -404,29 +405,36 @@ impl PostgresOutbox {
         max_attempts: u32,
     ) -> Result<(), OutboxError> {
         let t = &self.table;
-        if !published.is_empty() {
+        // One statement for the whole batch: each id with no error is
+        // published; each id with its error spends an attempt.
+        let mut ids = Vec::with_capacity(published.len() + refused.len());
+        let mut errors: Vec<Option<String>> = Vec::with_capacity(ids.capacity());
+        ids.extend_from_slice(published);
+        errors.resize(published.len(), None);
+        for (id, error) in refused {
+            ids.push(*id);
+            errors.push(Some(truncated(error)));
+        }
+        if !ids.is_empty() {
             let mark = format!(
-                "UPDATE {t} SET status = 'published', published_at = {NOW} WHERE id = ANY($1)"
+                "UPDATE {t} AS o SET
+                     status = CASE WHEN r.error IS NULL THEN 'published'
+                                   WHEN o.attempts + 1 >= $3 THEN 'failed'
+                                   ELSE o.status END,
+                     published_at = CASE WHEN r.error IS NULL THEN {NOW} ELSE o.published_at END,
+                     attempts = o.attempts + CASE WHEN r.error IS NULL THEN 0 ELSE 1 END,
+                     last_error = COALESCE(r.error, o.last_error),
+                     failed_at = CASE WHEN r.error IS NULL THEN o.failed_at ELSE {NOW} END
+                 FROM unnest($1::int8[], $2::text[]) AS r(id, error)
+                 WHERE o.id = r.id"
             );
             sqlx::query(&mark)
-                .bind(published)
-                .execute(&mut *tx)
-                .await
-                .map_err(database("mark published"))?;
-        }
-        let refuse = format!(
-            "UPDATE {t} SET attempts = attempts + 1, last_error = $2, failed_at = {NOW},
-                 status = CASE WHEN attempts + 1 >= $3 THEN 'failed' ELSE status END
-             WHERE id = $1"
-        );
-        for (id, error) in refused {
-            sqlx::query(&refuse)
-                .bind(id)
-                .bind(truncated(error))
+                .bind(&ids)
+                .bind(&errors)
                 .bind(i64::from(max_attempts))
                 .execute(&mut *tx)
                 .await
-                .map_err(database("mark failed"))?;
+                .map_err(database("mark"))?;
         }
         tx.commit().await.map_err(database("mark"))
     }

@@ -117,6 +117,43 @@ impl RelaySink {
             RelaySink::Amqp(transport) => transport.publish_batch(messages).await,
         }
     }
+
+    /// Publishes `messages`; when the batch fails as a whole while the
+    /// broker still answers (RabbitMQ closes the channel over one message,
+    /// such as a body over its `max_message_size`), publishes each half
+    /// again, down to the message the broker refuses, whose outcome is the
+    /// error. `Err` only when the broker cannot be reached.
+    async fn publish_isolating(
+        &self,
+        messages: &[Outgoing<'_>],
+    ) -> Result<BatchOutcome, TransportError> {
+        let error = match self.publish(messages).await {
+            Ok(outcome) => return Ok(outcome),
+            Err(error) => error,
+        };
+        if !self.refused_while_reachable().await {
+            return Err(error);
+        }
+        if messages.len() == 1 {
+            return Ok(vec![Err(error)]);
+        }
+        let (left, right) = messages.split_at(messages.len() / 2);
+        let mut outcome = Box::pin(self.publish_isolating(left)).await?;
+        outcome.extend(Box::pin(self.publish_isolating(right)).await?);
+        Ok(outcome)
+    }
+
+    /// After a failed batch: whether the broker still answers, so that the
+    /// failure was its refusal of something in the batch. A Redis pipeline
+    /// reports each refusal on its own, so its failures are outages.
+    async fn refused_while_reachable(&self) -> bool {
+        match self {
+            #[cfg(feature = "redis-transport")]
+            RelaySink::Redis(_) => false,
+            #[cfg(feature = "amqp-transport")]
+            RelaySink::Amqp(transport) => transport.reachable().await,
+        }
+    }
 }
 
 /// Why the relay stopped or a pass failed.
@@ -291,7 +328,12 @@ impl RelayBuilder {
 /// confirm, on RabbitMQ).
 ///
 /// - One batch is one round trip to the broker: one pipeline on Redis, one
-///   confirm round on RabbitMQ.
+///   confirm round on RabbitMQ; one statement takes it and one marks it.
+///   While a batch's mark commits, [`run`](Relay::run) and
+///   [`drain`](Relay::drain) take and publish the next batch (never a row
+///   of the batch being marked), so the database and the broker work at
+///   the same time. A larger [`batch_size`](RelayBuilder::batch_size)
+///   spreads each round trip over more rows.
 /// - A row the broker refuses (a queue name the transport cannot hold, a
 ///   key of the wrong type, a nack, a body over
 ///   [`max_body_bytes`](RelayBuilder::max_body_bytes)) gets `attempts + 1`,
@@ -302,6 +344,12 @@ impl RelayBuilder {
 /// - A broker that cannot be reached is nobody's fault: no row is marked
 ///   and none spends an attempt; the relay waits (the same steps) and
 ///   tries again.
+/// - RabbitMQ closes the channel over some messages (a body over its
+///   `max_message_size`), failing the whole batch while it still answers:
+///   the relay then publishes each half of the batch again, down to the
+///   row the broker refuses, which is refused as above with the broker's
+///   reason; the others are published. The rows the broker took before it
+///   closed the channel are published again (at least once).
 /// - On PostgreSQL the rows a relay took stay locked (`FOR UPDATE SKIP
 ///   LOCKED`) until it marked them, so several relays share an outbox,
 ///   each row taken by one at a time; `LISTEN`/`NOTIFY` wakes them. On
@@ -316,7 +364,9 @@ impl RelayBuilder {
 ///   disk, since a lost mark only publishes its row again.
 /// - Delivery is at least once: a relay that dies after the broker
 ///   accepted a batch and before it marked it publishes that batch again,
-///   with the same `meta.id`s, which consumers deduplicate.
+///   with the same `meta.id`s, which consumers deduplicate; with the next
+///   batch published while the previous one's mark commits, that is at
+///   most the two batches in flight.
 ///
 /// ```no_run
 /// use babel_idem::outbox::{Relay, SqliteOutbox};
@@ -340,10 +390,35 @@ pub struct Relay {
     headers: bool,
 }
 
+/// Rows a relay took: on PostgreSQL with the transaction that holds them
+/// locked until it marks them.
+struct Taken {
+    rows: Vec<PendingRow>,
+    #[cfg(feature = "postgres")]
+    tx: Option<sqlx::Transaction<'static, sqlx::Postgres>>,
+}
+
+/// A batch the broker settled: what it accepted and what it refused.
+struct Settled {
+    taken: Taken,
+    published: Vec<i64>,
+    refused: Vec<(i64, String)>,
+}
+
+/// What taking and publishing a batch came to.
+enum Step {
+    /// No row was ready.
+    Empty,
+    /// The broker settled the batch; it remains to mark it.
+    Settled(Settled),
+    /// The broker could not be reached; nothing is to be marked.
+    Outage(TransportError),
+}
+
 /// What one pass did with the batch it took.
 enum Pass {
     /// Rows were taken and settled.
-    Done { taken: usize, report: RelayReport },
+    Done(RelayReport),
     /// The broker could not be reached; nothing was marked.
     Outage(TransportError),
 }
@@ -371,7 +446,7 @@ impl Relay {
     /// [`RelayError::Broker`], with nothing marked.
     pub async fn run_once(&self) -> Result<RelayReport, RelayError> {
         match self.pass().await? {
-            Pass::Done { report, .. } => Ok(report),
+            Pass::Done(report) => Ok(report),
             Pass::Outage(error) => Err(RelayError::Broker(error)),
         }
     }
@@ -405,38 +480,65 @@ impl Relay {
         let mut total = RelayReport::default();
         let mut outages = 0u32;
         let mut last_metrics: Option<Instant> = None;
+        // The batch published whose mark commits while the next batch is
+        // taken and published: a crash repeats at most these two batches.
+        let mut in_flight: Option<Settled> = None;
         loop {
-            let pass = self.pass().await?;
+            let marking = in_flight.take();
+            let skip: Vec<i64> = marking
+                .as_ref()
+                .map(|settled| settled.taken.rows.iter().map(|row| row.id).collect())
+                .unwrap_or_default();
+            let (marked, stepped) = tokio::join!(
+                async {
+                    match marking {
+                        Some(settled) => self.mark(settled).await,
+                        None => Ok(()),
+                    }
+                },
+                self.step(&skip)
+            );
+            marked?;
             let mut pause = None;
-            match pass {
-                Pass::Outage(error) => {
+            let (taken, report) = match stepped? {
+                Step::Outage(error) => {
                     outages += 1;
                     total.outages += 1;
                     tracing::warn!(%error, "babel-idem relay: the broker is unreachable; no row spent an attempt");
                     pause = Some(self.step_backoff(outages));
+                    (None, RelayReport::default())
                 }
-                Pass::Done { taken, report } => {
-                    outages = 0;
-                    total.add(report);
-                    if taken < self.settings.batch as usize {
-                        if until_empty {
-                            if self.stats().await?.pending == 0 {
-                                // The last figures, whenever the previous ones were taken.
-                                self.record_metrics(&mut None).await;
-                                return Ok(total);
-                            }
-                            // Rows waiting out a backoff.
-                            pause = Some(self.settings.backoff.step);
-                        } else {
-                            self.record_metrics(&mut last_metrics).await;
-                            let wait = wake.wait(self.settings.poll);
-                            tokio::select! {
-                                biased;
-                                _ = &mut shutdown => return Ok(total),
-                                _ = wait => {}
-                            }
-                            continue;
+                Step::Empty => (Some(0), RelayReport::default()),
+                Step::Settled(settled) => {
+                    let taken = settled.taken.rows.len();
+                    let report = self.done(&settled);
+                    in_flight = Some(settled);
+                    (Some(taken), report)
+                }
+            };
+            if let Some(taken) = taken {
+                outages = 0;
+                total.add(report);
+                if taken < self.settings.batch as usize {
+                    // The outbox looked drained: mark before looking again.
+                    self.settle(&mut in_flight).await?;
+                    if until_empty {
+                        if self.stats().await?.pending == 0 {
+                            // The last figures, whenever the previous ones were taken.
+                            self.record_metrics(&mut None).await;
+                            return Ok(total);
                         }
+                        // Rows waiting out a backoff.
+                        pause = Some(self.settings.backoff.step);
+                    } else {
+                        self.record_metrics(&mut last_metrics).await;
+                        let wait = wake.wait(self.settings.poll);
+                        tokio::select! {
+                            biased;
+                            _ = &mut shutdown => return Ok(total),
+                            _ = wait => {}
+                        }
+                        continue;
                     }
                 }
             }
@@ -448,6 +550,7 @@ impl Relay {
                     _ = tokio::time::sleep(pause) => {}
                 }
             } else if poll_now(&mut shutdown) {
+                self.settle(&mut in_flight).await?;
                 return Ok(total);
             }
         }
@@ -472,55 +575,98 @@ impl Relay {
         })
     }
 
+    /// One batch, taken, published and marked before it returns.
     async fn pass(&self) -> Result<Pass, RelayError> {
-        let settings = &self.settings;
-        match &settings.source {
-            #[cfg(feature = "sqlite")]
-            RelaySource::Sqlite(outbox) => {
-                let rows = outbox
-                    .take(settings.batch, settings.backoff, self.headers)
-                    .await?;
-                if rows.is_empty() {
-                    return Ok(Pass::Done {
-                        taken: 0,
-                        report: RelayReport::default(),
-                    });
-                }
-                let settled = self.publish(&rows).await;
-                let (published, refused) = match settled {
-                    Ok(settled) => settled,
-                    Err(error) => return Ok(Pass::Outage(error)),
-                };
-                outbox
-                    .finish(&published, &refused, settings.max_attempts)
-                    .await?;
-                Ok(self.done(&rows, &published, &refused))
-            }
-            #[cfg(feature = "postgres")]
-            RelaySource::Postgres(outbox) => {
-                let (tx, rows) = outbox
-                    .take(settings.batch, settings.backoff, self.headers)
-                    .await?;
-                if rows.is_empty() {
-                    return Ok(Pass::Done {
-                        taken: 0,
-                        report: RelayReport::default(),
-                    });
-                }
-                let (published, refused) = match self.publish(&rows).await {
-                    Ok(settled) => settled,
-                    // Dropping the transaction releases the rows, unmarked.
-                    Err(error) => return Ok(Pass::Outage(error)),
-                };
-                outbox
-                    .finish(tx, &published, &refused, settings.max_attempts)
-                    .await?;
-                Ok(self.done(&rows, &published, &refused))
+        match self.step(&[]).await? {
+            Step::Empty => Ok(Pass::Done(RelayReport::default())),
+            Step::Outage(error) => Ok(Pass::Outage(error)),
+            Step::Settled(settled) => {
+                let report = self.done(&settled);
+                self.mark(settled).await?;
+                Ok(Pass::Done(report))
             }
         }
     }
 
-    fn done(&self, rows: &[PendingRow], published: &[i64], refused: &[(i64, String)]) -> Pass {
+    /// Takes a batch, skipping `in_flight` (the previous batch, whose mark
+    /// may still be committing), and publishes it.
+    async fn step(&self, in_flight: &[i64]) -> Result<Step, RelayError> {
+        let settings = &self.settings;
+        let taken = match &settings.source {
+            #[cfg(feature = "sqlite")]
+            RelaySource::Sqlite(outbox) => Taken {
+                rows: outbox
+                    .take(settings.batch, settings.backoff, self.headers, in_flight)
+                    .await?,
+                #[cfg(feature = "postgres")]
+                tx: None,
+            },
+            #[cfg(feature = "postgres")]
+            RelaySource::Postgres(outbox) => {
+                // The rows of `in_flight` stay locked until their mark
+                // commits, and `SKIP LOCKED` passes them by.
+                let _ = in_flight;
+                let (tx, rows) = outbox
+                    .take(settings.batch, settings.backoff, self.headers)
+                    .await?;
+                Taken { rows, tx: Some(tx) }
+            }
+        };
+        if taken.rows.is_empty() {
+            return Ok(Step::Empty);
+        }
+        match self.publish(&taken.rows).await {
+            Ok((published, refused)) => Ok(Step::Settled(Settled {
+                taken,
+                published,
+                refused,
+            })),
+            // Dropping the rows unmarked (on PostgreSQL, rolling back the
+            // transaction) leaves them pending.
+            Err(error) => Ok(Step::Outage(error)),
+        }
+    }
+
+    /// Records what the broker did with a batch: each row it accepted
+    /// published, each refusal an attempt.
+    async fn mark(&self, settled: Settled) -> Result<(), RelayError> {
+        let settings = &self.settings;
+        match &settings.source {
+            #[cfg(feature = "sqlite")]
+            RelaySource::Sqlite(outbox) => {
+                outbox
+                    .finish(&settled.published, &settled.refused, settings.max_attempts)
+                    .await?
+            }
+            #[cfg(feature = "postgres")]
+            RelaySource::Postgres(outbox) => {
+                if let Some(tx) = settled.taken.tx {
+                    outbox
+                        .finish(
+                            tx,
+                            &settled.published,
+                            &settled.refused,
+                            settings.max_attempts,
+                        )
+                        .await?
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Marks the batch in flight, if any.
+    async fn settle(&self, in_flight: &mut Option<Settled>) -> Result<(), RelayError> {
+        match in_flight.take() {
+            Some(settled) => self.mark(settled).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Counts, logs and records a settled batch.
+    fn done(&self, settled: &Settled) -> RelayReport {
+        let (rows, published, refused) =
+            (&settled.taken.rows, &settled.published, &settled.refused);
         let failed = rows
             .iter()
             .filter(|row| refused.iter().any(|(id, _)| *id == row.id))
@@ -536,14 +682,11 @@ impl Relay {
             ::metrics::counter!(crate::metrics::OUTBOX_REFUSED_TOTAL)
                 .increment(refused.len() as u64);
         }
-        Pass::Done {
-            taken: rows.len(),
-            report: RelayReport {
-                published: published.len() as u64,
-                refused: refused.len() as u64,
-                failed,
-                outages: 0,
-            },
+        RelayReport {
+            published: published.len() as u64,
+            refused: refused.len() as u64,
+            failed,
+            outages: 0,
         }
     }
 
@@ -574,7 +717,7 @@ impl Relay {
         }
         let mut published = Vec::with_capacity(sent.len());
         if !messages.is_empty() {
-            let outcome = self.settings.sink.publish(&messages).await?;
+            let outcome = self.settings.sink.publish_isolating(&messages).await?;
             for (id, result) in sent.into_iter().zip(outcome) {
                 match result {
                     Ok(()) => published.push(id),

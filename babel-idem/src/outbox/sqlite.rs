@@ -37,8 +37,8 @@ const NOW: &str = "strftime('%Y-%m-%d %H:%M:%f', 'now')";
 /// | operation | statement |
 /// |---|---|
 /// | `save` | `INSERT INTO t (queue, body, headers, created_at) VALUES (?1, ?2, ?3, now) RETURNING id` |
-/// | the relay takes | `SELECT id, queue, body, attempts, headers FROM t WHERE status = 'pending' AND (failed_at IS NULL OR failed_at <= now - backoff) ORDER BY id LIMIT ?1` |
-/// | the broker accepted | `UPDATE t SET status = 'published', published_at = now WHERE id IN (...) AND status = 'pending'` |
+/// | the relay takes | `SELECT id, queue, body, attempts, headers FROM t WHERE status = 'pending' AND (failed_at IS NULL OR failed_at <= now - backoff) AND id NOT IN (SELECT value FROM json_each(?4)) ORDER BY id LIMIT ?1`, `?4` the previous batch's ids, whose mark may still be committing |
+/// | the broker accepted | `UPDATE t SET status = 'published', published_at = now WHERE id IN (SELECT value FROM json_each(?1)) AND status = 'pending'`, alone, or with the refusals in one `BEGIN IMMEDIATE` transaction |
 /// | the broker refused | `UPDATE t SET attempts = attempts + 1, last_error = ?2, failed_at = now, status = CASE WHEN attempts + 1 >= ?3 THEN 'failed' ELSE status END WHERE id = ?1` |
 /// | `retry_failed` | `UPDATE t SET status = 'pending', attempts = 0, failed_at = NULL WHERE status = 'failed'` |
 /// | `purge_published` | `DELETE FROM t WHERE id IN (SELECT id FROM t WHERE status = 'published' AND published_at < now - age ORDER BY id LIMIT ?2)`, batch after batch |
@@ -328,12 +328,15 @@ impl SqliteOutbox {
         Arc::clone(&self.wake)
     }
 
-    /// Up to `limit` pending rows, oldest first, past their backoff.
+    /// Up to `limit` pending rows, oldest first, past their backoff, but
+    /// none of `in_flight` (rows published whose mark may not have
+    /// committed yet).
     pub(super) async fn take(
         &self,
         limit: u32,
         backoff: Backoff,
         with_headers: bool,
+        in_flight: &[i64],
     ) -> Result<Vec<PendingRow>, OutboxError> {
         let headers = if with_headers { "headers" } else { "NULL" };
         let take = format!(
@@ -341,13 +344,16 @@ impl SqliteOutbox {
              WHERE status = 'pending'
                AND (failed_at IS NULL OR failed_at <= strftime('%Y-%m-%d %H:%M:%f', 'now',
                     printf('-%.3f seconds', min(attempts * ?2, ?3))))
+               AND id NOT IN (SELECT value FROM json_each(?4))
              ORDER BY id LIMIT ?1",
             self.table
         );
+        let in_flight = serde_json::Value::from(in_flight.to_vec()).to_string();
         let rows: Vec<(i64, String, String, i64, Option<String>)> = sqlx::query_as(&take)
             .bind(i64::from(limit))
             .bind(backoff.step.as_secs_f64())
             .bind(backoff.cap.as_secs_f64())
+            .bind(in_flight)
             .fetch_all(&self.pool)
             .await
             .map_err(|error| self.missing_or(error, "take"))?;
@@ -373,17 +379,26 @@ impl SqliteOutbox {
         max_attempts: u32,
     ) -> Result<(), OutboxError> {
         let t = &self.table;
+        let mark = format!(
+            "UPDATE {t} SET status = 'published', published_at = {NOW}
+             WHERE id IN (SELECT value FROM json_each(?1)) AND status = 'pending'"
+        );
+        let ids = serde_json::Value::from(published.to_vec()).to_string();
+        if refused.is_empty() {
+            // One statement is its own transaction.
+            sqlx::query(&mark)
+                .bind(ids)
+                .execute(&self.pool)
+                .await
+                .map_err(database("mark published"))?;
+            return Ok(());
+        }
         let mut tx = self
             .pool
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(database("mark"))?;
         if !published.is_empty() {
-            let mark = format!(
-                "UPDATE {t} SET status = 'published', published_at = {NOW}
-                 WHERE id IN (SELECT value FROM json_each(?1)) AND status = 'pending'"
-            );
-            let ids = serde_json::Value::from(published.to_vec()).to_string();
             sqlx::query(&mark)
                 .bind(ids)
                 .execute(&mut *tx)

@@ -90,4 +90,15 @@ impl AmqpTransport {
             .map(|outcome| outcome.unwrap_or(Ok(())))
             .collect())
     }
+
+    /// Whether the broker answers, on a publishing channel that works: after
+    /// a batch failed, tells a broker that closed the channel over one of
+    /// its messages from a broker that cannot be reached.
+    #[cfg_attr(
+        not(any(feature = "sqlite", feature = "postgres")),
+        allow(dead_code, reason = "only the outbox relay asks")
+    )]
+    pub(crate) async fn reachable(&self) -> bool {
+        self.sessions.reachable().await
+    }
 }

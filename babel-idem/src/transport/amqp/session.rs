@@ -172,6 +172,17 @@ impl Sessions {
         }
     }
 
+    /// Whether the broker answers: the live session (or a new one) and its
+    /// publishing channel, reopened when the broker closed it.
+    pub(super) async fn reachable(&self) -> bool {
+        let Ok(session) = self.session().await else {
+            return false;
+        };
+        let result = session.publisher(self.connector.timeout).await;
+        let result = self.after(&session, result).await;
+        result.is_ok() && session.connection.status().connected()
+    }
+
     /// Closes the live session, if any, and waits for the close.
     pub(super) async fn close(&self) {
         let session = self.current.lock().await.take();
