@@ -54,7 +54,7 @@ impl Run {
         self
     }
 
-    /// A refusal as the brief asks for it: one line on stderr, the right
+    /// A refusal as every command makes one: one line on stderr, the right
     /// code, no panic, no backtrace (RUST_BACKTRACE=1 is set for every run).
     #[track_caller]
     fn refused(&self, code: i32, says: &str) {
