@@ -814,7 +814,7 @@ async fn claim_mode_run(
         .await
         .expect("HGETALL error-kinds");
     let mut kinds: Vec<(String, i64)> = kinds.into_iter().collect();
-    kinds.sort_by(|a, b| b.1.cmp(&a.1));
+    kinds.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
     Some(Figures {
         overlapping: count("overlapping").await,
         run_twice: runs.values().filter(|&&n| n > 1).count(),
