@@ -41,6 +41,9 @@ const DELIVERIES: usize = 3;
 const LEASE: Duration = Duration::from_secs(5);
 const DEADLINE: Duration = Duration::from_secs(150);
 
+/// How long a call to the board (on the shared Redis server) may take.
+const BOARD_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Set in a worker process: the run it takes part in (see [`WorkerConfig`]).
 const WORKER_ENV: &str = "BABEL_IDEM_FAILOVER_WORKER";
 /// The test a worker process runs.
@@ -419,9 +422,15 @@ async fn run_worker(config: WorkerConfig) {
     let board = Arc::new(Board {
         prefix: config.board.clone(),
     });
+    // The board's calls must not fail when the machine is loaded: a late
+    // answer is waited for (a retried HINCRBY could count a run twice).
     let connection = redis::Client::open(config.board_url.as_str())
         .expect("the board's URL")
-        .get_connection_manager()
+        .get_connection_manager_with_config(
+            redis::aio::ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(BOARD_TIMEOUT))
+                .set_response_timeout(Some(BOARD_TIMEOUT)),
+        )
         .await
         .expect("the board's Redis answers");
     let mut builder = RedisStore::builder()
@@ -582,7 +591,11 @@ async fn claim_mode_run(
     };
     let mut connection = redis::Client::open(board_url.as_str())
         .expect("the board's URL")
-        .get_multiplexed_async_connection()
+        .get_multiplexed_async_connection_with_config(
+            &redis::AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(BOARD_TIMEOUT))
+                .set_response_timeout(Some(BOARD_TIMEOUT)),
+        )
         .await
         .expect("the shared Redis answers");
     let ids: Vec<String> = (0..IDS).map(|n| format!("order-{n:05}")).collect();
