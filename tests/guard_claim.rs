@@ -46,6 +46,17 @@ struct Outage {
     commit: bool,
     renew: bool,
     renewals: AtomicU32,
+    /// How many commits fail next, having done nothing.
+    commits_refused: AtomicU32,
+    /// How many commits fail next after they took effect: their reply lost.
+    commit_replies_lost: AtomicU32,
+}
+
+/// Takes one from `count` when it is above zero; whether it did.
+fn take_one(count: &AtomicU32) -> bool {
+    count
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
 }
 
 fn down(operation: StoreOperation) -> StoreError {
@@ -77,8 +88,14 @@ impl ClaimStore for Outage {
         self.inner.claim(id, owner, lease)
     }
     fn commit<'a>(&'a self, id: &'a str, owner: ClaimToken) -> StoreFuture<'a, bool> {
-        if self.commit {
+        if self.commit || take_one(&self.commits_refused) {
             return StoreFuture::new(async { Err(down(StoreOperation::Commit)) });
+        }
+        if take_one(&self.commit_replies_lost) {
+            return StoreFuture::new(async move {
+                self.inner.commit(id, owner).await?;
+                Err(down(StoreOperation::Commit))
+            });
         }
         self.inner.commit(id, owner)
     }
@@ -360,13 +377,16 @@ async fn a_dropped_delivery_leaves_its_claim_to_lapse_with_the_lease() {
     assert!(retaken > dropped_fence.unwrap());
 }
 
+/// A commit that keeps failing is retried for up to the lease; this lease
+/// is short, so the policy decides soon.
 #[tokio::test]
 async fn a_commit_that_fails_acks_by_default_or_returns_the_error_by_policy() {
     let store = Outage {
         commit: true,
         ..Outage::default()
     };
-    let acked = Guard::new(&store).lease(LONG).unwrap();
+    let lease = Duration::from_millis(300);
+    let acked = Guard::new(&store).lease(lease).unwrap();
     acked
         .run(&order(&unique("commit")), async {
             Ok::<(), StoreError>(())
@@ -375,7 +395,7 @@ async fn a_commit_that_fails_acks_by_default_or_returns_the_error_by_policy() {
         .unwrap();
     let strict = Guard::new(&store)
         .on_remember_failure(OnRememberFailure::ReturnError)
-        .lease(LONG)
+        .lease(lease)
         .unwrap();
     let error = strict
         .run(&order(&unique("commit")), async {
@@ -384,6 +404,69 @@ async fn a_commit_that_fails_acks_by_default_or_returns_the_error_by_policy() {
         .await
         .unwrap_err();
     assert_eq!(error.operation(), StoreOperation::Commit);
+}
+
+/// A commit that fails a few times (a failover) is sent again, the lease
+/// renewed meanwhile: the handler ran once and the id ends done.
+#[tokio::test]
+async fn a_commit_that_fails_for_a_while_is_retried_keeping_the_claim_and_marks_the_id() {
+    let store = Outage {
+        commits_refused: AtomicU32::new(5),
+        ..Outage::default()
+    };
+    let id = unique("commit-retry");
+    // Five failures take more than a third of this lease to back off from
+    // (50 ms doubling): the lease is renewed before the attempt that works.
+    let guard = Guard::new(&store)
+        .on_remember_failure(OnRememberFailure::ReturnError)
+        .lease(Duration::from_secs(3))
+        .unwrap();
+    let runs = AtomicU32::new(0);
+    guard
+        .run(&order(&id), async {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok::<(), StoreError>(())
+        })
+        .await
+        .unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        store.commits_refused.load(Ordering::SeqCst),
+        0,
+        "every failure was retried"
+    );
+    assert!(store.seen(&id).await.unwrap());
+    assert!(
+        store.renewals.load(Ordering::SeqCst) >= 1,
+        "the lease was renewed while the commit was retried"
+    );
+}
+
+/// A commit that took effect but whose reply was lost (a timeout, a
+/// failover, a `WAIT` that failed) is sent again and finds the id done: the
+/// delivery succeeds, with no lost claim and no second run.
+#[tokio::test]
+async fn a_commit_whose_reply_was_lost_is_retried_and_finds_the_id_done() {
+    let store = Outage {
+        commit_replies_lost: AtomicU32::new(1),
+        ..Outage::default()
+    };
+    let id = unique("commit-lost-reply");
+    let guard = Guard::new(&store)
+        .on_remember_failure(OnRememberFailure::ReturnError)
+        .lease(LONG)
+        .unwrap();
+    for _ in 0..2 {
+        guard
+            .run(&order(&id), async {
+                assert!(!store.seen(&id).await.unwrap(), "the id runs once");
+                Ok::<(), StoreError>(())
+            })
+            .await
+            .unwrap();
+    }
+    assert_eq!(store.commit_replies_lost.load(Ordering::SeqCst), 0);
+    assert!(store.seen(&id).await.unwrap());
 }
 
 // ---- concurrency and renewal --------------------------------------------

@@ -98,6 +98,15 @@ mod redis_php {
     }
 
     #[tokio::test]
+    async fn a_commit_retried_after_it_already_took_effect_answers_true() {
+        if let Some(backend) =
+            PhpBackend::create("php: a_commit_retried_after_it_already_took_effect_answers_true")
+        {
+            claim::a_commit_retried_after_it_already_took_effect_answers_true(&backend).await;
+        }
+    }
+
+    #[tokio::test]
     async fn a_claim_never_looks_done_to_a_php_reader() {
         if let Some(backend) = PhpBackend::create("php: a_claim_never_looks_done_to_a_php_reader") {
             claim::a_claim_never_looks_done_to_a_seen_set_reader(&backend).await;
@@ -149,7 +158,10 @@ mod redis_php {
         let pttl: i64 = raw.pttl(&key).await.unwrap();
         assert_eq!(value.as_deref(), Some("2"));
         assert_eq!(pttl, -1, "done, with no TTL, as the PHP SDK writes it");
-        assert!(!store.commit("id-A", owner).await.unwrap(), "done once");
+        assert!(
+            store.commit("id-A", owner).await.unwrap(),
+            "a retried commit finds the id done"
+        );
         assert!(!store.release("id-A", owner).await.unwrap());
         let value: Option<String> = raw.get(&key).await.unwrap();
         assert_eq!(

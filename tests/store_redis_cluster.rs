@@ -307,3 +307,35 @@ async fn writes_wait_for_their_replica_and_fail_without_one() {
         "the master applied it; only the confirmation is missing"
     );
 }
+
+/// The PHP SDK's layout on a cluster: a commit sent again after it took
+/// effect (its reply lost in a failover) finds the id done and answers
+/// true, alone and in a batch; nothing is claimed again.
+#[tokio::test]
+async fn a_php_layout_commit_retried_after_it_took_effect_answers_true() {
+    let Some(backend) = RedisClusterBackend::create(
+        "a_php_layout_commit_retried_after_it_took_effect_answers_true",
+    ) else {
+        return;
+    };
+    let store = RedisStore::builder()
+        .php_claims()
+        .prefix(backend.prefix("php_retry"))
+        .connect_lazy(&backend.url)
+        .unwrap();
+    let owner = ClaimToken::random();
+    assert_eq!(
+        store.claim("id-A", owner, LEASE).await.unwrap(),
+        Claim::Won { fence: 0 }
+    );
+    assert!(store.commit("id-A", owner).await.unwrap());
+    assert!(store.commit("id-A", owner).await.unwrap());
+    assert_eq!(store.commit_many(&[("id-A", owner)]).await.unwrap(), [true]);
+    assert_eq!(
+        store
+            .claim("id-A", ClaimToken::random(), LEASE)
+            .await
+            .unwrap(),
+        Claim::Done
+    );
+}

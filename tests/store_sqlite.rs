@@ -162,9 +162,10 @@ async fn marking_an_id_done_drops_its_claim_row() {
     store.remember("remembered").await.unwrap();
     assert_eq!(claim_rows().await, 0, "remember dropped the claim row");
     assert!(
-        !store.commit("remembered", holder).await.unwrap(),
-        "the claim is gone"
+        store.commit("remembered", holder).await.unwrap(),
+        "the claim is gone, and the commit finds the id done"
     );
+    assert_eq!(claim_rows().await, 0);
     assert!(store.seen("remembered").await.unwrap());
 }
 

@@ -201,9 +201,9 @@ impl<S: Store, Mode> Guard<S, Mode> {
     /// | done | skips (`skipped`) | acks |
     /// | absent, or claimed by a lease that lapsed | wins the claim (a larger [`fence`]), runs the handler | as below |
     /// | claimed by a live owner | does not run; returns a parked [`StoreError`] ([`is_parked`](StoreError::is_parked), `parked`) | puts it back without spending an attempt, after [`retry_after`](StoreError::retry_after) |
-    /// | `Ok`, commit succeeds | marks it done, drops the claim (`ran`) | acks |
-    /// | `Ok`, claim lost | does not mark; returns a [`lost claim`](StoreError::is_lost_claim) error (`lost_claim`) | retries; the redelivery sees the new owner's outcome |
-    /// | `Ok`, commit fails | by [`OnRememberFailure`] (`mark_failed`) | |
+    /// | `Ok`, commit succeeds, or finds the id already done | marks it done, drops the claim (`ran`) | acks |
+    /// | `Ok`, claim lost (another owner's now, the id not done) | does not mark; returns a [`lost claim`](StoreError::is_lost_claim) error (`lost_claim`) | retries; the redelivery sees the new owner's outcome |
+    /// | `Ok`, commit fails with a store error | sends it again with backoff, renewing the lease, for up to the lease (at most 10 s); then by [`OnRememberFailure`] (`mark_failed`) | acks (default) |
     /// | `Err` or panic | releases its own claim (never another owner's), returns the error or resumes the panic (`failed`) | retry / dead-letter |
     ///
     /// While the handler runs, the guard renews the lease about every third

@@ -11,7 +11,7 @@ use std::pin::{Pin, pin};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use super::timer::Sleep;
+use super::timer::{self, Sleep};
 use super::{OnRememberFailure, fence, mark_failed, report, store_failed};
 use crate::key::DedupeKey;
 use crate::metrics::{self, Decision, Timed, claim_mode, timed};
@@ -27,9 +27,9 @@ use crate::store::{ClaimStore, StoreError};
 /// | `claim` fails | does not run, returns the store error (`store_failed`) |
 /// | held by a live owner | does not run, returns a parked error and records the park for the delivery (`parked`) |
 /// | absent or lapsed: won | runs the handler, renewing the lease |
-/// | `Ok`, commit succeeds | marked done, claim dropped (`ran`) |
-/// | `Ok`, claim lost | not marked, returns a lost-claim error (`lost_claim`) |
-/// | `Ok`, commit fails | by [`OnRememberFailure`] (`mark_failed`) |
+/// | `Ok`, commit succeeds, or finds the id already done | marked done, claim dropped (`ran`) |
+/// | `Ok`, claim lost (another owner's now, the id not done) | not marked, returns a lost-claim error (`lost_claim`) |
+/// | `Ok`, commit fails with a store error | retried with backoff while the lease is kept alive, for up to the lease (at most [`COMMIT_RETRY_LIMIT`]); then by [`OnRememberFailure`] (`mark_failed`) |
 /// | `Err` or panic | releases its own claim, returns the error or resumes the panic (`failed`) |
 /// | the future is dropped | nothing can be awaited in `Drop`: the claim lapses with its lease |
 pub(super) async fn decide<S, F, E>(
@@ -82,7 +82,8 @@ where
     // Fence 0: the store keeps none (an unfenced layout).
     let fence = (fence != 0).then_some(fence);
 
-    let result = match run_renewing(store, id, owner, lease, fence, handler).await {
+    let (outcome, confirmed) = run_renewing(store, id, owner, lease, fence, handler).await;
+    let result = match outcome {
         Outcome::Returned(result) => result,
         Outcome::Panicked(payload) => {
             release(store, id, owner).await;
@@ -96,7 +97,7 @@ where
         return Err(error);
     }
 
-    match store_answer!(timed::<S, _>(StoreOperation::Commit, || store.commit(id, owner))) {
+    match commit(store, id, owner, lease, confirmed).await {
         Ok(true) => {
             claim_mode(|| report(Decision::Ran, id));
             Ok(())
@@ -114,6 +115,69 @@ where
             Err(E::from(StoreError::lost_claim()))
         }
         Err(error) => claim_mode(|| mark_failed(id, error, on_commit_failure)),
+    }
+}
+
+/// The longest a commit that fails with a store error is retried: long
+/// enough to outlast a failover (a cluster's node timeout and an election),
+/// short enough that a store that stays down hands the delivery to
+/// [`OnRememberFailure`] soon. A shorter lease shortens it to the lease.
+pub(super) const COMMIT_RETRY_LIMIT: Duration = Duration::from_secs(10);
+
+/// The first wait before a failed commit is sent again; it doubles up to
+/// [`COMMIT_BACKOFF_MAX`].
+const COMMIT_BACKOFF_FIRST: Duration = Duration::from_millis(50);
+const COMMIT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// Commits `owner`'s claim on `id`; a store error is retried with backoff
+/// for up to the lease (at most [`COMMIT_RETRY_LIMIT`]), renewing the lease
+/// between attempts once a third of it has passed since `confirmed` (when
+/// the claim or its last renewal was known to hold), so that the id stays
+/// claimed while the store recovers and no other owner runs it meanwhile.
+///
+/// A retry is safe because every store's commit is idempotent for it: an
+/// attempt that took effect though its reply was lost (a timeout, a
+/// failover, a `WAIT` that failed) leaves the id done, and the next attempt
+/// answers `true`. A renewal that finds the claim gone changes nothing: the
+/// next attempt tells a commit that took effect from a claim that was lost.
+async fn commit<S: ClaimStore + ?Sized>(
+    store: &S,
+    id: &str,
+    owner: ClaimToken,
+    lease: Duration,
+    mut confirmed: Instant,
+) -> Result<bool, StoreError> {
+    let give_up_at = Instant::now() + lease.min(COMMIT_RETRY_LIMIT);
+    let mut backoff = COMMIT_BACKOFF_FIRST;
+    loop {
+        let error = match store_answer!(
+            timed::<S, _>(StoreOperation::Commit, || store.commit(id, owner))
+        ) {
+            Ok(done) => return Ok(done),
+            Err(error) => error,
+        };
+        // Without the timer nothing would wake the wait: no retry then.
+        if Instant::now() + backoff >= give_up_at || !timer::available() {
+            return Err(error);
+        }
+        tracing::debug!(
+            target: "babel_idem",
+            message_id = id,
+            %error,
+            retry_in = ?backoff,
+            "commit failed; trying again while the claim is kept",
+        );
+        let mut wait = Sleep::until(Instant::now() + backoff);
+        poll_fn(|cx| wait.poll_elapsed(cx)).await;
+        backoff = (backoff * 2).min(COMMIT_BACKOFF_MAX);
+        if confirmed.elapsed() >= lease / 3 {
+            let asked = Instant::now();
+            if let Ok(true) =
+                timed::<S, _>(StoreOperation::Renew, || store.renew(id, owner, lease)).await
+            {
+                confirmed = asked;
+            }
+        }
     }
 }
 
@@ -142,7 +206,8 @@ enum Outcome<E> {
 }
 
 /// Polls the handler with its fence current and, whenever it is pending,
-/// the lease renewal: both in this one future, no task spawned.
+/// the lease renewal: both in this one future, no task spawned. Its
+/// outcome, and when the claim was last known to hold (claimed or renewed).
 async fn run_renewing<S, F, E>(
     store: &S,
     id: &str,
@@ -150,22 +215,22 @@ async fn run_renewing<S, F, E>(
     lease: Duration,
     fence: Option<u64>,
     handler: F,
-) -> Outcome<E>
+) -> (Outcome<E>, Instant)
 where
     S: ClaimStore + ?Sized,
     F: Future<Output = Result<(), E>>,
 {
     let mut handler = pin!(handler);
+    let since = Instant::now();
     let mut renewal = Renewal {
         store,
         id,
         owner,
         lease,
-        state: State::NotStarted {
-            since: Instant::now(),
-        },
+        confirmed: since,
+        state: State::NotStarted { since },
     };
-    poll_fn(|cx| {
+    let outcome = poll_fn(|cx| {
         // A panicking handler is never polled again; its claim is released
         // before the panic resumes.
         let polled = catch_unwind(AssertUnwindSafe(|| {
@@ -180,7 +245,8 @@ where
             }
         }
     })
-    .await
+    .await;
+    (outcome, renewal.confirmed)
 }
 
 /// Renews the lease about every third of it while the handler runs.
@@ -194,6 +260,9 @@ struct Renewal<'a, S: ?Sized> {
     id: &'a str,
     owner: ClaimToken,
     lease: Duration,
+    /// When the claim was last known to hold: claimed, or a renewal sent
+    /// then answered that it still held.
+    confirmed: Instant,
     state: State<'a>,
 }
 
@@ -203,7 +272,8 @@ enum State<'a> {
         since: Instant,
     },
     Waiting(Sleep),
-    Renewing(Timed<StoreFuture<'a, bool>>),
+    /// A renewal sent at the instant it holds.
+    Renewing(Timed<StoreFuture<'a, bool>>, Instant),
     Lost,
 }
 
@@ -223,16 +293,18 @@ impl<S: ClaimStore + ?Sized> Renewal<'_, S> {
                         return;
                     }
                     let (store, id, owner, lease) = (self.store, self.id, self.owner, self.lease);
-                    self.state = State::Renewing(timed::<S, _>(StoreOperation::Renew, || {
-                        store.renew(id, owner, lease)
-                    }));
+                    self.state = State::Renewing(
+                        timed::<S, _>(StoreOperation::Renew, || store.renew(id, owner, lease)),
+                        Instant::now(),
+                    );
                 }
-                State::Renewing(renewing) => {
+                State::Renewing(renewing, sent) => {
+                    let sent = *sent;
                     let Poll::Ready(renewed) = Pin::new(renewing).poll(cx) else {
                         return;
                     };
                     match renewed {
-                        Ok(true) => {}
+                        Ok(true) => self.confirmed = sent,
                         Ok(false) => {
                             tracing::warn!(
                                 target: "babel_idem",

@@ -158,6 +158,12 @@ fn timer() -> Option<&'static Timer> {
     *TIMER.get_or_init(Timer::start)
 }
 
+/// Whether the process-wide timer runs (started now if it was not): a
+/// [`Sleep`] wakes its task by itself only then.
+pub(super) fn available() -> bool {
+    timer().is_some()
+}
+
 /// How many sleeps the process-wide timer holds: those registered and
 /// neither elapsed nor dropped (0 before the timer starts).
 pub(crate) fn queued() -> usize {

@@ -126,7 +126,10 @@ impl InMemoryStore {
                 shard.records.remove(id);
                 true
             }
-            _ => false,
+            // A done id answers true: a commit retried after its first
+            // attempt took effect finds its effect recorded. Checked under
+            // the shard's lock, as every mark of a claimable id is made.
+            _ => self.contains(id),
         }
     }
 
@@ -225,6 +228,7 @@ mod tests {
         assert!(!store.commit_now("id", b), "a stranger cannot commit");
         assert!(store.commit_now("id", a));
         assert!(store.contains("id"), "commit marks the id done");
+        assert!(store.commit_now("id", a), "a retried commit finds it done");
         assert_eq!(store.claim_now("id", b, LEASE), Claim::Done);
         assert_eq!(store.claims.len(), 0, "commit drops the claim");
     }

@@ -186,14 +186,18 @@ impl ClaimStatements {
                         END"
             ),
             // The owner's live claim becomes a tombstone and the seen-set
-            // row is written (set-if-absent, as `remember`), together.
+            // row is written (set-if-absent, as `remember`), together. An id
+            // already done answers true too: a commit retried after its
+            // first attempt took effect finds its effect recorded.
             commit: format!(
                 "WITH mine AS (
                      UPDATE {claims} SET owner = NULL, lease_until = clock_timestamp()
                      WHERE message_id = $1 AND owner = $2 AND lease_until > now()
                      RETURNING message_id
                  ), {mark_done}
-                 SELECT EXISTS (SELECT 1 FROM mine)"
+                 SELECT EXISTS (SELECT 1 FROM mine)
+                     OR EXISTS (SELECT 1 FROM {table} WHERE message_id = $1
+                                    AND (expires_at IS NULL OR expires_at > now()))"
             ),
             // `claim` for a batch (`$1` ids, `$2` owners, in batch order) in
             // one statement: one round trip and one commit for the batch.
@@ -233,8 +237,10 @@ impl ClaimStatements {
                  ORDER BY batch.n"
             ),
             // `commit` for a batch in one statement. Of the entries naming
-            // the live owner of an id, the first commits; every other entry
-            // finds the claim gone, as it would one call after another.
+            // the live owner of an id, the first commits; an entry after it,
+            // and an entry of an id done before the batch, answers true (the
+            // id is done); every other entry finds the claim lost, as it
+            // would one call after another.
             commit_many: format!(
                 "WITH batch AS (
                      SELECT id, owner, n FROM unnest($1::text[], $2::text[])
@@ -248,7 +254,10 @@ impl ClaimStatements {
                          AND {claims}.lease_until > now()
                      RETURNING {claims}.message_id, firsts.n
                  ), {mark_done}
-                 SELECT EXISTS (SELECT 1 FROM mine WHERE mine.n = batch.n)
+                 SELECT EXISTS (SELECT 1 FROM mine WHERE mine.message_id = batch.id
+                                    AND mine.n <= batch.n)
+                     OR EXISTS (SELECT 1 FROM {table} WHERE message_id = batch.id
+                                    AND (expires_at IS NULL OR expires_at > now()))
                  FROM batch ORDER BY batch.n"
             ),
             release: format!("DELETE FROM {claims} WHERE message_id = $1 AND owner = $2"),
@@ -303,7 +312,8 @@ impl PostgresStore {
     }
 
     /// The statement `commit` runs: `$1` the id, `$2` the owner, `$3` the
-    /// store's TTL in ms or `NULL`. It answers whether the owner committed.
+    /// store's TTL in ms or `NULL`. It answers whether the owner committed,
+    /// or the id was already done.
     pub fn commit_statement(&self) -> Result<&str, StoreError> {
         Ok(&self.claims.ready(StoreOperation::Commit)?.commit)
     }
@@ -395,7 +405,7 @@ pub(super) fn failure(operation: StoreOperation, id: &str, error: sqlx::Error) -
 /// | operation | one statement |
 /// |---|---|
 /// | `claim` | done row? else `INSERT ... ON CONFLICT DO UPDATE` taking over only a lapsed lease or a tombstone whose done row is gone, fence from `nextval` |
-/// | `commit` | while the owner's lease is live: the claim row becomes a tombstone and the done row is inserted |
+/// | `commit` | while the owner's lease is live: the claim row becomes a tombstone and the done row is inserted; an id already done answers `true` (a retried commit finds its effect recorded) |
 /// | `release` | `DELETE` the owner's claim row |
 /// | `renew` | `UPDATE` the owner's live claim row |
 /// | `claim_many`, `commit_many` | the same for a whole batch, the ids and owners bound as two arrays: one round trip and one commit per batch |

@@ -89,7 +89,8 @@ impl RedisStoreBuilder {
     /// SDK does. The layout records **no owner**, so it is unfenced: every
     /// claim is won with fence `0` (real fences start at 1), and a worker
     /// whose lease lapsed can still release or renew the claim a second
-    /// worker took since. Commit refuses only an id that is already done.
+    /// worker took since. Commit marks the id done over any claim, and
+    /// answers `true` for an id already done, as every layout does.
     ///
     /// ```
     /// use babel_idem::store::RedisStore;
@@ -329,7 +330,9 @@ fn claim_from_reply(reply: i64) -> Claim {
 /// A Go consumer's `EXISTS bq:idemp:<id>` never sees a claim. `claim` wins
 /// when there is no done marker and no live claim key; `commit`, `release`
 /// and `renew` act only while the claim key still holds the caller's owner
-/// token, so a stale owner changes nothing.
+/// token, so a stale owner changes nothing. A `commit` that finds the done
+/// marker answers `true` all the same: retried after its first attempt took
+/// effect (a lost reply, a `WAIT` that failed), it finds its effect recorded.
 ///
 /// In the PHP layout ([`RedisStoreBuilder::php_claims`]) the id's own key
 /// holds `'1'` (claimed, `PX <lease>`) or `'2'` (done): unfenced, see there.
@@ -394,7 +397,11 @@ impl ClaimStore for RedisStore {
                 }
                 ClaimKeys::NoRoom => return Err(no_room(operation)),
             };
-            Ok(self.eval::<i64>(operation, script, &call).await? == 1)
+            let reply = self.eval::<i64>(operation, script, &call).await?;
+            // Beside the seen-set: 1 committed or already done, 0 lost. The
+            // PHP layout marks over any claim: 1 marked, 0 already done,
+            // both done now.
+            Ok(reply == 1 || self.claims.is_php())
         })
     }
 

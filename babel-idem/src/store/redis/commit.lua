@@ -2,9 +2,11 @@
 -- done marker and drop the claim (one atomic script).
 -- KEYS[1] done marker <prefix><id>, KEYS[2] claim
 -- ARGV[1] owner hex, ARGV[2] the store's TTL in ms ("0": none)
--- Returns 1 committed, 0 the claim was lost.
+-- Returns 1 committed or already done, 0 the claim was lost.
 if redis.call('GET', KEYS[2]) ~= ARGV[1] then
-  return 0
+  -- A commit retried after its first attempt took effect (the reply was
+  -- lost, or its WAIT failed) finds the id done: the effect is recorded.
+  return redis.call('EXISTS', KEYS[1])
 end
 -- NX: like `remember`, an existing marker keeps its first expiry.
 if ARGV[2] == '0' then

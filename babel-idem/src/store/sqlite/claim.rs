@@ -140,7 +140,7 @@ fn look_many_sql(table: &str, count: usize) -> String {
 /// | operation | statements |
 /// |---|---|
 /// | `claim` | a read (done? a live lease?); only when the id looks free, one `INSERT ... ON CONFLICT DO UPDATE ... RETURNING fence` decides |
-/// | `commit` | one `INSERT ... SELECT ... WHERE` the owner's lease is live decides and marks the id done; the table's triggers drop the claim row in that statement |
+/// | `commit` | one `INSERT ... SELECT ... WHERE` the owner's lease is live decides and marks the id done; the table's triggers drop the claim row in that statement. When it marks nothing, a read answers whether the id is done (a retried commit finds its effect recorded) |
 /// | `release` | `DELETE` the owner's claim row |
 /// | `renew` | `UPDATE` the owner's live claim row |
 ///
@@ -204,7 +204,18 @@ impl ClaimStore for SqliteStore {
                 .await
                 .map_err(failed(BACKEND, operation))?;
             // The row's triggers dropped the claim in the same statement.
-            Ok(marked.is_some())
+            if marked.is_some() {
+                return Ok(true);
+            }
+            // Not this owner's live claim: a done id answers true all the
+            // same, so a commit retried after its first attempt took effect
+            // finds its effect recorded.
+            let (done, _) = sqlx::query_as::<_, (bool, Option<i64>)>(&self.claims.look)
+                .bind(id)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(failed(BACKEND, operation))?;
+            Ok(done)
         })
     }
 
@@ -317,14 +328,25 @@ impl ClaimStore for SqliteStore {
                     .map_err(failed(BACKEND, operation))?;
                 holders.extend(rows);
             }
-            // Once an id is marked its claim is gone: its later entries
-            // commit nothing, as later calls would not.
+            // The ids done before the batch: their entries answer true.
+            let mut done = HashSet::new();
+            let not_held: Vec<&str> = commits
+                .iter()
+                .filter(|&&(id, owner)| holders.get(id).is_none_or(|held| *held != owner.to_hex()))
+                .map(|&(id, _)| id)
+                .collect();
+            if !not_held.is_empty() {
+                let looks = self.look_many(&mut tx, &not_held).await?;
+                done.extend(not_held.into_iter().filter(|id| looks.is_done(id)));
+            }
+            // Once an id is marked its claim is gone and it is done: its
+            // later entries answer true, as later calls would.
             let mut marking = HashSet::new();
             let answers = commits
                 .iter()
                 .map(|&(id, owner)| {
-                    holders.get(id).is_some_and(|held| *held == owner.to_hex())
-                        && marking.insert(id)
+                    let holds = holders.get(id).is_some_and(|held| *held == owner.to_hex());
+                    (holds && marking.insert(id)) || marking.contains(id) || done.contains(id)
                 })
                 .collect();
             let marking: Vec<&str> = marking.into_iter().collect();
@@ -397,6 +419,11 @@ impl Looks {
             Some(&ms) if ms > 0 => Some(won_or_held(None, Some(ms))),
             _ => None,
         }
+    }
+
+    /// Whether `id` is done.
+    fn is_done(&self, id: &str) -> bool {
+        self.done.contains(id)
     }
 
     /// Where `id` stands: done, held by a live lease, or neither.
