@@ -23,7 +23,7 @@
 //! message, with and without it (in process, one consumer at concurrency 32).
 //!
 //! ```text
-//! source /work/servers.env   # BABEL_IDEM_REDIS_URL, BABEL_IDEM_AMQP_URL, BABEL_IDEM_PYTHON
+//! source .ci/servers.sh; source .ci/python.sh   # the servers, the Python peer
 //! BABEL_IDEM_GO_SDK=/path/to/babelqueue-go BABEL_IDEM_GO_MODS=/path/to/go-modules \
 //!     cargo bench --bench workers_side_by_side --all-features
 //! BENCH_MESSAGES=20000 BENCH_ROUNDS=2 BENCH_K=1,4 BENCH_BROKERS=redis ...   # a quicker run
@@ -1068,7 +1068,7 @@ fn main() {
         std::env::var("BABEL_IDEM_PYTHON"),
     ) else {
         println!(
-            "skipped: set BABEL_IDEM_REDIS_URL and BABEL_IDEM_PYTHON (source /work/servers.env or .ci/servers.sh + .ci/python.sh)"
+            "skipped: set BABEL_IDEM_REDIS_URL and BABEL_IDEM_PYTHON (source .ci/servers.sh and .ci/python.sh)"
         );
         return;
     };

@@ -9,7 +9,8 @@
 //!
 //! The broker is `--redis URL` or `--amqp URL` (RabbitMQ,
 //! `amqp://guest:guest@127.0.0.1:5672/%2f`), exactly one of them; on
-//! RabbitMQ the prefetch is the concurrency.
+//! RabbitMQ the prefetch is twice the concurrency: the consumer reads as
+//! many deliveries ahead as it handles at once.
 //!
 //! `--store` is the seen-set: `sqlite:PATH` (the default,
 //! `sqlite:target/worker-seen.sqlite`), `redis://URL` or
@@ -258,7 +259,8 @@ async fn run(options: Options) -> Result<(), Box<dyn std::error::Error>> {
         let transport = RedisTransport::connect(&options.redis).await?;
         serve(transport, options).await
     } else {
-        let prefetch = u16::try_from(options.concurrency).unwrap_or(u16::MAX);
+        // The consumer holds its concurrency plus as many read ahead.
+        let prefetch = u16::try_from(options.concurrency.saturating_mul(2)).unwrap_or(u16::MAX);
         let transport = AmqpTransport::builder()
             .prefetch(prefetch)
             .connect(&options.amqp)

@@ -375,6 +375,51 @@ async fn a_parked_claim_goes_back_unchanged_and_runs_once_its_holder_gives_up() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_read_ahead_waits_for_the_handler_slot_in_order() {
+    const TEST: &str = "amqp_a_delivery_read_ahead_waits";
+    let Some(url) = server_url(AMQP_URL, TEST) else {
+        return;
+    };
+    let queue = Queue::new(&url);
+    // An unacked delivery lapses at the broker's consumer timeout, and a
+    // delivery cannot be kept alive: nothing is read ahead unless the
+    // broker has no such timeout (the prefetch reads ahead instead).
+    let transport = queue.transport(2).await;
+    let publisher = transport.clone();
+    consumer_support::a_delivery_read_ahead_waits_for_the_handler_slot_in_order(
+        transport.clone(),
+        &queue.name,
+        0,
+        |bodies| {
+            let (publisher, name) = (publisher.clone(), queue.name.clone());
+            async move { publisher.publish_many(&name, &bodies).await.unwrap() }
+        },
+    )
+    .await;
+    transport.close().await;
+    let transport = AmqpTransport::builder()
+        .prefetch(2)
+        .no_consumer_timeout()
+        .reserve_wait(Duration::from_millis(50))
+        .connect(&url)
+        .await
+        .expect("connect the transport");
+    let publisher = transport.clone();
+    consumer_support::a_delivery_read_ahead_waits_for_the_handler_slot_in_order(
+        transport.clone(),
+        &queue.name,
+        1,
+        |bodies| {
+            let (publisher, name) = (publisher.clone(), queue.name.clone());
+            async move { publisher.publish_many(&name, &bodies).await.unwrap() }
+        },
+    )
+    .await;
+    transport.close().await;
+    assert_eq!(queue.ready(&queue.name).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn poison_bodies_end_in_the_dlq_byte_for_byte_as_python_writes_them() {
     const TEST: &str = "amqp_poison_bodies_end_in_the_dlq";
     let (Some(url), Some(python)) = (server_url(AMQP_URL, TEST), python(TEST)) else {

@@ -293,6 +293,32 @@ async fn a_parked_claim_goes_back_unchanged_and_runs_once_its_holder_gives_up() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_read_ahead_waits_for_the_handler_slot_in_order() {
+    const TEST: &str = "redis_a_delivery_read_ahead_waits";
+    let Some(url) = server_url(REDIS_URL, TEST) else {
+        return;
+    };
+    let queue = Queue::new(&url);
+    let transport = queue.transport().await;
+    let publisher = transport.clone();
+    consumer_support::a_delivery_read_ahead_waits_for_the_handler_slot_in_order(
+        transport,
+        &queue.name,
+        1,
+        |bodies| {
+            let (publisher, name) = (publisher.clone(), queue.name.clone());
+            async move {
+                for body in bodies {
+                    publisher.publish(&name, &body).await.unwrap();
+                }
+            }
+        },
+    )
+    .await;
+    assert!(queue.drained().await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn poison_ends_in_the_dlq_byte_for_byte_as_python_writes_it_and_the_worker_goes_on() {
     const TEST: &str = "poison_ends_in_the_dlq_byte_for_byte";
     let (Some(url), Some(python)) = (server_url(REDIS_URL, TEST), python(TEST)) else {
@@ -647,7 +673,7 @@ async fn a_graceful_stop_takes_nothing_new_and_lets_in_flight_deliveries_finish(
     };
     let queue = Queue::new(&url);
     let transport = queue.transport().await;
-    publish_numbered(&transport, &queue.name, "g", 10).await;
+    publish_numbered(&transport, &queue.name, "g", 20).await;
     let release = Arc::new(tokio::sync::Semaphore::new(0));
     let gate = Arc::clone(&release);
     let router = Router::builder()
@@ -660,6 +686,7 @@ async fn a_graceful_stop_takes_nothing_new_and_lets_in_flight_deliveries_finish(
         })
         .build()
         .unwrap();
+    // 5 handled at once and 5 read ahead: 10 held.
     let consumer = Consumer::builder(router, transport, &queue.name)
         .concurrency(5)
         .build()
@@ -667,17 +694,21 @@ async fn a_graceful_stop_takes_nothing_new_and_lets_in_flight_deliveries_finish(
     let progress = consumer.progress();
     let report = consumer
         .run_until(async {
-            eventually("5 in flight", || async { progress.report().in_flight == 5 }).await;
-            // The stop is asked while the 5 still run; they finish after it.
-            release.add_permits(5);
+            eventually("10 in flight", || async {
+                progress.report().in_flight == 10
+            })
+            .await;
+            // The stop is asked while the 5 still run and 5 wait for a slot;
+            // all 10 finish after it.
+            release.add_permits(10);
         })
         .await;
     assert_eq!(
         (report.delivered, report.acked, report.unfinished),
-        (5, 5, 0),
+        (10, 10, 0),
         "{report:?}"
     );
-    assert_eq!(queue.len(&queue.name).await, 5, "nothing new was reserved");
+    assert_eq!(queue.len(&queue.name).await, 10, "nothing new was reserved");
     assert_eq!(queue.len(&queue.processing()).await, 0);
 }
 

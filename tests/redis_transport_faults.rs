@@ -314,13 +314,15 @@ async fn a_worker_whose_clock_runs_ahead_takes_no_reservation_of_another_and_no_
         let body = envelope_with_id(id, &queue.name, n as u64).to_vec();
         transport.publish(&queue.name, &body).await.unwrap();
     }
-    // This worker's 8 slots all hold a delivery until the release.
+    // This worker's 8 slots all hold a delivery until the release, and it
+    // reads nothing ahead.
     let worker = Consumer::builder(
         skew_router(&url, keys.clone()),
         transport.clone(),
         &queue.name,
     )
     .concurrency(8)
+    .read_ahead(0)
     .build()
     .unwrap();
 

@@ -26,6 +26,12 @@
 //!   outage, not a failed attempt: the delivery goes back unchanged and the
 //!   consumer stops reserving, backs off and resumes by itself once a probe
 //!   delivery gets past its guard ([`ConsumerReport::store_outages`]).
+//! - It reserves [`read_ahead`](ConsumerBuilder::read_ahead) deliveries
+//!   beyond its free handler slots (as many as its concurrency by default),
+//!   and acks a delivery without its slot: the next handler starts while
+//!   the last one's ack and the next reservation are on their way (requeues
+//!   and dead-letter records keep the slot, so at concurrency 1 they reach
+//!   their lists in the order handled).
 //! - One delivery per `meta.id` runs at a time: a second delivery of an id
 //!   being run waits (without a handler slot) for the first to end, and its
 //!   guard then skips it or runs it.
@@ -106,6 +112,7 @@ pub struct Consumer<T: Transport> {
     queue: Arc<str>,
     dead_letter_queue: Arc<str>,
     concurrency: usize,
+    read_ahead: usize,
     shutdown_timeout: Duration,
     max_body_bytes: Option<usize>,
     idle_poll: (Duration, Duration),
@@ -125,6 +132,7 @@ pub struct ConsumerBuilder<T: Transport> {
     queue: String,
     dead_letter_queue: Option<String>,
     concurrency: usize,
+    read_ahead: Option<usize>,
     shutdown_timeout: Duration,
     max_body_bytes: Option<usize>,
     idle_poll: (Duration, Duration),
@@ -180,6 +188,7 @@ impl<T: Transport> Consumer<T> {
             queue: queue.into(),
             dead_letter_queue: None,
             concurrency: DEFAULT_CONCURRENCY,
+            read_ahead: None,
             shutdown_timeout: Duration::from_secs(30),
             max_body_bytes: None,
             idle_poll: (Duration::from_millis(10), Duration::from_millis(500)),
@@ -203,6 +212,14 @@ impl<T: Transport> Consumer<T> {
     /// ([`delivery_timeout`](ConsumerBuilder::delivery_timeout)).
     pub fn delivery_timeout(&self) -> Option<Duration> {
         self.delivery_timeout
+    }
+
+    /// How many deliveries it reserves ahead of a free handler slot
+    /// ([`read_ahead`](ConsumerBuilder::read_ahead)): the default is its
+    /// concurrency, and `0` on a transport whose reservations lapse and
+    /// cannot be extended.
+    pub fn read_ahead(&self) -> usize {
+        self.read_ahead
     }
 
     /// The transport, for publishing beside the consumer.
@@ -240,9 +257,48 @@ impl<T: Transport> Consumer<T> {
 
 impl<T: Transport> ConsumerBuilder<T> {
     /// How many deliveries are handled at once (default
-    /// [`DEFAULT_CONCURRENCY`]); also the most that are reserved at once.
+    /// [`DEFAULT_CONCURRENCY`]). The consumer holds at most this many plus
+    /// its [`read_ahead`](Self::read_ahead) reservations, besides those
+    /// waiting out a backoff or a delay.
     pub fn concurrency(mut self, concurrency: usize) -> Self {
         self.concurrency = concurrency;
+        self
+    }
+
+    /// How many deliveries the consumer reserves ahead of a free handler
+    /// slot (default: as many as its [`concurrency`](Self::concurrency)),
+    /// so the next one is at hand when a handler finishes and its
+    /// reservation's round trip overlaps the handlers running. A delivery
+    /// reserved ahead waits for a slot, in the order reserved, and its
+    /// reservation is kept alive meanwhile; a graceful stop handles it like
+    /// the others held. `0` reserves only for free slots.
+    ///
+    /// On a transport whose reservations lapse and cannot be extended
+    /// ([`Transport::extends_reservations`]), nothing is read ahead: a
+    /// delivery waiting for a slot could outlive its reservation. RabbitMQ
+    /// with a `consumer_timeout` is one: there the channel's
+    /// [`prefetch`](crate::transport::TransportBuilder::prefetch) reads
+    /// ahead instead (deliveries wait in the client, and reserving one takes
+    /// no round trip), so set it above the concurrency. Without a consumer
+    /// timeout the prefetch bounds what the consumer holds: set it to at
+    /// least the concurrency plus the read-ahead.
+    ///
+    /// ```no_run
+    /// # async fn run(router: babel_idem::Router) -> Result<(), Box<dyn std::error::Error>> {
+    /// use babel_idem::Consumer;
+    /// use babel_idem::transport::RedisTransport;
+    ///
+    /// let transport = RedisTransport::connect("redis://127.0.0.1:6379/0").await?;
+    /// let consumer = Consumer::builder(router, transport, "orders")
+    ///     .concurrency(1)
+    ///     .read_ahead(0) // reserve only when the handler is free
+    ///     .build()?;
+    /// assert_eq!(consumer.read_ahead(), 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn read_ahead(mut self, deliveries: usize) -> Self {
+        self.read_ahead = Some(deliveries);
         self
     }
 
@@ -397,12 +453,20 @@ impl<T: Transport> ConsumerBuilder<T> {
         // Extended at a third of its lifetime: two extensions can fail
         // before the reservation lapses.
         let keep_alive = lifetime.filter(|_| extends).map(|lifetime| lifetime / 3);
+        // A delivery reserved ahead waits for a slot for as long as the
+        // handlers before it take: only a reservation that cannot lapse
+        // while it waits may be read ahead.
+        let read_ahead = match lifetime.is_none() || extends {
+            true => self.read_ahead.unwrap_or(self.concurrency),
+            false => 0,
+        };
         Ok(Consumer {
             router: self.router,
             transport: self.transport,
             queue: self.queue.into(),
             dead_letter_queue: dead_letter_queue.into(),
             concurrency: self.concurrency,
+            read_ahead,
             shutdown_timeout: self.shutdown_timeout,
             max_body_bytes: self.max_body_bytes,
             idle_poll: self.idle_poll,

@@ -749,3 +749,99 @@ pub async fn assert_each_id_runs_once_in_one_process<T: Transport>(
     );
     report
 }
+
+/// A consumer at concurrency 1 with the default read-ahead (which must be
+/// `default_read_ahead` on `transport`) holds that many deliveries beyond
+/// the one its handler runs, one handler at a time, and hands deliveries to
+/// the handler in the order reserved; with `read_ahead(0)` it holds only
+/// the one being handled. `transport` must be able to hold two deliveries
+/// (a RabbitMQ prefetch of 2 or more); `queue` starts empty, `publish`
+/// queues bodies on it.
+pub async fn a_delivery_read_ahead_waits_for_the_handler_slot_in_order<T, P, F>(
+    transport: T,
+    queue: &str,
+    default_read_ahead: usize,
+    publish: P,
+) where
+    T: Transport + Clone,
+    P: Fn(Vec<Vec<u8>>) -> F,
+    F: Future<Output = ()>,
+{
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    for read_ahead in [None, Some(0)] {
+        let bodies: Vec<Vec<u8>> = (0..4)
+            .map(|n| envelope_with_id(&format!("ahead-{n}"), queue, n).to_vec())
+            .collect();
+        publish(bodies).await;
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        let (running, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let router = {
+            let (gate, running, most, order) = (
+                Arc::clone(&gate),
+                Arc::clone(&running),
+                Arc::clone(&most),
+                Arc::clone(&order),
+            );
+            Router::builder()
+                .route(urn!("urn:babel:interop:created"), move |env: Envelope| {
+                    let (gate, running, most, order) = (
+                        Arc::clone(&gate),
+                        Arc::clone(&running),
+                        Arc::clone(&most),
+                        Arc::clone(&order),
+                    );
+                    async move {
+                        let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(now, Ordering::SeqCst);
+                        order
+                            .lock()
+                            .unwrap()
+                            .push(env.meta.id.clone().unwrap_or_default());
+                        gate.acquire().await?.forget();
+                        running.fetch_sub(1, Ordering::SeqCst);
+                        Ok::<(), anyhow::Error>(())
+                    }
+                })
+                .build()
+                .unwrap()
+        };
+        let builder = Consumer::builder(router, transport.clone(), queue).concurrency(1);
+        let consumer = match read_ahead {
+            Some(deliveries) => builder.read_ahead(deliveries),
+            None => builder,
+        }
+        .build()
+        .unwrap();
+        let held = 1 + consumer.read_ahead();
+        assert_eq!(
+            consumer.read_ahead(),
+            read_ahead.unwrap_or(default_read_ahead)
+        );
+        let (progress, idle) = (consumer.progress(), consumer.progress());
+        let steps = async {
+            for handled in 0..4 {
+                let expected = held.min(4 - handled);
+                eventually(&format!("{expected} held, one handled"), || async {
+                    progress.report().in_flight == expected as u64
+                        && order.lock().unwrap().len() == handled + 1
+                })
+                .await;
+                gate.add_permits(1);
+            }
+            idle.idle_for(QUIET).await;
+        };
+        let report = tokio::time::timeout(PATIENCE, consumer.run_until(steps))
+            .await
+            .expect("the consumer drains the queue");
+        assert_eq!(report.acked, 4, "{report:?}");
+        assert_eq!(most.load(Ordering::SeqCst), 1, "one handler at a time");
+        let expected: Vec<String> = (0..4).map(|n| format!("ahead-{n}")).collect();
+        assert_eq!(
+            *order.lock().unwrap(),
+            expected,
+            "handled in the order reserved"
+        );
+    }
+}

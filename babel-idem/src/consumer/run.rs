@@ -1,12 +1,14 @@
 //! The consumer loop: reserve while there is room, dispatch each delivery on
 //! its own task, settle it, and stop gracefully.
 
-use std::future::Future;
+use std::future::{Future, poll_fn};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::task::Poll;
 use std::time::Duration;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{AcquireError, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -34,6 +36,8 @@ struct Shared<T: Transport> {
     keep_alive: Option<Duration>,
     /// Handler slots: one per delivery being handled.
     slots: Arc<Semaphore>,
+    /// Places for deliveries reserved ahead, waiting for a handler slot.
+    ahead: Arc<Semaphore>,
     /// Places for deliveries that wait without a handler slot.
     waiting: Arc<Semaphore>,
     /// The ids being dispatched.
@@ -66,6 +70,7 @@ impl<T: Transport> Consumer<T> {
             release_delay: self.release_delay,
             keep_alive: self.keep_alive,
             slots: Arc::new(Semaphore::new(self.concurrency)),
+            ahead: Arc::new(Semaphore::new(self.read_ahead)),
             waiting: Arc::new(Semaphore::new(self.max_waiting)),
             inflight: Arc::default(),
             batches: self.batches_store_calls().then(Arc::default),
@@ -87,19 +92,29 @@ impl<T: Transport> Consumer<T> {
                 () = &mut shutdown => break,
                 width = outage.gate(MAX_BATCH) => width,
             };
-            // Wait for room for one delivery, then take whatever else is free.
+            // Wait for room for one delivery (a handler slot, else a place
+            // ahead), then take whatever else is free, slots first.
             let first = tokio::select! {
                 biased;
                 () = &mut shutdown => break,
                 permit = Arc::clone(&shared.slots).acquire_owned() => {
-                    permit.expect("the consumer never closes its semaphore")
+                    Room::Slot(permit.expect("the consumer never closes its semaphore"))
+                }
+                permit = Arc::clone(&shared.ahead).acquire_owned() => {
+                    Room::Ahead(permit.expect("the consumer never closes its semaphore"))
                 }
             };
             tokio::task::yield_now().await;
             let mut room = vec![first];
             while room.len() < width {
                 match Arc::clone(&shared.slots).try_acquire_owned() {
-                    Ok(permit) => room.push(permit),
+                    Ok(permit) => room.push(Room::Slot(permit)),
+                    Err(_) => break,
+                }
+            }
+            while room.len() < width {
+                match Arc::clone(&shared.ahead).try_acquire_owned() {
+                    Ok(permit) => room.push(Room::Ahead(permit)),
                     Err(_) => break,
                 }
             }
@@ -137,8 +152,9 @@ impl<T: Transport> Consumer<T> {
             let count = batch.len() as u64;
             self.counters.delivered.fetch_add(count, Ordering::Relaxed);
             self.counters.in_flight.fetch_add(count, Ordering::Relaxed);
-            for (reserved, permit) in batch.into_iter().zip(room) {
-                tasks.spawn(handle(Arc::clone(&shared), reserved, permit));
+            for (reserved, room) in batch.into_iter().zip(room) {
+                let room = queue_for_slot(&shared.slots, room).await;
+                tasks.spawn(handle(Arc::clone(&shared), reserved, room));
             }
         }
 
@@ -179,22 +195,75 @@ impl<T: Transport> Consumer<T> {
     }
 }
 
-/// The task of one delivery: dispatch, wait, then settle. Holds a handler
-/// slot while it dispatches; the reservation is kept alive until it settles.
-async fn handle<T: Transport>(
-    shared: Arc<Shared<T>>,
-    reserved: Reserved<T::Handle>,
-    permit: OwnedSemaphorePermit,
-) {
+/// A request for a handler slot, in the semaphore's queue.
+type SlotRequest = Pin<Box<dyn Future<Output = Result<OwnedSemaphorePermit, AcquireError>> + Send>>;
+
+/// The room a reserved delivery holds in the consumer.
+enum Room {
+    /// A handler slot: the delivery is dispatched at once.
+    Slot(OwnedSemaphorePermit),
+    /// A place ahead, before it asked for a slot.
+    Ahead(OwnedSemaphorePermit),
+    /// A place ahead, and its place in the slots' queue.
+    Queued(OwnedSemaphorePermit, SlotRequest),
+}
+
+/// Puts a delivery reserved ahead in the slots' queue before its task
+/// starts (and before the loop asks for a slot again): the semaphore is
+/// first come, first served, so deliveries reach a handler in the order
+/// reserved, whatever order their tasks first run in.
+async fn queue_for_slot(slots: &Arc<Semaphore>, room: Room) -> Room {
+    let Room::Ahead(place) = room else {
+        return room;
+    };
+    let mut request: SlotRequest = Box::pin(Arc::clone(slots).acquire_owned());
+    match poll_fn(|cx| Poll::Ready(request.as_mut().poll(cx))).await {
+        Poll::Ready(permit) => Room::Slot(permit.expect("the consumer never closes its semaphore")),
+        Poll::Pending => Room::Queued(place, request),
+    }
+}
+
+/// The task of one delivery: wait for a handler slot (when reserved ahead),
+/// dispatch, wait, then settle. Holds a handler slot while it dispatches;
+/// acks without one when a waiting place is free, so the next delivery's
+/// handler runs while this one's ack is on its way. The reservation is
+/// kept alive until it settles.
+async fn handle<T: Transport>(shared: Arc<Shared<T>>, reserved: Reserved<T::Handle>, room: Room) {
     let Reserved {
         body,
         headers,
         handle,
     } = reserved;
-    let mut slot = Some(permit);
-    let decided = decide(&shared, body, headers, &mut slot);
-    let (outcome, settlement) = kept_alive(&shared, &handle, decided).await;
-    settle_until_done(&shared, &handle, &settlement, outcome).await;
+    let decided = async {
+        let permit = match room {
+            Room::Slot(permit) => Ok(permit),
+            Room::Ahead(place) => {
+                let permit = Arc::clone(&shared.slots).acquire_owned().await;
+                drop(place);
+                permit
+            }
+            Room::Queued(place, request) => {
+                let permit = request.await;
+                drop(place);
+                permit
+            }
+        }
+        .expect("the consumer never closes its semaphore");
+        let mut slot = Some(permit);
+        let decided = decide(&shared, body, headers, &mut slot).await;
+        (decided, slot)
+    };
+    let ((outcome, settlement), mut slot) = kept_alive(&shared, &handle, decided).await;
+    let settle = settle_until_done(&shared, &handle, &settlement, outcome);
+    match settlement {
+        // An ack appends nothing anywhere: the next handler may start
+        // before it is done.
+        Settlement::Ack => without_slot(&shared, &mut slot, settle).await,
+        // A requeue or a dead-letter record appends to a list: with its slot
+        // held, one consumer at concurrency 1 appends in the order it
+        // handled the deliveries.
+        Settlement::Requeue(_) | Settlement::DeadLetter { .. } => settle.await,
+    }
     shared.counters.in_flight.fetch_sub(1, Ordering::Relaxed);
     drop(slot);
 }

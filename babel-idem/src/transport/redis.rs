@@ -53,8 +53,8 @@ const QUEUE_NAMES: QueueNames = QueueNames {
 /// | `<queue>:processing:deadlines` | sorted set | one member `<token>:<raw>` per reservation, scored by its deadline (whole Unix seconds, by the server's clock) |
 /// | `<queue>.dlq` | list | dead-letter records (the consumer names it) |
 ///
-/// - Reserve (one round trip for a whole batch): the sweep, then a script
-///   that moves up to `max` values from the head of `<queue>` to
+/// - Reserve (one script, one round trip for a whole batch) first sweeps,
+///   then moves up to `max` values from the head of `<queue>` to
 ///   `<queue>:processing` and adds a deadline member for each, with a fresh
 ///   32-hex-character token.
 /// - The sweep returns reservations whose deadline lapsed to the *end* of
@@ -123,8 +123,8 @@ struct Scripts {
     extend: Script,
 }
 
-/// One of the layout's scripts, `redis/<file>`, behind the key-type checks
-/// of `redis/keys.lua` that each script runs before it writes anything.
+/// One of the layout's scripts, `redis/<file>`, behind `redis/keys.lua`: the
+/// sweep and the type checks every script makes before it writes anything.
 macro_rules! layout_script {
     ($file:literal) => {
         Script::new(concat!(
@@ -390,16 +390,8 @@ impl RedisTransport {
     ) -> Result<Vec<Reserved<RedisHandle>>, RedisError> {
         let tokens: Vec<String> = (0..max).map(|_| self.tokens.next()).collect();
         let (processing, deadlines) = (processing(queue), deadlines(queue));
-        let mut pipe = ::redis::pipe();
-        pipe.cmd("EVALSHA")
-            .arg(self.scripts.sweep.get_hash())
-            .arg(3)
-            .arg(queue)
-            .arg(&processing)
-            .arg(&deadlines)
-            .arg(-1)
-            .ignore();
-        pipe.cmd("EVALSHA")
+        let mut command = ::redis::cmd("EVALSHA");
+        command
             .arg(self.scripts.reserve.get_hash())
             .arg(3)
             .arg(queue)
@@ -408,16 +400,13 @@ impl RedisTransport {
             .arg(self.lifetime_argument())
             .arg(&tokens);
         let mut connection = self.connection.clone();
-        let raws: Vec<Vec<u8>> = match pipe.query_async::<(Vec<Vec<u8>>,)>(&mut connection).await {
-            Ok((raws,)) => raws,
-            // A restarted server has forgotten the scripts; neither ran, so
-            // loading them and asking again is safe.
+        let raws: Vec<Vec<u8>> = match command.query_async(&mut connection).await {
+            Ok(raws) => raws,
+            // A restarted server has forgotten the script; it did not run,
+            // so loading it and asking again is safe.
             Err(error) if is_no_script(&error) => {
-                self.scripts.sweep.load_async(&mut connection).await?;
                 self.scripts.reserve.load_async(&mut connection).await?;
-                pipe.query_async::<(Vec<Vec<u8>>,)>(&mut connection)
-                    .await?
-                    .0
+                command.query_async(&mut connection).await?
             }
             Err(error) => return Err(error),
         };
