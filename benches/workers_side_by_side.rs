@@ -312,7 +312,7 @@ fn build_ours() -> PathBuf {
             "--example",
             "worker",
             "--features",
-            "redis-transport,amqp-transport,sqlite,redis,postgres",
+            "redis-transport,amqp-transport,sqlite,redis,redis-cluster,postgres",
         ])
         .status()
         .expect("run cargo build");
