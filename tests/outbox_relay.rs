@@ -208,7 +208,8 @@ async fn postgres_a_message_commits_with_its_transaction_or_is_never_published()
 // ---------------------------------------------------------------- kill -9 mid-batch
 
 /// A relay process killed after the broker took its first batch and before
-/// it marked it: every row reaches the broker at least once, the repeats
+/// it marked it: every row reaches the broker at least once, at most the
+/// two batches in flight (the one being marked, the next) repeat, the repeats
 /// carry their own `meta.id`, and a consumer with a persistent seen-set
 /// runs each message once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -280,7 +281,12 @@ async fn a_relay_killed_between_publish_and_mark_repeats_only_whole_messages_by_
         sent.len()
     );
     assert!(repeats >= 1, "the killed relay's batch is published again");
-    assert!(repeats <= 100, "only the killed relay's one batch repeats");
+    // The relay publishes the next batch while the last one's mark
+    // commits: a kill repeats at most the two batches in flight.
+    assert!(
+        repeats <= 200,
+        "only the killed relay's two batches in flight repeat"
+    );
     let repeated_bodies = landed.iter().filter(|m| times[&m.id()] > 1).all(|m| {
         envelopes
             .iter()
