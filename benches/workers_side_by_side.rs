@@ -11,7 +11,9 @@
 //! process, from the kernel's accounting of waited children), broker CPU
 //! per message (Redis `INFO`; RabbitMQ's `beam.smp` from `/proc`) and store
 //! commands per message (Redis `INFO commandstats`: `EXISTS`, `SET`, `SETNX`,
-//! `MGET`, `MULTI`, `EXEC`); then the ratio ours / Go per round. Then the
+//! `MGET`, `MULTI`, `EXEC`), and the worker CPU by thread name (sampled
+//! from `/proc` every 50 ms, so a gap between our threads and Go's total
+//! shows which thread it sits in); then the ratio ours / Go per round. Then the
 //! raw client ceilings, alternating: a redis-rs pipelined loop against the
 //! same loop on go-redis (LMOVE per message, then EXISTS, SET NX and LREM
 //! per message, 16 messages per round trip), and a lapin consume-and-ack
@@ -47,7 +49,7 @@ use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use babel_idem::store::{BatchTarget, Cached, RedisStore, StoreFuture};
@@ -103,6 +105,8 @@ struct Figures {
     round_trips: u64,
     /// Where Redis spent its time (`INFO commandstats`).
     busiest: String,
+    /// CPU seconds by thread name, over every worker process (sampled).
+    threads: Vec<(String, f64)>,
 }
 
 impl Figures {
@@ -124,7 +128,84 @@ impl Figures {
             per(self.round_trips as f64),
         );
         println!("      Redis time: {}", self.busiest);
+        if !self.threads.is_empty() {
+            let threads: Vec<String> = self
+                .threads
+                .iter()
+                .map(|(name, cpu)| format!("{name} {:.1} µs/msg", per(*cpu) * 1e6))
+                .collect();
+            println!("      worker CPU by thread: {}", threads.join(", "));
+        }
     }
+}
+
+/// Samples the CPU time of every thread of some processes from `/proc`
+/// until stopped, keeping each thread's last reading: what a thread spent
+/// after the last sample (at most one period before its process exits) is
+/// not counted.
+struct ThreadSampler {
+    stop: Arc<AtomicBool>,
+    sampler: std::thread::JoinHandle<HashMap<(u32, u32), (String, u64)>>,
+}
+
+impl ThreadSampler {
+    const PERIOD: Duration = Duration::from_millis(50);
+
+    fn start(pids: Vec<u32>) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = Arc::clone(&stop);
+        let sampler = std::thread::spawn(move || {
+            let mut last = HashMap::new();
+            while !stopped.load(Ordering::Relaxed) {
+                for &pid in &pids {
+                    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+                        continue;
+                    };
+                    for task in tasks.flatten() {
+                        let Some(tid) = task.file_name().to_str().and_then(|t| t.parse().ok())
+                        else {
+                            continue;
+                        };
+                        if let Some(reading) = thread_ticks(&task.path()) {
+                            last.insert((pid, tid), reading);
+                        }
+                    }
+                }
+                std::thread::sleep(Self::PERIOD);
+            }
+            last
+        });
+        ThreadSampler { stop, sampler }
+    }
+
+    /// CPU seconds by thread name, most first.
+    fn finish(self) -> Vec<(String, f64)> {
+        self.stop.store(true, Ordering::Relaxed);
+        let last = self.sampler.join().expect("the thread sampler");
+        let mut by_name: HashMap<String, u64> = HashMap::new();
+        for (name, ticks) in last.into_values() {
+            *by_name.entry(name).or_default() += ticks;
+        }
+        let mut threads: Vec<(String, f64)> = by_name
+            .into_iter()
+            // /proc counts in USER_HZ, 100 per second on Linux.
+            .map(|(name, ticks)| (name, ticks as f64 / 100.0))
+            .collect();
+        threads.sort_by(|a, b| b.1.total_cmp(&a.1));
+        threads
+    }
+}
+
+/// A thread's name and user plus system time in ticks, from its `stat`.
+fn thread_ticks(task: &Path) -> Option<(String, u64)> {
+    let stat = std::fs::read_to_string(task.join("stat")).ok()?;
+    let (head, rest) = stat.rsplit_once(')')?;
+    let name = head.split_once('(')?.1.to_owned();
+    // After the name: state is the stat's 3rd field, utime its 14th, stime its 15th.
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some((name, utime + stime))
 }
 
 /// What the Redis server counted: commands by name, socket reads, CPU.
@@ -516,6 +597,7 @@ async fn run(
         Side::OursOne => vec![ours(&k_text)],
         Side::OursMany => (0..k).map(|_| ours("1")).collect(),
     };
+    let sampler = ThreadSampler::start(children.iter().map(Child::id).collect());
     let mut seconds = None;
     if broker == Broker::Redis {
         while !redis_drained(raw, &queue).await {
@@ -540,6 +622,7 @@ async fn run(
     let seconds = seconds.unwrap_or_else(|| (started.elapsed() - IDLE).as_secs_f64());
     let (after, rabbit_after, cpu_after) =
         (RedisStats::read(raw).await, rabbit_cpu(), cpu_seconds(true));
+    let threads = sampler.finish();
     let distinct: Vec<&Vec<u8>> = keys
         .iter()
         .collect::<std::collections::HashSet<_>>()
@@ -584,6 +667,7 @@ async fn run(
         store_commands: after.store_commands_since(&before),
         round_trips: after.reads - before.reads,
         busiest: after.busiest_since(&before, bodies.len()),
+        threads,
     }
 }
 

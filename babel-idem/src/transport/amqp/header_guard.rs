@@ -12,10 +12,12 @@
 //! recurse more than [`MAX_HEADER_DEPTH`] levels into headers. The
 //! transport then dead-letters the delivery by that header, with its body.
 //!
-//! lapin takes its connection as a stream of its runtime's socket type and
-//! offers no hook on what it reads, so the check sits outside it: lapin
-//! talks to the near end of a local socket pair, and two threads of the
-//! connection's own carry the bytes between the far end and the broker.
+//! lapin reads its connection through a stream type of the runtime it is
+//! given and offers no hook on what it reads, so the transport gives it a
+//! runtime of its own, [`Checked`]: Tokio's in every respect except that its
+//! TCP stream, a [`CheckedStream`], runs what it reads through a
+//! [`FrameChecker`] before lapin sees it. The check runs in lapin's own
+//! reads; what lapin writes goes to the socket as it is.
 //!
 //! Every other byte passes unchanged and in order: method and body frames
 //! are counted through, not buffered; only a content header frame is held
@@ -23,12 +25,20 @@
 //! protocol header sent back by a broker that refuses the version, an
 //! unknown frame type) is passed through from there on, for lapin to refuse.
 
+use std::future::Future;
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, TcpStream as StdTcpStream};
-use std::os::fd::OwnedFd;
-use std::os::unix::net::UnixStream;
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, AsRawFd};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use async_compat::Compat;
+use async_rs::traits::{AsyncToSocketAddrs, Executor, Reactor, RuntimeKit};
+use async_rs::util::Task;
+use async_rs::{Runtime, Tokio};
+use futures_core::Stream;
+use futures_io::{AsyncRead, AsyncWrite};
 use lapin::AsyncTcpStream;
 use lapin::uri::AMQPUri;
 use tokio::net::TcpStream;
@@ -55,64 +65,170 @@ const CONTENT_ENCODING_FLAG: u16 = 1 << 14;
 /// Bit 0 of a flags word: another flags word follows.
 const MORE_FLAGS: u16 = 1;
 
-/// Connects to the broker of `uri` and gives lapin the near end of a local
-/// socket pair whose far end two threads of this connection's own pump:
-/// what lapin writes goes to the broker as it is, what the broker sends
-/// reaches lapin through a [`FrameChecker`]. The stream is the type lapin's
-/// Tokio runtime connects with (a socket pair's end is a socket to it).
-///
-/// Invariant: when either side closes or fails, both threads shut both
-/// sockets down, so lapin sees the connection end and no thread is left.
-pub(super) async fn connect(uri: AMQPUri) -> io::Result<AsyncTcpStream<Compat<TcpStream>>> {
+/// Tokio's runtime kit for lapin, on the current Tokio runtime, whose TCP
+/// streams are [`CheckedStream`]s.
+#[derive(Clone, Debug)]
+pub(super) struct Checked(Tokio);
+
+impl Checked {
+    /// The kit on the Tokio runtime this is called in.
+    pub(super) fn current() -> Runtime<Checked> {
+        Runtime::new(Checked(Tokio::current()))
+    }
+}
+
+impl RuntimeKit for Checked {}
+
+impl Executor for Checked {
+    type Task<T: Send + 'static> = <Tokio as Executor>::Task<T>;
+
+    fn block_on<T, F: Future<Output = T>>(&self, f: F) -> T {
+        self.0.block_on(f)
+    }
+
+    fn spawn<T: Send + 'static, F: Future<Output = T> + Send + 'static>(
+        &self,
+        f: F,
+    ) -> Task<Self::Task<T>> {
+        self.0.spawn(f)
+    }
+
+    fn spawn_blocking<T: Send + 'static, F: FnOnce() -> T + Send + 'static>(
+        &self,
+        f: F,
+    ) -> Task<Self::Task<T>> {
+        self.0.spawn_blocking(f)
+    }
+}
+
+impl Reactor for Checked {
+    type TcpStream = CheckedStream<<Tokio as Reactor>::TcpStream>;
+    type Sleep = <Tokio as Reactor>::Sleep;
+
+    fn register<H: Read + Write + AsFd + AsRawFd + Send + 'static>(
+        &self,
+        socket: H,
+    ) -> io::Result<impl AsyncRead + AsyncWrite + Send + Unpin + 'static> {
+        self.0.register(socket)
+    }
+
+    fn sleep(&self, dur: Duration) -> Self::Sleep {
+        self.0.sleep(dur)
+    }
+
+    fn interval(&self, dur: Duration) -> impl Stream<Item = Instant> + Send + 'static {
+        self.0.interval(dur)
+    }
+
+    fn tcp_connect<A: AsyncToSocketAddrs + Send>(
+        &self,
+        addrs: A,
+    ) -> impl Future<Output = io::Result<Self::TcpStream>> + Send {
+        let connect = self.0.tcp_connect(addrs);
+        async move { Ok(CheckedStream::new(connect.await?)) }
+    }
+
+    fn tcp_connect_addr(
+        &self,
+        addr: SocketAddr,
+    ) -> impl Future<Output = io::Result<Self::TcpStream>> + Send + 'static {
+        let connect = self.0.tcp_connect_addr(addr);
+        async move { Ok(CheckedStream::new(connect.await?)) }
+    }
+}
+
+/// Connects to the broker of `uri`, with Nagle's delay off, for lapin to
+/// read through a [`CheckedStream`].
+pub(super) async fn connect(
+    uri: AMQPUri,
+) -> io::Result<AsyncTcpStream<<Checked as Reactor>::TcpStream>> {
     let broker = TcpStream::connect((uri.authority.host.as_str(), uri.authority.port)).await?;
     broker.set_nodelay(true)?;
-    let broker = broker.into_std()?;
-    broker.set_nonblocking(false)?;
-    let (near, far) = UnixStream::pair()?;
-    spawn_pump(broker, far)?;
-    let near = StdTcpStream::from(OwnedFd::from(near));
-    near.set_nonblocking(true)?;
-    Ok(AsyncTcpStream::Plain(Compat::new(TcpStream::from_std(
-        near,
-    )?)))
+    Ok(AsyncTcpStream::Plain(CheckedStream::new(Compat::new(
+        broker,
+    ))))
 }
 
-/// Starts the two threads between `broker` and `lapin` (the far end).
-fn spawn_pump(broker: StdTcpStream, lapin: UnixStream) -> io::Result<()> {
-    let (broker_in, lapin_out) = (broker.try_clone()?, lapin.try_clone()?);
-    std::thread::Builder::new()
-        .name("babel-idem-amqp-in".to_owned())
-        .spawn(move || {
-            let _ = pump_in(&broker_in, &lapin_out);
-            let _ = broker_in.shutdown(Shutdown::Both);
-            let _ = lapin_out.shutdown(Shutdown::Both);
-        })?;
-    std::thread::Builder::new()
-        .name("babel-idem-amqp-out".to_owned())
-        .spawn(move || {
-            let _ = io::copy(&mut &lapin, &mut &broker);
-            let _ = broker.shutdown(Shutdown::Both);
-            let _ = lapin.shutdown(Shutdown::Both);
-        })?;
-    Ok(())
+/// A connection to the broker whose reads come through a [`FrameChecker`]
+/// and whose writes go straight to the socket.
+///
+/// Invariant: a read answers only bytes the checker released, in order; it
+/// returns `Pending` only when the socket did, so lapin is woken by the
+/// socket when more arrives.
+pub(super) struct CheckedStream<S> {
+    inner: S,
+    checker: FrameChecker,
+    chunk: Box<[u8]>,
+    /// The broker closed its side: once the released bytes are read, the
+    /// stream ends.
+    ended: bool,
 }
 
-/// Broker to lapin, through a [`FrameChecker`], until either side ends.
-fn pump_in(mut broker: &StdTcpStream, mut lapin: &UnixStream) -> io::Result<()> {
-    let mut checker = FrameChecker::default();
-    let mut chunk = vec![0; READ_CHUNK];
-    loop {
-        let n = broker.read(&mut chunk)?;
-        if n == 0 {
-            checker.finish();
-        } else {
-            checker.push(&chunk[..n]);
+impl<S> CheckedStream<S> {
+    fn new(inner: S) -> Self {
+        CheckedStream {
+            inner,
+            checker: FrameChecker::default(),
+            chunk: vec![0; READ_CHUNK].into_boxed_slice(),
+            ended: false,
         }
-        lapin.write_all(checker.released())?;
-        checker.consume_released();
-        if n == 0 {
-            return Ok(());
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for CheckedStream<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut [u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        loop {
+            let released = this.checker.released();
+            if !released.is_empty() || buf.is_empty() {
+                let n = released.len().min(buf.len());
+                buf[..n].copy_from_slice(&released[..n]);
+                this.checker.consume(n);
+                return Poll::Ready(Ok(n));
+            }
+            if this.ended {
+                return Poll::Ready(Ok(0));
+            }
+            match Pin::new(&mut this.inner).poll_read(cx, &mut this.chunk) {
+                Poll::Ready(Ok(0)) => {
+                    this.ended = true;
+                    this.checker.finish();
+                }
+                Poll::Ready(Ok(n)) => this.checker.push(&this.chunk[..n]),
+                Poll::Ready(Err(error)) => return Poll::Ready(Err(error)),
+                Poll::Pending => return Poll::Pending,
+            }
         }
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for CheckedStream<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_close(cx)
     }
 }
 
@@ -153,9 +269,16 @@ impl FrameChecker {
     }
 
     /// Drops what [`released`](Self::released) gave.
+    #[cfg(test)]
     pub(super) fn consume_released(&mut self) {
-        self.buffer.drain(..self.released);
-        self.released = 0;
+        self.consume(self.released);
+    }
+
+    /// Drops the first `n` bytes of what [`released`](Self::released) gave.
+    pub(super) fn consume(&mut self, n: usize) {
+        let n = n.min(self.released);
+        self.buffer.drain(..n);
+        self.released -= n;
     }
 
     /// Releases what can be read now: whole frames, and of a method or
@@ -416,6 +539,57 @@ mod tests {
                 through_guard(&input, chunk),
                 input,
                 "reads of {chunk} bytes"
+            );
+        }
+    }
+
+    /// A broker side that answers each read with the next of `pieces`,
+    /// then the end of the stream.
+    struct Pieces(std::collections::VecDeque<Vec<u8>>);
+
+    impl AsyncRead for Pieces {
+        fn poll_read(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &mut [u8],
+        ) -> Poll<io::Result<usize>> {
+            let Some(mut piece) = self.get_mut().0.pop_front() else {
+                return Poll::Ready(Ok(0));
+            };
+            let n = piece.len().min(buf.len());
+            buf[..n].copy_from_slice(&piece[..n]);
+            piece.drain(..n);
+            Poll::Ready(Ok(n))
+        }
+    }
+
+    /// Everything `stream` gives to reads of at most `read` bytes.
+    fn read_all(mut stream: CheckedStream<Pieces>, read: usize) -> Vec<u8> {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let (mut out, mut buf) = (Vec::new(), vec![0; read]);
+        loop {
+            match Pin::new(&mut stream).poll_read(&mut cx, &mut buf) {
+                Poll::Ready(Ok(0)) => return out,
+                Poll::Ready(Ok(n)) => out.extend_from_slice(&buf[..n]),
+                other => panic!("a read of pieces in memory answered {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_checked_stream_gives_lapins_reads_the_checked_bytes_in_order_whatever_their_size() {
+        let mut input = Vec::new();
+        input.extend_from_slice(&[1, 0, 1, 0, 0, 0, 2, 0, 60, FRAME_END]);
+        input.extend_from_slice(&header_frame(&nested_fields(MAX_HEADER_DEPTH + 5)));
+        input.extend_from_slice(&body_frame(b"hello"));
+        let expected = through_guard(&input, input.len());
+        assert_ne!(expected, input, "the deep header is rewritten");
+        for (piece, read) in [(1, 1), (3, 2), (7, 100), (100, 3), (4096, 4096)] {
+            let pieces = input.chunks(piece).map(<[u8]>::to_vec).collect();
+            assert_eq!(
+                read_all(CheckedStream::new(Pieces(pieces)), read),
+                expected,
+                "pieces of {piece} bytes, reads of {read}"
             );
         }
     }

@@ -486,7 +486,7 @@ impl Connector {
         // recurse past the transport's header depth (see `header_guard`).
         let connect = Connection::connector(
             self.uri.clone(),
-            async_rs::Runtime::tokio_current(),
+            header_guard::Checked::current(),
             async |uri, _runtime| Ok(header_guard::connect(uri).await?),
             ConnectionProperties::default(),
         );
