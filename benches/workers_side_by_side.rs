@@ -30,6 +30,7 @@
 //!     cargo bench --bench workers_side_by_side --all-features
 //! BENCH_MESSAGES=20000 BENCH_ROUNDS=2 BENCH_K=1,4 BENCH_BROKERS=redis ...   # a quicker run
 //! BENCH_SKIP_WORKERS=1 BENCH_SKIP_CEILINGS=1 ...   # store::Cached's section alone
+//! BENCH_BASELINE_WORKER=/path/to/worker ...   # another revision's worker beside ours
 //! ```
 //!
 //! `BABEL_IDEM_GO_MODS` holds checkouts of go-redis (v9.7.3), amqp091-go
@@ -84,6 +85,10 @@ enum Side {
     OursOne,
     /// K `examples/worker.rs` processes at concurrency 1.
     OursMany,
+    /// One process of the baseline build (`BENCH_BASELINE_WORKER`) at concurrency K.
+    BaseOne,
+    /// K processes of the baseline build at concurrency 1.
+    BaseMany,
 }
 
 impl Side {
@@ -92,6 +97,8 @@ impl Side {
             Side::Go => format!("go sdk, {k} proc"),
             Side::OursOne => format!("ours, 1 proc c={k}"),
             Side::OursMany => format!("ours, {k} proc c=1"),
+            Side::BaseOne => format!("baseline, 1 proc c={k}"),
+            Side::BaseMany => format!("baseline, {k} proc c=1"),
         }
     }
 }
@@ -380,6 +387,8 @@ async fn redis_drained(raw: &mut ConnectionManager, queue: &str) -> bool {
 struct Programs {
     ours: PathBuf,
     go: Option<PathBuf>,
+    /// `examples/worker.rs` built from another revision, run beside ours.
+    baseline: Option<PathBuf>,
 }
 
 /// Builds `examples/worker.rs` with the bench profile's settings (release).
@@ -553,9 +562,9 @@ async fn run(
         Broker::Amqp => amqp_url,
     };
     let (k_text, idle) = (k.to_string(), format!("{}ms", IDLE.as_millis()));
-    let ours = |concurrency: &str| {
+    let worker = |program: &Path, concurrency: &str| {
         spawn(
-            &programs.ours,
+            program,
             &[
                 broker_flag,
                 broker_url,
@@ -571,6 +580,11 @@ async fn run(
                 load::URN,
             ],
         )
+    };
+    let ours = |concurrency: &str| worker(&programs.ours, concurrency);
+    let baseline = |concurrency: &str| {
+        let program = programs.baseline.as_deref().unwrap();
+        worker(program, concurrency)
     };
     let go = || {
         spawn(
@@ -596,6 +610,8 @@ async fn run(
         Side::Go => (0..k).map(|_| go()).collect(),
         Side::OursOne => vec![ours(&k_text)],
         Side::OursMany => (0..k).map(|_| ours("1")).collect(),
+        Side::BaseOne => vec![baseline(&k_text)],
+        Side::BaseMany => (0..k).map(|_| baseline("1")).collect(),
     };
     let sampler = ThreadSampler::start(children.iter().map(Child::id).collect());
     let mut seconds = None;
@@ -694,11 +710,13 @@ async fn side_by_side(
         Broker::Amqp => Some(AmqpTransport::connect(urls.1).await.unwrap()),
         Broker::Redis => None,
     };
-    let sides: Vec<Side> = if programs.go.is_some() {
-        vec![Side::Go, Side::OursOne, Side::OursMany]
-    } else {
-        vec![Side::OursOne, Side::OursMany]
-    };
+    let mut sides = vec![Side::OursOne, Side::OursMany];
+    if programs.go.is_some() {
+        sides.insert(0, Side::Go);
+    }
+    if programs.baseline.is_some() {
+        sides.extend([Side::BaseOne, Side::BaseMany]);
+    }
     println!(
         "\n== {broker:?}: {} messages (10% redeliveries), {rounds} alternating rounds",
         bodies.len()
@@ -721,15 +739,24 @@ async fn side_by_side(
                 rates.entry(side).or_default().push(figures.rate());
                 this_round.insert(side, figures.rate());
             }
-            if let Some(go) = this_round.get(&Side::Go) {
-                ratios.push((
-                    round + 1,
-                    format!(
-                        "ours 1 proc / go {:.2}x, ours {k} procs / go {:.2}x",
-                        this_round[&Side::OursOne] / go,
-                        this_round[&Side::OursMany] / go
+            for (peer, name) in [(Side::Go, "go"), (Side::BaseOne, "baseline")] {
+                let (one, many) = match peer {
+                    Side::Go => (this_round.get(&Side::Go), this_round.get(&Side::Go)),
+                    _ => (
+                        this_round.get(&Side::BaseOne),
+                        this_round.get(&Side::BaseMany),
                     ),
-                ));
+                };
+                if let (Some(one), Some(many)) = (one, many) {
+                    ratios.push((
+                        round + 1,
+                        format!(
+                            "ours 1 proc / {name} {:.2}x, ours {k} procs / {name} {:.2}x",
+                            this_round[&Side::OursOne] / one,
+                            this_round[&Side::OursMany] / many
+                        ),
+                    ));
+                }
             }
         }
         for (round, ratio) in ratios {
@@ -1201,6 +1228,7 @@ fn main() {
     let programs = Programs {
         ours: build_ours(),
         go: build_go(&work),
+        baseline: std::env::var_os("BENCH_BASELINE_WORKER").map(PathBuf::from),
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -32,6 +32,13 @@
 //!   the last one's ack and the next reservation are on their way (requeues
 //!   and dead-letter records keep the slot, so at concurrency 1 they reach
 //!   their lists in the order handled).
+//! - A delivery whose handler succeeded hands its slot on as its guard
+//!   sends the mark (or the claim's commit): the next delivery's guard
+//!   asks its store while that mark is on its way, so at concurrency 1 a
+//!   message's path holds one store round trip, not two. Handler bodies
+//!   still never outnumber the slots: a handler that goes on into a second
+//!   guard after its first marked takes a slot back before that body runs,
+//!   and the delivery keeps its id's turn until its mark is answered.
 //! - One delivery per `meta.id` runs at a time: a second delivery of an id
 //!   being run waits (without a handler slot) for the first to end, and its
 //!   guard then skips it or runs it.
@@ -52,6 +59,7 @@
 //!   one call per message.
 
 pub(crate) mod batching;
+pub(crate) mod handoff;
 mod outage;
 mod poison;
 mod replay;
@@ -257,9 +265,13 @@ impl<T: Transport> Consumer<T> {
 
 impl<T: Transport> ConsumerBuilder<T> {
     /// How many deliveries are handled at once (default
-    /// [`DEFAULT_CONCURRENCY`]). The consumer holds at most this many plus
-    /// its [`read_ahead`](Self::read_ahead) reservations, besides those
-    /// waiting out a backoff or a delay.
+    /// [`DEFAULT_CONCURRENCY`]): handler bodies never run more at a time.
+    /// The consumer holds at most this many plus its
+    /// [`read_ahead`](Self::read_ahead) reservations, besides those waiting
+    /// out a backoff or a delay, or a mark on its way: a delivery whose
+    /// guard is marking its run done hands its slot to the next one, whose
+    /// guard then asks its store while that mark is on its way (a handler
+    /// that goes on into a second guard takes a slot back first).
     pub fn concurrency(mut self, concurrency: usize) -> Self {
         self.concurrency = concurrency;
         self

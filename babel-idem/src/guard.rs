@@ -434,6 +434,26 @@ fn mark_failed<E: From<StoreError>>(
     }
 }
 
+/// A handler body is about to run. Inside a consumer's delivery that
+/// handed its handler slot on at an earlier mark, waits for a slot first;
+/// anywhere else, nothing.
+#[inline(always)]
+async fn body_starts() {
+    #[cfg(feature = "consumer")]
+    if let Some(take_back) = crate::consumer::handoff::body() {
+        take_back.await;
+    }
+}
+
+/// The handler succeeded and the guard is about to record it (`remember`,
+/// `commit`). Inside a consumer's delivery, its handler slot goes to the
+/// next delivery while the mark is on its way; anywhere else, nothing.
+#[inline(always)]
+fn marking() {
+    #[cfg(feature = "consumer")]
+    crate::consumer::handoff::marking();
+}
+
 /// Reports a decision: a `tracing` debug event, and [`metrics::record`].
 /// Every delivery calls this, so what it does when nobody listens is
 /// inlined and small (one relaxed load of the level); the work for a

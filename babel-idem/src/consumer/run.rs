@@ -18,7 +18,7 @@ use crate::router::{Delivery, Disposition, ReleaseReason, Router};
 use crate::transport::{Reserved, Settlement, Transport};
 
 use super::settle::{self, Counters, Outcome};
-use super::{Consumer, ConsumerReport, MAX_BATCH, batching, replay};
+use super::{Consumer, ConsumerReport, MAX_BATCH, batching, handoff, replay};
 
 /// The first and the longest pause after a broker error.
 const BROKER_BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(2));
@@ -224,10 +224,10 @@ async fn queue_for_slot(slots: &Arc<Semaphore>, room: Room) -> Room {
 }
 
 /// The task of one delivery: wait for a handler slot (when reserved ahead),
-/// dispatch, wait, then settle. Holds a handler slot while it dispatches;
-/// acks without one when a waiting place is free, so the next delivery's
-/// handler runs while this one's ack is on its way. The reservation is
-/// kept alive until it settles.
+/// dispatch, wait, then settle. Holds a handler slot while it dispatches,
+/// up to its guard's mark ([`handoff`]); acks without one when a waiting
+/// place is free, so the next delivery's handler runs while this one's ack
+/// is on its way. The reservation is kept alive until it settles.
 async fn handle<T: Transport>(shared: Arc<Shared<T>>, reserved: Reserved<T::Handle>, room: Room) {
     let Reserved {
         body,
@@ -261,7 +261,8 @@ async fn handle<T: Transport>(shared: Arc<Shared<T>>, reserved: Reserved<T::Hand
         Settlement::Ack => without_slot(&shared, &mut slot, settle).await,
         // A requeue or a dead-letter record appends to a list: with its slot
         // held, one consumer at concurrency 1 appends in the order it
-        // handled the deliveries.
+        // handled the deliveries (a delivery whose handler succeeded and
+        // whose mark then failed handed its slot on at the mark).
         Settlement::Requeue(_) | Settlement::DeadLetter { .. } => settle.await,
     }
     shared.counters.in_flight.fetch_sub(1, Ordering::Relaxed);
@@ -315,20 +316,32 @@ async fn decide<T: Transport>(
             shared.router.dispatch_decoded(&body, decoded, delivery),
         ),
     ));
-    let disposition = match shared.delivery_timeout {
-        None => dispatch.await,
-        Some(timeout) => match tokio::time::timeout(timeout, dispatch).await {
-            Ok(disposition) => disposition,
-            Err(_) => {
-                shared.counters.timed_out.fetch_add(1, Ordering::Relaxed);
-                let delivery = Delivery::new().with_queue(queue);
-                shared.router.timed_out(&body, &delivery, timeout)
-            }
-        },
+    let dispatch = async {
+        match shared.delivery_timeout {
+            None => Ok(dispatch.await),
+            Some(timeout) => tokio::time::timeout(timeout, dispatch).await,
+        }
     };
-    // The dispatch (and its guard's mark) is over: the next delivery of the
-    // id may go.
-    drop(running);
+    // The dispatch (and its guard's mark) over, the next delivery of the
+    // id may go: `running` ends with it.
+    let (dispatched, kept) = handoff::dispatch(
+        &shared.slots,
+        &shared.waiting,
+        slot.take(),
+        running,
+        dispatch,
+    )
+    .await;
+    *slot = kept;
+    let disposition = match dispatched {
+        Ok(disposition) => disposition,
+        Err(_) => {
+            let timeout = shared.delivery_timeout.unwrap_or_default();
+            shared.counters.timed_out.fetch_add(1, Ordering::Relaxed);
+            let delivery = Delivery::new().with_queue(queue);
+            shared.router.timed_out(&body, &delivery, timeout)
+        }
+    };
     note_store(shared, &disposition);
 
     // A retry waits its backoff, a release its delay, before going back, so
@@ -353,9 +366,14 @@ async fn decide<T: Transport>(
     settlement
 }
 
-/// Enters `id` in the registry, waiting (without a handler slot, within the
-/// per-delivery timeout) while another delivery of it runs; then holds a
-/// slot again. `None` when the wait timed out.
+/// Enters `id` in the registry, waiting (within the per-delivery timeout)
+/// while another delivery of it runs; then holds a slot again. `None` when
+/// the wait timed out.
+///
+/// The wait lets the slot go when a waiting place is free. Without one it
+/// keeps the slot, so the consumer reserves no more, until the run it waits
+/// for hands its own slot on: that run may need a slot back before it ends
+/// ([`handoff`]), and must not wait for this one.
 async fn take_turn<T: Transport>(
     shared: &Shared<T>,
     id: &str,
@@ -364,7 +382,7 @@ async fn take_turn<T: Transport>(
     let give_up = shared
         .delivery_timeout
         .map(|timeout| Instant::now() + timeout);
-    let turn = match shared.inflight.enter(id) {
+    let mut turn = match shared.inflight.enter(id) {
         Ok(running) => return Some(running),
         Err(turn) => turn,
     };
@@ -372,13 +390,29 @@ async fn take_turn<T: Transport>(
         .counters
         .waited_for_id
         .fetch_add(1, Ordering::Relaxed);
-    let running = without_slot(shared, slot, async {
-        match give_up {
-            Some(at) => tokio::time::timeout_at(at, turn).await.ok(),
-            None => Some(turn.await),
+    let place = Arc::clone(&shared.waiting).try_acquire_owned().ok();
+    if place.is_some() {
+        drop(slot.take());
+    }
+    let wait = async {
+        if slot.is_some() {
+            let ended = poll_fn(|cx| match Pin::new(&mut turn).poll(cx) {
+                Poll::Ready(running) => Poll::Ready(Some(running)),
+                Poll::Pending => turn.poll_handed_on(cx).map(|()| None),
+            })
+            .await;
+            if let Some(running) = ended {
+                return running;
+            }
+            drop(slot.take());
         }
-    })
-    .await;
+        turn.await
+    };
+    let running = match give_up {
+        Some(at) => tokio::time::timeout_at(at, wait).await.ok(),
+        None => Some(wait.await),
+    };
+    drop(place);
     let Some(running) = running else {
         tracing::warn!(
             queue = &*shared.queue,

@@ -10,7 +10,7 @@ use std::sync::{Arc, LazyLock};
 use std::task::Poll;
 
 use super::inflight::{InFlight, Running};
-use super::{Guard, SeenSet, mark_failed, report, store_failed};
+use super::{Guard, SeenSet, body_starts, mark_failed, marking, report, store_failed};
 use crate::key::DedupeKey;
 use crate::message::MessageId;
 use crate::metrics::{Decision, timed};
@@ -173,6 +173,7 @@ impl<S: Store> Guard<S, SeenSet> {
                 Asked::Seen(_, slot) => Some(slot),
                 Asked::NoId => None,
             };
+            body_starts().await;
             let result = match catch_panic(handler(message)).await {
                 Ok(result) => result,
                 Err(panic) => {
@@ -268,6 +269,7 @@ impl<S: Store> Guard<S, SeenSet> {
         if ids.is_empty() {
             return;
         }
+        marking();
         let marks = match timed::<S, _>(StoreOperation::RememberMany, || {
             self.store.remember_many(&ids)
         })

@@ -12,7 +12,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use super::timer::{self, Sleep};
-use super::{OnRememberFailure, fence, mark_failed, report, store_failed};
+use super::{OnRememberFailure, body_starts, fence, mark_failed, marking, report, store_failed};
 use crate::key::DedupeKey;
 use crate::metrics::{self, Decision, Timed, claim_mode, timed};
 use crate::router::parked::{self, LastClaim};
@@ -44,6 +44,8 @@ where
     F: Future<Output = Result<(), E>>,
     E: From<StoreError>,
 {
+    // Before the claim: a lease is not renewed while the body waits.
+    body_starts().await;
     let Some(id) = key.as_str() else {
         parked::record(LastClaim::NotParked);
         claim_mode(|| report(Decision::FailOpen, ""));
@@ -97,6 +99,7 @@ where
         return Err(error);
     }
 
+    marking();
     match commit(store, id, owner, lease, confirmed).await {
         Ok(true) => {
             claim_mode(|| report(Decision::Ran, id));

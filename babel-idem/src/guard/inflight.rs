@@ -12,6 +12,11 @@
 //! The registry needs no particular executor: a waiting [`Turn`] keeps its
 //! task's waker, and a dropped [`Running`] wakes them all.
 //!
+//! A run inside a consumer may hand its handler slot on while its mark is
+//! on its way ([`Running::hand_on`]); a waiter that holds a slot of its own
+//! watches for that ([`Turn::poll_handed_on`]) and lets its slot go, so a
+//! run that needs a slot back to finish never waits on its own waiters.
+//!
 //! Used by the [`Consumer`](crate::consumer::Consumer) (keyed by `meta.id`,
 //! one registry per run) and by [`Guard::run_batch`](crate::guard::Guard::run_batch)
 //! (keyed by the dedupe key, one registry per process).
@@ -22,10 +27,20 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 
-/// The ids being run, each with the wakers of the runs waiting for it.
+/// The ids being run, each with the runs waiting for it.
 #[derive(Debug, Default)]
 pub(crate) struct InFlight {
-    ids: Mutex<HashMap<Box<str>, Vec<Waker>>>,
+    ids: Mutex<HashMap<Box<str>, Entry>>,
+}
+
+/// One id being run.
+#[derive(Debug, Default)]
+struct Entry {
+    /// The wakers of the runs waiting for it.
+    waiting: Vec<Waker>,
+    /// Its run has handed its handler slot on, and not taken one back.
+    #[cfg(feature = "consumer")]
+    handed_on: bool,
 }
 
 /// The right to run one id, until dropped.
@@ -54,7 +69,7 @@ impl InFlight {
                 id: id.into(),
             });
         }
-        ids.insert(id.into(), Vec::new());
+        ids.insert(id.into(), Entry::default());
         Ok(Running {
             registry: Arc::clone(self),
             id: id.into(),
@@ -69,7 +84,7 @@ impl InFlight {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<Box<str>, Vec<Waker>>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<Box<str>, Entry>> {
         self.ids.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -80,12 +95,60 @@ impl InFlight {
     }
 }
 
+#[cfg(feature = "consumer")]
+impl Running {
+    /// The run handed its handler slot on: its waiters are woken, to let
+    /// go of theirs ([`Turn::poll_handed_on`]).
+    pub(crate) fn hand_on(&self) {
+        let waiting = match self.registry.lock().get_mut(&*self.id) {
+            Some(entry) => {
+                entry.handed_on = true;
+                std::mem::take(&mut entry.waiting)
+            }
+            None => Vec::new(),
+        };
+        for waker in waiting {
+            waker.wake();
+        }
+    }
+
+    /// The run holds a handler slot again: waiters that come now keep
+    /// theirs while they wait, as before it handed its own on.
+    pub(crate) fn taken_back(&self) {
+        if let Some(entry) = self.registry.lock().get_mut(&*self.id) {
+            entry.handed_on = false;
+        }
+    }
+}
+
 impl Drop for Running {
     fn drop(&mut self) {
-        let waiting = self.registry.lock().remove(&self.id);
+        let entry = self.registry.lock().remove(&self.id);
         // Woken outside the lock; each waiter enters again, one wins.
-        for waker in waiting.into_iter().flatten() {
+        for waker in entry.into_iter().flat_map(|entry| entry.waiting) {
             waker.wake();
+        }
+    }
+}
+
+#[cfg(feature = "consumer")]
+impl Turn {
+    /// Ready once the run it waits for has handed its handler slot on (or
+    /// has ended); until then the task is woken when it does.
+    pub(crate) fn poll_handed_on(&self, cx: &mut Context<'_>) -> Poll<()> {
+        let mut ids = self.registry.lock();
+        match ids.get_mut(&*self.id) {
+            Some(entry) if !entry.handed_on => {
+                if !entry
+                    .waiting
+                    .iter()
+                    .any(|waker| waker.will_wake(cx.waker()))
+                {
+                    entry.waiting.push(cx.waker().clone());
+                }
+                Poll::Pending
+            }
+            _ => Poll::Ready(()),
         }
     }
 }
@@ -96,14 +159,18 @@ impl Future for Turn {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Running> {
         let mut ids = self.registry.lock();
         match ids.get_mut(&*self.id) {
-            Some(waiting) => {
-                if !waiting.iter().any(|waker| waker.will_wake(cx.waker())) {
-                    waiting.push(cx.waker().clone());
+            Some(entry) => {
+                if !entry
+                    .waiting
+                    .iter()
+                    .any(|waker| waker.will_wake(cx.waker()))
+                {
+                    entry.waiting.push(cx.waker().clone());
                 }
                 Poll::Pending
             }
             None => {
-                ids.insert(self.id.clone(), Vec::new());
+                ids.insert(self.id.clone(), Entry::default());
                 Poll::Ready(Running {
                     registry: Arc::clone(&self.registry),
                     id: self.id.clone(),
@@ -147,6 +214,35 @@ mod tests {
         assert!(registry.enter("id-1").is_err(), "the second runs now");
         drop(second);
         assert_eq!(registry.len(), 0, "an ended id leaves the registry");
+    }
+
+    #[cfg(feature = "consumer")]
+    #[test]
+    fn a_waiter_learns_when_the_run_hands_its_slot_on_and_when_it_takes_one_back() {
+        let registry = Arc::new(InFlight::default());
+        let first = registry.enter("id-1").unwrap();
+        let turn = registry.enter("id-1").unwrap_err();
+        let woken = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(Arc::clone(&woken));
+        let mut cx = Context::from_waker(&waker);
+
+        assert!(turn.poll_handed_on(&mut cx).is_pending());
+        first.hand_on();
+        assert_eq!(
+            woken.0.load(Ordering::SeqCst),
+            1,
+            "handing on wakes the waiter"
+        );
+        assert!(turn.poll_handed_on(&mut cx).is_ready());
+
+        first.taken_back();
+        assert!(
+            turn.poll_handed_on(&mut cx).is_pending(),
+            "a run that took a slot back is waited for as before"
+        );
+        drop(first);
+        assert_eq!(woken.0.load(Ordering::SeqCst), 2, "the end wakes it too");
+        assert!(turn.poll_handed_on(&mut cx).is_ready());
     }
 
     #[test]

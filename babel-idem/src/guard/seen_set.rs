@@ -6,7 +6,7 @@ use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
 
-use super::{OnRememberFailure, mark_failed, report, store_failed};
+use super::{OnRememberFailure, body_starts, mark_failed, marking, report, store_failed};
 use crate::key::DedupeKey;
 use crate::metrics::{Decision, timed, timed_now};
 use crate::store::StoreOperation;
@@ -206,6 +206,7 @@ where
     E: From<StoreError>,
 {
     async move {
+        body_starts().await;
         // The key's text is taken again where it is needed, rather than kept
         // in the future across the handler's `await`.
         if key.is_missing() {
@@ -228,6 +229,7 @@ where
             report(Decision::Failed, key.id());
             return Err(error);
         }
+        marking();
 
         let remembered = store_answer!(timed::<S, _>(StoreOperation::Remember, || {
             remember_call(&store, key.id())

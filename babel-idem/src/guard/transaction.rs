@@ -5,7 +5,7 @@
 
 use std::future::Future;
 
-use super::{Guard, report, store_failed};
+use super::{Guard, body_starts, report, store_failed};
 use crate::key::DedupeKey;
 use crate::message::MessageId;
 use crate::metrics::Decision;
@@ -146,6 +146,8 @@ where
     F: Future<Output = Result<(), E>>,
     E: From<StoreError>,
 {
+    // Before the mark: its row stays locked while the body waits.
+    body_starts().await;
     let Some(id) = key.as_str() else {
         report(Decision::FailOpen, "");
         return body(connection).await;

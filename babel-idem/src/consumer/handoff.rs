@@ -1,0 +1,133 @@
+//! A delivery's handler slot, handed on while its guard records the run.
+//!
+//! Once a handler has returned `Ok` and its guard sends the mark (or the
+//! claim's commit), the handler's work is over: the slot goes to the next
+//! delivery, whose guard asks its store while this mark is on its way
+//! rather than after it. At concurrency 1 that takes one store round trip
+//! off every message's path.
+//!
+//! Invariants:
+//! - Handler bodies never outnumber the slots. A guard about to run a body
+//!   for a delivery that handed its slot on (a handler that calls a second
+//!   guard after the first marked) takes a slot back first.
+//! - A delivery goes on without its slot only with a waiting place, so
+//!   those that do are bounded as the deliveries that wait are.
+//! - The delivery keeps its id's turn until its dispatch ends: the next
+//!   delivery of the same id still waits for the mark.
+//! - Taking a slot back never waits on a delivery that waits for this one:
+//!   the id's waiters that hold a slot are told when it is handed on, and
+//!   let theirs go ([`Turn::poll_handed_on`](crate::guard::inflight::Turn::poll_handed_on)).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::guard::inflight::Running;
+
+tokio::task_local! {
+    /// The slot of the delivery this task dispatches.
+    static SLOT: Arc<Slot>;
+}
+
+/// One delivery's hold on a handler slot while it dispatches.
+struct Slot {
+    held: Mutex<Held>,
+    /// The delivery's turn on its id, if it has an id.
+    running: Option<Running>,
+    slots: Arc<Semaphore>,
+    waiting: Arc<Semaphore>,
+}
+
+enum Held {
+    /// A handler slot: a body may run.
+    Slot(OwnedSemaphorePermit),
+    /// Handed on, for this waiting place.
+    HandedOn(#[allow(dead_code, reason = "held for its drop")] OwnedSemaphorePermit),
+    /// Neither: the delivery came to its dispatch without a slot.
+    Nothing,
+}
+
+impl Slot {
+    fn held(&self) -> MutexGuard<'_, Held> {
+        self.held.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn hand_on(&self) {
+        let mut held = self.held();
+        if !matches!(*held, Held::Slot(_)) {
+            return;
+        }
+        // Without a waiting place the slot is kept: the handler's work is
+        // over all the same, only the next delivery starts later.
+        if let Ok(place) = Arc::clone(&self.waiting).try_acquire_owned() {
+            *held = Held::HandedOn(place);
+            drop(held);
+            if let Some(running) = &self.running {
+                running.hand_on();
+            }
+        }
+    }
+
+    fn handed_on(&self) -> bool {
+        matches!(*self.held(), Held::HandedOn(_))
+    }
+
+    async fn take_back(&self) {
+        let permit = Arc::clone(&self.slots)
+            .acquire_owned()
+            .await
+            .expect("the consumer never closes its semaphore");
+        *self.held() = Held::Slot(permit);
+        if let Some(running) = &self.running {
+            running.taken_back();
+        }
+    }
+}
+
+/// Runs `dispatch` (one delivery's), holding `slot` (a handler slot, or
+/// `None`) and `running` (its id's turn, dropped when it ends); returns its
+/// output and the slot, unless the delivery handed it on.
+pub(super) async fn dispatch<F: Future>(
+    slots: &Arc<Semaphore>,
+    waiting: &Arc<Semaphore>,
+    slot: Option<OwnedSemaphorePermit>,
+    running: Option<Running>,
+    dispatch: F,
+) -> (F::Output, Option<OwnedSemaphorePermit>) {
+    let cell = Arc::new(Slot {
+        held: Mutex::new(match slot {
+            Some(permit) => Held::Slot(permit),
+            None => Held::Nothing,
+        }),
+        running,
+        slots: Arc::clone(slots),
+        waiting: Arc::clone(waiting),
+    });
+    let output = SLOT.scope(Arc::clone(&cell), dispatch).await;
+    let held = std::mem::replace(&mut *cell.held(), Held::Nothing);
+    // The turn ends with the dispatch (the cell is this task's last owner).
+    drop(cell);
+    match held {
+        Held::Slot(permit) => (output, Some(permit)),
+        Held::HandedOn(_) | Held::Nothing => (output, None),
+    }
+}
+
+/// A guard's handler returned `Ok` and the guard is about to record it:
+/// the delivery's slot goes to the next one. Outside a consumer, nothing.
+pub(crate) fn marking() {
+    let _ = SLOT.try_with(|slot| slot.hand_on());
+}
+
+/// A guard is about to run a handler body: for a delivery that handed its
+/// slot on, the wait for one back (boxed: only such a delivery pays for the
+/// room the wait takes in the guard's future). Outside a consumer, `None`.
+pub(crate) fn body() -> Option<Pin<Box<dyn Future<Output = ()> + Send>>> {
+    let slot = SLOT
+        .try_with(|slot| slot.handed_on().then(|| Arc::clone(slot)))
+        .ok()
+        .flatten()?;
+    Some(Box::pin(async move { slot.take_back().await }))
+}
