@@ -397,8 +397,9 @@ async fn a_delivery_read_ahead_waits_for_the_handler_slot_in_order() {
     )
     .await;
     transport.close().await;
+    // The prefetch holds the concurrency plus the default read-ahead.
     let transport = AmqpTransport::builder()
-        .prefetch(2)
+        .prefetch(5)
         .no_consumer_timeout()
         .reserve_wait(Duration::from_millis(50))
         .connect(&url)
@@ -408,7 +409,7 @@ async fn a_delivery_read_ahead_waits_for_the_handler_slot_in_order() {
     consumer_support::a_delivery_read_ahead_waits_for_the_handler_slot_in_order(
         transport.clone(),
         &queue.name,
-        1,
+        4,
         |bodies| {
             let (publisher, name) = (publisher.clone(), queue.name.clone());
             async move { publisher.publish_many(&name, &bodies).await.unwrap() }

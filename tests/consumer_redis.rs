@@ -304,7 +304,7 @@ async fn a_delivery_read_ahead_waits_for_the_handler_slot_in_order() {
     consumer_support::a_delivery_read_ahead_waits_for_the_handler_slot_in_order(
         transport,
         &queue.name,
-        1,
+        4,
         |bodies| {
             let (publisher, name) = (publisher.clone(), queue.name.clone());
             async move {
@@ -952,4 +952,56 @@ async fn a_queue_name_the_layout_cannot_hold_is_refused_when_the_consumer_is_bui
         .concurrency(0)
         .build();
     assert!(zero.is_err());
+}
+
+/// With its one handler busy, a consumer of concurrency 1 and the default
+/// read-ahead (4) reserves again only once half its places ahead are
+/// free: each reservation fetches two deliveries or more, not one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_consumer_reserves_for_half_its_places_ahead_at_once() {
+    const TEST: &str = "redis_a_busy_consumer_reserves_for_half_its_places_ahead";
+    let Some(url) = server_url(REDIS_URL, TEST) else {
+        return;
+    };
+    const MESSAGES: u64 = 40;
+    let queue = Queue::new(&url);
+    let transport = queue.transport().await;
+    for n in 0..MESSAGES {
+        let body = consumer_support::envelope_with_id(&format!("refill-{n}"), &queue.name, n);
+        transport
+            .publish(&queue.name, &body.to_vec())
+            .await
+            .unwrap();
+    }
+    let router = Router::builder()
+        .route(urn!("urn:babel:interop:created"), |_: Envelope| async {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            Ok::<(), anyhow::Error>(())
+        })
+        .build()
+        .unwrap();
+    let consumer = Consumer::builder(router, transport, &queue.name)
+        .concurrency(1)
+        .build()
+        .unwrap();
+    assert_eq!(consumer.read_ahead(), 4);
+    let progress = consumer.progress();
+    let all_acked = async {
+        while progress.report().acked < MESSAGES {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    let report = tokio::time::timeout(PATIENCE, consumer.run_until(all_acked))
+        .await
+        .expect("the consumer drains the queue");
+    assert_eq!(report.acked, MESSAGES, "{report:?}");
+    // The first reservation fills the slot and four places; each after it
+    // waits for two places. A few more may find the queue empty at the end;
+    // one delivery a reservation would be about forty.
+    assert!(
+        report.reserve_calls <= 1 + (MESSAGES - 5).div_ceil(2) + 3,
+        "{} reservations for {MESSAGES} deliveries: {report:?}",
+        report.reserve_calls
+    );
+    assert!(queue.drained().await);
 }

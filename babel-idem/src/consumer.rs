@@ -27,7 +27,8 @@
 //!   consumer stops reserving, backs off and resumes by itself once a probe
 //!   delivery gets past its guard ([`ConsumerReport::store_outages`]).
 //! - It reserves [`read_ahead`](ConsumerBuilder::read_ahead) deliveries
-//!   beyond its free handler slots (as many as its concurrency by default),
+//!   beyond its free handler slots (as many as its concurrency by default,
+//!   at least 4; again once half of those places are free),
 //!   and acks a delivery without its slot: the next handler starts while
 //!   the last one's ack and the next reservation are on their way (requeues
 //!   and dead-letter records keep the slot, so at concurrency 1 they reach
@@ -167,6 +168,11 @@ pub const DEFAULT_RELEASE_DELAY: Duration = Duration::from_secs(1);
 /// The default bound on deliveries handled at once.
 pub const DEFAULT_CONCURRENCY: usize = 32;
 
+/// The least read-ahead by default: the consumer reserves again once half
+/// its places ahead are free, so with four even a consumer of concurrency 1
+/// fetches two deliveries a reservation.
+const LEAST_DEFAULT_READ_AHEAD: usize = 4;
+
 /// The largest batch one reservation asks for.
 const MAX_BATCH: usize = 256;
 
@@ -224,8 +230,8 @@ impl<T: Transport> Consumer<T> {
 
     /// How many deliveries it reserves ahead of a free handler slot
     /// ([`read_ahead`](ConsumerBuilder::read_ahead)): the default is its
-    /// concurrency, and `0` on a transport whose reservations lapse and
-    /// cannot be extended.
+    /// concurrency and at least 4, and `0` on a transport whose
+    /// reservations lapse and cannot be extended.
     pub fn read_ahead(&self) -> usize {
         self.read_ahead
     }
@@ -278,12 +284,15 @@ impl<T: Transport> ConsumerBuilder<T> {
     }
 
     /// How many deliveries the consumer reserves ahead of a free handler
-    /// slot (default: as many as its [`concurrency`](Self::concurrency)),
-    /// so the next one is at hand when a handler finishes and its
-    /// reservation's round trip overlaps the handlers running. A delivery
-    /// reserved ahead waits for a slot, in the order reserved, and its
-    /// reservation is kept alive meanwhile; a graceful stop handles it like
-    /// the others held. `0` reserves only for free slots.
+    /// slot (default: as many as its [`concurrency`](Self::concurrency),
+    /// and at least 4), so the next one is at hand when a handler finishes
+    /// and its reservation's round trip overlaps the handlers running. With
+    /// every slot busy it reserves again once half its places ahead are
+    /// free, so a reservation fetches several deliveries while the rest
+    /// ahead keep the handlers busy. A delivery reserved ahead waits for a
+    /// slot, in the order reserved, and its reservation is kept alive
+    /// meanwhile; a graceful stop handles it like the others held. `0`
+    /// reserves only for free slots.
     ///
     /// On a transport whose reservations lapse and cannot be extended
     /// ([`Transport::extends_reservations`]), nothing is read ahead: a
@@ -469,7 +478,9 @@ impl<T: Transport> ConsumerBuilder<T> {
         // handlers before it take: only a reservation that cannot lapse
         // while it waits may be read ahead.
         let read_ahead = match lifetime.is_none() || extends {
-            true => self.read_ahead.unwrap_or(self.concurrency),
+            true => self
+                .read_ahead
+                .unwrap_or(self.concurrency.max(LEAST_DEFAULT_READ_AHEAD)),
             false => 0,
         };
         Ok(Consumer {

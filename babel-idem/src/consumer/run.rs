@@ -38,6 +38,9 @@ struct Shared<T: Transport> {
     slots: Arc<Semaphore>,
     /// Places for deliveries reserved ahead, waiting for a handler slot.
     ahead: Arc<Semaphore>,
+    /// How many places ahead must be free before the consumer reserves
+    /// for them alone (a free handler slot reserves at once).
+    refill: u32,
     /// Places for deliveries that wait without a handler slot.
     waiting: Arc<Semaphore>,
     /// The ids being dispatched.
@@ -71,6 +74,7 @@ impl<T: Transport> Consumer<T> {
             keep_alive: self.keep_alive,
             slots: Arc::new(Semaphore::new(self.concurrency)),
             ahead: Arc::new(Semaphore::new(self.read_ahead)),
+            refill: u32::try_from(self.read_ahead.div_ceil(2).max(1)).unwrap_or(u32::MAX),
             waiting: Arc::new(Semaphore::new(self.max_waiting)),
             inflight: Arc::default(),
             batches: self.batches_store_calls().then(Arc::default),
@@ -92,20 +96,30 @@ impl<T: Transport> Consumer<T> {
                 () = &mut shutdown => break,
                 width = outage.gate(MAX_BATCH) => width,
             };
-            // Wait for room for one delivery (a handler slot, else a place
-            // ahead), then take whatever else is free, slots first.
-            let first = tokio::select! {
+            // Wait for room: a handler slot, else half the places ahead (so
+            // that one reservation fetches several deliveries while those
+            // still ahead keep the handlers busy); then take whatever else
+            // is free, slots first.
+            let mut room = tokio::select! {
                 biased;
                 () = &mut shutdown => break,
                 permit = Arc::clone(&shared.slots).acquire_owned() => {
-                    Room::Slot(permit.expect("the consumer never closes its semaphore"))
+                    vec![Room::Slot(permit.expect("the consumer never closes its semaphore"))]
                 }
-                permit = Arc::clone(&shared.ahead).acquire_owned() => {
-                    Room::Ahead(permit.expect("the consumer never closes its semaphore"))
+                permit = Arc::clone(&shared.ahead).acquire_many_owned(shared.refill) => {
+                    let mut places = permit.expect("the consumer never closes its semaphore");
+                    let mut room = Vec::with_capacity(places.num_permits());
+                    while places.num_permits() > 1 {
+                        let place = places.split(1).expect("it holds more than one permit");
+                        room.push(Room::Ahead(place));
+                    }
+                    room.push(Room::Ahead(places));
+                    room
                 }
             };
+            // A probe while the store is down is one delivery.
+            room.truncate(width);
             tokio::task::yield_now().await;
-            let mut room = vec![first];
             while room.len() < width {
                 match Arc::clone(&shared.slots).try_acquire_owned() {
                     Ok(permit) => room.push(Room::Slot(permit)),
