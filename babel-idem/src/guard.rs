@@ -434,15 +434,16 @@ fn mark_failed<E: From<StoreError>>(
     }
 }
 
-/// A handler body is about to run. Inside a consumer's delivery that
-/// handed its handler slot on at an earlier mark, waits for a slot first;
-/// anywhere else, nothing.
+/// A handler body is about to run: inside a consumer's delivery that
+/// handed its handler slot on at an earlier mark, the wait for a slot back,
+/// which the caller awaits before the body; anywhere else, `None`. Not an
+/// `async fn`: the guard's future keeps room only for the boxed wait.
 #[inline(always)]
-async fn body_starts() {
+fn body_starts() -> Option<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>> {
     #[cfg(feature = "consumer")]
-    if let Some(take_back) = crate::consumer::handoff::body() {
-        take_back.await;
-    }
+    return crate::consumer::handoff::body();
+    #[cfg(not(feature = "consumer"))]
+    None
 }
 
 /// The handler succeeded and the guard is about to record it (`remember`,

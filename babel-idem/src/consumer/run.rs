@@ -275,8 +275,8 @@ async fn handle<T: Transport>(shared: Arc<Shared<T>>, reserved: Reserved<T::Hand
         Settlement::Ack => without_slot(&shared, &mut slot, settle).await,
         // A requeue or a dead-letter record appends to a list: with its slot
         // held, one consumer at concurrency 1 appends in the order it
-        // handled the deliveries (a delivery whose handler succeeded and
-        // whose mark then failed handed its slot on at the mark).
+        // handled the deliveries (but for one whose mark failed after it
+        // handed its slot on at that mark).
         Settlement::Requeue(_) | Settlement::DeadLetter { .. } => settle.await,
     }
     shared.counters.in_flight.fetch_sub(1, Ordering::Relaxed);

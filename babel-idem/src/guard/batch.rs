@@ -173,7 +173,9 @@ impl<S: Store> Guard<S, SeenSet> {
                 Asked::Seen(_, slot) => Some(slot),
                 Asked::NoId => None,
             };
-            body_starts().await;
+            if let Some(take_back) = body_starts() {
+                take_back.await;
+            }
             let result = match catch_panic(handler(message)).await {
                 Ok(result) => result,
                 Err(panic) => {

@@ -45,7 +45,9 @@ where
     E: From<StoreError>,
 {
     // Before the claim: a lease is not renewed while the body waits.
-    body_starts().await;
+    if let Some(take_back) = body_starts() {
+        take_back.await;
+    }
     let Some(id) = key.as_str() else {
         parked::record(LastClaim::NotParked);
         claim_mode(|| report(Decision::FailOpen, ""));

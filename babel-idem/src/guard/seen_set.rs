@@ -206,7 +206,9 @@ where
     E: From<StoreError>,
 {
     async move {
-        body_starts().await;
+        if let Some(take_back) = body_starts() {
+            take_back.await;
+        }
         // The key's text is taken again where it is needed, rather than kept
         // in the future across the handler's `await`.
         if key.is_missing() {

@@ -147,7 +147,9 @@ where
     E: From<StoreError>,
 {
     // Before the mark: its row stays locked while the body waits.
-    body_starts().await;
+    if let Some(take_back) = body_starts() {
+        take_back.await;
+    }
     let Some(id) = key.as_str() else {
         report(Decision::FailOpen, "");
         return body(connection).await;
