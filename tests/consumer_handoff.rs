@@ -118,25 +118,45 @@ fn router(route: impl Fn(Envelope) -> Handled + Send + Sync + 'static) -> Router
         .unwrap()
 }
 
-async fn publish(queue: &Queue, ids: &[&str]) {
+/// A queue of this test's own holding one envelope per id, in order;
+/// `None` after a `skipped:` line.
+async fn queue_of(test: &str, ids: &[&str]) -> Option<Queue> {
+    let url = server_url(REDIS_URL, test)?;
+    let queue = Queue::new(&url);
     let transport = queue.transport().await;
     for (n, id) in ids.iter().enumerate() {
         let body = envelope_with_id(id, &queue.name, n as u64).to_vec();
         transport.publish(&queue.name, &body).await.unwrap();
     }
+    Some(queue)
+}
+
+/// A handler that runs two guards in turn over the same envelope, each
+/// body taking `work`: the first on a [`Watched`] store, the second on an
+/// in-memory one.
+fn two_guards(bodies: &Bodies, work: Duration) -> impl Fn(Envelope) -> Handled + use<> {
+    let (first, second) = (Watched::new(), Arc::new(InMemoryStore::new()));
+    let bodies = bodies.clone();
+    move |env: Envelope| -> Handled {
+        let (first, second, bodies) = (first.clone(), second.clone(), bodies.clone());
+        Box::pin(async move {
+            guard(first, &env, bodies.run(work)).await?;
+            guard(second, &env, bodies.run(work)).await
+        })
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_concurrency_one_the_next_delivery_asks_its_store_while_the_last_mark_is_on_its_way() {
-    let Some(url) = server_url(
-        REDIS_URL,
+    let ids = ["handoff-1", "handoff-2", "handoff-3", "handoff-4"];
+    let Some(queue) = queue_of(
         "at_concurrency_one_the_next_delivery_asks_its_store_while_the_last_mark_is_on_its_way",
-    ) else {
+        &ids,
+    )
+    .await
+    else {
         return;
     };
-    let queue = Queue::new(&url);
-    let ids = ["handoff-1", "handoff-2", "handoff-3", "handoff-4"];
-    publish(&queue, &ids).await;
 
     let store = Watched::new();
     let bodies = Bodies::default();
@@ -181,28 +201,18 @@ async fn at_concurrency_one_the_next_delivery_asks_its_store_while_the_last_mark
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_guard_after_the_first_marked_waits_for_a_slot_and_never_runs_beside_the_next_body()
  {
-    let Some(url) = server_url(
-        REDIS_URL,
+    let ids: Vec<String> = (0..6).map(|n| format!("two-guards-{n}")).collect();
+    let Some(queue) = queue_of(
         "a_second_guard_after_the_first_marked_waits_for_a_slot_and_never_runs_beside_the_next_body",
-    ) else {
+        &ids.iter().map(String::as_str).collect::<Vec<_>>(),
+    )
+    .await
+    else {
         return;
     };
-    let queue = Queue::new(&url);
-    let ids: Vec<String> = (0..6).map(|n| format!("two-guards-{n}")).collect();
-    publish(&queue, &ids.iter().map(String::as_str).collect::<Vec<_>>()).await;
 
-    let (first, second) = (Watched::new(), Arc::new(InMemoryStore::new()));
     let bodies = Bodies::default();
-    let route = {
-        let bodies = bodies.clone();
-        move |env: Envelope| -> Handled {
-            let (first, second, bodies) = (first.clone(), second.clone(), bodies.clone());
-            Box::pin(async move {
-                guard(first, &env, bodies.run(Duration::from_millis(20))).await?;
-                guard(second, &env, bodies.run(Duration::from_millis(20))).await
-            })
-        }
-    };
+    let route = two_guards(&bodies, Duration::from_millis(20));
     let consumer = Consumer::builder(router(route), queue.transport().await, &queue.name)
         .concurrency(1)
         .build()
@@ -229,29 +239,18 @@ async fn a_second_guard_after_the_first_marked_waits_for_a_slot_and_never_runs_b
 /// guard ran its body once, and every copy was skipped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn copies_of_an_id_waiting_behind_a_two_guard_handler_never_keep_it_from_a_slot() {
-    let Some(url) = server_url(
-        REDIS_URL,
+    // At concurrency 1 a consumer has four waiting places: more copies than that.
+    let Some(queue) = queue_of(
         "copies_of_an_id_waiting_behind_a_two_guard_handler_never_keep_it_from_a_slot",
-    ) else {
+        &["same-id"; 8],
+    )
+    .await
+    else {
         return;
     };
-    let queue = Queue::new(&url);
-    // At concurrency 1 a consumer has four waiting places: more copies than that.
-    let copies = ["same-id"; 8];
-    publish(&queue, &copies).await;
 
-    let (first, second) = (Watched::new(), Arc::new(InMemoryStore::new()));
     let bodies = Bodies::default();
-    let route = {
-        let bodies = bodies.clone();
-        move |env: Envelope| -> Handled {
-            let (first, second, bodies) = (first.clone(), second.clone(), bodies.clone());
-            Box::pin(async move {
-                guard(first, &env, bodies.run(Duration::ZERO)).await?;
-                guard(second, &env, bodies.run(Duration::ZERO)).await
-            })
-        }
-    };
+    let route = two_guards(&bodies, Duration::ZERO);
     // A stall would end at the timeout, with a copy handed back unhandled.
     let consumer = Consumer::builder(router(route), queue.transport().await, &queue.name)
         .concurrency(1)

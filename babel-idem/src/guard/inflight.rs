@@ -43,6 +43,16 @@ struct Entry {
     handed_on: bool,
 }
 
+impl Entry {
+    /// Keeps the task's waker, once, to wake it when the run ends (or hands
+    /// its slot on).
+    fn wake_later(&mut self, cx: &Context<'_>) {
+        if !self.waiting.iter().any(|waker| waker.will_wake(cx.waker())) {
+            self.waiting.push(cx.waker().clone());
+        }
+    }
+}
+
 /// The right to run one id, until dropped.
 #[derive(Debug)]
 pub(crate) struct Running {
@@ -139,13 +149,7 @@ impl Turn {
         let mut ids = self.registry.lock();
         match ids.get_mut(&*self.id) {
             Some(entry) if !entry.handed_on => {
-                if !entry
-                    .waiting
-                    .iter()
-                    .any(|waker| waker.will_wake(cx.waker()))
-                {
-                    entry.waiting.push(cx.waker().clone());
-                }
+                entry.wake_later(cx);
                 Poll::Pending
             }
             _ => Poll::Ready(()),
@@ -160,13 +164,7 @@ impl Future for Turn {
         let mut ids = self.registry.lock();
         match ids.get_mut(&*self.id) {
             Some(entry) => {
-                if !entry
-                    .waiting
-                    .iter()
-                    .any(|waker| waker.will_wake(cx.waker()))
-                {
-                    entry.waiting.push(cx.waker().clone());
-                }
+                entry.wake_later(cx);
                 Poll::Pending
             }
             None => {
