@@ -339,3 +339,56 @@ async fn an_unwritable_path_is_a_store_error() {
     assert_eq!(error.operation(), StoreOperation::Open);
     assert_eq!(error.backend(), "sqlite");
 }
+
+/// Where the opener children of the next test open their store.
+const OPENER_DATABASE: &str = "BABEL_IDEM_TEST_SQLITE_OPENER_DATABASE";
+
+/// Processes opening one new file at the same instant, as workers started
+/// together do: switching a new file to WAL takes a lock that no busy
+/// timeout waits on, and every open (with claim mode's tables) must still
+/// succeed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_opening_one_new_file_at_once_all_open() {
+    let backend = SqliteBackend::create("open_at_once").unwrap();
+    for round in 0..10 {
+        let path = backend.dir.join(format!("new-{round}.db"));
+        let children: Vec<_> = (0..8)
+            .map(|_| {
+                std::process::Command::new(std::env::current_exe().unwrap())
+                    .args([
+                        "--ignored",
+                        "--exact",
+                        "child_process_opener",
+                        "--test-threads=1",
+                    ])
+                    .env(OPENER_DATABASE, &path)
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .expect("start a child process")
+            })
+            .collect();
+        for child in children {
+            let output = tokio::task::spawn_blocking(move || child.wait_with_output())
+                .await
+                .unwrap()
+                .expect("the child process ran");
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            assert!(
+                output.status.success() && stdout.contains("1 passed"),
+                "round {round}: an opener failed: {stdout}{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+    }
+}
+
+/// The child half of the test above; it only runs when that test starts it.
+#[tokio::test]
+#[ignore = "run by processes_opening_one_new_file_at_once_all_open in a child process"]
+async fn child_process_opener() {
+    let database = std::env::var(OPENER_DATABASE).expect("started by the parent test");
+    let store = SqliteStore::open(database).await.unwrap();
+    store.migrate_claims().await.unwrap();
+    store.remember("id-A").await.unwrap();
+}

@@ -159,8 +159,23 @@ impl SqliteStoreBuilder {
         // Check the settings before a pool starts or the file system is touched.
         let settings = self.checked()?;
         let store = SqliteStore::assemble(pool_options.connect_lazy_with(options), settings);
-        store.migrate().await?;
-        Ok(store)
+        // Processes that open one new file at the same instant race to
+        // switch it to WAL, a change SQLite makes under an exclusive lock
+        // that the busy timeout does not wait on: the loser's first
+        // connection fails with SQLITE_BUSY. Opening waits that out, within
+        // the busy timeout, as every later statement does.
+        let deadline = tokio::time::Instant::now() + self.busy_timeout;
+        let mut pause = Duration::from_millis(5);
+        loop {
+            match store.try_ddl(&store.settings.sql.create).await {
+                Ok(()) => return Ok(store),
+                Err(error) if is_busy(&error) && tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(200));
+                }
+                Err(error) => return Err(failed(BACKEND, StoreOperation::Open)(error)),
+            }
+        }
     }
 }
 
@@ -261,14 +276,15 @@ impl SqliteStore {
     /// Runs `ddl` under the write lock: `BEGIN IMMEDIATE` takes it before
     /// the first statement, so concurrent migrations run one after another.
     async fn run_ddl(&self, ddl: &str) -> Result<(), StoreError> {
-        let open = |e| failed(BACKEND, StoreOperation::Open)(e);
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
+        self.try_ddl(ddl)
             .await
-            .map_err(open)?;
-        sqlx::Executor::execute(&mut *tx, ddl).await.map_err(open)?;
-        tx.commit().await.map_err(open)
+            .map_err(failed(BACKEND, StoreOperation::Open))
+    }
+
+    async fn try_ddl(&self, ddl: &str) -> Result<(), sqlx::Error> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        sqlx::Executor::execute(&mut *tx, ddl).await?;
+        tx.commit().await
     }
 
     /// The pool the store runs on.
@@ -504,4 +520,15 @@ mod tests {
                 .contains(") WITHOUT ROWID;")
         );
     }
+}
+
+/// Whether `error` is SQLite's `SQLITE_BUSY` (any of its extended codes:
+/// the primary code is the low byte).
+fn is_busy(error: &sqlx::Error) -> bool {
+    const SQLITE_BUSY: i32 = 5;
+    error
+        .as_database_error()
+        .and_then(|error| error.code())
+        .and_then(|code| code.parse::<i32>().ok())
+        .is_some_and(|code| code & 0xff == SQLITE_BUSY)
 }
