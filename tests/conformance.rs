@@ -20,22 +20,54 @@ fn manifest_of(dir: &Path) -> Value {
 }
 
 /// How many outcomes a full run of `manifest` must report: each envelope
-/// case, the dedupe key, each sequence. A runner that skipped one would not
-/// match.
+/// case, the dedupe key, each sequence, and one per binding block of a
+/// binding this build has. A runner that skipped one would not match.
 fn case_count(manifest: &Value) -> usize {
     let cases = manifest["cases"].as_array().map_or(0, Vec::len);
     let sequences = manifest["idempotency"]["sequences"]["cases"]
         .as_array()
         .map_or(0, Vec::len);
-    cases + 1 + sequences
+    let bindings = [
+        ("redis", "payload_identity"),
+        ("rabbitmq", "property_projection"),
+    ]
+    .iter()
+    .filter(|(block, check)| manifest[block][check].is_object())
+    .count();
+    cases + 1 + sequences + bindings
+}
+
+/// The binding blocks this build reports as not applicable.
+fn bindings_left_out(report: &Report) -> usize {
+    report
+        .skipped_blocks()
+        .filter(|(block, _)| matches!(*block, "redis" | "rabbitmq"))
+        .count()
 }
 
 fn assert_all_pass(dir: &Path) -> Report {
     let report = conformance::run(dir).unwrap_or_else(|error| panic!("{error}"));
     println!("{report}");
-    assert_eq!(report.outcomes().len(), case_count(&manifest_of(dir)));
+    let manifest = manifest_of(dir);
+    assert_eq!(
+        report.outcomes().len() + bindings_left_out(&report),
+        case_count(&manifest)
+    );
     assert_eq!(report.failed(), 0, "failures:\n{report}");
     assert!(report.is_success());
+    // Every top-level block is in the report by name: checked, or not applicable.
+    let text = report.to_string();
+    for block in manifest.as_object().unwrap().keys() {
+        if matches!(block.as_str(), "description" | "schema_version") {
+            continue;
+        }
+        let named = report
+            .outcomes()
+            .iter()
+            .any(|outcome| outcome.block.as_str().split('.').next() == Some(block.as_str()))
+            || report.skipped_blocks().any(|(skipped, _)| skipped == block);
+        assert!(named, "block {block} is not in the report:\n{text}");
+    }
     report
 }
 
@@ -48,7 +80,11 @@ fn own_fixtures_all_pass() {
         last,
         format!("{} passed, 0 failed", report.outcomes().len())
     );
-    for block in [Block::Envelope, Block::DedupKey, Block::Sequence] {
+    let mut blocks = vec![Block::Envelope, Block::DedupKey, Block::Sequence];
+    if cfg!(all(feature = "redis-transport", feature = "amqp-transport")) {
+        blocks.extend([Block::Redis, Block::Rabbitmq]);
+    }
+    for block in blocks {
         assert!(
             report
                 .outcomes()
@@ -164,6 +200,51 @@ fn failure<'a>(report: &'a Report, name: &str) -> &'a str {
         .unwrap_or_else(|| panic!("{name} is not in the report"));
     assert!(!outcome.passed, "{name} passed but must fail:\n{report}");
     outcome.reason.as_deref().unwrap_or_default()
+}
+
+/// The RabbitMQ projection is compared header by header and with native
+/// types: an integer header expected as a string, or a property that
+/// differs, fails the block.
+#[cfg(feature = "amqp-transport")]
+#[test]
+fn a_projection_that_differs_fails_the_rabbitmq_block() {
+    let scratch = Scratch::new("projection");
+    scratch.edit_manifest(|manifest| {
+        let projection = &mut manifest["rabbitmq"]["property_projection"];
+        projection["headers"]["x-attempts"] = json!("1");
+        projection["properties"]["app_id"] = json!("another-app");
+    });
+    let report = conformance::run(&scratch.0).unwrap();
+    let reason = failure(&report, "property_projection");
+    assert!(reason.contains("header x-attempts"), "{reason}");
+    assert!(reason.contains("property app_id"), "{reason}");
+}
+
+/// A block of a binding babel-idem lacks is named in the report as not
+/// applicable, never passed and never an error.
+#[test]
+fn a_block_of_a_binding_babel_idem_lacks_is_listed_as_not_applicable() {
+    let scratch = Scratch::new("not_applicable");
+    scratch.edit_manifest(|manifest| {
+        manifest["kafka"] = json!({"property_projection": {"headers": {}}});
+        manifest["mqtt"] = json!({});
+    });
+    let report = conformance::run(&scratch.0).unwrap();
+    let skipped: Vec<(&str, &str)> = report.skipped_blocks().collect();
+    assert!(skipped.contains(&("kafka", "babel-idem has no Apache Kafka binding")));
+    assert!(skipped.contains(&("mqtt", "a block this runner does not know")));
+    let text = report.to_string();
+    assert!(
+        text.contains("n/a kafka: babel-idem has no Apache Kafka binding"),
+        "{text}"
+    );
+    assert!(
+        report
+            .outcomes()
+            .iter()
+            .all(|outcome| outcome.name != "kafka")
+    );
+    assert!(report.is_success());
 }
 
 #[test]
@@ -368,6 +449,9 @@ fn a_manifest_with_empty_blocks_is_not_a_success() {
     scratch.edit_manifest(|manifest| {
         manifest["cases"] = json!([]);
         manifest["idempotency"]["sequences"]["cases"] = json!([]);
+        let blocks = manifest.as_object_mut().unwrap();
+        blocks.remove("redis");
+        blocks.remove("rabbitmq");
     });
     let report = conformance::run(&scratch.0).unwrap();
     // Only the dedupe key is left to check; it still passes.

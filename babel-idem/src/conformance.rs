@@ -1,8 +1,8 @@
 //! The BabelQueue conformance runner: checks babel-idem against a
 //! conformance folder (`manifest.json` and the `fixtures/` it names).
 //!
-//! [`run`] reads two blocks of the manifest and ignores the others (the
-//! broker bindings and `payload_schema` concern transports, not this crate):
+//! [`run`] checks every block whose binding babel-idem implements and
+//! lists each other block by name as not applicable:
 //!
 //! - `cases`: every fixture marked `valid: true` must decode and match each
 //!   field its `expect` names (`urn`, `data`, `attempts`, `lang`,
@@ -19,6 +19,18 @@
 //!   absent), a `meta_id` that is empty, `null` or absent makes an envelope
 //!   without a usable id, and the handler's invocations (each one is an
 //!   effect, a throwing one included) must add up to `expected_effects`.
+//! - `redis.payload_identity` (feature `redis-transport`): the Redis
+//!   binding stores the envelope as the queue element byte for byte, with
+//!   no frame when no header travels, and reserving it gives back the same
+//!   bytes.
+//! - `rabbitmq.property_projection` (feature `amqp-transport`): the AMQP
+//!   properties and native-typed headers the RabbitMQ binding publishes the
+//!   envelope with equal the block's, each of them. Both binding blocks are
+//!   checked offline, against the encoding and projection the transports
+//!   publish with; the live round trips are the transports' own tests.
+//! - Any other block (`kafka`, `sqs`, `payload_schema`, ...), or a binding
+//!   block in a build without its feature: reported as not applicable,
+//!   with why ([`Report::skipped_blocks`]).
 //!
 //! This repository's own fixtures add one optional key to a `valid: false`
 //! case, `rejected_by`, naming the rule that must reject it:
@@ -75,6 +87,7 @@
 use std::io;
 use std::path::{Component, Path, PathBuf};
 
+mod bindings;
 mod block_on;
 mod envelope_cases;
 mod idempotency;
@@ -170,6 +183,35 @@ pub fn run(dir: impl AsRef<Path>) -> Result<Report, ConformanceError> {
     report.push(idempotency::check_dedup_key(&dedup_key, &bytes));
     for sequence in &sequences.cases {
         report.push(idempotency::run_sequence(sequence));
+    }
+    if let Some(block) = manifest
+        .redis
+        .as_ref()
+        .and_then(|b| b.payload_identity.as_ref())
+    {
+        let bytes = fixture(dir, &manifest_path, &block.envelope_file)?;
+        match bindings::redis_payload_identity(block, &bytes) {
+            Ok(outcome) => report.push(outcome),
+            Err(why) => report.not_applicable("redis", why),
+        }
+    }
+    if let Some(block) = manifest
+        .rabbitmq
+        .as_ref()
+        .and_then(|b| b.property_projection.as_ref())
+    {
+        let bytes = fixture(dir, &manifest_path, &block.envelope_file)?;
+        match bindings::rabbitmq_property_projection(block, &bytes) {
+            Ok(outcome) => report.push(outcome),
+            Err(why) => report.not_applicable("rabbitmq", why),
+        }
+    }
+    for block in bindings::other_blocks(&manifest.rest) {
+        let why = bindings::NOT_IMPLEMENTED
+            .iter()
+            .find(|(name, _)| *name == block)
+            .map_or("a block this runner does not know", |(_, why)| why);
+        report.not_applicable(block, why);
     }
     Ok(report)
 }

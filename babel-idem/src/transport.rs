@@ -28,13 +28,13 @@ mod outgoing;
 pub use self::outgoing::{BatchOutcome, Outgoing, PublishError};
 
 #[cfg(feature = "redis-transport")]
-mod redis;
+pub(crate) mod redis;
 
 #[cfg(feature = "redis-transport")]
 pub use self::redis::{RedisHandle, RedisOptions, RedisTransport, RedisTransportBuilder};
 
 #[cfg(feature = "amqp-transport")]
-mod amqp;
+pub(crate) mod amqp;
 
 #[cfg(feature = "amqp-transport")]
 pub use self::amqp::{AmqpHandle, AmqpOptions, AmqpTransport, AmqpTransportBuilder};

@@ -1,7 +1,7 @@
 //! The parts of a conformance `manifest.json` this runner reads: the envelope
-//! `cases` and the `idempotency` block. The broker-binding blocks (`sqs`,
-//! `kafka`, ...) and `payload_schema` do not concern this crate and are
-//! skipped, because serde ignores fields a struct does not name.
+//! `cases`, the `idempotency` block and the blocks of the bindings
+//! babel-idem implements (`redis`, `rabbitmq`). The names of the other
+//! top-level blocks are kept, so the report can list each as not applicable.
 
 use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
@@ -12,6 +12,50 @@ pub(super) struct Manifest {
     /// Absent and empty are told apart: an absent block is a manifest error.
     pub(super) cases: Option<Vec<EnvelopeCase>>,
     pub(super) idempotency: Option<Idempotency>,
+    /// The Redis binding's block; absent in manifests older than it.
+    #[serde(default)]
+    pub(super) redis: Option<RedisBlock>,
+    /// The RabbitMQ binding's block; absent in manifests older than it.
+    #[serde(default)]
+    pub(super) rabbitmq: Option<RabbitmqBlock>,
+    /// Every other top-level key: the prose, and the blocks of bindings
+    /// this runner reports as not applicable.
+    #[serde(flatten)]
+    pub(super) rest: Map<String, Value>,
+}
+
+/// `redis`: the one static invariant of the Redis binding.
+#[derive(Debug, Deserialize)]
+pub(super) struct RedisBlock {
+    pub(super) payload_identity: Option<PayloadIdentity>,
+}
+
+/// `redis.payload_identity`: the envelope that must be stored and reserved
+/// byte for byte.
+#[derive(Debug, Deserialize)]
+pub(super) struct PayloadIdentity {
+    pub(super) envelope_file: String,
+}
+
+/// `rabbitmq`: the RabbitMQ binding's property projection.
+#[derive(Debug, Deserialize)]
+pub(super) struct RabbitmqBlock {
+    pub(super) property_projection: Option<PropertyProjection>,
+}
+
+/// `rabbitmq.property_projection`: the AMQP properties and native-typed
+/// headers a producer publishes the envelope with.
+#[derive(Debug, Deserialize)]
+#[cfg_attr(
+    not(feature = "amqp-transport"),
+    allow(dead_code, reason = "only the RabbitMQ binding compares them")
+)]
+pub(super) struct PropertyProjection {
+    pub(super) envelope_file: String,
+    #[serde(default)]
+    pub(super) properties: Map<String, Value>,
+    #[serde(default)]
+    pub(super) headers: Map<String, Value>,
 }
 
 /// One entry of `cases`: a fixture file that must decode (and match `expect`)

@@ -13,11 +13,17 @@ pub enum Block {
     DedupKey,
     /// `idempotency.sequences.cases`: deliveries through one wrapped handler.
     Sequence,
+    /// `redis.payload_identity`: the Redis binding stores and reserves the
+    /// envelope byte for byte.
+    Redis,
+    /// `rabbitmq.property_projection`: the AMQP properties and headers the
+    /// RabbitMQ binding publishes an envelope with.
+    Rabbitmq,
 }
 
 impl Block {
     /// The block's place in the manifest: `cases`, `idempotency`,
-    /// `idempotency.sequences`.
+    /// `idempotency.sequences`, `redis`, `rabbitmq`.
     ///
     /// ```
     /// use babel_idem::conformance::Block;
@@ -29,6 +35,8 @@ impl Block {
             Block::Envelope => "cases",
             Block::DedupKey => "idempotency",
             Block::Sequence => "idempotency.sequences",
+            Block::Redis => "redis",
+            Block::Rabbitmq => "rabbitmq",
         }
     }
 }
@@ -100,23 +108,47 @@ impl fmt::Display for CaseOutcome {
 
 /// Every case of a run, in manifest order.
 ///
-/// Its `Display` prints one line per case and then the summary line
-/// `N passed, M failed`:
+/// Its `Display` prints one line per case, one `n/a` line per block that
+/// does not apply, and then the summary line `N passed, M failed`:
 ///
 /// ```text
 /// pass cases/order-created
 /// pass cases/invalid-missing-urn: rejected (missing_urn): envelope has no `job` or `urn`: ...
 /// FAIL idempotency.sequences/duplicate-delivery-runs-once: delivery 2 (meta_id "id-A"): expected skip, but the handler ran; ...
-/// 13 passed, 1 failed
+/// pass redis/payload_identity
+/// n/a kafka: babel-idem has no Apache Kafka binding
+/// 14 passed, 1 failed
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Report {
     outcomes: Vec<CaseOutcome>,
+    not_applicable: Vec<(String, String)>,
 }
 
 impl Report {
     pub(super) fn push(&mut self, outcome: CaseOutcome) {
         self.outcomes.push(outcome);
+    }
+
+    pub(super) fn not_applicable(&mut self, block: &str, why: &str) {
+        self.not_applicable.push((block.to_owned(), why.to_owned()));
+    }
+
+    /// The manifest's blocks that were not checked, by name, each with why
+    /// it does not apply (a binding babel-idem lacks, or one this build
+    /// left out).
+    ///
+    /// ```no_run
+    /// let report = babel_idem::conformance::run("tests/fixtures/conformance")?;
+    /// for (block, why) in report.skipped_blocks() {
+    ///     println!("{block}: {why}");
+    /// }
+    /// # Ok::<(), babel_idem::conformance::ConformanceError>(())
+    /// ```
+    pub fn skipped_blocks(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.not_applicable
+            .iter()
+            .map(|(block, why)| (block.as_str(), why.as_str()))
     }
 
     /// Every case's outcome, in manifest order.
@@ -153,6 +185,9 @@ impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for outcome in &self.outcomes {
             writeln!(f, "{outcome}")?;
+        }
+        for (block, why) in &self.not_applicable {
+            writeln!(f, "n/a {block}: {why}")?;
         }
         write!(f, "{} passed, {} failed", self.passed(), self.failed())
     }

@@ -5,7 +5,7 @@
 mod acks;
 mod dlq;
 mod header_guard;
-mod properties;
+pub(crate) mod properties;
 mod publish;
 mod raw;
 mod session;

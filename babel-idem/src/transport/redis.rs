@@ -3,7 +3,7 @@
 //! `babelqueue.redis_transport` (1.24).
 
 mod dlq;
-mod frame;
+pub(crate) mod frame;
 mod publish;
 mod token;
 

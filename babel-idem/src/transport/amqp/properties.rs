@@ -31,7 +31,7 @@ const CONTRACT_HEADERS: [&str; 3] = ["x-schema-version", "x-source-lang", "x-att
 
 /// The properties to publish `body` with; `extra` are out-of-band headers
 /// (kept as typed, so a republish carries a header as it came).
-pub(super) fn for_body(body: &[u8], extra: &FieldTable) -> BasicProperties {
+pub(crate) fn for_body(body: &[u8], extra: &FieldTable) -> BasicProperties {
     let persistent = BasicProperties::default()
         .with_content_type("application/json".into())
         .with_delivery_mode(2);

@@ -16,7 +16,7 @@ const FRAME_KEY: &str = "__bq_frame";
 /// header survives (blank names and values are dropped), else the frame.
 /// `None` when a frame is needed but `body` is not UTF-8 (a frame holds the
 /// body as a JSON string).
-pub(super) fn frame(body: &[u8], headers: &[(String, String)]) -> Option<Vec<u8>> {
+pub(crate) fn frame(body: &[u8], headers: &[(String, String)]) -> Option<Vec<u8>> {
     let mut kept = headers
         .iter()
         .filter(|(name, value)| !name.is_empty() && !value.is_empty())
@@ -45,7 +45,7 @@ pub(super) fn frame(body: &[u8], headers: &[(String, String)]) -> Option<Vec<u8>
 
 /// A stored value read back: the body and the headers when it is a frame,
 /// else the value itself with no headers.
-pub(super) fn unframe(value: Vec<u8>) -> (Vec<u8>, Vec<(String, String)>) {
+pub(crate) fn unframe(value: Vec<u8>) -> (Vec<u8>, Vec<(String, String)>) {
     // Cheap reject: most values are bare envelopes.
     if value.first() != Some(&b'{') || !contains(&value, b"\"__bq_frame\"") {
         return (value, Vec::new());
