@@ -23,9 +23,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use babel_idem::envelope::{DeadLetter, DeadLetterReason};
-use babel_idem::outbox::Relay;
+use babel_idem::outbox::{Relay, RelayError};
 use babel_idem::redrive::RedriveOptions;
-use babel_idem::transport::AmqpTransport;
+use babel_idem::transport::{AmqpTransport, PublishError, TransportError};
 use babel_idem::{Consumer, Envelope};
 use consumer_support::{
     PATIENCE, QUIET, SeenLog, URN, eventually, recording_router, run_until_idle,
@@ -228,6 +228,10 @@ async fn a_queue_deleted_while_the_relay_runs_is_declared_again_and_receives_eve
     stop.send(()).unwrap();
     let report = running.await.unwrap().unwrap();
     assert_eq!(report.refused, 0, "{report:?}");
+    // The mixed batch's returns wait; the batch for the deleted queue
+    // alone is paced as an outage.
+    assert_eq!(report.waiting, 10, "{report:?}");
+    assert!(report.outages >= 1, "{report:?}");
     assert_no_attempt_spent(&db).await;
     let kept_ids = ids(first
         .iter()
@@ -274,8 +278,9 @@ async fn a_full_reject_publish_queue_holds_rows_back_without_an_attempt_until_it
 
     // Passes against the full queue: more than enough to fail every row
     // if a nack counted as a refusal.
+    let mut passes = Vec::new();
     for _ in 0..5 {
-        let _ = relay.run_once().await;
+        passes.push(relay.run_once().await);
         tokio::time::sleep(ms(20)).await;
     }
     let broker = queues.broker();
@@ -286,6 +291,21 @@ async fn a_full_reject_publish_queue_holds_rows_back_without_an_attempt_until_it
         rows.iter().filter(|row| row.status == "pending").count(),
         25,
         "{rows:?}"
+    );
+    // The first pass filled the queue and held the rest back; the next
+    // ones took nothing, which the relay reports as back-pressure.
+    let first = passes[0].as_ref().unwrap();
+    assert_eq!(
+        (first.published, first.waiting, first.refused),
+        (5, 25, 0),
+        "{passes:?}"
+    );
+    assert!(
+        passes[1..].iter().all(|pass| matches!(
+            pass,
+            Err(RelayError::Broker(TransportError::Backpressure(_)))
+        )),
+        "{passes:?}"
     );
 
     // A consumer drains the queue; the relay goes on as room appears.
@@ -350,7 +370,10 @@ async fn a_dlq_deleted_while_the_consumer_runs_is_declared_again_and_the_poison_
         "the DLQ was declared again and holds the record: {report:?}"
     );
     assert!(String::from_utf8_lossy(&dead[0].body).contains("second poison"));
+    // The returned copy failed the settlement once; the retry declared
+    // the DLQ again.
     assert_eq!(report.dead_lettered, 1, "{report:?}");
+    assert!(report.broker_errors >= 1, "{report:?}");
     assert_eq!(broker.len(&work).await, 0, "{report:?}");
     transport.close().await;
 }
@@ -434,7 +457,13 @@ async fn a_publish_to_a_queue_deleted_since_is_an_error_and_the_next_declares_it
 
     let second = Envelope::new(URN, json!({"n": 2})).with_queue(&queue);
     let returned = transport.publish_envelope(&second).await;
-    assert!(returned.is_err(), "a publish no queue took: {returned:?}");
+    assert!(
+        matches!(
+            &returned,
+            Err(PublishError::Transport(TransportError::Unroutable { queue: to })) if *to == queue
+        ),
+        "a publish no queue took: {returned:?}"
+    );
     transport.publish_envelope(&second).await.unwrap();
     let got = landed(&queues.broker(), &queue).await;
     assert_eq!(got, [second.meta.id.clone().unwrap()]);
