@@ -235,8 +235,10 @@ pub enum TransportError {
     },
     /// The broker could not be reached, or refused the connection.
     Connect(Box<dyn StdError + Send + Sync>),
-    /// The broker failed one operation (a lost connection, a timeout, an
-    /// error reply); the operation may be tried again.
+    /// The broker failed one operation (a lost connection, an error reply,
+    /// a channel closed over one message); the operation may be tried
+    /// again. As one message's outcome in a [`BatchOutcome`], the broker's
+    /// refusal of that message (see [`is_refusal`](Self::is_refusal)).
     Broker(Box<dyn StdError + Send + Sync>),
     /// The transport cannot carry out this operation (see
     /// [`Transport::extends_reservations`]).
@@ -244,6 +246,52 @@ pub enum TransportError {
         /// The operation asked for.
         operation: &'static str,
     },
+    /// The broker gave the message back: no queue took it (RabbitMQ's
+    /// `basic.return` of a mandatory publish, such as one to a queue deleted
+    /// since the connection declared it). Nothing was published; the queue
+    /// is declared again on the next publish to it.
+    Unroutable {
+        /// The queue the message was published to.
+        queue: String,
+    },
+    /// The broker cannot take the message now: a full queue under
+    /// `x-overflow: reject-publish` nacks it, a busy broker does not answer
+    /// in time. Not the message's fault: publishing it again later may
+    /// succeed (after a timeout it may also have been taken: at least once).
+    Backpressure(Box<dyn StdError + Send + Sync>),
+}
+
+impl TransportError {
+    /// Whether this error, as one message's outcome in a
+    /// [`BatchOutcome`], refuses that message for what it is: a queue name
+    /// the layout cannot hold ([`InvalidQueue`](Self::InvalidQueue)), or
+    /// the broker's refusal of that one message
+    /// ([`Broker`](Self::Broker): a Redis key of the wrong type, a body
+    /// RabbitMQ closes the channel over). Anything else is not the
+    /// message's fault (a message no queue took, back-pressure, a broker
+    /// that cannot be reached), and the same message may be taken later.
+    /// The outbox relay counts an attempt against a row for a refusal only.
+    ///
+    /// ```
+    /// use babel_idem::transport::TransportError;
+    ///
+    /// let full = TransportError::Backpressure("the queue is full".into());
+    /// assert!(!full.is_refusal());
+    /// let returned = TransportError::Unroutable { queue: "orders".into() };
+    /// assert!(!returned.is_refusal());
+    /// let reserved = TransportError::InvalidQueue { queue: "amq.x".into(), reason: "reserved" };
+    /// assert!(reserved.is_refusal());
+    /// ```
+    pub fn is_refusal(&self) -> bool {
+        match self {
+            TransportError::InvalidQueue { .. } | TransportError::Broker(_) => true,
+            TransportError::InvalidUrl { .. }
+            | TransportError::Connect(_)
+            | TransportError::Unsupported { .. }
+            | TransportError::Unroutable { .. }
+            | TransportError::Backpressure(_) => false,
+        }
+    }
 }
 
 impl fmt::Display for TransportError {
@@ -260,6 +308,13 @@ impl fmt::Display for TransportError {
             TransportError::Unsupported { operation } => {
                 write!(f, "this transport does not support {operation}")
             }
+            TransportError::Unroutable { queue } => write!(
+                f,
+                "the broker returned the message: no queue took it (does {queue:?} exist?)"
+            ),
+            TransportError::Backpressure(error) => {
+                write!(f, "the broker cannot take the message now: {error}")
+            }
         }
     }
 }
@@ -267,10 +322,13 @@ impl fmt::Display for TransportError {
 impl StdError for TransportError {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
         match self {
-            TransportError::Connect(error) | TransportError::Broker(error) => Some(&**error),
+            TransportError::Connect(error)
+            | TransportError::Broker(error)
+            | TransportError::Backpressure(error) => Some(&**error),
             TransportError::InvalidUrl { .. }
             | TransportError::InvalidQueue { .. }
-            | TransportError::Unsupported { .. } => None,
+            | TransportError::Unsupported { .. }
+            | TransportError::Unroutable { .. } => None,
         }
     }
 }

@@ -118,11 +118,13 @@ impl RelaySink {
         }
     }
 
-    /// Publishes `messages`; when the batch fails as a whole while the
-    /// broker still answers (RabbitMQ closes the channel over one message,
-    /// such as a body over its `max_message_size`), publishes each half
-    /// again, down to the message the broker refuses, whose outcome is the
-    /// error. `Err` only when the broker cannot be reached.
+    /// Publishes `messages`; when the batch fails as a whole with a
+    /// refusal while the broker still answers (RabbitMQ closes the channel
+    /// over one message, such as a body over its `max_message_size`),
+    /// publishes each half again, down to the message the broker refuses,
+    /// whose outcome is the error. `Err` when the broker cannot be reached
+    /// or cannot take the batch now (it did not answer in time): no message
+    /// is blamed for that.
     async fn publish_isolating(
         &self,
         messages: &[Outgoing<'_>],
@@ -131,7 +133,7 @@ impl RelaySink {
             Ok(outcome) => return Ok(outcome),
             Err(error) => error,
         };
-        if !self.refused_while_reachable().await {
+        if !error.is_refusal() || !self.refused_while_reachable().await {
             return Err(error);
         }
         if messages.len() == 1 {
@@ -169,8 +171,9 @@ impl RelaySink {
 pub enum RelayError {
     /// The outbox failed (a missing table names `babel-idem migrate`).
     Outbox(OutboxError),
-    /// The broker could not be reached: no row was marked, and no row
-    /// spent an attempt.
+    /// The broker could not be reached, or took none of the batch's rows
+    /// through no fault of theirs (each returned or held back): no row was
+    /// marked, and no row spent an attempt.
     Broker(TransportError),
 }
 
@@ -201,11 +204,12 @@ impl From<OutboxError> for RelayError {
 }
 
 /// What a relay did: rows published, refused (an attempt recorded) and
-/// turned `'failed'`, and how many times the broker was unreachable.
+/// turned `'failed'`, rows the broker did not take through no fault of
+/// theirs, and how many times the broker was unreachable.
 ///
 /// ```
 /// let report = babel_idem::outbox::RelayReport::default();
-/// assert_eq!(report.published, 0);
+/// assert_eq!((report.published, report.waiting), (0, 0));
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -216,8 +220,17 @@ pub struct RelayReport {
     pub refused: u64,
     /// Rows that reached the maximum attempts and are now `'failed'`.
     pub failed: u64,
-    /// Passes that found the broker unreachable.
+    /// Passes that found the broker unreachable, or in which it took none
+    /// of the rows and refused none (each returned or held back; such rows
+    /// are not counted in `waiting`).
     pub outages: u64,
+    /// Rows the broker did not take through no fault of theirs, in passes
+    /// where it took or refused others: returned (no queue took them; the
+    /// queue was deleted since it was declared, and is declared again) or
+    /// held back (a nack from a full `x-overflow: reject-publish` queue).
+    /// They stay pending with no attempt spent, and are published again by
+    /// a later pass.
+    pub waiting: u64,
 }
 
 impl RelayReport {
@@ -226,6 +239,7 @@ impl RelayReport {
         self.refused += other.refused;
         self.failed += other.failed;
         self.outages += other.outages;
+        self.waiting += other.waiting;
     }
 }
 
@@ -334,16 +348,27 @@ impl RelayBuilder {
 ///   of the batch being marked), so the database and the broker work at
 ///   the same time. A larger [`batch_size`](RelayBuilder::batch_size)
 ///   spreads each round trip over more rows.
-/// - A row the broker refuses (a queue name the transport cannot hold, a
-///   key of the wrong type, a nack, a body over
-///   [`max_body_bytes`](RelayBuilder::max_body_bytes)) gets `attempts + 1`,
-///   `last_error` (at most 500 characters) and `failed_at`, and waits
-///   50 ms per attempt (at most 5 s) before it is tried again; after
+/// - A row the broker refuses for what it is (a queue name the transport
+///   cannot hold, a key of the wrong type, a body RabbitMQ closes the
+///   channel over, a body over
+///   [`max_body_bytes`](RelayBuilder::max_body_bytes):
+///   [`TransportError::is_refusal`]) gets `attempts + 1`, `last_error` (at
+///   most 500 characters) and `failed_at`, and waits 50 ms per attempt (at
+///   most 5 s) before it is tried again; after
 ///   [`max_attempts`](RelayBuilder::max_attempts) it is `'failed'`. The
 ///   other rows go on.
+/// - A row the broker did not take through no fault of its own stays
+///   pending with no attempt spent, and a later pass publishes it again
+///   (counted in [`RelayReport::waiting`]): on RabbitMQ every publish is
+///   mandatory, so a row no queue took (its queue deleted while the relay
+///   runs) comes back instead of being confirmed, and its queue is declared
+///   again on the next pass; a nack (a full `x-overflow: reject-publish`
+///   queue) is back-pressure. A row is marked published only once a queue
+///   holds it.
 /// - A broker that cannot be reached is nobody's fault: no row is marked
 ///   and none spends an attempt; the relay waits (the same steps) and
-///   tries again.
+///   tries again. A pass in which the broker took none of the rows and
+///   refused none (each returned or held back) is paced the same way.
 /// - RabbitMQ closes the channel over some messages (a body over its
 ///   `max_message_size`), failing the whole batch while it still answers:
 ///   the relay then publishes each half of the batch again, down to the
@@ -355,10 +380,10 @@ impl RelayBuilder {
 ///   each row taken by one at a time; `LISTEN`/`NOTIFY` wakes them. On
 ///   SQLite run one relay per database; a `save` in the same process wakes
 ///   it.
-/// - Order: with one relay and no refused row, each queue receives its
-///   rows in id order, among the rows committed when the relay read. With
-///   several relays, or a refused row waiting its backoff, it is not
-///   promised.
+/// - Order: with one relay and no refused or held back row, each queue
+///   receives its rows in id order, among the rows committed when the
+///   relay read. With several relays, a refused row waiting its backoff, or
+///   a row a full queue held back, it is not promised.
 /// - Give the relay its own pool (on SQLite `synchronous = NORMAL` in WAL
 ///   mode, as `babel-idem relay` opens it): its marks need no flush to
 ///   disk, since a lost mark only publishes its row again.
@@ -682,16 +707,25 @@ impl Relay {
             ::metrics::counter!(crate::metrics::OUTBOX_REFUSED_TOTAL)
                 .increment(refused.len() as u64);
         }
+        // The rows neither published nor refused wait: the broker did not
+        // take them through no fault of theirs (see `publish`).
+        let waiting = rows.len().saturating_sub(published.len() + refused.len()) as u64;
         RelayReport {
             published: published.len() as u64,
             refused: refused.len() as u64,
             failed,
             outages: 0,
+            waiting,
         }
     }
 
     /// Publishes `rows` in one round trip; the ids the broker accepted and
-    /// the refusals, or the broker's error when it could not be reached.
+    /// the refusals (each an attempt: [`TransportError::is_refusal`]). A
+    /// row the broker did not take through no fault of its own (returned,
+    /// held back) is in neither list: it stays pending with no attempt.
+    /// The broker's error when it could not be reached, or when it took
+    /// none of the rows and refused none (every one waits): such a pass is
+    /// paced as an outage.
     async fn publish(
         &self,
         rows: &[PendingRow],
@@ -716,14 +750,29 @@ impl Relay {
                 .push(Outgoing::new(&row.queue, row.body.as_bytes()).with_headers(&row.headers));
         }
         let mut published = Vec::with_capacity(sent.len());
+        let mut waiting: Vec<(i64, TransportError)> = Vec::new();
         if !messages.is_empty() {
             let outcome = self.settings.sink.publish_isolating(&messages).await?;
             for (id, result) in sent.into_iter().zip(outcome) {
                 match result {
                     Ok(()) => published.push(id),
-                    Err(error) => refused.push((id, error.to_string())),
+                    Err(error) if error.is_refusal() => refused.push((id, error.to_string())),
+                    Err(error) => waiting.push((id, error)),
                 }
             }
+        }
+        if let Some((_, first)) = waiting.first() {
+            tracing::warn!(
+                rows = waiting.len(),
+                error = %first,
+                "babel-idem relay: the broker did not take some rows through no fault of theirs; they stay pending and no attempt was spent"
+            );
+        }
+        if published.is_empty()
+            && refused.is_empty()
+            && let Some((_, error)) = waiting.into_iter().next()
+        {
+            return Err(error);
         }
         Ok((published, refused))
     }

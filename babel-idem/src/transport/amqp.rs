@@ -48,7 +48,13 @@ const QUEUE_NAMES: QueueNames = QueueNames {
 ///   (`type` = URN, `correlation_id` = trace_id, `message_id` = meta.id) and
 ///   headers (`x-schema-version`, `x-source-lang`, `x-attempts`), derived from
 ///   the body as the Python SDK derives them. Every publish waits for the
-///   broker's publisher confirm.
+///   broker's publisher confirm. Every publish is mandatory: a message no
+///   queue took (its queue deleted since this connection declared it)
+///   comes back, and the publish fails with
+///   [`TransportError::Unroutable`] instead of succeeding; the queue is
+///   declared again on the next publish to it. A nack (a full queue's
+///   `x-overflow: reject-publish`) fails it with
+///   [`TransportError::Backpressure`].
 /// - Consuming is push-based with manual ack: one `basic.consume` per queue
 ///   on its own channel, with [`prefetch`](TransportBuilder::prefetch)
 ///   deliveries unacked at most (`basic.qos`). (The Python worker polls with
@@ -66,12 +72,14 @@ const QUEUE_NAMES: QueueNames = QueueNames {
 ///   delivery's out-of-band headers (a `traceparent`) travel with it.
 /// - Every header of a delivery reaches the handler as a string, the contract
 ///   ones included, as Python's `pop` maps them.
-/// - A refused declare or publish (a channel error, or a nack such as a
-///   full queue's `x-overflow: reject-publish`) closes its channel only:
-///   the settlement fails as a broker error, counted in the consumer's
-///   `broker_errors` and tried again with backoff, and the connection and
-///   its deliveries stay. The delivery stays in its queue until a try
-///   succeeds.
+/// - A refused declare or publish (a channel error) closes its channel
+///   only; a nack (a full queue's `x-overflow: reject-publish`) and a
+///   returned copy (a dead-letter queue deleted while the consumer runs)
+///   close nothing. Each fails the settlement, counted in the consumer's
+///   `broker_errors` and tried again with backoff (a deleted queue is
+///   declared again on the next try), and the connection and its
+///   deliveries stay. The delivery is not acked, and stays in its queue,
+///   until its copy is in a queue.
 /// - A message whose properties lapin cannot parse (a header name or a
 ///   `message_id` that is not UTF-8) fails lapin's whole connection. The
 ///   transport then takes it off the head of the queue with a minimal client
@@ -280,7 +288,10 @@ impl AmqpTransport {
     /// Publishes `body` to `queue` (declared durable on first use unless it
     /// exists) with the
     /// contract's properties and headers, persistent, and waits for the
-    /// broker's confirm: the Python SDK's `publish`.
+    /// broker's confirm: the Python SDK's `publish`. A message no queue
+    /// took is [`TransportError::Unroutable`] (the queue was deleted since
+    /// it was declared; the next publish declares it again), a nack
+    /// [`TransportError::Backpressure`].
     pub async fn publish(&self, queue: &str, body: &[u8]) -> Result<(), TransportError> {
         self.publish_many(queue, std::slice::from_ref(&body)).await
     }
@@ -304,7 +315,8 @@ impl AmqpTransport {
 
     /// Publishes every body of `bodies` to `queue` as [`publish`](Self::publish)
     /// does, then waits for all their confirms at once: one round trip for
-    /// the batch instead of one per message.
+    /// the batch instead of one per message. An error is the first body's
+    /// that was not taken; the others may have been.
     pub async fn publish_many<B: AsRef<[u8]>>(
         &self,
         queue: &str,
@@ -442,9 +454,12 @@ impl AmqpTransport {
                     Some(handle.generation),
                 )
                 .await;
+            // A copy no queue took (its queue deleted since it was
+            // declared) or a nack is an error like any other: the original
+            // is not acked, and the next try declares the queue again.
             match published {
-                Err(TransportError::Broker(error)) if self.sessions.is_gone(handle.generation) => {
-                    return Ok(self.lapsed(handle, &*error));
+                Err(error) if self.sessions.is_gone(handle.generation) => {
+                    return Ok(self.lapsed(handle, &error));
                 }
                 Err(error) => return Err(error),
                 Ok(()) => {}

@@ -43,19 +43,35 @@ impl<'a> Outgoing<'a> {
 }
 
 /// The outcome of publishing a batch of [`Outgoing`] messages in one round
-/// trip: one entry per message, in order. `Ok` once the broker accepted the
-/// message (confirmed it, on RabbitMQ); an error when the broker refused
-/// that one message (a queue name the layout cannot hold, a key of the
-/// wrong type, a nack), which says nothing about the others. A broker that
-/// cannot be reached fails the whole call instead, and then nothing is
-/// known of any message.
+/// trip: one entry per message, in order. `Ok` once a queue holds the
+/// message (on RabbitMQ: confirmed, and not returned). An error says that
+/// one message was not taken, and nothing about the others; it is one of
+/// two kinds ([`TransportError::is_refusal`]):
+///
+/// - a refusal of the message for what it is: a queue name the layout
+///   cannot hold, a key of the wrong type, a body the broker closes the
+///   channel over;
+/// - not the message's fault: no queue took it
+///   ([`TransportError::Unroutable`], a queue deleted since it was
+///   declared, declared again on the next publish), or the broker cannot
+///   take it now ([`TransportError::Backpressure`], a nack from a full
+///   `x-overflow: reject-publish` queue). The same message may be taken
+///   later.
+///
+/// A broker that cannot be reached fails the whole call instead, and then
+/// nothing is known of any message.
 ///
 /// ```
 /// use babel_idem::transport::{BatchOutcome, TransportError};
 ///
-/// let outcome: BatchOutcome = vec![Ok(()), Err(TransportError::Unsupported { operation: "x" })];
+/// let outcome: BatchOutcome = vec![
+///     Ok(()),
+///     Err(TransportError::Unroutable { queue: "orders".into() }),
+///     Err(TransportError::InvalidQueue { queue: "amq.x".into(), reason: "reserved" }),
+/// ];
 /// let accepted = outcome.iter().filter(|result| result.is_ok()).count();
-/// assert_eq!(accepted, 1);
+/// let refused = outcome.iter().filter(|r| r.as_ref().is_err_and(|e| e.is_refusal())).count();
+/// assert_eq!((accepted, refused), (1, 1));
 /// ```
 pub type BatchOutcome = Vec<Result<(), TransportError>>;
 

@@ -7,9 +7,13 @@
 //! | open | `queue.declare` passive on a throwaway channel (a missing queue is an error, never created), then a channel of its own |
 //! | depth | `queue.declare` passive: the ready messages |
 //! | look | `basic.get` without auto-ack: the message stays unacked on the run's channel, so no other `basic.get` of the run sees it again |
-//! | republish | `basic.publish` of the redriven body to the target (declared durable unless it exists), broker-confirmed, then `basic.ack` of the original, on the same connection |
+//! | republish | `basic.publish` (mandatory) of the redriven body to the target (declared durable unless it exists), broker-confirmed and not returned, then `basic.ack` of the original, on the same connection |
 //! | put back | `basic.nack` with `requeue` when the run ends: a classic queue puts each message back at its place |
 //!
+//! A copy the broker returns (no queue took it: the target was deleted
+//! since the connection declared it) stops the run with
+//! [`TransportError::Unroutable`] and acks nothing: the dead letter stays
+//! in the dead-letter queue, and the next run declares the target again.
 //! A run that dies puts every message it held back: the broker requeues a
 //! closed channel's unacked deliveries. One killed between the confirm and
 //! the ack leaves that message in both queues, with the same `meta.id`.
@@ -308,6 +312,7 @@ impl DlqRun for AmqpDlq {
             let table = properties::table(headers);
             // On the connection the delivery came on: once it is gone the
             // broker has put the delivery back, and a copy would be a second.
+            // The original is acked only once a queue holds the copy.
             self.sessions
                 .publish(
                     target,

@@ -17,7 +17,10 @@ impl AmqpTransport {
     /// and headers, inside a PRODUCER span `publish <urn>`, and waits for
     /// the broker's confirm; with the feature `opentelemetry` the span's
     /// W3C `traceparent` travels in the AMQP header table. An envelope that
-    /// does not encode is refused before anything is sent.
+    /// does not encode is refused before anything is sent. A message no
+    /// queue took fails with [`TransportError::Unroutable`] (its queue was
+    /// deleted since this connection declared it; the next publish declares
+    /// it again), a nack with [`TransportError::Backpressure`].
     ///
     /// ```no_run
     /// use babel_idem::Envelope;
@@ -46,7 +49,12 @@ impl AmqpTransport {
     /// confirm channel, then waits for all the confirms at once: one round
     /// trip for the batch. See [`BatchOutcome`] for what the answer says; a
     /// queue name AMQP cannot carry fails that message only, before
-    /// anything is sent.
+    /// anything is sent. Every publish is mandatory: a message the broker
+    /// returns (no queue took it) is [`TransportError::Unroutable`], never
+    /// `Ok`, and its queue is declared again on the next publish; a nacked
+    /// one is [`TransportError::Backpressure`]. A broker that does not
+    /// answer in time fails the whole call with
+    /// [`TransportError::Backpressure`].
     ///
     /// ```no_run
     /// use babel_idem::transport::{AmqpTransport, Outgoing};

@@ -159,6 +159,17 @@ impl RawChannel {
             AMQPClass::Basic(Basic::GetOk(ok)) => ok.delivery_tag,
             _ => return Err(protocol("expected basic.get-ok or get-empty")),
         };
+        let (properties, body) = self.content().await?;
+        Ok(Some(RawMessage {
+            delivery_tag,
+            properties,
+            body,
+        }))
+    }
+
+    /// The content header and body frames that follow a `basic.get-ok` or a
+    /// `basic.return`: the property bytes (undecoded) and the body.
+    async fn content(&mut self) -> Result<(Vec<u8>, Vec<u8>), TransportError> {
         let header = self.frame_of(HEADER).await?;
         // class-id (2), weight (2), body size (8), then flags and properties.
         let Some(size) = header.get(4..12) else {
@@ -170,15 +181,13 @@ impl RawChannel {
         while (body.len() as u64) < size {
             body.extend_from_slice(&self.frame_of(BODY).await?);
         }
-        Ok(Some(RawMessage {
-            delivery_tag,
-            properties,
-            body,
-        }))
+        Ok((properties, body))
     }
 
-    /// Publishes `body` to `queue` through the default exchange and waits for
-    /// the broker's confirm; a nack is an error.
+    /// Publishes `body` to `queue` through the default exchange, mandatory,
+    /// and waits for the broker's confirm: a message no queue took comes
+    /// back first and is [`TransportError::Unroutable`], a nack
+    /// [`TransportError::Backpressure`].
     pub(super) async fn publish(
         &mut self,
         queue: &str,
@@ -188,7 +197,7 @@ impl RawChannel {
         let publish = Basic::Publish(basic::Publish {
             exchange: "".into(),
             routing_key: queue.into(),
-            mandatory: false,
+            mandatory: true,
             immediate: false,
         });
         self.send(CHANNEL, AMQPClass::Basic(publish)).await?;
@@ -206,12 +215,29 @@ impl RawChannel {
             self.frame(BODY, CHANNEL, part).await?;
         }
         self.published += 1;
-        match self.method().await? {
-            AMQPClass::Basic(Basic::Ack(ack)) if ack.delivery_tag >= self.published => Ok(()),
-            AMQPClass::Basic(Basic::Nack(_)) => Err(TransportError::Broker(
-                "the broker refused (nacked) the dead-letter publish".into(),
-            )),
-            _ => Err(protocol("expected the publish's confirm")),
+        let mut returned = false;
+        loop {
+            match self.method().await? {
+                // The message itself follows the return; its confirm comes after.
+                AMQPClass::Basic(Basic::Return(_)) => {
+                    self.content().await?;
+                    returned = true;
+                }
+                AMQPClass::Basic(Basic::Ack(ack)) if ack.delivery_tag >= self.published => {
+                    return match returned {
+                        false => Ok(()),
+                        true => Err(TransportError::Unroutable {
+                            queue: queue.to_owned(),
+                        }),
+                    };
+                }
+                AMQPClass::Basic(Basic::Nack(_)) => {
+                    return Err(TransportError::Backpressure(
+                        "the broker nacked the dead-letter publish".into(),
+                    ));
+                }
+                _ => return Err(protocol("expected the publish's confirm")),
+            }
         }
     }
 
@@ -374,8 +400,9 @@ fn protocol(reason: &str) -> TransportError {
     TransportError::Broker(format!("AMQP protocol: {reason}").into())
 }
 
+/// A broker that does not answer in time is busy: no refusal of a message.
 fn late() -> TransportError {
-    TransportError::Broker("the broker did not answer in time".into())
+    TransportError::Backpressure("the broker did not answer in time".into())
 }
 
 fn io(error: std::io::Error) -> TransportError {

@@ -13,6 +13,12 @@
 //! where they are. Queues are declared on a throwaway channel, passively
 //! first, so a queue that exists with arguments of its own (a quorum queue,
 //! a TTL, a length limit) is used as it is.
+//!
+//! Every publish is mandatory, on a confirm channel the publish holds on
+//! its own until its last confirm came: a message no queue took comes back
+//! (`basic.return`) before its confirm, and is reported not published,
+//! never as confirmed. Its queue is forgotten as declared (someone deleted
+//! it), so the next publish to it declares it again.
 
 use std::collections::{HashMap, HashSet};
 use std::error::Error as StdError;
@@ -24,6 +30,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use futures_core::Stream;
+use lapin::message::BasicReturnMessage;
 use lapin::message::Delivery;
 use lapin::options::{
     BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions,
@@ -31,7 +38,7 @@ use lapin::options::{
 };
 use lapin::types::FieldTable;
 use lapin::uri::AMQPUri;
-use lapin::{Acker, Channel, Connection, ConnectionProperties};
+use lapin::{Acker, Channel, Confirmation, Connection, ConnectionProperties};
 use tokio::sync::Mutex;
 
 use super::acks::AckWindow;
@@ -58,11 +65,24 @@ pub(super) struct Sessions {
     connections: AtomicU64,
 }
 
+/// How many idle publishing channels a session keeps for the next publishes.
+const IDLE_PUBLISHERS: usize = 32;
+
+/// One message to publish: its queue, its body and its out-of-band headers.
+type Message<'m> = (&'m str, &'m [u8], &'m FieldTable);
+
+/// One outcome per message of a publish (see [`Sessions::publish_each`]).
+type Outcomes = Vec<Result<(), TransportError>>;
+
 struct Session {
     generation: u64,
     connection: Connection,
-    /// The confirm-mode publishing channel; replaced once the broker closes it.
-    publisher: Mutex<Channel>,
+    /// Confirm-mode publishing channels no publish holds. A publish takes
+    /// one for itself ([`Publisher`]), so every confirm and every returned
+    /// message read on it meanwhile is its own.
+    publishers: SyncMutex<Vec<Channel>>,
+    /// The queues this session declared or found, and has seen no message
+    /// returned from since.
     declared: SyncMutex<HashSet<String>>,
     consumers: Mutex<HashMap<String, Arc<Mutex<Consuming>>>>,
 }
@@ -178,7 +198,10 @@ impl Sessions {
         let Ok(session) = self.session().await else {
             return false;
         };
-        let result = session.publisher(self.connector.timeout).await;
+        let result = session
+            .publisher(self.connector.timeout)
+            .await
+            .map(Publisher::give_back);
         let result = self.after(&session, result).await;
         result.is_ok() && session.connection.status().connected()
     }
@@ -196,7 +219,10 @@ impl Sessions {
 
     /// Publishes each `(body, out-of-band headers)` to `queue`, then waits
     /// for every confirm. With `generation`, only on that session: a
-    /// settlement's copy must not outlive the delivery it replaces.
+    /// settlement's copy must not outlive the delivery it replaces. `Ok`
+    /// once the queue holds every message; otherwise the first message's
+    /// error: one no queue took is [`TransportError::Unroutable`], a nack
+    /// [`TransportError::Backpressure`] (the others may have been taken).
     pub(super) async fn publish<'b>(
         &self,
         queue: &str,
@@ -210,8 +236,15 @@ impl Sessions {
                 .await
                 .ok_or_else(|| broker_message("the connection the delivery came on was lost"))?,
         };
-        let result = self.publish_on(&session, queue, messages).await;
-        self.after(&session, result).await
+        let messages: Vec<Message<'_>> = messages
+            .map(|(body, headers)| (queue, body, headers))
+            .collect();
+        let result = self.publish_all_on(&session, &messages).await;
+        self.after(&session, result)
+            .await?
+            .into_iter()
+            .find(Result::is_err)
+            .unwrap_or(Ok(()))
     }
 
     /// `result` of an operation on `session`; when it failed because the
@@ -228,55 +261,32 @@ impl Sessions {
         result
     }
 
-    async fn publish_on<'b>(
-        &self,
-        session: &Session,
-        queue: &str,
-        messages: impl Iterator<Item = (&'b [u8], &'b FieldTable)>,
-    ) -> Result<(), TransportError> {
-        session.declare(queue, self.connector.timeout).await?;
-        let publisher = session.publisher(self.connector.timeout).await?;
-        let mut confirms = Vec::new();
-        for (body, headers) in messages {
-            let publish = publisher.basic_publish(
-                "".into(),
-                queue.into(),
-                BasicPublishOptions::default(),
-                body,
-                properties::for_body(body, headers),
-            );
-            let confirm = within(self.connector.timeout, publish).await?;
-            confirms.push(confirm);
-        }
-        for confirm in confirms {
-            let confirmation = within(self.connector.timeout, confirm).await?;
-            if confirmation.is_nack() {
-                return Err(broker_message("the broker refused (nacked) a publish"));
-            }
-        }
-        Ok(())
-    }
-
     /// Publishes every message of `messages` (queue, body, out-of-band
     /// headers), each to its own queue, on one confirm channel, then waits
     /// for all their confirms at once. `Err` when the connection or the
-    /// channel failed (nothing is known of any message); otherwise one
-    /// outcome per message: `Ok` once the broker confirmed it, an error
-    /// when the broker nacked it or refused to declare its queue.
+    /// channel failed, or the broker did not answer in time (nothing is
+    /// known of any message); otherwise one outcome per message: `Ok` once
+    /// a queue holds it, [`TransportError::Unroutable`] when the broker
+    /// returned it, [`TransportError::Backpressure`] when it nacked it, a
+    /// broker error when it refused to declare its queue.
     pub(super) async fn publish_each(
         &self,
         messages: &[(&str, &[u8], FieldTable)],
-    ) -> Result<Vec<Result<(), TransportError>>, TransportError> {
+    ) -> Result<Outcomes, TransportError> {
         let session = self.session().await?;
-        let result = self.publish_each_on(&session, messages).await;
+        let messages: Vec<Message<'_>> = messages
+            .iter()
+            .map(|(queue, body, headers)| (*queue, *body, headers))
+            .collect();
+        let result = self.publish_all_on(&session, &messages).await;
         self.after(&session, result).await
     }
 
-    async fn publish_each_on(
+    async fn publish_all_on(
         &self,
         session: &Session,
-        messages: &[(&str, &[u8], FieldTable)],
-    ) -> Result<Vec<Result<(), TransportError>>, TransportError> {
+        messages: &[Message<'_>],
+    ) -> Result<Outcomes, TransportError> {
         let timeout = self.connector.timeout;
         let mut refused: HashMap<&str, String> = HashMap::new();
         for (queue, _, _) in messages {
@@ -284,7 +294,9 @@ impl Sessions {
                 continue;
             }
             if let Err(error) = session.declare(queue, timeout).await {
-                if !session.connection.status().connected() {
+                // A lost connection or a broker that does not answer is no
+                // refusal of the queue: nothing of the batch is sent.
+                if !session.connection.status().connected() || !error.is_refusal() {
                     return Err(error);
                 }
                 refused.insert(queue, error.to_string());
@@ -301,22 +313,50 @@ impl Sessions {
                 ))));
                 continue;
             }
-            let publish = publisher.basic_publish(
+            // Mandatory: a message no queue takes comes back to us before
+            // its confirm, instead of being confirmed as if published.
+            let options = BasicPublishOptions {
+                mandatory: true,
+                ..BasicPublishOptions::default()
+            };
+            let publish = publisher.channel().basic_publish(
                 "".into(),
                 (*queue).into(),
-                BasicPublishOptions::default(),
+                options,
                 body,
                 properties::for_body(body, headers),
             );
             confirms.push((index, within(timeout, publish).await?));
         }
+        let mut returned = Vec::new();
         for (index, confirm) in confirms {
             let confirmation = within(timeout, confirm).await?;
-            outcomes[index] = Some(if confirmation.is_nack() {
-                Err(broker_message("the broker refused (nacked) the publish"))
-            } else {
-                Ok(())
+            outcomes[index] = Some(match confirmation {
+                Confirmation::Ack(message) => {
+                    returned.extend(message);
+                    Ok(())
+                }
+                Confirmation::Nack(message) => {
+                    returned.extend(message);
+                    Err(TransportError::Backpressure(
+                        format!(
+                            "the broker nacked the publish to {:?} (a full queue with x-overflow reject-publish?)",
+                            messages[index].0
+                        )
+                        .into(),
+                    ))
+                }
+                Confirmation::NotRequested => Err(broker_message(
+                    "the publishing channel is not in confirm mode",
+                )),
             });
+        }
+        // Every confirm came, and each return before its own: nothing of
+        // this publish can reach the channel any more.
+        publisher.give_back();
+        for message in &returned {
+            session.returned(message);
+            mark_returned(messages, &mut outcomes, message);
         }
         Ok(outcomes
             .into_iter()
@@ -324,7 +364,7 @@ impl Sessions {
             .collect())
     }
 
-    /// Runs `operation` on the live session's publishing channel.
+    /// Runs `operation` on a publishing channel of the live session.
     pub(super) async fn with_channel<F, Fut>(&self, operation: F) -> Result<(), TransportError>
     where
         F: FnOnce(Channel) -> Fut,
@@ -332,7 +372,17 @@ impl Sessions {
     {
         let session = self.session().await?;
         let result = match session.publisher(self.connector.timeout).await {
-            Ok(channel) => within(self.connector.timeout, operation(channel)).await,
+            Ok(publisher) => {
+                let result = within(
+                    self.connector.timeout,
+                    operation(publisher.channel().clone()),
+                )
+                .await;
+                if result.is_ok() {
+                    publisher.give_back();
+                }
+                result
+            }
             Err(error) => Err(error),
         };
         self.after(&session, result).await
@@ -460,8 +510,15 @@ impl Sessions {
                     "babel-idem: dead-lettering a message the AMQP client cannot read"
                 );
                 let properties = properties::dead_letter(queue, &reason);
-                raw.publish(&dead_letter_queue, &message.body, &properties)
-                    .await?;
+                let published = raw
+                    .publish(&dead_letter_queue, &message.body, &properties)
+                    .await;
+                if let Err(TransportError::Unroutable { .. }) = &published {
+                    // Deleted since it was declared: declared again next time;
+                    // the message goes back when the raw connection closes.
+                    session.forget(&dead_letter_queue);
+                }
+                published?;
                 raw.ack(message.delivery_tag).await?;
                 found = true;
                 break;
@@ -503,7 +560,7 @@ impl Connector {
         Ok(Session {
             generation,
             connection,
-            publisher: Mutex::new(publisher),
+            publishers: SyncMutex::new(vec![publisher]),
             declared: SyncMutex::default(),
             consumers: Mutex::default(),
         })
@@ -524,14 +581,96 @@ async fn confirm_channel(
     Ok(channel)
 }
 
-impl Session {
-    /// The publishing channel, opened again when the broker closed it.
-    async fn publisher(&self, timeout: Duration) -> Result<Channel, TransportError> {
-        let mut publisher = self.publisher.lock().await;
-        if !publisher.status().connected() {
-            *publisher = confirm_channel(&self.connection, timeout).await?;
+/// A publishing channel one publish holds on its own, so that what the
+/// broker answers on it (confirms, returned messages) is that publish's.
+/// Given back to the session's idle ones only once every confirm of the
+/// publish came; dropped otherwise, and closed, so that a late confirm or
+/// return never reaches another publish.
+struct Publisher<'s> {
+    idle: &'s SyncMutex<Vec<Channel>>,
+    channel: Option<Channel>,
+}
+
+impl Publisher<'_> {
+    fn channel(&self) -> &Channel {
+        self.channel
+            .as_ref()
+            .expect("a publisher holds its channel until it is given back or dropped")
+    }
+
+    /// Back to the session's idle channels, for the next publish.
+    fn give_back(mut self) {
+        let Some(channel) = self.channel.take() else {
+            return;
+        };
+        if channel.status().connected() {
+            let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+            if idle.len() < IDLE_PUBLISHERS {
+                idle.push(channel);
+                return;
+            }
         }
-        Ok(publisher.clone())
+        close_channel_in_background(channel);
+    }
+}
+
+impl Drop for Publisher<'_> {
+    fn drop(&mut self) {
+        if let Some(channel) = self.channel.take() {
+            close_channel_in_background(channel);
+        }
+    }
+}
+
+impl Session {
+    /// A publishing channel of its own for one publish: an idle one, or a
+    /// new one in confirm mode.
+    async fn publisher(&self, timeout: Duration) -> Result<Publisher<'_>, TransportError> {
+        loop {
+            let idle = self
+                .publishers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .pop();
+            match idle {
+                Some(channel) if channel.status().connected() => {
+                    return Ok(Publisher {
+                        idle: &self.publishers,
+                        channel: Some(channel),
+                    });
+                }
+                // Closed by the broker (over a message it refused).
+                Some(_) => continue,
+                None => break,
+            }
+        }
+        let channel = confirm_channel(&self.connection, timeout).await?;
+        Ok(Publisher {
+            idle: &self.publishers,
+            channel: Some(channel),
+        })
+    }
+
+    /// The broker returned `message`: no queue took it, so its queue is
+    /// gone (deleted since it was declared); the next publish to it
+    /// declares it again.
+    fn returned(&self, message: &BasicReturnMessage) {
+        let queue = message.delivery.routing_key.as_str();
+        tracing::warn!(
+            queue,
+            reply_code = message.reply_code,
+            reply_text = message.reply_text.as_str(),
+            "babel-idem: the broker returned a message no queue took; it is not published, and the queue is declared again on the next publish"
+        );
+        self.forget(queue);
+    }
+
+    /// Forgets `queue` as declared, so the next publish to it declares it.
+    fn forget(&self, queue: &str) {
+        self.declared
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(queue);
     }
 
     /// Makes sure `queue` exists, once per session: a queue that exists is
@@ -639,6 +778,53 @@ impl Session {
     }
 }
 
+/// Marks the message of `messages` that the broker `returned` as
+/// [`TransportError::Unroutable`]: the first one to its queue with its body
+/// not marked yet. When none matches, every message to that queue is
+/// marked: a message the broker returned is never reported published.
+fn mark_returned(
+    messages: &[Message<'_>],
+    outcomes: &mut [Option<Result<(), TransportError>>],
+    returned: &BasicReturnMessage,
+) {
+    let queue = returned.delivery.routing_key.as_str();
+    let unroutable = || {
+        Some(Err(TransportError::Unroutable {
+            queue: queue.to_owned(),
+        }))
+    };
+    let same = messages
+        .iter()
+        .zip(outcomes.iter())
+        .position(|((to, body, _), outcome)| {
+            *to == queue
+                && *body == returned.delivery.data.as_slice()
+                && !matches!(outcome, Some(Err(TransportError::Unroutable { .. })))
+        });
+    match same {
+        Some(index) => outcomes[index] = unroutable(),
+        None => {
+            for (outcome, (to, _, _)) in outcomes.iter_mut().zip(messages) {
+                if *to == queue {
+                    *outcome = unroutable();
+                }
+            }
+        }
+    }
+}
+
+/// Closes a channel no one holds any more, without waiting for it.
+fn close_channel_in_background(channel: Channel) {
+    if !channel.status().connected() {
+        return;
+    }
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(async move {
+            let _ = channel.close(200, "babel-idem publisher".into()).await;
+        });
+    }
+}
+
 /// Closes a lost or replaced session without waiting for it.
 fn close_in_background(session: Arc<Session>) {
     if let Ok(runtime) = tokio::runtime::Handle::try_current() {
@@ -651,14 +837,17 @@ fn close_in_background(session: Arc<Session>) {
     }
 }
 
-/// `operation`, failing as a broker error after `timeout`.
+/// `operation`, failing after `timeout` as back-pressure: a broker that
+/// does not answer in time is busy, which is no refusal of a message.
 async fn within<T>(
     timeout: Duration,
     operation: impl Future<Output = lapin::Result<T>>,
 ) -> Result<T, TransportError> {
     match tokio::time::timeout(timeout, operation).await {
         Ok(result) => result.map_err(broker),
-        Err(_) => Err(broker_message("the broker did not answer in time")),
+        Err(_) => Err(TransportError::Backpressure(
+            "the broker did not answer in time".into(),
+        )),
     }
 }
 
