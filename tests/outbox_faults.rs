@@ -6,7 +6,7 @@
 //! deadlocks nor deletes a pending row; a RabbitMQ node of the test's own
 //! that closes the channel over one oversized body fails that row alone; a
 //! Redis of the test's own busy running a script spends no attempt; `relay
-//! --drain` outlives its PostgreSQL sessions being ended, and prints, when
+//! --drain` outlives its PostgreSQL connections being ended, and prints, when
 //! SIGTERM stops it, the totals of the rows it marked.
 //!
 //! Environment: `BABEL_IDEM_AMQP_URL`, `BABEL_IDEM_POSTGRES_URL`,
@@ -454,7 +454,7 @@ async fn a_redis_busy_running_a_script_spends_no_attempt_and_every_row_is_publis
     db.cleanup().await;
 }
 
-/// `url` with `application_name=name`, so a test can find its sessions.
+/// `url` with `application_name=name`, so a test can find its connections.
 fn named(url: &str, name: &str) -> String {
     let separator = if url.contains('?') { '&' } else { '?' };
     format!("{url}{separator}application_name={name}")
@@ -481,7 +481,7 @@ async fn finished(child: std::process::Child) -> std::process::Output {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn relay_drain_outlives_its_postgres_sessions_being_terminated_and_publishes_every_row() {
+async fn relay_drain_outlives_its_postgres_connections_being_terminated_and_publishes_every_row() {
     const TEST: &str = "outbox_postgres_cut";
     let (Some(db), Some(redis)) = (
         Db::open(Kind::Postgres, TEST).await,
@@ -507,7 +507,7 @@ async fn relay_drain_outlives_its_postgres_sessions_being_terminated_and_publish
     let running = tokio::spawn(finished(child));
 
     // Each time the relay made progress and rows are still pending, end
-    // every session it holds, mid-drain.
+    // every connection it holds, mid-drain.
     let mut cuts = 0;
     let mut seen = 0;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
@@ -515,7 +515,7 @@ async fn relay_drain_outlives_its_postgres_sessions_being_terminated_and_publish
         assert!(tokio::time::Instant::now() < deadline, "the drain hung");
         let published = db.count("published").await;
         if published > seen && db.count("pending").await > 0 {
-            if db.terminate_sessions(&name).await > 0 {
+            if db.terminate_connections(&name).await > 0 {
                 cuts += 1;
             }
             seen = published;
@@ -532,8 +532,9 @@ async fn relay_drain_outlives_its_postgres_sessions_being_terminated_and_publish
         })
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("ended the relay's connections {cuts} times mid-drain; its stderr:\n{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
-    assert!(cuts >= 1, "no session was ended while rows were pending");
+    assert!(cuts >= 1, "no connection was ended while rows were pending");
     assert_eq!(out.status.code(), Some(0), "after {cuts} cuts: {stderr}");
     assert_eq!(db.count("published").await, 10_000, "every row published");
     let broker = Broker::Redis(redis);

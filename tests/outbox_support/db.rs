@@ -302,9 +302,9 @@ impl Db {
         }
     }
 
-    /// Ends every PostgreSQL session whose `application_name` is `name`
+    /// Ends every PostgreSQL connection whose `application_name` is `name`
     /// (as an operator or a failover would); how many.
-    pub async fn terminate_sessions(&self, name: &str) -> usize {
+    pub async fn terminate_connections(&self, name: &str) -> usize {
         let Db::Postgres { pool, .. } = self else {
             panic!("not a PostgreSQL test");
         };
