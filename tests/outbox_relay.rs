@@ -646,6 +646,88 @@ async fn postgres_to_rabbitmq_a_row_the_broker_cannot_take_fails_alone_with_its_
     bad_rows(Kind::Postgres, false, "outbox_bad_rows_postgres_amqp").await;
 }
 
+/// Rows the relay cannot read (another writer left them: a body that is
+/// not UTF-8 text, a headers column that is not a JSON object of strings)
+/// are set `'failed'` with the reason, counted, and the rows around them
+/// publish; a relay started again does not stop on them.
+async fn unreadable_rows(kind: Kind, test: &str) {
+    let (Some(db), Some(broker)) = (Db::open(kind, test).await, broker(true, test)) else {
+        return;
+    };
+    db.migrate().await;
+    let queue = queue_name();
+    let good = |n| String::from_utf8(envelope(&queue, n).encode_for_publish().unwrap()).unwrap();
+    db.save_all(&[envelope(&queue, 0), envelope(&queue, 1)])
+        .await;
+    let mut unreadable = Vec::new();
+    if kind == Kind::Sqlite {
+        // A BLOB body of bytes that are not UTF-8.
+        db.insert_raw(&queue, b"{\"job\":\"\xff\xfe\"}", None).await;
+        unreadable.push("the body is not UTF-8 text");
+        db.insert_raw(&queue, good(3).as_bytes(), Some(b"\xc3\x28"))
+            .await;
+        unreadable.push("the headers column is not UTF-8 text");
+    }
+    db.insert_raw(&queue, good(4).as_bytes(), Some(b"[1]"))
+        .await;
+    unreadable.push("the headers column is not a JSON object of strings");
+    db.save_all(&[envelope(&queue, 5), envelope(&queue, 6)])
+        .await;
+
+    let relay = Relay::builder(db.source().await, sink(&broker).await)
+        .build()
+        .await
+        .unwrap();
+    let report = relay
+        .drain()
+        .await
+        .expect("an unreadable row does not stop the relay");
+    let bad = unreadable.len() as u64;
+    assert_eq!(
+        (report.published, report.refused, report.failed),
+        (4, 0, bad),
+        "{report:?}"
+    );
+    let ns: Vec<u64> = broker.drain(&queue).await.iter().map(n_of).collect();
+    assert_eq!(
+        ns,
+        [0, 1, 5, 6],
+        "the rows around the unreadable ones went on"
+    );
+    let rows = db.rows().await;
+    let failed: Vec<_> = rows.iter().filter(|row| row.status == "failed").collect();
+    assert_eq!(failed.len(), unreadable.len(), "{rows:?}");
+    for (row, reason) in failed.iter().zip(&unreadable) {
+        let error = row.last_error.as_deref().unwrap_or_default();
+        assert!(error.contains(reason), "{row:?} should say {reason:?}");
+        assert!(row.failed_at, "{row:?}");
+    }
+
+    // A relay started again finds nothing to do, and does not stop.
+    let again = Relay::builder(db.source().await, sink(&broker).await)
+        .build()
+        .await
+        .unwrap()
+        .drain()
+        .await
+        .expect("a restarted relay does not stop on the failed rows");
+    assert_eq!((again.published, again.failed), (0, 0), "{again:?}");
+    let out = relay_drain(&db, &broker, &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    broker.delete(&[queue]).await;
+    db.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_an_unreadable_row_fails_alone_with_its_reason_and_the_rows_behind_it_publish() {
+    unreadable_rows(Kind::Sqlite, "outbox_unreadable_sqlite").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_row_whose_headers_do_not_parse_fails_alone_and_the_rows_behind_it_publish() {
+    unreadable_rows(Kind::Postgres, "outbox_unreadable_postgres").await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_outbox_table_is_one_clear_error_naming_migrate() {
     const TEST: &str = "outbox_missing_table";

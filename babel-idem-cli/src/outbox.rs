@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use babel_idem::outbox::{
-    OutboxError, OutboxStats, PostgresOutbox, Relay, RelayError, RelayReport, RelaySink,
-    RelaySource, SqliteOutbox,
+    OutboxError, OutboxStats, PostgresOutbox, Relay, RelayError, RelaySink, RelaySource,
+    SqliteOutbox,
 };
 use babel_idem::transport::{AmqpTransport, RedisTransport, TransportError};
 use clap::{Args, Subcommand};
@@ -33,7 +33,9 @@ pub(crate) struct RelayArgs {
     #[arg(long, value_name = "NAME")]
     pub outbox_table: Option<String>,
     /// Exit 0 once the outbox holds no pending row (each published, or
-    /// failed after its last attempt).
+    /// failed after its last attempt), waiting out broker and database
+    /// outages. SIGTERM or Ctrl-C stops it after the current batch: it
+    /// prints the totals so far, marked interrupted, and exits 0.
     #[arg(long)]
     pub drain: bool,
     /// Rows taken, published and marked at a time.
@@ -219,7 +221,8 @@ fn chain(error: &dyn std::error::Error) -> String {
 
 /// `babel-idem relay`: drains the outbox to the broker until SIGTERM (or
 /// Ctrl-C), stopping after the current batch; with `--drain`, until no row
-/// is pending.
+/// is pending or a signal, whichever comes first. Either way it prints what
+/// it did: the totals of the rows its marks recorded.
 pub(crate) async fn relay(
     args: RelayArgs,
     timeout: Duration,
@@ -272,53 +275,85 @@ pub(crate) async fn relay(
         .build()
         .await
         .map_err(|e| relay_failed(&target, e))?;
+    // Set once a signal asked the relay to stop: a drain it cut short is
+    // reported as interrupted, with the totals of the batches it marked.
+    let signalled = std::sync::atomic::AtomicBool::new(false);
+    let terminated = terminated();
+    let shutdown = async {
+        terminated.await;
+        signalled.store(true, std::sync::atomic::Ordering::SeqCst);
+    };
     let report = if args.drain {
-        let drained = relay.drain();
-        tokio::select! {
-            report = drained => report,
-            () = terminated() => Ok(RelayReport::default()),
-        }
+        relay.drain_until(shutdown).await
     } else {
-        relay.run(terminated()).await
+        relay.run(shutdown).await
     }
     .map_err(|e| relay_failed(&target, e))?;
+    let interrupted = args.drain && signalled.load(std::sync::atomic::Ordering::SeqCst);
+    // What the interrupted drain left, when the database still answers.
+    let pending = match interrupted {
+        true => opened.stats().await.ok().map(|stats| stats.pending),
+        false => None,
+    };
     out.emit(
         || {
-            format!(
-                "{}: published {}, refused {}, failed {}, broker outages {}",
-                target.display(),
-                report.published,
-                report.refused,
-                report.failed,
-                report.outages
-            )
+            let totals = format!(
+                "published {}, refused {}, failed {}, waiting {}, broker outages {}",
+                report.published, report.refused, report.failed, report.waiting, report.outages
+            );
+            match (interrupted, pending) {
+                (false, _) => format!("{}: {totals}", target.display()),
+                (true, Some(pending)) => format!(
+                    "{}: interrupted before the outbox was drained: {totals}; {pending} rows still pending",
+                    target.display()
+                ),
+                (true, None) => format!(
+                    "{}: interrupted before the outbox was drained: {totals}",
+                    target.display()
+                ),
+            }
         },
         || {
-            json!({
+            let mut line = json!({
                 "published": report.published,
                 "refused": report.refused,
                 "failed": report.failed,
+                "waiting": report.waiting,
                 "outages": report.outages,
-            })
+            });
+            if args.drain {
+                line["interrupted"] = json!(interrupted);
+            }
+            if let Some(pending) = pending {
+                line["pending"] = json!(pending);
+            }
+            line
         },
     );
     Ok(Exit::Ok)
 }
 
-/// Completes on SIGTERM or Ctrl-C.
-async fn terminated() {
+/// Completes on SIGTERM or Ctrl-C. The handlers are installed when it is
+/// called, not when it is first polled, so a signal that arrives before
+/// the relay first looks still stops it after its batch.
+fn terminated() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    {
+    let signals = {
         use tokio::signal::unix::{SignalKind, signal};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
+        signal(SignalKind::terminate())
+            .and_then(|term| Ok((term, signal(SignalKind::interrupt())?)))
+    };
+    async move {
+        #[cfg(unix)]
+        if let Ok((mut term, mut interrupt)) = signals {
             tokio::select! {
                 _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
+                _ = interrupt.recv() => {}
             }
             return;
         }
+        let _ = tokio::signal::ctrl_c().await;
     }
-    let _ = tokio::signal::ctrl_c().await;
 }
 
 fn broker_failed(url: &str, error: TransportError) -> CliError {

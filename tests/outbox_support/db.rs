@@ -249,6 +249,76 @@ impl Db {
         }
     }
 
+    /// Inserts one pending row as another writer could leave it: raw bytes
+    /// for the body and, on SQLite, the headers (each stored as a BLOB);
+    /// on PostgreSQL the headers as JSON text, cast to the column's type.
+    pub async fn insert_raw(&self, queue: &str, body: &[u8], headers: Option<&[u8]>) {
+        let t = self.table();
+        match self {
+            Db::Sqlite { pool, .. } => {
+                let insert = format!(
+                    "INSERT INTO {t} (queue, body, headers, created_at)
+                     VALUES (?1, ?2, ?3, strftime('%Y-%m-%d %H:%M:%f', 'now'))"
+                );
+                sqlx::query(&insert)
+                    .bind(queue)
+                    .bind(body)
+                    .bind(headers)
+                    .execute(pool)
+                    .await
+                    .unwrap();
+            }
+            Db::Postgres { pool, .. } => {
+                let insert = format!(
+                    "INSERT INTO {t} (queue, body, headers, created_at)
+                     VALUES ($1, $2, $3::jsonb, now() AT TIME ZONE 'UTC')"
+                );
+                let text = |bytes: &[u8]| String::from_utf8(bytes.to_vec()).unwrap();
+                sqlx::query(&insert)
+                    .bind(queue)
+                    .bind(text(body))
+                    .bind(headers.map(text))
+                    .execute(pool)
+                    .await
+                    .unwrap();
+            }
+        }
+    }
+
+    /// How many rows have `status`.
+    pub async fn count(&self, status: &str) -> i64 {
+        let select = format!("SELECT count(*) FROM {} WHERE status = $1", self.table());
+        match self {
+            Db::Sqlite { pool, .. } => sqlx::query_scalar(&select.replace("$1", "?1"))
+                .bind(status)
+                .fetch_one(pool)
+                .await
+                .unwrap(),
+            Db::Postgres { pool, .. } => sqlx::query_scalar(&select)
+                .bind(status)
+                .fetch_one(pool)
+                .await
+                .unwrap(),
+        }
+    }
+
+    /// Ends every PostgreSQL connection whose `application_name` is `name`
+    /// (as an operator or a failover would); how many.
+    pub async fn terminate_connections(&self, name: &str) -> usize {
+        let Db::Postgres { pool, .. } = self else {
+            panic!("not a PostgreSQL test");
+        };
+        let ended: Vec<bool> = sqlx::query_scalar(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+             WHERE application_name = $1 AND pid <> pg_backend_pid()",
+        )
+        .bind(name)
+        .fetch_all(pool)
+        .await
+        .unwrap();
+        ended.into_iter().filter(|ended| *ended).count()
+    }
+
     pub async fn rows(&self) -> Vec<Row> {
         let t = self.table();
         let select = format!(

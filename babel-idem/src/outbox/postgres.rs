@@ -7,8 +7,8 @@ use sqlx::postgres::{PgListener, PgPool};
 use sqlx::{PgConnection, Postgres, Transaction};
 
 use super::{
-    Backoff, DEFAULT_TABLE, OutboxError, OutboxStats, PendingRow, checked_table, database,
-    headers_from_json, headers_json, truncated,
+    Backoff, DEFAULT_TABLE, OutboxError, OutboxStats, TakenRows, checked_table, database,
+    headers_json, read_row, truncated,
 };
 use crate::envelope::Envelope;
 use crate::router::span;
@@ -36,9 +36,14 @@ const NOW: &str = "(now() AT TIME ZONE 'UTC')";
 /// |---|---|
 /// | `save` | `WITH saved AS (INSERT INTO t (queue, body, headers, created_at) VALUES ($1, $2, $3, now) RETURNING id) SELECT id, pg_notify('t', '')::text FROM saved` |
 /// | the relay takes, in its transaction | `SELECT id, queue, body, attempts, headers FROM t WHERE status = 'pending' AND (failed_at IS NULL OR failed_at <= now - backoff) ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED` |
-/// | the relay marks the batch, same transaction (`$1` ids, `$2` their errors, `NULL` for the rows the broker accepted) | `UPDATE t AS o SET status = CASE WHEN r.error IS NULL THEN 'published' WHEN o.attempts + 1 >= $3 THEN 'failed' ELSE o.status END, published_at = CASE WHEN r.error IS NULL THEN now ELSE o.published_at END, attempts = o.attempts + CASE WHEN r.error IS NULL THEN 0 ELSE 1 END, last_error = COALESCE(r.error, o.last_error), failed_at = CASE WHEN r.error IS NULL THEN o.failed_at ELSE now END FROM unnest($1::int8[], $2::text[]) AS r(id, error) WHERE o.id = r.id`, then `COMMIT` |
+/// | the relay marks the batch, same transaction (`$1` ids, `$2` their errors, `NULL` for the rows the broker accepted, `$4` whether the relay could not read the row) | `UPDATE t AS o SET status = CASE WHEN r.error IS NULL THEN 'published' WHEN r.unreadable OR o.attempts + 1 >= $3 THEN 'failed' ELSE o.status END, published_at = CASE WHEN r.error IS NULL THEN now ELSE o.published_at END, attempts = o.attempts + CASE WHEN r.error IS NULL THEN 0 ELSE 1 END, last_error = COALESCE(r.error, o.last_error), failed_at = CASE WHEN r.error IS NULL THEN o.failed_at ELSE now END FROM unnest($1::int8[], $2::text[], $4::bool[]) AS r(id, error, unreadable) WHERE o.id = r.id`, then `COMMIT` |
 /// | `retry_failed` | `UPDATE t SET status = 'pending', attempts = 0, failed_at = NULL WHERE status = 'failed'` |
 /// | `purge_published` | `DELETE FROM t WHERE id IN (SELECT id FROM t WHERE status = 'published' AND published_at < now - age ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)`, batch after batch |
+///
+/// A row whose `headers` are not a JSON object of strings (or, in a table
+/// of another DDL, whose queue or body is `NULL`) cannot be published as it
+/// stands: the relay sets it `'failed'` with the reason as `last_error`,
+/// and the rows around it go on.
 ///
 /// The relay's transaction commits with `synchronous_commit = off`: a mark
 /// a server crash loses publishes its row again, which at-least-once
@@ -351,7 +356,7 @@ impl PostgresOutbox {
         limit: u32,
         backoff: Backoff,
         with_headers: bool,
-    ) -> Result<(Transaction<'static, Postgres>, Vec<PendingRow>), OutboxError> {
+    ) -> Result<(Transaction<'static, Postgres>, TakenRows), OutboxError> {
         let headers = if with_headers {
             "headers::text"
         } else {
@@ -373,7 +378,8 @@ impl PostgresOutbox {
             .begin_with("BEGIN; SET LOCAL synchronous_commit = off")
             .await
             .map_err(database("take"))?;
-        let rows: Vec<(i64, String, String, i64, Option<String>)> = sqlx::query_as(&take)
+        type Columns = (i64, Option<String>, Option<String>, i64, Option<String>);
+        let rows: Vec<Columns> = sqlx::query_as(&take)
             .bind(i64::from(limit))
             .bind(backoff.step.as_secs_f64())
             .bind(backoff.cap.as_secs_f64())
@@ -382,12 +388,14 @@ impl PostgresOutbox {
             .map_err(|error| self.missing_or(error, "take"))?;
         let rows = rows
             .into_iter()
-            .map(|(id, queue, body, attempts, headers)| PendingRow {
-                id,
-                queue,
-                body,
-                attempts,
-                headers: headers_from_json(headers.as_deref()),
+            .map(|(id, queue, body, attempts, headers)| {
+                read_row(
+                    id,
+                    queue.map(String::into_bytes),
+                    body.map(String::into_bytes),
+                    attempts,
+                    headers.map(String::into_bytes),
+                )
             })
             .collect();
         Ok((tx, rows))
@@ -396,42 +404,55 @@ impl PostgresOutbox {
     /// Records the relay's outcome in the transaction that took the rows,
     /// and commits it: `published` rows marked published, each of
     /// `refused` with its attempt, error and failure time (and `'failed'`
-    /// once it reached `max_attempts`).
+    /// once it reached `max_attempts`), each of `unreadable` likewise and
+    /// `'failed'` at once.
     pub(super) async fn finish(
         &self,
         mut tx: Transaction<'static, Postgres>,
         published: &[i64],
         refused: &[(i64, String)],
+        unreadable: &[(i64, String)],
         max_attempts: u32,
     ) -> Result<(), OutboxError> {
         let t = &self.table;
         // One statement for the whole batch: each id with no error is
-        // published; each id with its error spends an attempt.
-        let mut ids = Vec::with_capacity(published.len() + refused.len());
+        // published; each id with its error spends an attempt, and one the
+        // relay could not read is failed at once (trying it again cannot
+        // help).
+        let failures = refused.len() + unreadable.len();
+        let mut ids = Vec::with_capacity(published.len() + failures);
         let mut errors: Vec<Option<String>> = Vec::with_capacity(ids.capacity());
+        let mut unreadables: Vec<bool> = Vec::with_capacity(ids.capacity());
         ids.extend_from_slice(published);
         errors.resize(published.len(), None);
-        for (id, error) in refused {
+        unreadables.resize(published.len(), false);
+        let failed = refused
+            .iter()
+            .map(|failure| (failure, false))
+            .chain(unreadable.iter().map(|failure| (failure, true)));
+        for ((id, error), unreadable) in failed {
             ids.push(*id);
             errors.push(Some(truncated(error)));
+            unreadables.push(unreadable);
         }
         if !ids.is_empty() {
             let mark = format!(
                 "UPDATE {t} AS o SET
                      status = CASE WHEN r.error IS NULL THEN 'published'
-                                   WHEN o.attempts + 1 >= $3 THEN 'failed'
+                                   WHEN r.unreadable OR o.attempts + 1 >= $3 THEN 'failed'
                                    ELSE o.status END,
                      published_at = CASE WHEN r.error IS NULL THEN {NOW} ELSE o.published_at END,
                      attempts = o.attempts + CASE WHEN r.error IS NULL THEN 0 ELSE 1 END,
                      last_error = COALESCE(r.error, o.last_error),
                      failed_at = CASE WHEN r.error IS NULL THEN o.failed_at ELSE {NOW} END
-                 FROM unnest($1::int8[], $2::text[]) AS r(id, error)
+                 FROM unnest($1::int8[], $2::text[], $4::bool[]) AS r(id, error, unreadable)
                  WHERE o.id = r.id"
             );
             sqlx::query(&mark)
                 .bind(&ids)
                 .bind(&errors)
                 .bind(i64::from(max_attempts))
+                .bind(&unreadables)
                 .execute(&mut *tx)
                 .await
                 .map_err(database("mark"))?;

@@ -160,6 +160,12 @@ impl RelaySink {
 
 /// Why the relay stopped or a pass failed.
 ///
+/// [`run`](Relay::run) and [`drain`](Relay::drain) stop only on an error
+/// that waiting cannot cure (a missing table, bad credentials, a closed
+/// pool, a statement the database refuses); a database or broker that is
+/// down, busy or cut off is waited out. [`run_once`](Relay::run_once)
+/// returns every error.
+///
 /// ```
 /// use babel_idem::outbox::{OutboxError, RelayError};
 ///
@@ -169,7 +175,8 @@ impl RelaySink {
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum RelayError {
-    /// The outbox failed (a missing table names `babel-idem migrate`).
+    /// The outbox failed (a missing table names `babel-idem migrate`); from
+    /// `run` and `drain`, never a database outage, which they wait out.
     Outbox(OutboxError),
     /// The broker could not be reached, or took none of the batch's rows
     /// through no fault of theirs (each returned or held back): no row was
@@ -218,7 +225,9 @@ pub struct RelayReport {
     pub published: u64,
     /// Refusals recorded on rows (each an attempt).
     pub refused: u64,
-    /// Rows that reached the maximum attempts and are now `'failed'`.
+    /// Rows now `'failed'`: refused for the last of their maximum
+    /// attempts, or unreadable as they stand (a body that is not UTF-8
+    /// text, headers that do not parse).
     pub failed: u64,
     /// Passes that found the broker unreachable, or in which it took none
     /// of the rows and refused none (each returned or held back; such rows
@@ -286,7 +295,8 @@ impl RelayBuilder {
 
     /// The wait after a refusal, per attempt so far (default 50 ms), and
     /// its cap (default 5 s): the family's backoff. The same steps pace the
-    /// relay while the broker is unreachable.
+    /// relay while the broker or the database is out: the step times the
+    /// outages in a row, at most the cap.
     pub fn backoff(mut self, step: Duration, cap: Duration) -> Self {
         self.backoff = Backoff { step, cap };
         self
@@ -365,10 +375,28 @@ impl RelayBuilder {
 ///   again on the next pass; a nack (a full `x-overflow: reject-publish`
 ///   queue) is back-pressure. A row is marked published only once a queue
 ///   holds it.
-/// - A broker that cannot be reached is nobody's fault: no row is marked
-///   and none spends an attempt; the relay waits (the same steps) and
-///   tries again. A pass in which the broker took none of the rows and
-///   refused none (each returned or held back) is paced the same way.
+/// - A broker that cannot be reached, or that answers for its own state
+///   rather than for a row (Redis busy running a script, loading, read-only,
+///   out of memory), is nobody's fault: no row is marked and none spends an
+///   attempt; the relay waits (the same steps) and tries again. A pass in
+///   which the broker took none of the rows and refused none (each returned
+///   or held back) is paced the same way.
+/// - So is a database outage met while taking or marking a batch: the
+///   connection lost or ended by the server (PostgreSQL's `57P01
+///   admin_shutdown`, a `08` connection exception), the server down,
+///   starting, out of connections or disk, SQLite's file locked past its
+///   busy timeout. The relay logs it, drops the batch unmarked (its rows
+///   stay pending; a batch already published is published again: at least
+///   once), and tries again on a fresh connection after the backoff's step
+///   times the outages in a row, at most its cap. [`run`](Relay::run) and
+///   [`drain`](Relay::drain) wait as long as the outage lasts (the
+///   shutdown of `run` or [`drain_until`](Relay::drain_until) ends the
+///   wait); a missing table, bad credentials or a closed pool stop them.
+/// - A row the relay cannot read as it stands (another writer's: a body
+///   or queue that is not UTF-8 text, a SQLite BLOB, headers that are not a
+///   JSON object of strings) is set `'failed'` at once with the reason as
+///   `last_error`, counted in [`RelayReport::failed`] and logged; the rows
+///   around it go on.
 /// - RabbitMQ closes the channel over some messages (a body over its
 ///   `max_message_size`), failing the whole batch while it still answers:
 ///   the relay then publishes each half of the batch again, down to the
@@ -392,6 +420,9 @@ impl RelayBuilder {
 ///   with the same `meta.id`s, which consumers deduplicate; with the next
 ///   batch published while the previous one's mark commits, that is at
 ///   most the two batches in flight.
+/// - The [`RelayReport`] that `run`, `drain` and `drain_until` return
+///   counts a batch once its mark committed: its totals are the rows the
+///   relay recorded in the table.
 ///
 /// ```no_run
 /// use babel_idem::outbox::{Relay, SqliteOutbox};
@@ -419,8 +450,34 @@ pub struct Relay {
 /// locked until it marks them.
 struct Taken {
     rows: Vec<PendingRow>,
+    /// Rows that cannot be published as they stand, each with why: they
+    /// are marked `'failed'` with the batch.
+    unreadable: Vec<(i64, String)>,
     #[cfg(feature = "postgres")]
     tx: Option<sqlx::Transaction<'static, sqlx::Postgres>>,
+}
+
+impl Taken {
+    /// Every row taken, readable or not.
+    fn len(&self) -> usize {
+        self.rows.len() + self.unreadable.len()
+    }
+
+    /// The ids of every row taken.
+    fn ids(&self) -> Vec<i64> {
+        let readable = self.rows.iter().map(|row| row.id);
+        readable
+            .chain(self.unreadable.iter().map(|(id, _)| *id))
+            .collect()
+    }
+}
+
+/// A settled batch whose mark is still to commit, and what it did: the
+/// report counts only once the mark committed, so the totals a relay
+/// returns are the rows its marks recorded.
+struct InFlight {
+    settled: Settled,
+    report: RelayReport,
 }
 
 /// A batch the broker settled: what it accepted and what it refused.
@@ -478,15 +535,41 @@ impl Relay {
 
     /// Runs batches until the outbox holds no pending row (each one
     /// published, or `'failed'` after its last refusal), waiting out
-    /// backoffs and outages; what it did.
+    /// backoffs and outages of the broker and of the database, however
+    /// long they last; what it did.
     pub async fn drain(&self) -> Result<RelayReport, RelayError> {
         self.run_until(std::future::pending::<()>(), true).await
+    }
+
+    /// [`drain`](Relay::drain), unless `shutdown` completes first: then it
+    /// returns after the current batch is published and marked, with what
+    /// it did so far (rows still pending stay for the next run).
+    ///
+    /// ```no_run
+    /// use babel_idem::outbox::{Relay, SqliteOutbox};
+    /// use babel_idem::transport::RedisTransport;
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let pool = sqlx::SqlitePool::connect("sqlite://app.db").await?;
+    /// let transport = RedisTransport::connect("redis://127.0.0.1:6379/0").await?;
+    /// let relay = Relay::builder(SqliteOutbox::new(pool), transport).build().await?;
+    /// let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    /// // ... `stop.send(())` from a signal handler ...
+    /// # drop(stop);
+    /// let report = relay.drain_until(stopped).await?;
+    /// println!("published {}", report.published); // the rows marked published
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn drain_until(&self, shutdown: impl Future) -> Result<RelayReport, RelayError> {
+        self.run_until(shutdown, true).await
     }
 
     /// Runs until `shutdown` completes, then returns after the current
     /// batch: publishes what is pending, then waits for a wake-up (a
     /// `NOTIFY` on PostgreSQL, a `save` of this process on SQLite) or the
-    /// poll interval.
+    /// poll interval. Outages of the broker and of the database are waited
+    /// out, however long they last.
     pub async fn run(&self, shutdown: impl Future) -> Result<RelayReport, RelayError> {
         self.run_until(shutdown, false).await
     }
@@ -507,81 +590,114 @@ impl Relay {
         let mut last_metrics: Option<Instant> = None;
         // The batch published whose mark commits while the next batch is
         // taken and published: a crash repeats at most these two batches.
-        let mut in_flight: Option<Settled> = None;
+        let mut in_flight: Option<InFlight> = None;
         loop {
             let marking = in_flight.take();
-            let skip: Vec<i64> = marking
+            let skip = marking
                 .as_ref()
-                .map(|settled| settled.taken.rows.iter().map(|row| row.id).collect())
+                .map(|batch| batch.settled.taken.ids())
                 .unwrap_or_default();
-            let (marked, stepped) = tokio::join!(
-                async {
-                    match marking {
-                        Some(settled) => self.mark(settled).await,
-                        None => Ok(()),
-                    }
-                },
-                self.step(&skip)
-            );
-            marked?;
-            let mut pause = None;
-            let (taken, report) = match stepped? {
-                Step::Outage(error) => {
-                    outages += 1;
+            let (marked, stepped) = tokio::join!(self.mark_counted(marking), self.step(&skip));
+            // Whether the broker or the database was out this pass: the
+            // rows concerned stay pending, none spends an attempt.
+            let mut out = false;
+            // Whether the outbox looked drained.
+            let mut drained = false;
+            match marked {
+                Ok(report) => total.add(report),
+                Err(error) => out |= self.outage(error)?,
+            }
+            match stepped {
+                Ok(Step::Outage(error)) => {
+                    out = true;
                     total.outages += 1;
                     tracing::warn!(%error, "babel-idem relay: the broker is unreachable; no row spent an attempt");
-                    pause = Some(self.step_backoff(outages));
-                    (None, RelayReport::default())
                 }
-                Step::Empty => (Some(0), RelayReport::default()),
-                Step::Settled(settled) => {
-                    let taken = settled.taken.rows.len();
-                    let report = self.done(&settled);
-                    in_flight = Some(settled);
-                    (Some(taken), report)
+                Ok(Step::Empty) => drained = true,
+                Ok(Step::Settled(settled)) => {
+                    drained = settled.taken.len() < self.settings.batch as usize;
+                    let report = self.counted(&settled);
+                    in_flight = Some(InFlight { settled, report });
                 }
-            };
-            if let Some(taken) = taken {
-                outages = 0;
-                total.add(report);
-                if taken < self.settings.batch as usize {
-                    // The outbox looked drained: mark before looking again.
-                    self.settle(&mut in_flight).await?;
-                    if until_empty {
-                        if self.stats().await?.pending == 0 {
-                            // The last figures, whenever the previous ones were taken.
-                            self.record_metrics(&mut None).await;
-                            return Ok(total);
-                        }
-                        // Rows waiting out a backoff.
-                        pause = Some(self.settings.backoff.step);
-                    } else {
-                        self.record_metrics(&mut last_metrics).await;
-                        let wait = wake.wait(self.settings.poll);
-                        tokio::select! {
-                            biased;
-                            _ = &mut shutdown => return Ok(total),
-                            _ = wait => {}
-                        }
-                        continue;
-                    }
+                Err(error) => out |= self.outage(error)?,
+            }
+            let mut pause = None;
+            if drained && !out {
+                // The outbox looked drained: mark before looking again.
+                match self.settle(&mut in_flight).await {
+                    Ok(report) => total.add(report),
+                    Err(error) => out |= self.outage(error)?,
                 }
             }
-            self.record_metrics(&mut last_metrics).await;
-            if let Some(pause) = pause {
-                tokio::select! {
-                    biased;
-                    _ = &mut shutdown => return Ok(total),
-                    _ = tokio::time::sleep(pause) => {}
+            if drained && !out {
+                if !until_empty {
+                    self.record_metrics(&mut last_metrics).await;
+                    outages = 0;
+                    let wait = wake.wait(self.settings.poll);
+                    tokio::select! {
+                        biased;
+                        _ = &mut shutdown => return Ok(total),
+                        _ = wait => {}
+                    }
+                    continue;
                 }
-            } else if poll_now(&mut shutdown) {
-                self.settle(&mut in_flight).await?;
+                match self.stats().await {
+                    Ok(stats) if stats.pending == 0 => {
+                        // The last figures, whenever the previous ones were taken.
+                        self.record_metrics(&mut None).await;
+                        return Ok(total);
+                    }
+                    // Rows waiting out a backoff.
+                    Ok(_) => pause = Some(self.settings.backoff.step),
+                    Err(error) => out |= self.outage(error)?,
+                }
+            }
+            if out {
+                outages += 1;
+                pause = Some(self.step_backoff(outages));
+            } else {
+                outages = 0;
+            }
+            self.record_metrics(&mut last_metrics).await;
+            let stop = match pause {
+                Some(pause) => tokio::select! {
+                    biased;
+                    _ = &mut shutdown => true,
+                    _ = tokio::time::sleep(pause) => false,
+                },
+                None => poll_now(&mut shutdown),
+            };
+            if stop {
+                // The batch published is marked before the relay returns;
+                // a mark the database cannot take now publishes its rows
+                // again on the next run (at least once).
+                match self.settle(&mut in_flight).await {
+                    Ok(report) => total.add(report),
+                    Err(error) => {
+                        self.outage(error)?;
+                    }
+                }
                 return Ok(total);
             }
         }
     }
 
-    /// The wait after the `n`th pass in a row that found the broker down.
+    /// Sorts an error met while running: an outage of the database (the
+    /// connection lost, the server down, busy or full) is logged and
+    /// `Ok(true)`, to be waited out with its rows still pending; any other
+    /// error stops the relay.
+    fn outage(&self, error: RelayError) -> Result<bool, RelayError> {
+        match &error {
+            RelayError::Outbox(outbox) if outbox.is_outage() => {
+                tracing::warn!(%error, "babel-idem relay: the database is unreachable or busy; the rows stay pending and no row spent an attempt");
+                Ok(true)
+            }
+            _ => Err(error),
+        }
+    }
+
+    /// The wait after the `n`th pass in a row that found the broker or the
+    /// database down: the backoff's step times `n`, at most its cap.
     fn step_backoff(&self, n: u32) -> Duration {
         self.settings
             .backoff
@@ -606,7 +722,7 @@ impl Relay {
             Step::Empty => Ok(Pass::Done(RelayReport::default())),
             Step::Outage(error) => Ok(Pass::Outage(error)),
             Step::Settled(settled) => {
-                let report = self.done(&settled);
+                let report = self.counted(&settled);
                 self.mark(settled).await?;
                 Ok(Pass::Done(report))
             }
@@ -619,26 +735,37 @@ impl Relay {
         let settings = &self.settings;
         let taken = match &settings.source {
             #[cfg(feature = "sqlite")]
-            RelaySource::Sqlite(outbox) => Taken {
-                rows: outbox
+            RelaySource::Sqlite(outbox) => {
+                let taken = outbox
                     .take(settings.batch, settings.backoff, self.headers, in_flight)
-                    .await?,
-                #[cfg(feature = "postgres")]
-                tx: None,
-            },
+                    .await?;
+                Taken {
+                    rows: taken.rows,
+                    unreadable: taken.unreadable,
+                    #[cfg(feature = "postgres")]
+                    tx: None,
+                }
+            }
             #[cfg(feature = "postgres")]
             RelaySource::Postgres(outbox) => {
                 // The rows of `in_flight` stay locked until their mark
                 // commits, and `SKIP LOCKED` passes them by.
                 let _ = in_flight;
-                let (tx, rows) = outbox
+                let (tx, taken) = outbox
                     .take(settings.batch, settings.backoff, self.headers)
                     .await?;
-                Taken { rows, tx: Some(tx) }
+                Taken {
+                    rows: taken.rows,
+                    unreadable: taken.unreadable,
+                    tx: Some(tx),
+                }
             }
         };
-        if taken.rows.is_empty() {
+        if taken.len() == 0 {
             return Ok(Step::Empty);
+        }
+        for (id, reason) in &taken.unreadable {
+            tracing::warn!(row = id, %reason, "babel-idem relay: a row cannot be read; it is set 'failed'");
         }
         match self.publish(&taken.rows).await {
             Ok((published, refused)) => Ok(Step::Settled(Settled {
@@ -653,14 +780,20 @@ impl Relay {
     }
 
     /// Records what the broker did with a batch: each row it accepted
-    /// published, each refusal an attempt.
+    /// published, each refusal an attempt, each unreadable row `'failed'`.
     async fn mark(&self, settled: Settled) -> Result<(), RelayError> {
         let settings = &self.settings;
+        let unreadable = &settled.taken.unreadable;
         match &settings.source {
             #[cfg(feature = "sqlite")]
             RelaySource::Sqlite(outbox) => {
                 outbox
-                    .finish(&settled.published, &settled.refused, settings.max_attempts)
+                    .finish(
+                        &settled.published,
+                        &settled.refused,
+                        unreadable,
+                        settings.max_attempts,
+                    )
                     .await?
             }
             #[cfg(feature = "postgres")]
@@ -671,6 +804,7 @@ impl Relay {
                             tx,
                             &settled.published,
                             &settled.refused,
+                            unreadable,
                             settings.max_attempts,
                         )
                         .await?
@@ -680,12 +814,29 @@ impl Relay {
         Ok(())
     }
 
-    /// Marks the batch in flight, if any.
-    async fn settle(&self, in_flight: &mut Option<Settled>) -> Result<(), RelayError> {
-        match in_flight.take() {
-            Some(settled) => self.mark(settled).await,
-            None => Ok(()),
+    /// Marks `batch`, if any; what it did, once the mark committed (a mark
+    /// that failed leaves its rows pending, and counts nothing).
+    async fn mark_counted(&self, batch: Option<InFlight>) -> Result<RelayReport, RelayError> {
+        match batch {
+            Some(InFlight { settled, report }) => {
+                self.mark(settled).await?;
+                Ok(report)
+            }
+            None => Ok(RelayReport::default()),
         }
+    }
+
+    /// Marks the batch in flight, if any; what it did.
+    async fn settle(&self, in_flight: &mut Option<InFlight>) -> Result<RelayReport, RelayError> {
+        self.mark_counted(in_flight.take()).await
+    }
+
+    /// What a settled batch does once marked: the broker's outcome, and
+    /// the rows that cannot be read, each `'failed'`.
+    fn counted(&self, settled: &Settled) -> RelayReport {
+        let mut report = self.done(settled);
+        report.failed += settled.taken.unreadable.len() as u64;
+        report
     }
 
     /// Counts, logs and records a settled batch.

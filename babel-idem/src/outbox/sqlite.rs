@@ -9,8 +9,8 @@ use sqlx::sqlite::SqlitePool;
 use tokio::sync::Notify;
 
 use super::{
-    Backoff, DEFAULT_TABLE, OutboxError, OutboxStats, PendingRow, checked_table, database,
-    headers_from_json, headers_json, truncated,
+    Backoff, DEFAULT_TABLE, OutboxError, OutboxStats, TakenRows, checked_table, database,
+    headers_json, read_row, truncated,
 };
 use crate::envelope::Envelope;
 use crate::router::span;
@@ -37,11 +37,16 @@ const NOW: &str = "strftime('%Y-%m-%d %H:%M:%f', 'now')";
 /// | operation | statement |
 /// |---|---|
 /// | `save` | `INSERT INTO t (queue, body, headers, created_at) VALUES (?1, ?2, ?3, now) RETURNING id` |
-/// | the relay takes | `SELECT id, queue, body, attempts, headers FROM t WHERE status = 'pending' AND (failed_at IS NULL OR failed_at <= now - backoff) AND id NOT IN (SELECT value FROM json_each(?4)) ORDER BY id LIMIT ?1`, `?4` the previous batch's ids, whose mark may still be committing |
+/// | the relay takes | `SELECT id, CAST(queue AS BLOB), CAST(body AS BLOB), ifnull(CAST(attempts AS INTEGER), 0), CAST(headers AS BLOB) FROM t WHERE status = 'pending' AND (failed_at IS NULL OR failed_at <= now - backoff) AND id NOT IN (SELECT value FROM json_each(?4)) ORDER BY id LIMIT ?1`, `?4` the previous batch's ids, whose mark may still be committing |
 /// | the broker accepted | `UPDATE t SET status = 'published', published_at = now WHERE id IN (SELECT value FROM json_each(?1)) AND status = 'pending'`, alone, or with the refusals in one `BEGIN IMMEDIATE` transaction |
-/// | the broker refused | `UPDATE t SET attempts = attempts + 1, last_error = ?2, failed_at = now, status = CASE WHEN attempts + 1 >= ?3 THEN 'failed' ELSE status END WHERE id = ?1` |
+/// | the broker refused, or the row cannot be read (`?4`) | `UPDATE t SET attempts = attempts + 1, last_error = ?2, failed_at = now, status = CASE WHEN ?4 OR attempts + 1 >= ?3 THEN 'failed' ELSE status END WHERE id = ?1` |
 /// | `retry_failed` | `UPDATE t SET status = 'pending', attempts = 0, failed_at = NULL WHERE status = 'failed'` |
 /// | `purge_published` | `DELETE FROM t WHERE id IN (SELECT id FROM t WHERE status = 'published' AND published_at < now - age ORDER BY id LIMIT ?2)`, batch after batch |
+///
+/// The relay reads each column as bytes, so a row another writer left
+/// unreadable (a body or queue that is not UTF-8 text, a BLOB, headers that
+/// are not a JSON object of strings) fails alone, `'failed'` with the
+/// reason as `last_error`, instead of failing every read of its batch.
 ///
 /// SQLite has one writer at a time, so a single relay drains a SQLite
 /// outbox (a second one would publish the same rows). A `save` in this
@@ -330,17 +335,24 @@ impl SqliteOutbox {
 
     /// Up to `limit` pending rows, oldest first, past their backoff, but
     /// none of `in_flight` (rows published whose mark may not have
-    /// committed yet).
+    /// committed yet). Each column is read as SQLite holds it (bytes, any
+    /// type), so one row that is not text cannot fail the whole read: it
+    /// comes back among the unreadable rows.
     pub(super) async fn take(
         &self,
         limit: u32,
         backoff: Backoff,
         with_headers: bool,
         in_flight: &[i64],
-    ) -> Result<Vec<PendingRow>, OutboxError> {
-        let headers = if with_headers { "headers" } else { "NULL" };
+    ) -> Result<TakenRows, OutboxError> {
+        let headers = if with_headers {
+            "CAST(headers AS BLOB)"
+        } else {
+            "NULL"
+        };
         let take = format!(
-            "SELECT id, queue, body, attempts, {headers} FROM {}
+            "SELECT id, CAST(queue AS BLOB), CAST(body AS BLOB),
+                    ifnull(CAST(attempts AS INTEGER), 0), {headers} FROM {}
              WHERE status = 'pending'
                AND (failed_at IS NULL OR failed_at <= strftime('%Y-%m-%d %H:%M:%f', 'now',
                     printf('-%.3f seconds', min(attempts * ?2, ?3))))
@@ -349,7 +361,8 @@ impl SqliteOutbox {
             self.table
         );
         let in_flight = serde_json::Value::from(in_flight.to_vec()).to_string();
-        let rows: Vec<(i64, String, String, i64, Option<String>)> = sqlx::query_as(&take)
+        type Columns = (i64, Option<Vec<u8>>, Option<Vec<u8>>, i64, Option<Vec<u8>>);
+        let rows: Vec<Columns> = sqlx::query_as(&take)
             .bind(i64::from(limit))
             .bind(backoff.step.as_secs_f64())
             .bind(backoff.cap.as_secs_f64())
@@ -359,23 +372,21 @@ impl SqliteOutbox {
             .map_err(|error| self.missing_or(error, "take"))?;
         Ok(rows
             .into_iter()
-            .map(|(id, queue, body, attempts, headers)| PendingRow {
-                id,
-                queue,
-                body,
-                attempts,
-                headers: headers_from_json(headers.as_deref()),
+            .map(|(id, queue, body, attempts, headers)| {
+                read_row(id, queue, body, attempts, headers)
             })
             .collect())
     }
 
     /// Records the relay's outcome: `published` rows marked published,
     /// each of `refused` with its attempt, error and failure time (and
-    /// `'failed'` once it reached `max_attempts`), in one transaction.
+    /// `'failed'` once it reached `max_attempts`), each of `unreadable`
+    /// likewise and `'failed'` at once, in one transaction.
     pub(super) async fn finish(
         &self,
         published: &[i64],
         refused: &[(i64, String)],
+        unreadable: &[(i64, String)],
         max_attempts: u32,
     ) -> Result<(), OutboxError> {
         let t = &self.table;
@@ -384,7 +395,7 @@ impl SqliteOutbox {
              WHERE id IN (SELECT value FROM json_each(?1)) AND status = 'pending'"
         );
         let ids = serde_json::Value::from(published.to_vec()).to_string();
-        if refused.is_empty() {
+        if refused.is_empty() && unreadable.is_empty() {
             // One statement is its own transaction.
             sqlx::query(&mark)
                 .bind(ids)
@@ -405,20 +416,127 @@ impl SqliteOutbox {
                 .await
                 .map_err(database("mark published"))?;
         }
+        // `?4`: the row cannot be read, so trying it again cannot help.
         let refuse = format!(
             "UPDATE {t} SET attempts = attempts + 1, last_error = ?2, failed_at = {NOW},
-                 status = CASE WHEN attempts + 1 >= ?3 THEN 'failed' ELSE status END
+                 status = CASE WHEN ?4 OR attempts + 1 >= ?3 THEN 'failed' ELSE status END
              WHERE id = ?1"
         );
-        for (id, error) in refused {
+        let failures = refused
+            .iter()
+            .map(|failure| (failure, false))
+            .chain(unreadable.iter().map(|failure| (failure, true)));
+        for ((id, error), unreadable) in failures {
             sqlx::query(&refuse)
                 .bind(id)
                 .bind(truncated(error))
                 .bind(i64::from(max_attempts))
+                .bind(unreadable)
                 .execute(&mut *tx)
                 .await
                 .map_err(database("mark failed"))?;
         }
         tx.commit().await.map_err(database("mark"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
+
+    /// A SQLite file of the test's own, with no busy wait.
+    async fn outbox(name: &str) -> (SqliteOutbox, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!(
+            "bi-outbox-{name}-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let options = SqliteConnectOptions::new()
+            .filename(dir.join("outbox.db"))
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .busy_timeout(Duration::ZERO);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(2)
+            .connect_with(options)
+            .await
+            .unwrap();
+        let outbox = SqliteOutbox::new(pool);
+        outbox.migrate().await.unwrap();
+        (outbox, dir)
+    }
+
+    #[tokio::test]
+    async fn a_mark_another_writer_locks_out_is_an_outage_and_a_missing_table_is_not() {
+        let (outbox, dir) = outbox("locked").await;
+        let writer = outbox.pool().begin_with("BEGIN IMMEDIATE").await.unwrap();
+        let error = outbox
+            .finish(&[1], &[(2, "refused".to_owned())], &[], 3)
+            .await
+            .unwrap_err();
+        assert!(error.is_outage(), "{error}");
+        writer.rollback().await.unwrap();
+        outbox
+            .finish(&[1], &[(2, "refused".to_owned())], &[], 3)
+            .await
+            .expect("the lock is gone");
+
+        let missing = outbox.clone().with_table("not_there").unwrap();
+        let error = missing
+            .take(10, test_backoff(), true, &[])
+            .await
+            .unwrap_err();
+        assert!(matches!(error, OutboxError::MissingTable { .. }), "{error}");
+        assert!(!error.is_outage(), "{error}");
+        outbox.pool().close().await;
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[tokio::test]
+    async fn an_unreadable_row_is_taken_apart_from_the_rows_around_it_and_failed_at_once() {
+        let (outbox, dir) = outbox("unreadable").await;
+        let t = outbox.table().to_owned();
+        let insert = format!("INSERT INTO {t} (queue, body, headers) VALUES (?1, ?2, ?3)");
+        for (body, headers) in [
+            (b"{}".to_vec(), None),
+            (b"\xff".to_vec(), None),
+            (b"{}".to_vec(), Some(b"{\"a\":\"b\"}".to_vec())),
+        ] {
+            sqlx::query(&insert)
+                .bind("orders")
+                .bind(body)
+                .bind(headers)
+                .execute(outbox.pool())
+                .await
+                .unwrap();
+        }
+        let taken = outbox.take(10, test_backoff(), true, &[]).await.unwrap();
+        let ids: Vec<i64> = taken.rows.iter().map(|row| row.id).collect();
+        assert_eq!(ids, [1, 3]);
+        assert_eq!(taken.rows[1].headers, [("a".to_owned(), "b".to_owned())]);
+        assert_eq!(taken.unreadable.len(), 1);
+        assert_eq!(taken.unreadable[0].0, 2);
+
+        // Failed at once, whatever the attempts left.
+        outbox
+            .finish(&[1, 3], &[], &taken.unreadable, 10)
+            .await
+            .unwrap();
+        let stats = outbox.stats().await.unwrap();
+        assert_eq!((stats.published, stats.failed, stats.pending), (2, 1, 0));
+        outbox.pool().close().await;
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    fn test_backoff() -> Backoff {
+        Backoff {
+            step: Duration::from_millis(50),
+            cap: Duration::from_secs(5),
+        }
     }
 }

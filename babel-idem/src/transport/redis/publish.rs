@@ -85,8 +85,9 @@ impl RedisTransport {
                 .query_async(&mut connection)
                 .await
                 .map_err(broker)?;
-            // A server that is loading, read-only or down answers every
-            // command so: that is the broker's state, not a message's fault.
+            // A server that is loading, busy, read-only or down answers
+            // every command so: that is the broker's state, not a message's
+            // fault, and the whole batch fails with it.
             if let Some(Err(error)) = replies
                 .iter()
                 .find(|reply| reply.as_ref().is_err_and(is_server_state))
@@ -111,9 +112,10 @@ impl RedisTransport {
     }
 }
 
-/// Whether `error` is the server's state (loading its data set, read-only,
-/// its cluster or primary down, out of memory) rather than a refusal of
-/// the one command.
+/// Whether `error` is the server's state (loading its data set, busy
+/// running a script or function, read-only, its cluster, primary or
+/// replicas down, out of memory, unable to persist) rather than a refusal
+/// of the one command: the whole batch failed, and no message is to blame.
 fn is_server_state(error: &RedisError) -> bool {
     matches!(
         error.kind(),
@@ -126,5 +128,5 @@ fn is_server_state(error: &RedisError) -> bool {
         ) | ErrorKind::Io
     ) || error
         .code()
-        .is_some_and(|code| code == "OOM" || code == "MISCONF")
+        .is_some_and(|code| matches!(code, "BUSY" | "NOREPLICAS" | "OOM" | "MISCONF"))
 }
