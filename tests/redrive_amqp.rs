@@ -638,3 +638,91 @@ async fn a_broker_lost_mid_run_stops_the_redrive_with_what_moved_and_loses_nothi
         .collect();
     assert_eq!(work, ids.into_iter().collect::<HashSet<_>>());
 }
+
+// ---------------------------------------------------------------- numbers beyond a float
+
+/// Records the Python SDK dead-letters on RabbitMQ holding numbers no
+/// `f64` holds: poison bodies it splices as written, two without identity
+/// and an envelope (the family refuses a number that is not a finite
+/// double). Each is read as the poison it is, the envelope with its id and
+/// URN; none is redriven as an envelope; each body goes back byte for byte
+/// when asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poison_records_python_writes_with_numbers_beyond_a_float_are_read_and_give_back_their_bodies()
+ {
+    const TEST: &str = "amqp_records_with_numbers_beyond_a_float";
+    let (Some(url), Some(python)) = (server_url(AMQP_URL, TEST), python(TEST)) else {
+        return;
+    };
+    let queues = Queues::new(&url);
+    let queue = queues.name.clone();
+    let transport = queues.transport().await;
+    let huge = format!("1{}", "7".repeat(399));
+    let bodies = [
+        r#"{"order":"p-1","amount":1e400}"#.to_owned(),
+        format!(r#"{{"order": "p-2", "n": {huge}, "n": -1E+400, "x": [2.5e-400]}}"#),
+        format!(
+            r#"{{"job":"{URN}","trace_id":"t-big","data":{{"n":{huge}}},"meta":{{"id":"big-1","queue":"{queue}","lang":"rust","schema_version":1,"created_at":1}},"attempts":0}}"#
+        ),
+    ];
+    for body in &bodies {
+        transport.publish(&queue, body.as_bytes()).await.unwrap();
+    }
+    peer(&python, &["consume", &url, &queue, "0.5"]).await;
+    eventually("Python dead-lettered every message", || async {
+        transport
+            .dead_letters(&queues.dlq(), None)
+            .await
+            .is_ok_and(|records| records.len() == 3)
+    })
+    .await;
+
+    let looked = transport.dead_letters(&queues.dlq(), None).await.unwrap();
+    for body in &bodies {
+        let kept = &body.as_bytes()[..body.len() - 1];
+        assert!(
+            looked.iter().any(|record| record.body.starts_with(kept)),
+            "{body} spliced as written"
+        );
+    }
+    for record in &looked {
+        let body = String::from_utf8_lossy(&record.body);
+        assert_eq!(record.kind, RecordKind::Poison, "{body}");
+        assert_eq!(record.reason, "poison", "{body}");
+        assert_eq!(
+            record.original_queue.as_deref(),
+            Some(queue.as_str()),
+            "{body}"
+        );
+        assert!(record.error.is_some(), "{body}");
+    }
+    let envelope = looked
+        .iter()
+        .find(|record| record.id.as_deref() == Some("big-1"))
+        .expect("the envelope's id read from its record");
+    assert_eq!(envelope.urn.as_deref(), Some(URN));
+
+    let report = transport
+        .redrive(&queues.dlq(), &RedriveOptions::new())
+        .await
+        .unwrap();
+    assert_eq!((report.moved, report.left), (0, 3), "{report:?}");
+    let report = transport
+        .redrive(&queues.dlq(), &RedriveOptions::new().include_poison(true))
+        .await
+        .unwrap();
+    assert_eq!((report.moved, report.left), (3, 0), "{report:?}");
+    let mut back: Vec<Vec<u8>> = queues
+        .drain(&queue)
+        .await
+        .into_iter()
+        .map(|(_, body)| body)
+        .collect();
+    back.sort();
+    let mut sent: Vec<Vec<u8>> = bodies
+        .iter()
+        .map(|body| body.clone().into_bytes())
+        .collect();
+    sent.sort();
+    assert_eq!(back, sent);
+}

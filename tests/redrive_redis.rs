@@ -678,3 +678,106 @@ async fn a_server_lost_mid_run_stops_the_redrive_with_what_moved_and_loses_nothi
     assert_eq!(again.moved, total - report.moved);
     assert_eq!(queue.len(&queue.name).await, total);
 }
+
+// ---------------------------------------------------------------- numbers beyond a float
+
+/// A 400-digit integer: no `f64` holds it.
+fn huge_integer() -> String {
+    format!("1{}", "7".repeat(399))
+}
+
+/// Records the Python SDK dead-letters holding numbers no `f64` holds:
+/// poison bodies it splices as written, two without identity and an
+/// envelope (the family refuses a number that is not a finite double).
+/// Each is read as the poison it is, the envelope with its id and URN;
+/// neither SDK redrives one as an envelope; each body goes back byte for
+/// byte when asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poison_records_python_writes_with_numbers_beyond_a_float_are_read_and_give_back_their_bodies()
+ {
+    const TEST: &str = "records_with_numbers_beyond_a_float";
+    let (Some(url), Some(python)) = (server_url(REDIS_URL, TEST), python(TEST)) else {
+        return;
+    };
+    let queue = Queue::new(&url);
+    let transport = queue.transport().await;
+    let huge = huge_integer();
+    let bodies = [
+        r#"{"order":"p-1","amount":1e400}"#.to_owned(),
+        format!(r#"{{"order": "p-2", "n": {huge}, "n": -1E+400, "x": [2.5e-400]}}"#),
+        format!(
+            r#"{{"job":"{URN}","trace_id":"t-big","data":{{"n":{huge}}},"meta":{{"id":"big-1","queue":"{}","lang":"rust","schema_version":1,"created_at":1}},"attempts":0}}"#,
+            queue.name
+        ),
+    ];
+    for body in &bodies {
+        transport
+            .publish(&queue.name, body.as_bytes())
+            .await
+            .unwrap();
+    }
+    peer(&python, &["consume", &url, &queue.name, "0.5"]).await;
+    eventually("Python dead-lettered every message", || async {
+        queue.len(&queue.dlq()).await == 3
+    })
+    .await;
+    let records = values(&queue, &queue.dlq()).await;
+    for body in &bodies {
+        // The family's splice keeps every byte of the body.
+        let kept = &body.as_bytes()[..body.len() - 1];
+        assert!(
+            records.iter().any(|record| record.starts_with(kept)),
+            "{body} spliced as written"
+        );
+    }
+
+    let looked = transport.dead_letters(&queue.dlq(), None).await.unwrap();
+    assert_eq!(looked.len(), 3);
+    for record in &looked {
+        let body = String::from_utf8_lossy(&record.body);
+        assert_eq!(
+            record.kind,
+            babel_idem::redrive::RecordKind::Poison,
+            "{body}"
+        );
+        assert_eq!(record.reason, "poison", "{body}");
+        assert_eq!(
+            record.original_queue.as_deref(),
+            Some(queue.name.as_str()),
+            "{body}"
+        );
+        assert!(record.error.is_some(), "{body}");
+    }
+    let envelope = looked
+        .iter()
+        .find(|record| record.id.as_deref() == Some("big-1"))
+        .expect("the envelope's id read from its record");
+    assert_eq!(envelope.urn.as_deref(), Some(URN));
+
+    // Neither SDK redrives them as envelopes: both leave every record.
+    let python_dlq = queue.key("py.dlq");
+    push(&queue, &python_dlq, &records).await;
+    let out = peer(&python, &["redrive", &url, &python_dlq]).await;
+    assert_eq!(out["redriven"], 0, "{out}");
+    let report = transport
+        .redrive(&queue.dlq(), &RedriveOptions::new())
+        .await
+        .unwrap();
+    assert_eq!((report.moved, report.left), (0, 3), "{report:?}");
+    assert_eq!(values(&queue, &queue.dlq()).await, records);
+
+    // Asked to, each body goes back to its queue as written.
+    let report = transport
+        .redrive(&queue.dlq(), &RedriveOptions::new().include_poison(true))
+        .await
+        .unwrap();
+    assert_eq!((report.moved, report.left), (3, 0), "{report:?}");
+    let mut back: Vec<Vec<u8>> = values(&queue, &queue.name).await;
+    back.sort();
+    let mut sent: Vec<Vec<u8>> = bodies.iter().map(|b| b.clone().into_bytes()).collect();
+    sent.sort();
+    assert_eq!(back, sent);
+    assert_eq!(queue.len(&queue.dlq()).await, 0);
+    let mut raw = queue.raw().await;
+    let _: () = raw.del(&[&python_dlq]).await.unwrap();
+}

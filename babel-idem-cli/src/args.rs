@@ -20,6 +20,10 @@ Conventions (every command keeps them):
   - Points in time are RFC 3339 (2026-12-01T02:48:19Z, with Z or an offset)
     or Unix milliseconds, in UTC.
   - --json prints one JSON object per line, in every command.
+  - stdout is the command's output; stderr its error line and the log of
+    what it meets (a broker outage, a row refused): babel-idem's warnings
+    and infos, only errors with -q, debug with -v, traces with -vv; as
+    JSON objects with --json.
   - --dry-run changes nothing and reports what the command would do, in
     every command (a command that only reads changes nothing anyway).
   - Ids given as - are read from stdin, one per line.
@@ -65,9 +69,17 @@ pub(crate) struct StoreOptions {
     #[arg(long, global = true, value_name = "DURATION", default_value = "5s",
           value_parser = positive_duration)]
     pub timeout: Duration,
-    /// Print JSON for scripts: one object per line.
+    /// Print JSON for scripts: one object per line (the log on stderr too).
     #[arg(long, global = true)]
     pub json: bool,
+    /// Log more on stderr: -v debug events, -vv traces (default: warnings
+    /// and infos).
+    #[arg(short = 'v', long = "verbose", global = true, action = clap::ArgAction::Count,
+          conflicts_with = "quiet")]
+    pub verbose: u8,
+    /// Log only errors on stderr.
+    #[arg(short = 'q', long, global = true)]
+    pub quiet: bool,
     /// Change nothing; report what the command would do.
     #[arg(long, global = true)]
     pub dry_run: bool,

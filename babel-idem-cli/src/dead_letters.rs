@@ -7,8 +7,8 @@ use std::io::IsTerminal;
 use std::time::Duration;
 
 use babel_idem::redrive::{
-    DlqRecord, LeftReason, Outcome, RedriveError, RedriveItem, RedriveOptions, RedriveReport,
-    Selection,
+    DlqRecord, LeftReason, Outcome, RecordKind, RedriveError, RedriveItem, RedriveOptions,
+    RedriveReport, Selection,
 };
 use babel_idem::transport::{AmqpTransport, RedisTransport, TransportError};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -18,7 +18,7 @@ use crate::args::{BrokerArgs, DlqCommand, RedriveArgs, SelectArgs};
 use crate::backend::{self, Access, Settings};
 use crate::exit::{CliError, Exit, store_failed};
 use crate::ids::key;
-use crate::output::{Output, escaped, rfc3339_ms};
+use crate::output::{Output, compact_json, escaped, pretty_json, rfc3339_ms};
 use crate::target::Target;
 use crate::units::parse_time;
 
@@ -359,7 +359,7 @@ pub(crate) async fn dlq(
             let filter = DlqFilter::new(&select)?;
             let records = look(&broker, &queue, max, timeout).await?;
             for record in records.iter().filter(|r| filter.matches(r)) {
-                out.emit(|| list_line(record), || record_json(record, false));
+                out.emit_line(|| list_line(record), || record_json(record, false));
             }
             Ok(Exit::Ok)
         }
@@ -382,7 +382,7 @@ pub(crate) async fn dlq(
                     format!("no message {:?} in {queue:?}", escaped(&message)),
                 ));
             };
-            out.emit(|| show_text(record), || record_json(record, true));
+            out.emit_line(|| show_text(record), || record_json(record, true));
             Ok(Exit::Ok)
         }
         DlqCommand::Stats { broker, queue } => {
@@ -438,8 +438,9 @@ impl DlqFilter {
     }
 }
 
+/// One line per record; an undecodable body adds why it does not decode.
 fn list_line(record: &DlqRecord) -> String {
-    format!(
+    let mut line = format!(
         "#{}\t{}\t{}\t{}\t{}\t{}\t{}",
         record.position,
         escaped(record.id.as_deref().unwrap_or("-")),
@@ -455,10 +456,20 @@ fn list_line(record: &DlqRecord) -> String {
             .unwrap_or_else(|| "-".into()),
         escaped(record.original_queue.as_deref().unwrap_or("-")),
         record.kind.as_str(),
-    )
+    );
+    if record.kind == RecordKind::Undecodable
+        && let Some(why) = &record.error
+    {
+        line.push('\t');
+        line.push_str(&escaped(why));
+    }
+    line
 }
 
-fn record_json(record: &DlqRecord, full: bool) -> Value {
+/// The record as one JSON object; `full` adds its headers and its body,
+/// a JSON body with every value as written (a number no `f64` holds
+/// included), any other as text.
+fn record_json(record: &DlqRecord, full: bool) -> String {
     let mut value = json!({
         "position": record.position,
         "kind": record.kind.as_str(),
@@ -478,12 +489,18 @@ fn record_json(record: &DlqRecord, full: bool) -> Value {
             .map(|(name, value)| (name.clone(), Value::from(value.as_str())))
             .collect::<serde_json::Map<_, _>>()
             .into();
-        value["body"] = match serde_json::from_slice::<Value>(&record.body) {
-            Ok(body) => body,
-            Err(_) => String::from_utf8_lossy(&record.body).into_owned().into(),
-        };
+        if let Some(body) = compact_json(&record.body) {
+            let mut line = value.to_string();
+            // The object's closing brace, then the body as written.
+            line.pop();
+            line.push_str(",\"body\":");
+            line.push_str(&body);
+            line.push('}');
+            return line;
+        }
+        value["body"] = String::from_utf8_lossy(&record.body).into_owned().into();
     }
-    value
+    value.to_string()
 }
 
 fn show_text(record: &DlqRecord) -> String {
@@ -533,9 +550,9 @@ fn show_text(record: &DlqRecord) -> String {
             escaped(value)
         ));
     }
-    let body = match serde_json::from_slice::<Value>(&record.body) {
-        Ok(body) => serde_json::to_string_pretty(&body).unwrap_or_default(),
-        Err(_) => escaped(&String::from_utf8_lossy(&record.body)).into_owned(),
+    let body = match compact_json(&record.body) {
+        Some(body) => pretty_json(&body),
+        None => escaped(&String::from_utf8_lossy(&record.body)).into_owned(),
     };
     lines.push("body".into());
     lines.push(body);

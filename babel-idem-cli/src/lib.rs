@@ -36,6 +36,13 @@
 //! streams through.
 //!
 //! Errors are one line on stderr, `babel-idem: ...`, never a backtrace.
+//! What a command meets on the way (a broker outage, a row the broker
+//! refused, a reconnection: the library's `tracing` events) is logged on
+//! stderr too, one line each, `TIME LEVEL TARGET: MESSAGE name=value...`,
+//! or a JSON object with `--json`: babel-idem's warnings and infos by
+//! default, only errors with `-q`, debug events with `-v`, traces with
+//! `-vv`. stdout is only the command's own output, and no line anywhere
+//! shows a password of the URLs given.
 //!
 //! This library is the binary's body (`babel_idem_cli::main`), so the
 //! documentation lives here; operators use the binary.
@@ -50,6 +57,7 @@ mod commands;
 mod dead_letters;
 mod exit;
 mod ids;
+mod logging;
 mod outbox;
 mod output;
 mod target;
@@ -73,6 +81,11 @@ pub fn main() -> ExitCode {
     // Usage errors exit 2 here, `--help` and `--version` 0 (clap's codes).
     let cli = Cli::parse();
     let urls: Vec<String> = urls(&cli.command).into_iter().map(str::to_owned).collect();
+    logging::init(
+        logging::level(cli.options.quiet, cli.options.verbose),
+        cli.options.json,
+        urls.clone(),
+    );
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build();

@@ -23,6 +23,16 @@ impl Output {
 
     /// Prints `text`, or `json` with `--json`.
     pub(crate) fn emit(&mut self, text: impl FnOnce() -> String, json: impl FnOnce() -> Value) {
+        self.emit_line(text, || json().to_string());
+    }
+
+    /// Prints `text`, or with `--json` the JSON object `json` writes on one
+    /// line (for what a [`Value`] cannot hold, such as numbers as written).
+    pub(crate) fn emit_line(
+        &mut self,
+        text: impl FnOnce() -> String,
+        json: impl FnOnce() -> String,
+    ) {
         if self.closed {
             return;
         }
@@ -62,6 +72,91 @@ pub(crate) fn escaped(id: &str) -> std::borrow::Cow<'_, str> {
         }
     }
     std::borrow::Cow::Owned(out)
+}
+
+/// `body` as one line of JSON, every value as written (a number no `f64`
+/// holds included): its white space outside strings dropped. `None` when
+/// `body` is not one JSON value.
+pub(crate) fn compact_json(body: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(body).ok()?;
+    let raw: &serde_json::value::RawValue = serde_json::from_str(text).ok()?;
+    let mut out = String::with_capacity(raw.get().len());
+    let (mut in_string, mut escaped) = (false, false);
+    for c in raw.get().chars() {
+        if in_string {
+            out.push(c);
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                '"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            ' ' | '\t' | '\n' | '\r' => {}
+            '"' => {
+                in_string = true;
+                out.push(c);
+            }
+            c => out.push(c),
+        }
+    }
+    Some(out)
+}
+
+/// A [`compact_json`] text indented as `serde_json::to_string_pretty`
+/// indents, its values as written.
+pub(crate) fn pretty_json(compact: &str) -> String {
+    let mut out = String::with_capacity(compact.len() * 2);
+    let mut depth = 0usize;
+    let (mut in_string, mut escaped) = (false, false);
+    let newline = |out: &mut String, depth: usize| {
+        out.push('\n');
+        out.push_str(&"  ".repeat(depth));
+    };
+    let mut chars = compact.chars().peekable();
+    while let Some(c) = chars.next() {
+        if in_string {
+            out.push(c);
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                '"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' => {
+                in_string = true;
+                out.push(c);
+            }
+            '{' | '[' => {
+                out.push(c);
+                let close = if c == '{' { '}' } else { ']' };
+                if chars.peek() == Some(&close) {
+                    out.push(close);
+                    chars.next();
+                } else {
+                    depth += 1;
+                    newline(&mut out, depth);
+                }
+            }
+            '}' | ']' => {
+                depth = depth.saturating_sub(1);
+                newline(&mut out, depth);
+                out.push(c);
+            }
+            ',' => {
+                out.push(c);
+                newline(&mut out, depth);
+            }
+            ':' => out.push_str(": "),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// Unix milliseconds as RFC 3339 UTC with milliseconds:
@@ -105,6 +200,27 @@ mod tests {
             escaped("\u{0}\u{7f}\u{85}\u{2028}\\"),
             "\\u{0}\\u{7f}\\u{85}\\u{2028}\\\\"
         );
+    }
+
+    #[test]
+    fn json_bodies_keep_their_values_as_written() {
+        let body =
+            "{ \"a\" : 1e400 ,\n \"e\": {}, \"l\": [1, [ ], {\"b\": -0}], \"s\": \"x \\\" {y}\"}";
+        let compact = compact_json(body.as_bytes()).unwrap();
+        assert_eq!(
+            compact,
+            "{\"a\":1e400,\"e\":{},\"l\":[1,[],{\"b\":-0}],\"s\":\"x \\\" {y}\"}"
+        );
+        // Indented as serde_json indents (which reads neither 1e400 nor -0).
+        let readable = compact.replace("1e400", "1").replace("-0", "2");
+        let value: Value = serde_json::from_str(&readable).unwrap();
+        assert_eq!(
+            pretty_json(&compact)
+                .replace("1e400", "1")
+                .replace("-0", "2"),
+            serde_json::to_string_pretty(&value).unwrap()
+        );
+        assert!(compact_json(b"not json").is_none());
     }
 
     #[test]

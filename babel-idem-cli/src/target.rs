@@ -38,12 +38,31 @@ impl Target {
                 path => Ok(Target::Sqlite(PathBuf::from(path))),
             };
         }
-        let Some((scheme, _)) = lower.split_once("://") else {
+        // Only a scheme's own characters are quoted back: text before a
+        // `://` that is not a scheme may be the user info of a malformed URL.
+        let scheme = lower
+            .split_once("://")
+            .map(|(scheme, _)| scheme)
+            .filter(|scheme| {
+                scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+                    && scheme
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+            });
+        let Some(scheme) = scheme else {
             return Err(CliError::usage(format!(
                 "{:?} is not a store URL: {FORMS}",
                 redacted(url)
             )));
         };
+        // A password where a client reads a host, a port or a database
+        // name would be quoted back: such a URL is refused unread.
+        babel_idem::store::check_url_credentials(url).map_err(|why| {
+            CliError::usage(format!(
+                "{:?} is not a usable store URL: {why}",
+                redacted(url)
+            ))
+        })?;
         match scheme {
             "redis" | "rediss" | "redis+unix" | "unix" | "redis+cluster" | "rediss+cluster" => {
                 Ok(Target::Redis(url.to_owned()))
@@ -58,81 +77,21 @@ impl Target {
     /// The URL to show in messages: never the password.
     pub(crate) fn display(&self) -> String {
         match self {
-            Target::Sqlite(path) => format!("sqlite:{}", path.display()),
+            // A path may hold what a malformed URL meant as user info.
+            Target::Sqlite(path) => redacted(&format!("sqlite:{}", path.display())),
             Target::Redis(url) | Target::Postgres(url) => redacted(url),
         }
     }
 }
 
-/// The secrets `url` carries: the password of its user info
-/// (`user:PW@`, Redis's `:PW@`) and the value of every query parameter
-/// that names a password (`password=`, `sslpassword=`, in any case).
-pub(crate) fn secrets(url: &str) -> Vec<&str> {
-    let mut found = Vec::new();
-    // Without `://` (a malformed URL, quoted back in its error) the whole
-    // text is searched as if it were the authority onwards.
-    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
-    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
-    if let Some(at) = authority.rfind('@')
-        && let Some((_, password)) = authority[..at].split_once(':')
-    {
-        found.push(password);
-    }
-    if let Some((_, query)) = rest.split_once('?') {
-        let query = query.split('#').next().unwrap_or(query);
-        for pair in query.split('&') {
-            if let Some((key, value)) = pair.split_once('=')
-                && names_a_password(key)
-            {
-                found.push(value);
-            }
-        }
-    }
-    found.retain(|secret| !secret.is_empty());
-    found
-}
-
-/// Whether a query parameter's name (percent-encoded or not) names a
-/// password.
-fn names_a_password(key: &str) -> bool {
-    let decoded = percent_decoded(key).to_ascii_lowercase();
-    decoded.contains("password") || matches!(decoded.as_str(), "pass" | "passwd" | "pwd")
-}
-
-/// `text` with `%XX` escapes decoded (invalid escapes kept as they are).
-fn percent_decoded(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        if bytes[i] == b'%'
-            && i + 2 < bytes.len()
-            && let (Some(hi), Some(lo)) = (hex(bytes[i + 1]), hex(bytes[i + 2]))
-        {
-            out.push((hi * 16 + lo) as u8);
-            i += 3;
-            continue;
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// `text` with every secret of `url` replaced by `***`.
+/// `text` with every secret `url` may carry replaced by `***`, whatever
+/// the URL's shape (the library's
+/// [`redact_url_secrets`](babel_idem::store::redact_url_secrets)).
 pub(crate) fn scrubbed(text: &str, url: &str) -> String {
-    let mut secrets = secrets(url);
-    // The longest first: a secret inside another is then already gone.
-    secrets.sort_by_key(|secret| std::cmp::Reverse(secret.len()));
-    let mut text = text.to_owned();
-    for secret in secrets {
-        text = text.replace(secret, "***");
-    }
-    text
+    babel_idem::store::redact_url_secrets(text, url)
 }
 
-/// `url` with every secret it carries replaced by `***`.
+/// `url` with every secret it may carry replaced by `***`.
 pub(crate) fn redacted(url: &str) -> String {
     scrubbed(url, url)
 }
@@ -189,5 +148,20 @@ mod tests {
         );
         let err = Target::parse("mysql://u:s3cret@h/db").unwrap_err();
         assert!(!err.to_string().contains("s3cret"));
+        for malformed in [
+            "postgres:/u:s3cret@host/db",
+            "postgres//u:s3cret@host/db",
+            "redis:/:s3cret@host",
+            "postgres:///u:s3cret?@host",
+            "u:s3cret@h://x",
+        ] {
+            let err = Target::parse(malformed).unwrap_err();
+            assert_eq!(err.exit, Exit::Usage, "{malformed}");
+            assert!(!err.to_string().contains("s3cret"), "{err}");
+        }
+        assert_eq!(
+            Target::Sqlite(PathBuf::from("u:s3cret@h/db")).display(),
+            "sqlite:***@h/db"
+        );
     }
 }

@@ -543,3 +543,124 @@ async fn bad_input_is_one_clear_line_a_non_zero_exit_and_nothing_moved() {
     run.ok();
     assert!(run.stdout.contains("nothing to redrive"), "{run:?}");
 }
+
+/// Records holding numbers no `f64` holds, as the family writes them: a
+/// poison body spliced as written, and an envelope whose 400-digit integer
+/// is kept as digits. `dlq list|show|stats` read each for what it is (an
+/// undecodable body says why), `show --json` gives the body with its
+/// numbers as written, and `redrive --include-poison` puts the poison body
+/// back byte for byte.
+#[tokio::test]
+async fn dlq_and_redrive_read_records_holding_numbers_beyond_a_float() {
+    const TEST: &str = "cli_dlq_numbers_beyond_a_float";
+    let Some(url) = server_url(REDIS_URL, TEST) else {
+        return;
+    };
+    let queue = RedisQueue::new(&url);
+    let huge = format!("1{}", "7".repeat(399));
+    let block = |reason: &str| {
+        format!(
+            r#"{{"reason":"{reason}","error":"why","exception":null,"failed_at":1796093299000,"original_queue":"{}","attempts":0,"lang":"python"}}"#,
+            queue.name
+        )
+    };
+    let poison_body = format!(r#"{{"order": "p-1", "amount": 1e400, "n": {huge}}}"#);
+    let poison = format!(
+        r#"{},"dead_letter":{}}}"#,
+        &poison_body[..poison_body.len() - 1],
+        block("poison")
+    );
+    let envelope = format!(
+        r#"{{"job":"{URN}","trace_id":"t-big","data":{{"n":{huge}}},"meta":{{"id":"big-1","queue":"{}","schema_version":1}},"attempts":3,"dead_letter":{}}}"#,
+        queue.name,
+        block("failed")
+    );
+    let records = vec![
+        poison.clone().into_bytes(),
+        envelope.clone().into_bytes(),
+        b"not json".to_vec(),
+    ];
+    queue.fill(&records).await;
+
+    let run = cli(&["--json", "dlq", "list", "--redis", &url, &queue.dlq()]);
+    run.ok();
+    let lines = run.json_lines();
+    let kinds: Vec<(&Value, &Value, &Value)> = lines
+        .iter()
+        .map(|l| (&l["kind"], &l["reason"], &l["id"]))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            (&json!("poison"), &json!("poison"), &json!(null)),
+            (&json!("envelope"), &json!("failed"), &json!("big-1")),
+            (&json!("undecodable"), &json!(""), &json!(null)),
+        ],
+        "{run:?}"
+    );
+    assert_eq!(lines[0]["original_queue"], queue.name.as_str());
+    let why = lines[2]["error"]
+        .as_str()
+        .expect("an undecodable body says why");
+    assert!(why.contains("JSON"), "{why}");
+    let run = cli(&["dlq", "list", "--redis", &url, &queue.dlq()]);
+    run.ok();
+    assert!(
+        run.stdout
+            .lines()
+            .nth(2)
+            .unwrap()
+            .contains("not valid JSON"),
+        "{run:?}"
+    );
+
+    let run = cli(&["--json", "dlq", "show", "--redis", &url, &queue.dlq(), "#0"]);
+    run.ok();
+    assert!(
+        run.stdout
+            .contains(&format!(r#""amount":1e400,"n":{huge}"#)),
+        "the body's numbers as written: {run:?}"
+    );
+    assert_eq!(run.stdout.lines().count(), 1, "one JSON object: {run:?}");
+    let run = cli(&["dlq", "show", "--redis", &url, &queue.dlq(), "big-1"]);
+    run.ok();
+    assert!(run.stdout.contains(&huge), "{run:?}");
+    let run = cli(&["--json", "dlq", "stats", "--redis", &url, &queue.dlq()]);
+    run.ok();
+    let stats = &run.json_lines()[0];
+    assert_eq!(
+        stats["by_reason"],
+        json!({"poison": 1, "failed": 1, "-": 1}),
+        "{run:?}"
+    );
+
+    let sandbox = format!("{}.sandbox", queue.name);
+    let run = cli(&[
+        "redrive",
+        "--redis",
+        &url,
+        "--from",
+        &queue.dlq(),
+        "--include-poison",
+        "--to",
+        &sandbox,
+    ]);
+    run.ok();
+    assert!(
+        run.stdout
+            .lines()
+            .last()
+            .unwrap()
+            .starts_with("moved 3, skipped 0, left 0"),
+        "{run:?}"
+    );
+    let moved = queue.values(&sandbox).await;
+    assert_eq!(
+        moved[0],
+        poison_body.as_bytes(),
+        "the poison body as written"
+    );
+    let redriven = String::from_utf8(moved[1].clone()).unwrap();
+    assert!(redriven.contains(&format!(r#""n":{huge}"#)), "{redriven}");
+    assert_eq!(moved[2], b"not json");
+}

@@ -137,7 +137,8 @@ impl Selection {
     }
 
     /// Messages whose envelope `predicate` accepts (a record that is not an
-    /// envelope never matches).
+    /// envelope never matches, nor one holding a number an `Envelope`'s
+    /// `serde_json::Value` cannot hold, such as `1e400`).
     ///
     /// ```
     /// use babel_idem::redrive::Selection;
@@ -167,7 +168,7 @@ impl Selection {
         let any = |wanted: &[String], got: Option<&str>| {
             wanted.is_empty() || got.is_some_and(|got| wanted.iter().any(|w| w == got))
         };
-        any(&self.urns, envelope.map(Envelope::urn))
+        any(&self.urns, reading.urn.as_deref())
             && any(&self.reasons, Some(reading.reason.as_str()))
             && self
                 .since
@@ -176,8 +177,9 @@ impl Selection {
                 .until
                 .is_none_or(|until| reading.failed_at.is_some_and(|at| at <= until))
             && (self.ids.is_empty()
-                || envelope
-                    .and_then(|e| e.meta.id.as_deref())
+                || reading
+                    .id
+                    .as_deref()
                     .is_some_and(|id| self.ids.contains(id)))
             && self
                 .predicate
@@ -732,11 +734,10 @@ fn decide(
     queue: &dyn DlqRun,
 ) -> (RedriveItem, Option<(String, Vec<u8>)>) {
     let reading = record::read(message);
-    let envelope = reading.envelope.as_ref();
     let mut item = RedriveItem {
-        id: envelope.and_then(|e| e.meta.id.clone()),
-        trace_id: envelope.map(|e| e.trace_id.clone()),
-        urn: envelope.map(|e| e.job.clone()),
+        id: reading.id.clone(),
+        trace_id: reading.trace_id.clone(),
+        urn: reading.urn.clone(),
         reason: reading.reason.clone(),
         kind: reading.kind,
         from: dlq.to_owned(),
@@ -820,13 +821,12 @@ async fn look_all(
         }
         for message in page {
             let reading = record::read(&message);
-            let envelope = reading.envelope.as_ref();
             records.push(DlqRecord {
                 position: records.len(),
                 kind: reading.kind,
-                id: envelope.and_then(|e| e.meta.id.clone()),
-                urn: envelope.map(|e| e.job.clone()),
-                trace_id: envelope.map(|e| e.trace_id.clone()),
+                id: reading.id.clone(),
+                urn: reading.urn.clone(),
+                trace_id: reading.trace_id.clone(),
                 reason: reading.reason.clone(),
                 failed_at: reading.failed_at,
                 original_queue: reading.original_queue.clone(),

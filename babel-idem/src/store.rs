@@ -38,7 +38,7 @@ pub use memory::{InMemoryStore, InMemoryStoreBuilder};
 pub use postgres::{PostgresStore, PostgresStoreBuilder};
 #[cfg(feature = "redis")]
 pub use redis::{NotReplicated, RedisStore, RedisStoreBuilder};
-pub use settings::MAX_TTL;
+pub use settings::{MAX_TTL, check_url_credentials, redact_url_secrets};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteStore, SqliteStoreBuilder};
 pub use transaction::{AsConnection, TransactionMisuse, TransactionalStore};

@@ -158,7 +158,7 @@ fn value(raw: &RawValue) -> Option<Json> {
 }
 
 /// An object's members in order, repeats included.
-struct MembersVisitor;
+pub(super) struct MembersVisitor;
 
 impl<'de> Visitor<'de> for MembersVisitor {
     type Value = Vec<(String, &'de RawValue)>;

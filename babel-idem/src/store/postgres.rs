@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
-use super::settings::{Drivers, SqlBuilder, SqlSettings, Statements, sql_builder_setters};
+use super::settings::{
+    Drivers, InvalidUrl, SqlBuilder, SqlSettings, Statements, sql_builder_setters,
+};
 use super::{Store, StoreError, StoreFuture, StoreOperation, failed};
 
 mod admin;
@@ -158,6 +160,9 @@ impl PostgresStoreBuilder {
     /// one operation (a [`StoreError`]: the message is retried) and is
     /// replaced.
     pub fn connect_lazy(self, url: &str) -> Result<PostgresStore, StoreError> {
+        // A password where the driver reads a database name would be
+        // quoted back by the server: such a URL is refused unread.
+        InvalidUrl::check(url).map_err(failed(BACKEND, StoreOperation::Open))?;
         let options: PgConnectOptions =
             url.parse().map_err(failed(BACKEND, StoreOperation::Open))?;
         let settings = self.checked()?;

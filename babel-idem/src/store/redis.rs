@@ -8,7 +8,7 @@ use std::time::Duration;
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::{Client, Cmd, FromRedisValue, Pipeline, RedisError, Script, Value};
 
-use super::settings::{Drivers, optional_ttl_millis, require_tokio};
+use super::settings::{Drivers, InvalidUrl, optional_ttl_millis, require_tokio};
 use super::{Store, StoreError, StoreFuture, StoreOperation, failed};
 use crate::redis_client::Connection;
 
@@ -184,6 +184,9 @@ impl RedisStoreBuilder {
     /// connects until the first operation. Must be called inside a Tokio
     /// runtime with timers and I/O.
     pub fn connect_lazy(self, url: &str) -> Result<RedisStore, StoreError> {
+        // A password where the client reads a host or a path could be
+        // quoted back: such a URL is refused unread.
+        InvalidUrl::check(url).map_err(open_failed)?;
         if let Some(reason) = cluster_url_reason(url) {
             return self.cluster_lazy(url, reason);
         }
@@ -208,6 +211,7 @@ impl RedisStoreBuilder {
     /// # }
     /// ```
     pub async fn connect(self, url: &str) -> Result<RedisStore, StoreError> {
+        InvalidUrl::check(url).map_err(open_failed)?;
         if let Some(reason) = cluster_url_reason(url) {
             return self.cluster_eager(url, reason).await;
         }
@@ -322,7 +326,7 @@ impl RedisSettings {
     }
 }
 
-fn open_failed(error: RedisOpenError) -> StoreError {
+fn open_failed(error: impl Into<Box<dyn StdError + Send + Sync>>) -> StoreError {
     failed(BACKEND, StoreOperation::Open)(error)
 }
 

@@ -7,6 +7,7 @@
 
 use std::error::Error as StdError;
 use std::fmt;
+use std::ops::Range;
 use std::time::Duration;
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -59,6 +60,310 @@ impl fmt::Display for InvalidTtl {
 }
 
 impl StdError for InvalidTtl {}
+
+/// `text` with every secret `url` may carry replaced by `***`: what an
+/// error message, a log line or an output line may say about a store or
+/// broker URL, whatever its shape.
+///
+/// A URL that [`check_url_credentials`] accepts is read as every client
+/// reads it: its password (after the user info's first `:`, up to the
+/// authority's last `@`) and the value of every query parameter naming a
+/// password (`password=`, `sslpassword=`, in any case) are hidden, and the
+/// URL itself, quoted whole, keeps its scheme, user and host in sight.
+/// A malformed URL (`postgres:/u:pw@host/db`, `redis:/:pw@host`, a
+/// password holding `/`, `?` or `#`) splits differently in every parser,
+/// so no one reading says where its password is: every reading is hidden
+/// instead, the text between any `:` and any later `@`, and its pieces
+/// between `/`, `?` and `#`. Each secret is also hidden percent-decoded
+/// and as `Debug` escapes it.
+///
+/// ```
+/// use babel_idem::store::redact_url_secrets;
+///
+/// let url = "postgres://app:s3cret@db:5432/app";
+/// assert_eq!(redact_url_secrets(url, url), "postgres://app:***@db:5432/app");
+/// let typo = "postgres:/app:s3cret@db/app";
+/// let error = format!("cannot parse {typo}: the password s3cret is not a port");
+/// assert!(!redact_url_secrets(&error, typo).contains("s3cret"));
+/// ```
+pub fn redact_url_secrets(text: &str, url: &str) -> String {
+    let secrets = url_secrets(url);
+    let scrub = |piece: &str| {
+        let mut piece = piece.to_owned();
+        for secret in &secrets {
+            if piece.contains(secret.as_str()) {
+                piece = piece.replace(secret.as_str(), "***");
+            }
+        }
+        piece
+    };
+    if url.is_empty() || !text.contains(url) {
+        return scrub(text);
+    }
+    // The URL quoted whole loses only its password, not a user or a host
+    // that happens to be spelled like it.
+    let shown = match password_spans(url) {
+        Some(spans) => {
+            let mut shown = url.to_owned();
+            for span in spans.into_iter().rev() {
+                shown.replace_range(span, "***");
+            }
+            shown
+        }
+        None => scrub(url),
+    };
+    text.split(url).map(scrub).collect::<Vec<_>>().join(&shown)
+}
+
+/// Where the secrets of a URL that [`check_url_credentials`] accepts are,
+/// as every client reads it, in order; `None` for a URL it refuses.
+fn password_spans(url: &str) -> Option<Vec<Range<usize>>> {
+    check_url_credentials(url).ok()?;
+    let mut spans = Vec::new();
+    let mut query_from = 0;
+    if let Some((start, end)) = authority(url) {
+        if let Some(at) = url[start..end].rfind('@')
+            && let Some(colon) = url[start..start + at].find(':')
+        {
+            spans.push(start + colon + 1..start + at);
+        }
+        query_from = end;
+    }
+    if let Some(question) = url[query_from..].find('?') {
+        let query_start = query_from + question + 1;
+        let query_end = url[query_start..]
+            .find('#')
+            .map_or(url.len(), |at| query_start + at);
+        let mut at = query_start;
+        for pair in url[query_start..query_end].split('&') {
+            if let Some(equals) = pair.find('=')
+                && names_a_password(&pair[..equals])
+            {
+                spans.push(at + equals + 1..at + pair.len());
+            }
+            at += pair.len() + 1;
+        }
+    }
+    spans.retain(|span| !span.is_empty());
+    Some(spans)
+}
+
+/// Where the authority of a `scheme://` URL starts and ends (at its first
+/// `/`, `?` or `#`).
+fn authority(url: &str) -> Option<(usize, usize)> {
+    let start = url.len() - url.trim_start().len();
+    let separator = url[start..]
+        .find("://")
+        .filter(|&at| is_scheme(&url[start..start + at]))?;
+    let authority_start = start + separator + 3;
+    let authority_end = url[authority_start..]
+        .find(['/', '?', '#'])
+        .map_or(url.len(), |at| authority_start + at);
+    Some((authority_start, authority_end))
+}
+
+/// Checks that the user info of a store or broker URL sits where every
+/// client reads it; `Err` says what is wrong, without quoting the URL.
+///
+/// A URL whose password may land anywhere else is refused before any
+/// client sees it: a client would take the password for a database name,
+/// a host or a port, and a server quotes those back (`database "u:pw@host/db"
+/// does not exist`). The stores and transports refuse such a URL when
+/// they are built. The rule, for a URL holding an `@`:
+///
+/// - it starts with `scheme://` (not `scheme:/`, `scheme:` or `scheme//`);
+/// - no `:` that could start a password is followed by an `@` anywhere
+///   else than in the user info right after `scheme://`: a `:` in the
+///   path, or after the host when what follows is not a port number
+///   (`postgres://u:pw/d@host`, `postgres:///u:pw@host`). A `/`, `?`, `#`
+///   or `@` inside a password is written `%2F`, `%3F`, `%23` or `%40`.
+///
+/// ```
+/// use babel_idem::store::check_url_credentials;
+///
+/// assert!(check_url_credentials("postgres://app:s3cret@db:5432/app").is_ok());
+/// assert!(check_url_credentials("redis://127.0.0.1:6379/0?client=a@b").is_ok());
+/// assert!(check_url_credentials("postgres:/app:s3cret@db/app").is_err());
+/// assert!(check_url_credentials("postgres://app:s3c/ret@db/app").is_err());
+/// let refused = check_url_credentials("redis:/:s3cret@host").unwrap_err();
+/// assert!(!refused.contains("s3cret"));
+/// ```
+pub fn check_url_credentials(url: &str) -> Result<(), &'static str> {
+    if !url.contains('@') {
+        return Ok(());
+    }
+    let Some((authority_start, authority_end)) = authority(url) else {
+        return Err("its user info has no `scheme://` in front: \
+                    write scheme://user:password@host/...");
+    };
+    let query_start = url[authority_end..]
+        .find(['?', '#'])
+        .map_or(url.len(), |at| authority_end + at);
+    // The `@` that ends the user info, as clients read it: the authority's last.
+    let user_info_end = url[authority_start..authority_end]
+        .rfind('@')
+        .map(|at| authority_start + at);
+    for (colon, _) in url.match_indices(':') {
+        if colon < authority_start || user_info_end.is_some_and(|at| colon < at) {
+            continue;
+        }
+        if colon >= query_start {
+            break;
+        }
+        if colon < authority_end
+            && is_port_colon(
+                &url[authority_start..authority_end],
+                colon - authority_start,
+            )
+        {
+            continue;
+        }
+        if url[colon..].contains('@') {
+            return Err(
+                "a `:` outside the user info is followed by an `@`: the user info goes \
+                        right after `scheme://`, and a `/`, `?`, `#` or `@` inside a password \
+                        is written %2F, %3F, %23 or %40",
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Whether the `:` at `at` in `authority` separates a host from its port
+/// (digits up to the next `,` of a host list), or sits inside an IPv6
+/// literal's brackets.
+fn is_port_colon(authority: &str, at: usize) -> bool {
+    let before = &authority[..at];
+    let host_start = before.rfind([',', '@']).map_or(0, |at| at + 1);
+    let host = &before[host_start..];
+    if host.rfind('[') > host.rfind(']') {
+        return true;
+    }
+    let after = &authority[at + 1..];
+    let port = after.split(',').next().unwrap_or(after);
+    port.chars().all(|c| c.is_ascii_digit())
+}
+
+/// Whether `text` is a URL scheme: a letter, then letters, digits, `+`,
+/// `-` or `.`.
+fn is_scheme(text: &str) -> bool {
+    text.starts_with(|c: char| c.is_ascii_alphabetic())
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+}
+
+/// A store URL refused before any client read it, without its secrets.
+#[cfg_attr(
+    not(any(feature = "redis", feature = "postgres")),
+    allow(dead_code, reason = "only the server stores take URLs")
+)]
+#[derive(Debug)]
+pub(crate) struct InvalidUrl {
+    url: String,
+    reason: &'static str,
+}
+
+#[cfg_attr(
+    not(any(feature = "redis", feature = "postgres")),
+    allow(dead_code, reason = "only the server stores take URLs")
+)]
+impl InvalidUrl {
+    /// `Err` when [`check_url_credentials`] refuses `url`.
+    pub(crate) fn check(url: &str) -> Result<(), InvalidUrl> {
+        check_url_credentials(url).map_err(|reason| InvalidUrl {
+            url: redact_url_secrets(url, url),
+            reason,
+        })
+    }
+}
+
+impl fmt::Display for InvalidUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "the URL {:?} cannot be used: {}", self.url, self.reason)
+    }
+}
+
+impl StdError for InvalidUrl {}
+
+/// Every text of `url` that some reading of it takes for a secret, the
+/// longest first; see [`redact_url_secrets`]. Never an empty string.
+fn url_secrets(url: &str) -> Vec<String> {
+    let mut found: Vec<&str> = Vec::new();
+    match password_spans(url) {
+        Some(spans) => found.extend(spans.into_iter().map(|span| &url[span])),
+        None => {
+            // The colon of a leading scheme (`postgres:`) starts a password
+            // only when no slash follows it (`postgres:user:pw@`, `user:pw@`).
+            let trimmed = url.trim_start();
+            let scheme_colon = trimmed
+                .find(':')
+                .filter(|&at| is_scheme(&trimmed[..at]))
+                .map(|at| at + (url.len() - trimmed.len()));
+            let colons: Vec<usize> = url.match_indices(':').map(|(at, _)| at).collect();
+            for (at, _) in url.match_indices('@') {
+                for &colon in colons.iter().take_while(|&&colon| colon < at) {
+                    let reading = &url[colon + 1..at];
+                    if Some(colon) == scheme_colon && reading.starts_with('/') {
+                        continue;
+                    }
+                    found.push(reading);
+                    // Where a parser ends the authority, the rest of it.
+                    found.extend(reading.split(['/', '?', '#']));
+                }
+            }
+            for pair in url.split(['?', '&', ';']) {
+                if let Some((key, value)) = pair.split_once('=')
+                    && names_a_password(key)
+                {
+                    found.push(value.split('#').next().unwrap_or(value));
+                }
+            }
+        }
+    }
+    let mut secrets: Vec<String> = Vec::new();
+    for secret in found.into_iter().filter(|secret| !secret.is_empty()) {
+        let debug = format!("{secret:?}");
+        let escaped = debug[1..debug.len() - 1].to_owned();
+        for form in [secret.to_owned(), percent_decoded(secret), escaped] {
+            if !form.is_empty() && !secrets.contains(&form) {
+                secrets.push(form);
+            }
+        }
+    }
+    // The longest first: a secret inside another is then already gone.
+    secrets.sort_by_key(|secret| std::cmp::Reverse(secret.len()));
+    secrets
+}
+
+/// Whether a query parameter's name (percent-encoded or not) names a
+/// password.
+fn names_a_password(key: &str) -> bool {
+    let decoded = percent_decoded(key).to_ascii_lowercase();
+    decoded.contains("password") || matches!(decoded.as_str(), "pass" | "passwd" | "pwd")
+}
+
+/// `text` with its `%XX` escapes decoded (invalid escapes kept as they are,
+/// bytes that do not make UTF-8 replaced).
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let (Some(hi), Some(lo)) = (hex(bytes[i + 1]), hex(bytes[i + 2]))
+        {
+            out.push((hi * 16 + lo) as u8);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
 
 /// The Tokio drivers a store's client uses once it is built.
 #[cfg(any(feature = "sqlite", feature = "redis", feature = "postgres"))]
@@ -478,6 +783,88 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_well_formed_url_keeps_all_but_its_password_in_sight() {
+        for (url, shown) in [
+            (
+                "postgres://app:s3cret@db:5432/app",
+                "postgres://app:***@db:5432/app",
+            ),
+            ("redis://:s3cret@h/0", "redis://:***@h/0"),
+            ("rediss://:s3cret@h:6380", "rediss://:***@h:6380"),
+            ("redis://h/0?x=a@b", "redis://h/0?x=a@b"),
+            ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
+            (
+                "postgres://h/db?sslmode=disable&PassWord=s3cret&user=app",
+                "postgres://h/db?sslmode=disable&PassWord=***&user=app",
+            ),
+            (
+                "postgres://h/db?pass%77ord=s3cret",
+                "postgres://h/db?pass%77ord=***",
+            ),
+        ] {
+            assert_eq!(redact_url_secrets(url, url), shown);
+        }
+    }
+
+    #[test]
+    fn every_reading_of_a_malformed_url_hides_its_password() {
+        for url in [
+            "postgres:/u:s3cret@host/db",
+            "postgres//u:s3cret@host/db",
+            "redis:/:s3cret@host",
+            "amqp:/u:s3cret@host",
+            "postgres:u:s3cret@host",
+            "u:s3cret@host",
+            "postgres:///u:s3cret@host",
+            "postgres://u:s3cret/@host/db",
+            "postgres://u:s3cret?@host/db",
+            " postgres://u:s3cret@host/db",
+            "postgres://u:s3%63ret@host/db",
+        ] {
+            let error = format!("{url} failed: s3cret, \"s3cret\", {url:?}");
+            let shown = redact_url_secrets(&error, url);
+            assert!(!shown.contains("s3cret"), "{url}: {shown}");
+        }
+        // A password holding a quote is hidden as `Debug` escapes it too.
+        let url = "redis://:s3\"cret@h";
+        assert!(!redact_url_secrets(&format!("{url:?}"), url).contains("cret"));
+    }
+
+    #[test]
+    fn user_info_where_no_client_reads_it_is_refused() {
+        for url in [
+            "postgres://app:s3cret@db:5432/app",
+            "postgres://app@db/app",
+            "redis://:s3cret@h:6379/0?protocol=resp3",
+            "redis://127.0.0.1:6379/0?client=a@b",
+            "redis+cluster://u:s3cret@a:7000,b:7000/",
+            "postgres://u:s3cret@[::1]:5432/db",
+            "postgres://[::1]:5432/db?x=a@b",
+            "postgres://h/db?password=s3cret",
+            "unix:///run/redis.sock",
+        ] {
+            assert_eq!(check_url_credentials(url), Ok(()), "{url}");
+        }
+        for url in [
+            "postgres:/u:s3cret@host/db",
+            "postgres//u:s3cret@host/db",
+            "redis:/:s3cret@host",
+            "amqp:/u:s3cret@host",
+            "postgres:u:s3cret@host",
+            "u:s3cret@host://x",
+            "postgres:///u:s3cret@host",
+            "postgres:///u:s3cret?@host",
+            "postgres://u:s3cret/@host/db",
+            "postgres://u:s3cret?@host/db",
+            "postgres://u:s3cret#@host/db",
+            "postgres://host:5432/u:s3cret@x",
+        ] {
+            let refused = check_url_credentials(url).expect_err(url);
+            assert!(!refused.contains("s3cret"), "{refused}");
+        }
+    }
 
     #[test]
     fn ttl_is_counted_in_whole_milliseconds() {

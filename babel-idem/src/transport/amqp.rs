@@ -553,6 +553,7 @@ fn parse_url(url: &str) -> Result<AMQPUri, TransportError> {
             "expected amqp://user:password@host:port/vhost".to_owned(),
         ));
     }
+    super::binding::check_credentials(url)?;
     let uri: AMQPUri = url.parse().map_err(invalid)?;
     if uri.scheme == AMQPScheme::AMQPS {
         return Err(invalid(

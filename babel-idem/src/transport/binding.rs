@@ -3,6 +3,7 @@
 //! password.
 
 use super::{Settlement, TransportError};
+use crate::store::{check_url_credentials, redact_url_secrets};
 
 impl Settlement {
     /// Where the settlement appends a body, and which: `None` for an ack,
@@ -18,13 +19,21 @@ impl Settlement {
 }
 
 impl TransportError {
-    /// [`TransportError::InvalidUrl`] for `url`, without its password.
+    /// [`TransportError::InvalidUrl`] for `url`, without its password: not
+    /// in the URL shown, nor in the reason (a parser's message may quote
+    /// the part of the URL it stumbled on).
     pub(super) fn invalid_url(url: &str, reason: impl Into<String>) -> Self {
         TransportError::InvalidUrl {
             url: redact(url),
-            reason: reason.into(),
+            reason: redact_url_secrets(&reason.into(), url),
         }
     }
+}
+
+/// `Err` for a URL whose user info sits where no parser looks for it: a
+/// client would take its password for a host or a path, and quote it back.
+pub(super) fn check_credentials(url: &str) -> Result<(), TransportError> {
+    check_url_credentials(url).map_err(|reason| TransportError::invalid_url(url, reason))
 }
 
 /// The queue names a binding's layout can hold: never empty, at most
@@ -65,18 +74,9 @@ impl QueueNames {
     }
 }
 
-/// `url` with its password replaced, for error messages.
+/// `url` with every secret it may carry replaced, for error messages.
 fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let credentials = &url[scheme + 3..at];
-            match credentials.split_once(':') {
-                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
-                None => url.to_owned(),
-            }
-        }
-        _ => url.to_owned(),
-    }
+    redact_url_secrets(url, url)
 }
 
 #[cfg(test)]
@@ -141,5 +141,19 @@ mod tests {
             "amqp://guest:***@h:5672/%2f"
         );
         assert_eq!(redact("redis://h:6379/0"), "redis://h:6379/0");
+        for malformed in [
+            "redis:/:s3cr3t@h",
+            "amqp:/user:s3cr3t@h",
+            "amqp//user:s3cr3t@h",
+            "redis://user:s3c/r3t@h",
+        ] {
+            let error = TransportError::invalid_url(malformed, format!("{malformed} is malformed"));
+            for shown in [error.to_string(), format!("{error:?}")] {
+                assert!(
+                    !shown.contains("s3cr3t") && !shown.contains("s3c/r3t"),
+                    "{shown}"
+                );
+            }
+        }
     }
 }

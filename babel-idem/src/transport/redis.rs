@@ -282,6 +282,7 @@ impl TransportBuilder<RedisOptions> {
                     .to_owned(),
             ));
         }
+        super::binding::check_credentials(url)?;
         let (address, query) = url.split_once('?').unwrap_or((url, ""));
         let mut retry_after = self.options.retry_after;
         for pair in query.split('&').filter(|pair| !pair.is_empty()) {
