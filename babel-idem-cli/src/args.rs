@@ -151,7 +151,8 @@ pub(crate) enum Command {
     },
     /// Publish a transactional outbox's pending rows to Redis or RabbitMQ,
     /// until SIGTERM (after the current batch) or, with --drain, until none
-    /// is pending.
+    /// is pending (a signal stops a drain after the current batch, and it
+    /// prints what it did).
     Relay(crate::outbox::RelayArgs),
     /// Look after a transactional outbox: stats, retry-failed, purge-published.
     #[command(subcommand)]

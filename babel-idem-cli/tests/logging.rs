@@ -87,14 +87,15 @@ impl Drop for Outbox {
 }
 
 /// The lines of `stderr` that say `what`: as text, or (`json`) as JSON
-/// objects whose `message` says it, each a warning of babel-idem's.
-fn said(stderr: &str, what: &str, json: bool) -> Vec<String> {
+/// objects whose `message` says it, each of babel-idem's at `level`
+/// (`WARN`, `ERROR`).
+fn said(stderr: &str, what: &str, json: bool, level: &str) -> Vec<String> {
     let mut lines = Vec::new();
     for line in stderr.lines().filter(|line| line.contains(what)) {
         if json {
             let event: Value = serde_json::from_str(line)
                 .unwrap_or_else(|e| panic!("a JSON log line ({e}): {line}"));
-            assert_eq!(event["level"], "WARN", "{line}");
+            assert_eq!(event["level"], level, "{line}");
             assert!(
                 event["target"].as_str().unwrap().starts_with("babel_idem"),
                 "{line}"
@@ -102,28 +103,29 @@ fn said(stderr: &str, what: &str, json: bool) -> Vec<String> {
             assert!(event["message"].as_str().unwrap().contains(what), "{line}");
             assert!(event["timestamp"].is_string(), "{line}");
         } else {
-            assert!(line.contains("WARN"), "{line}");
+            assert!(line.contains(level), "{line}");
         }
         lines.push(line.to_owned());
     }
     lines
 }
 
-/// A row the broker refuses (larger than `--max-body`) is logged as a
-/// warning, in text by default, as JSON with `--json`, and not with `-q`;
-/// stdout keeps the relay's summary alone.
+/// A row the broker refuses (larger than `--max-body`) for its last
+/// attempt turns `'failed'`: that is logged as an error, in text by
+/// default, as JSON with `--json`, and still with `-q` (errors only), where
+/// it is the only line; stdout keeps the relay's summary alone.
 #[tokio::test]
-async fn a_refused_row_is_logged_on_stderr_in_text_or_json_and_quiet_with_q() {
-    const TEST: &str = "cli_logs_a_refused_row";
+async fn a_row_refused_for_its_last_attempt_is_logged_as_an_error_in_text_or_json_even_with_q() {
+    const TEST: &str = "cli_logs_a_failed_row";
     let Some(url) = server_url(REDIS_URL, TEST) else {
         return;
     };
     let queue = format!("bi-cli-logging-{}", unique_suffix());
-    for (flags, json, logged) in [
-        (&[][..], false, true),
-        (&["--json"][..], true, true),
-        (&["-q"][..], false, false),
-        (&["--json", "-q"][..], true, false),
+    for (flags, json) in [
+        (&[][..], false),
+        (&["--json"][..], true),
+        (&["-q"][..], false),
+        (&["--json", "-q"][..], true),
     ] {
         let outbox = Outbox::with_one_row(&queue).await;
         let output = Command::new(BIN)
@@ -145,11 +147,11 @@ async fn a_refused_row_is_logged_on_stderr_in_text_or_json_and_quiet_with_q() {
             String::from_utf8(output.stderr).unwrap(),
         );
         assert!(output.status.success(), "{flags:?}: {stdout}{stderr}");
-        let lines = said(&stderr, REFUSAL, json);
-        if logged {
-            assert_eq!(lines.len(), 1, "{flags:?}: one refusal logged: {stderr}");
-        } else {
-            assert!(stderr.is_empty(), "{flags:?}: quiet: {stderr}");
+        let lines = said(&stderr, REFUSAL, json, "ERROR");
+        assert_eq!(lines.len(), 1, "{flags:?}: one failed row logged: {stderr}");
+        assert!(lines[0].contains("'failed'"), "{flags:?}: {}", lines[0]);
+        if flags.contains(&"-q") {
+            assert_eq!(stderr.lines().count(), 1, "{flags:?}: quiet: {stderr}");
         }
         assert!(
             !stdout.contains(REFUSAL),
@@ -160,7 +162,48 @@ async fn a_refused_row_is_logged_on_stderr_in_text_or_json_and_quiet_with_q() {
             1,
             "{flags:?}: the summary: {stdout}"
         );
-        assert!(stdout.contains("refused"), "{flags:?}: {stdout}");
+        assert!(
+            stdout.contains("failed 1") || stdout.contains("\"failed\":1"),
+            "{flags:?}: {stdout}"
+        );
+    }
+}
+
+/// A refusal that leaves the row attempts to go is a warning: shown by
+/// default, not with `-q`.
+#[tokio::test]
+async fn a_refused_row_with_attempts_left_is_a_warning_and_quiet_with_q() {
+    const TEST: &str = "cli_logs_a_refused_row";
+    let Some(url) = server_url(REDIS_URL, TEST) else {
+        return;
+    };
+    let queue = format!("bi-cli-logging-{}", unique_suffix());
+    for (flags, logged) in [(&[][..], true), (&["-q"][..], false)] {
+        let outbox = Outbox::with_one_row(&queue).await;
+        let output = Command::new(BIN)
+            .args(flags)
+            .args([
+                "relay",
+                "--drain",
+                "--outbox",
+                &outbox.url(),
+                "--redis",
+                &url,
+            ])
+            .args(["--max-body", "1", "--max-attempts", "2"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run babel-idem relay");
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        assert!(output.status.success(), "{flags:?}: {stderr}");
+        let warned: Vec<&str> = stderr
+            .lines()
+            .filter(|line| line.contains(REFUSAL) && line.contains("WARN"))
+            .collect();
+        match logged {
+            true => assert_eq!(warned.len(), 1, "{flags:?}: the first refusal: {stderr}"),
+            false => assert!(warned.is_empty(), "{flags:?}: quiet: {stderr}"),
+        }
     }
 }
 
@@ -332,7 +375,7 @@ async fn a_broker_outage_is_logged_on_stderr_in_text_or_json_and_quiet_with_q() 
         let mut relay = Running::start(&args);
         if logged {
             relay.wait_for("two outages logged", |relay| {
-                said(&relay.stderr(), OUTAGE, json).len() >= 2
+                said(&relay.stderr(), OUTAGE, json, "WARN").len() >= 2
             });
         } else {
             relay.wait_for("three reconnections refused", |_| proxy.refused() >= 3);

@@ -843,13 +843,25 @@ impl Relay {
     fn done(&self, settled: &Settled) -> RelayReport {
         let (rows, published, refused) =
             (&settled.taken.rows, &settled.published, &settled.refused);
-        let failed = rows
-            .iter()
-            .filter(|row| refused.iter().any(|(id, _)| *id == row.id))
-            .filter(|row| row.attempts + 1 >= i64::from(self.settings.max_attempts))
-            .count() as u64;
+        let max_attempts = i64::from(self.settings.max_attempts);
+        let mut failed = 0;
         for (id, error) in refused {
-            tracing::warn!(row = id, %error, "babel-idem relay: the broker refused a row");
+            let attempts = rows
+                .iter()
+                .find(|row| row.id == *id)
+                .map_or(0, |row| row.attempts)
+                + 1;
+            if attempts >= max_attempts {
+                failed += 1;
+                tracing::error!(
+                    row = id,
+                    attempts,
+                    %error,
+                    "babel-idem relay: the broker refused a row for its last attempt; it is 'failed' (babel-idem outbox retry-failed makes it pending again)"
+                );
+            } else {
+                tracing::warn!(row = id, attempts, %error, "babel-idem relay: the broker refused a row");
+            }
         }
         #[cfg(feature = "metrics")]
         {
