@@ -239,6 +239,12 @@ impl Sessions {
         let messages: Vec<Message<'_>> = messages
             .map(|(body, headers)| (queue, body, headers))
             .collect();
+        if messages.is_empty() {
+            // Nothing to send: the queue is still made sure of, as every
+            // publish to it does first.
+            let declared = session.declare(queue, self.connector.timeout).await;
+            return self.after(&session, declared).await;
+        }
         let result = self.publish_all_on(&session, &messages).await;
         self.after(&session, result)
             .await?
