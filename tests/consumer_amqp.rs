@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use babel_idem::consumer::{ConsumerError, ConsumerReport};
 use babel_idem::router::Backoff;
+use babel_idem::store::RedisStore;
 use babel_idem::transport::{AmqpTransport, Transport};
 use babel_idem::{Consumer, Envelope, InMemoryStore, Router, guard, urn};
 use consumer_support::{
@@ -1117,5 +1118,48 @@ async fn a_retry_backoff_as_long_as_the_consumer_timeout_is_refused_at_start() {
     assert!(build(&unbounded, minutes(600)).is_ok());
     for transport in [default, short, unbounded] {
         transport.close().await;
+    }
+}
+
+/// 500 deliveries of one id ahead of 200 other ids, at concurrency 64 with
+/// the worker example's prefetch (128): every id runs once, every delivery
+/// is acked, none waits out a timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_one_id_never_wedges_the_consumer() {
+    const TEST: &str = "amqp_a_burst_of_one_id_never_wedges_the_consumer";
+    let (Some(url), Some(redis_url)) = (server_url(AMQP_URL, TEST), server_url(REDIS_URL, TEST))
+    else {
+        return;
+    };
+    let queue = Queue::new(&url);
+    let transport = queue.transport(128).await;
+    let bodies = consumer_support::burst_of_one_id(&queue.name, "burst", 500, 200);
+    transport.publish_many(&queue.name, &bodies).await.unwrap();
+    let seen_prefix = format!("{}:seen:", queue.name);
+    let _seen_keys = DeleteOnDrop(redis_url.clone(), format!("{seen_prefix}*"));
+    let store = RedisStore::builder()
+        .prefix(&seen_prefix)
+        .connect(&redis_url)
+        .await
+        .unwrap();
+    consumer_support::a_burst_of_one_id_never_wedges_the_consumer(
+        transport.clone(),
+        store,
+        &queue.name,
+        500,
+        200,
+    )
+    .await;
+    assert_eq!(queue.ready(&queue.name).await, 0);
+    assert_eq!(queue.ready(&queue.dlq()).await, 0);
+    transport.close().await;
+}
+
+/// Deletes the keys matching a pattern from a Redis server when dropped.
+struct DeleteOnDrop(String, String);
+
+impl Drop for DeleteOnDrop {
+    fn drop(&mut self) {
+        consumer_support::delete_keys(&self.0, &[&self.1]);
     }
 }

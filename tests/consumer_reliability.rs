@@ -256,6 +256,57 @@ async fn the_default_delivery_timeout_is_below_the_reservation() {
 
 // ---------------------------------------------------------------- kept alive
 
+/// A handler that takes longer than a reservation lasts (3 s against a
+/// `retry_after` of 2 s) under the default per-delivery timeout: the
+/// consumer keeps the reservation alive while it runs, and the default
+/// timeout does not follow `retry_after`, so the handler completes once;
+/// nothing is timed out, taken back by a sweep or dead-lettered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_longer_than_retry_after_completes_once_under_the_default_timeout() {
+    const TEST: &str = "a_handler_longer_than_retry_after_completes_once";
+    let Some(url) = server_url(REDIS_URL, TEST) else {
+        return;
+    };
+    let queue = Queue::new(&url);
+    let transport = RedisTransport::builder()
+        .retry_after(Duration::from_secs(2))
+        .connect(&url)
+        .await
+        .unwrap();
+    let body = envelope_with_id("slow-success", &queue.name, 0).to_vec();
+    transport.publish(&queue.name, &body).await.unwrap();
+    let effects: Effects = Arc::default();
+    let started = Arc::new(AtomicU64::new(0));
+    let (counted, runs) = (Arc::clone(&effects), Arc::clone(&started));
+    let router = Router::builder()
+        .route(urn!("urn:babel:interop:created"), move |env: Envelope| {
+            let (counted, runs) = (Arc::clone(&counted), Arc::clone(&runs));
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                count_effect(&counted, &env);
+                Ok::<(), StoreError>(())
+            }
+        })
+        .build()
+        .unwrap();
+    let consumer = Consumer::builder(router, transport, &queue.name)
+        .concurrency(2)
+        .build()
+        .unwrap();
+    let report = run_until_idle(&consumer, QUIET).await;
+
+    assert_eq!(started.load(Ordering::SeqCst), 1, "one run: {report:?}");
+    assert_eq!(effects.lock().unwrap().get("slow-success"), Some(&1));
+    assert_eq!(report.timed_out, 0, "{report:?}");
+    assert_eq!(report.retried, 0, "{report:?}");
+    assert_eq!(report.dead_lettered, 0, "{report:?}");
+    assert_eq!(report.lapsed, 0, "taken back by a sweep: {report:?}");
+    assert_eq!(report.acked, 1, "{report:?}");
+    assert!(dead_letters(&queue).await.is_empty());
+    assert!(queue.drained().await);
+}
+
 /// `retry_after` 3 s, a handler that fails after 2.5 s, a 2.9 s backoff:
 /// together longer than a reservation, so the consumer keeps it alive
 /// (the deadline moves on the server's clock) through the handler and the
