@@ -1146,8 +1146,8 @@ async fn a_burst_of_one_id_never_wedges_the_consumer() {
         transport.clone(),
         store,
         &queue.name,
-        500,
-        200,
+        64,
+        (500, 200),
     )
     .await;
     assert_eq!(queue.ready(&queue.name).await, 0);

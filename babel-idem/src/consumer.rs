@@ -41,8 +41,13 @@
 //!   guard after its first marked takes a slot back before that body runs,
 //!   and the delivery keeps its id's turn until its mark is answered.
 //! - One delivery per `meta.id` runs at a time: a second delivery of an id
-//!   being run waits (without a handler slot) for the first to end, and its
-//!   guard then skips it or runs it.
+//!   being run waits for the first to end, in the order the copies came,
+//!   and its guard then skips it or runs it. A copy waiting holds no
+//!   handler slot and no place ahead, only a place of the copies' own (16
+//!   per slot); a copy beyond them goes back to the broker unchanged, no
+//!   attempt spent ([`ConsumerReport::id_busy`]), and is skipped when it
+//!   comes again. A burst of one id, of any size, never holds the room the
+//!   other ids need: they keep running at full concurrency meanwhile.
 //! - Each handler gets a [`delivery_timeout`](ConsumerBuilder::delivery_timeout);
 //!   one that runs longer is dropped, its id left unmarked, and retried.
 //! - While a handler runs and while a delivery waits out a retry backoff or
@@ -129,6 +134,7 @@ pub struct Consumer<T: Transport> {
     release_delay: Duration,
     keep_alive: Option<Duration>,
     max_waiting: usize,
+    max_waiting_for_id: usize,
     batch_store_calls: bool,
     counters: Arc<Counters>,
 }
@@ -177,9 +183,16 @@ const LEAST_DEFAULT_READ_AHEAD: usize = 4;
 const MAX_BATCH: usize = 256;
 
 /// Deliveries that may wait without a handler slot (a backoff, a release
-/// delay, another delivery of their id), per slot; past that a waiting
+/// delay, an ack or a mark on its way), per slot; past that a waiting
 /// delivery keeps its slot, so the consumer reserves no more.
 const WAITING_PER_SLOT: usize = 4;
+
+/// Copies of an id that may wait for its run to end, per slot, holding no
+/// slot and no place ahead; past that a copy goes back to the broker
+/// unattempted. Copies wait in their own places, apart from
+/// [`WAITING_PER_SLOT`]'s: a burst of one id never takes the places the
+/// other ids' waits need.
+const WAITING_FOR_ID_PER_SLOT: usize = 16;
 
 /// The transport's default per-delivery timeout when a handler has
 /// `lifetime` of a reservation to run in: 90 % of it, leaving the rest to
@@ -274,7 +287,9 @@ impl<T: Transport> ConsumerBuilder<T> {
     /// [`DEFAULT_CONCURRENCY`]): handler bodies never run more at a time.
     /// The consumer holds at most this many plus its
     /// [`read_ahead`](Self::read_ahead) reservations, besides those waiting
-    /// out a backoff or a delay, or a mark on its way: a delivery whose
+    /// out a backoff or a delay (at most 4 per slot), copies of an id
+    /// waiting for its run (at most 16 per slot), or a mark on its way: a
+    /// delivery whose
     /// guard is marking its run done hands its slot to the next one, whose
     /// guard then asks its store while that mark is on its way (a handler
     /// that goes on into a second guard takes a slot back first).
@@ -497,6 +512,7 @@ impl<T: Transport> ConsumerBuilder<T> {
             release_delay: self.release_delay,
             keep_alive,
             max_waiting: self.concurrency.saturating_mul(WAITING_PER_SLOT),
+            max_waiting_for_id: self.concurrency.saturating_mul(WAITING_FOR_ID_PER_SLOT),
             batch_store_calls: self.batch_store_calls,
             counters: Arc::default(),
         })
@@ -607,6 +623,7 @@ impl Progress {
             store_unavailable: read(&c.store_unavailable),
             store_outages: read(&c.store_outages),
             waited_for_id: read(&c.waited_for_id),
+            id_busy: read(&c.id_busy),
             failing: if c.reserve_failing.load(Ordering::Relaxed) {
                 Some(Failing::Broker)
             } else if c.outage.is_down() {
@@ -768,8 +785,14 @@ pub struct ConsumerReport {
     pub store_unavailable: u64,
     /// Store outages: each paused reservations until the store answered.
     pub store_outages: u64,
-    /// Deliveries that waited for another delivery of the same id to end.
+    /// Deliveries that met another delivery of the same id being run (and
+    /// waited for it to end, or went back as `id_busy` counts).
     pub waited_for_id: u64,
+    /// Deliveries handed back unchanged, unattempted, because another
+    /// delivery of their id was being run: every place for copies waiting
+    /// was taken (a burst of one id), or that run went on past the
+    /// per-delivery timeout. Counted in `released` too; no attempt spent.
+    pub id_busy: u64,
     /// What the consumer was failing on when this was read (`None`: its
     /// last reservation succeeded and its store answers).
     pub failing: Option<Failing>,

@@ -767,36 +767,37 @@ pub fn burst_of_one_id(queue: &str, prefix: &str, copies: u64, others: u64) -> V
 }
 
 /// Consumes the [`burst_of_one_id`] scenario (already published on `queue`)
-/// with a consumer of concurrency 64 in seen-set mode on `store` (a store
+/// with a consumer of `concurrency` in seen-set mode on `store` (a store
 /// over the network: each copy's skip is a round trip, as in a worker),
 /// the transport's defaults otherwise: each of the `others + 1` ids runs
 /// once, every delivery ends acked, none timed out, none taken back by a
 /// sweep, none dead-lettered, within [`BURST_PATIENCE`].
-pub async fn a_burst_of_one_id_never_wedges_the_consumer<T: Transport, S: Store + Clone + 'static>(
+pub async fn a_burst_of_one_id_never_wedges_the_consumer<T, S>(
     transport: T,
     store: S,
     queue: &str,
-    copies: u64,
-    others: u64,
-) -> ConsumerReport {
+    concurrency: usize,
+    (copies, others): (u64, u64),
+) -> ConsumerReport
+where
+    T: Transport,
+    S: Store + Clone + 'static,
+{
     let counts = RunCounts::default();
     let router = counting_router(store, counts.clone(), Duration::from_millis(5));
     let consumer = Consumer::builder(router, transport, queue)
-        .concurrency(64)
+        .concurrency(concurrency)
         .build()
         .unwrap();
     let progress = consumer.progress();
-    let report = tokio::time::timeout(
-        BURST_PATIENCE,
-        consumer.run_until(progress.idle_for(QUIET)),
-    )
-    .await
-    .unwrap_or_else(|_| {
-        panic!(
-            "the consumer was wedged by the burst: {:?}",
-            consumer.progress().report()
-        )
-    });
+    let report = tokio::time::timeout(BURST_PATIENCE, consumer.run_until(progress.idle_for(QUIET)))
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "the consumer was wedged by the burst: {:?}",
+                consumer.progress().report()
+            )
+        });
     let ran = counts.ran.lock().unwrap().clone();
     let twice: Vec<_> = ran.iter().filter(|(_, n)| **n > 1).collect();
     assert!(twice.is_empty(), "ran twice: {twice:?}");

@@ -4,7 +4,7 @@
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 
@@ -22,6 +22,12 @@ use super::{Consumer, ConsumerReport, MAX_BATCH, batching, handoff, replay};
 
 /// The first and the longest pause after a broker error.
 const BROKER_BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(2));
+
+/// The first and the longest pause after reservations that brought only
+/// copies of ids being run, beyond their places. Short: other ids may be
+/// queued behind the copies, and each reservation moves the copies it
+/// brought to the back of the queue.
+const BUSY_BACKOFF: (Duration, Duration) = (Duration::from_millis(10), Duration::from_millis(100));
 
 /// What every delivery task of one run shares.
 struct Shared<T: Transport> {
@@ -41,8 +47,13 @@ struct Shared<T: Transport> {
     /// How many places ahead must be free before the consumer reserves
     /// for them alone (a free handler slot reserves at once).
     refill: u32,
-    /// Places for deliveries that wait without a handler slot.
+    /// Places for deliveries that wait without a handler slot (a backoff,
+    /// a release delay, an ack or a mark on its way).
     waiting: Arc<Semaphore>,
+    /// Places for copies of an id waiting for its run to end: apart from
+    /// `waiting`, so a burst of one id never takes the places the other
+    /// ids' waits need.
+    waiting_for_id: Arc<Semaphore>,
     /// The ids being dispatched.
     inflight: Arc<InFlight>,
     /// Where the guards' store calls meet; `None`: one call per message.
@@ -76,6 +87,7 @@ impl<T: Transport> Consumer<T> {
             ahead: Arc::new(Semaphore::new(self.read_ahead)),
             refill: u32::try_from(self.read_ahead.div_ceil(2).max(1)).unwrap_or(u32::MAX),
             waiting: Arc::new(Semaphore::new(self.max_waiting)),
+            waiting_for_id: Arc::new(Semaphore::new(self.max_waiting_for_id)),
             inflight: Arc::default(),
             batches: self.batches_store_calls().then(Arc::default),
         });
@@ -83,6 +95,9 @@ impl<T: Transport> Consumer<T> {
         let mut tasks = JoinSet::new();
         let mut idle = Backoff::new(self.idle_poll);
         let mut broker = Backoff::new(BROKER_BACKOFF);
+        let mut bounced = Backoff::new(BUSY_BACKOFF);
+        // The reservations whose deliveries have not all met their id yet.
+        let mut tallies: Vec<Arc<Tally>> = Vec::new();
         tokio::pin!(shutdown);
 
         loop {
@@ -133,6 +148,24 @@ impl<T: Transport> Consumer<T> {
                 }
             }
 
+            // Copies of a busy id beyond their places go straight back
+            // (`take_turn`). When the latest reservation whose deliveries
+            // have all met their ids brought nothing else, a short pause
+            // comes first, as after an empty one: a burst of one id is not
+            // spun through the broker while its run goes on. One other
+            // delivery in it means other work is queued: no pause.
+            if let Some(all_busy) = Tally::latest_decided(&mut tallies) {
+                if all_busy {
+                    drop(room);
+                    outage.probe_unused();
+                    if pause(bounced.next(), &mut shutdown).await {
+                        break;
+                    }
+                    continue;
+                }
+                bounced.reset();
+            }
+
             // Not raced against `shutdown`: a reservation dropped half-way
             // would sit in the broker until its recovery.
             self.counters.reserve_calls.fetch_add(1, Ordering::Relaxed);
@@ -166,9 +199,16 @@ impl<T: Transport> Consumer<T> {
             let count = batch.len() as u64;
             self.counters.delivered.fetch_add(count, Ordering::Relaxed);
             self.counters.in_flight.fetch_add(count, Ordering::Relaxed);
+            let tally = Arc::new(Tally::new(batch.len()));
+            tallies.push(Arc::clone(&tally));
             for (reserved, room) in batch.into_iter().zip(room) {
                 let room = queue_for_slot(&shared.slots, room).await;
-                tasks.spawn(handle(Arc::clone(&shared), reserved, room));
+                tasks.spawn(handle(
+                    Arc::clone(&shared),
+                    reserved,
+                    room,
+                    Arc::clone(&tally),
+                ));
             }
         }
 
@@ -209,6 +249,48 @@ impl<T: Transport> Consumer<T> {
     }
 }
 
+/// What became of one reservation's deliveries as they met their ids: how
+/// many are yet to, and how many went back because their id was busy.
+struct Tally {
+    count: usize,
+    undecided: AtomicUsize,
+    busy: AtomicUsize,
+}
+
+impl Tally {
+    fn new(count: usize) -> Self {
+        Tally {
+            count,
+            undecided: AtomicUsize::new(count),
+            busy: AtomicUsize::new(0),
+        }
+    }
+
+    /// One delivery met its id: it went back busy, or it goes on (to run,
+    /// to wait its turn, or it has no id).
+    fn decided(&self, busy: bool) {
+        if busy {
+            self.busy.fetch_add(1, Ordering::Relaxed);
+        }
+        self.undecided.fetch_sub(1, Ordering::Release);
+    }
+
+    /// Drops the reservations whose deliveries have all met their ids;
+    /// whether the latest of them went back busy whole (`None`: none has
+    /// all met them yet).
+    fn latest_decided(tallies: &mut Vec<Arc<Tally>>) -> Option<bool> {
+        let mut latest = None;
+        tallies.retain(|tally| {
+            if tally.undecided.load(Ordering::Acquire) > 0 {
+                return true;
+            }
+            latest = Some(tally.busy.load(Ordering::Relaxed) >= tally.count);
+            false
+        });
+        latest
+    }
+}
+
 /// A request for a handler slot, in the semaphore's queue.
 type SlotRequest = Pin<Box<dyn Future<Output = Result<OwnedSemaphorePermit, AcquireError>> + Send>>;
 
@@ -242,7 +324,15 @@ async fn queue_for_slot(slots: &Arc<Semaphore>, room: Room) -> Room {
 /// up to its guard's mark ([`handoff`]); acks without one when a waiting
 /// place is free, so the next delivery's handler runs while this one's ack
 /// is on its way. The reservation is kept alive until it settles.
-async fn handle<T: Transport>(shared: Arc<Shared<T>>, reserved: Reserved<T::Handle>, room: Room) {
+///
+/// `tally` is its reservation's: the delivery tells it whether it went
+/// back because its id was busy.
+async fn handle<T: Transport>(
+    shared: Arc<Shared<T>>,
+    reserved: Reserved<T::Handle>,
+    room: Room,
+    tally: Arc<Tally>,
+) {
     let Reserved {
         body,
         headers,
@@ -264,7 +354,7 @@ async fn handle<T: Transport>(shared: Arc<Shared<T>>, reserved: Reserved<T::Hand
         }
         .expect("the consumer never closes its semaphore");
         let mut slot = Some(permit);
-        let decided = decide(&shared, body, headers, &mut slot).await;
+        let decided = decide(&shared, body, headers, &mut slot, &tally).await;
         (decided, slot)
     };
     let ((outcome, settlement), mut slot) = kept_alive(&shared, &handle, decided).await;
@@ -290,11 +380,13 @@ async fn decide<T: Transport>(
     body: Vec<u8>,
     headers: Vec<(String, String)>,
     slot: &mut Option<OwnedSemaphorePermit>,
+    tally: &Tally,
 ) -> (Outcome, Settlement) {
     let (queue, dead_letter_queue) = (&*shared.queue, &*shared.dead_letter_queue);
     if let Some(limit) = shared.max_body_bytes
         && body.len() > limit
     {
+        tally.decided(false);
         return (
             Outcome::DeadLettered,
             settle::oversized(&body, limit, queue, dead_letter_queue),
@@ -307,13 +399,18 @@ async fn decide<T: Transport>(
         .and_then(|envelope| envelope.meta.id.as_deref())
         .filter(|id| !id.is_empty());
     let running = match id {
-        Some(id) => match take_turn(shared, id, slot).await {
+        Some(id) => match take_turn(shared, id, slot, tally).await {
             Some(running) => Some(running),
-            // Another delivery of the id ran past the timeout: this one
-            // was not attempted, it goes back unchanged.
-            None => return (Outcome::Released, Settlement::Requeue(body)),
+            // Not attempted: it goes back unchanged, no attempt spent.
+            None => {
+                shared.counters.id_busy.fetch_add(1, Ordering::Relaxed);
+                return (Outcome::Released, Settlement::Requeue(body));
+            }
         },
-        None => None,
+        None => {
+            tally.decided(false);
+            None
+        }
     };
 
     let replay = replay::marks_replay(headers.iter().map(|(n, v)| (n.as_str(), v.as_str())));
@@ -382,51 +479,56 @@ async fn decide<T: Transport>(
 
 /// Enters `id` in the registry, waiting (within the per-delivery timeout)
 /// while another delivery of it runs; then holds a slot again. `None` when
-/// the wait timed out.
+/// this delivery must go back to the broker unattempted: every place for
+/// copies waiting is taken, or the run it waited for went on past the
+/// timeout.
 ///
-/// The wait lets the slot go when a waiting place is free. Without one it
-/// keeps the slot, so the consumer reserves no more, until the run it waits
-/// for hands its own slot on: that run may need a slot back before it ends
-/// ([`handoff`]), and must not wait for this one.
+/// Invariant: a copy waiting for its id holds no handler slot and no place
+/// ahead, only a place of the copies' own. A waiter that held a slot could
+/// keep the id's next run (a waiter that won the turn without one) from
+/// ever getting one: with every slot held by copies waiting for that very
+/// run, the consumer would stall until the timeout. Beyond the places, a
+/// copy is settled at once by going back unchanged; by the time it comes
+/// again its id has run, and its guard skips it (or runs it, if that run
+/// failed).
 async fn take_turn<T: Transport>(
     shared: &Shared<T>,
     id: &str,
     slot: &mut Option<OwnedSemaphorePermit>,
+    tally: &Tally,
 ) -> Option<Running> {
     let give_up = shared
         .delivery_timeout
         .map(|timeout| Instant::now() + timeout);
-    let mut turn = match shared.inflight.enter(id) {
-        Ok(running) => return Some(running),
+    let turn = match shared.inflight.enter(id) {
+        Ok(running) => {
+            tally.decided(false);
+            return Some(running);
+        }
         Err(turn) => turn,
     };
     shared
         .counters
         .waited_for_id
         .fetch_add(1, Ordering::Relaxed);
-    let place = Arc::clone(&shared.waiting).try_acquire_owned().ok();
-    if place.is_some() {
+    let Ok(place) = Arc::clone(&shared.waiting_for_id).try_acquire_owned() else {
+        tally.decided(true);
+        // Its going back needs no order kept: the slot goes to the next
+        // delivery now, not after the settle's round trip.
         drop(slot.take());
-    }
-    let wait = async {
-        if slot.is_some() {
-            let ended = poll_fn(|cx| match Pin::new(&mut turn).poll(cx) {
-                Poll::Ready(running) => Poll::Ready(Some(running)),
-                Poll::Pending => turn.poll_handed_on(cx).map(|()| None),
-            })
-            .await;
-            if let Some(running) = ended {
-                return running;
-            }
-            drop(slot.take());
-        }
-        turn.await
+        tracing::debug!(
+            queue = &*shared.queue,
+            message_id = id,
+            "babel-idem: every place for copies waiting for their id is taken; handing this copy back"
+        );
+        return None;
     };
+    tally.decided(false);
+    drop(slot.take());
     let running = match give_up {
-        Some(at) => tokio::time::timeout_at(at, wait).await.ok(),
-        None => Some(wait.await),
+        Some(at) => tokio::time::timeout_at(at, turn).await.ok(),
+        None => Some(turn.await),
     };
-    drop(place);
     let Some(running) = running else {
         tracing::warn!(
             queue = &*shared.queue,
@@ -435,10 +537,11 @@ async fn take_turn<T: Transport>(
         );
         return None;
     };
-    if slot.is_none() {
-        let permit = Arc::clone(&shared.slots).acquire_owned().await;
-        *slot = Some(permit.expect("the consumer never closes its semaphore"));
-    }
+    // The place is kept until a slot is had: those that won their turn and
+    // wait for a slot stay bounded too.
+    let permit = Arc::clone(&shared.slots).acquire_owned().await;
+    *slot = Some(permit.expect("the consumer never closes its semaphore"));
+    drop(place);
     Some(running)
 }
 
