@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use babel_idem::consumer::Failing;
+use babel_idem::consumer::{DEFAULT_DELIVERY_TIMEOUT, Failing};
 use babel_idem::metrics::{self, Decision};
 use babel_idem::router::{Backoff, UnknownUrnStrategy};
 use babel_idem::store::RedisStore;
@@ -221,28 +221,38 @@ async fn a_handler_that_never_returns_is_timed_out_and_the_messages_behind_it_mo
     assert!(queue.drained().await);
 }
 
-/// The default per-delivery timeout leaves a margin below the reservation.
+/// Where reservations are kept alive (Redis), the default per-delivery
+/// timeout is a fixed one, whatever `retry_after` says; where they never
+/// lapse, there is none.
 #[tokio::test]
-async fn the_default_delivery_timeout_is_below_the_reservation() {
+async fn the_default_delivery_timeout_does_not_follow_retry_after_where_reservations_are_kept_alive()
+ {
     const TEST: &str = "the_default_delivery_timeout";
     let Some(url) = server_url(REDIS_URL, TEST) else {
         return;
     };
-    let thirty = RedisTransport::builder()
-        .retry_after(Duration::from_secs(30))
-        .connect(&url)
-        .await
-        .unwrap();
     let router = || Router::builder().build().unwrap();
-    let consumer = Consumer::builder(router(), thirty.clone(), "orders")
-        .build()
-        .unwrap();
-    assert_eq!(consumer.delivery_timeout(), Some(Duration::from_secs(27)));
-    let none = Consumer::builder(router(), thirty, "orders")
-        .no_delivery_timeout()
-        .build()
-        .unwrap();
-    assert_eq!(none.delivery_timeout(), None);
+    for seconds in [2, 30, 3600] {
+        let transport = RedisTransport::builder()
+            .retry_after(Duration::from_secs(seconds))
+            .connect(&url)
+            .await
+            .unwrap();
+        let consumer = Consumer::builder(router(), transport.clone(), "orders")
+            .build()
+            .unwrap();
+        assert_eq!(
+            consumer.delivery_timeout(),
+            Some(DEFAULT_DELIVERY_TIMEOUT),
+            "retry_after {seconds} s"
+        );
+        let none = Consumer::builder(router(), transport, "orders")
+            .no_delivery_timeout()
+            .build()
+            .unwrap();
+        assert_eq!(none.delivery_timeout(), None);
+    }
+    assert_eq!(DEFAULT_DELIVERY_TIMEOUT, Duration::from_secs(15 * 60));
     let never_lapsing = RedisTransport::builder()
         .no_recovery()
         .connect(&url)

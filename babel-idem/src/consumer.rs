@@ -159,7 +159,9 @@ pub struct ConsumerBuilder<T: Transport> {
 /// A [`ConsumerBuilder`]'s per-delivery timeout setting.
 #[derive(Debug, Clone, Copy)]
 enum Timeout {
-    /// The transport's default ([`default_delivery_timeout`]).
+    /// The transport's default: [`DEFAULT_DELIVERY_TIMEOUT`] where
+    /// reservations are kept alive, [`fitted_delivery_timeout`] where they
+    /// cannot be, none where they never lapse.
     Default,
     /// Set by the caller.
     Set(Duration),
@@ -194,10 +196,43 @@ const WAITING_PER_SLOT: usize = 4;
 /// other ids' waits need.
 const WAITING_FOR_ID_PER_SLOT: usize = 16;
 
-/// The transport's default per-delivery timeout when a handler has
-/// `lifetime` of a reservation to run in: 90 % of it, leaving the rest to
-/// settle in.
-fn default_delivery_timeout(lifetime: Duration) -> Duration {
+/// The default per-delivery timeout on a transport that keeps
+/// reservations alive while a handler runs (Redis): 15 minutes.
+///
+/// There a reservation never lapses under a running handler, so the
+/// timeout has nothing to fit in: it only catches a handler that hangs,
+/// which would otherwise hold its slot and its message for ever. It is
+/// fixed, never derived from the reservation's lifetime: a short
+/// `retry_after` (so that a crashed worker's deliveries come back soon)
+/// must not cut short a handler that takes longer than it. Set
+/// [`delivery_timeout`](ConsumerBuilder::delivery_timeout) to your
+/// longest handler's time when it runs longer, or
+/// [`no_delivery_timeout`](ConsumerBuilder::no_delivery_timeout).
+///
+/// ```no_run
+/// # async fn run(router: babel_idem::Router) -> Result<(), Box<dyn std::error::Error>> {
+/// use babel_idem::consumer::DEFAULT_DELIVERY_TIMEOUT;
+/// use babel_idem::transport::RedisTransport;
+/// use babel_idem::Consumer;
+/// use std::time::Duration;
+///
+/// // Reservations of 2 s, kept alive while the handler runs: a handler
+/// // may take minutes.
+/// let transport = RedisTransport::builder()
+///     .retry_after(Duration::from_secs(2))
+///     .connect("redis://127.0.0.1:6379/0")
+///     .await?;
+/// let consumer = Consumer::builder(router, transport, "orders").build()?;
+/// assert_eq!(consumer.delivery_timeout(), Some(DEFAULT_DELIVERY_TIMEOUT));
+/// # Ok(())
+/// # }
+/// ```
+pub const DEFAULT_DELIVERY_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+
+/// The default per-delivery timeout on a transport that cannot extend a
+/// reservation, when a handler has `lifetime` of one to run in: 90 % of
+/// it, leaving the rest to settle in.
+fn fitted_delivery_timeout(lifetime: Duration) -> Duration {
     lifetime.mul_f64(0.9)
 }
 
@@ -364,13 +399,38 @@ impl<T: Transport> ConsumerBuilder<T> {
         self
     }
 
-    /// How long one handler may run (default: 90 % of the transport's
-    /// [`reservation_lifetime`](Transport::reservation_lifetime), less the
-    /// longest retry backoff or release delay on a transport that cannot
-    /// extend a reservation; none when reservations never lapse). A handler
-    /// that runs longer is dropped (its guard leaves the id unmarked) and
-    /// the delivery is retried as a failed attempt, so a hung handler
-    /// cannot keep a handler slot, or the message, for ever.
+    /// How long one handler may run. A handler that runs longer is dropped
+    /// (its guard leaves the id unmarked) and the delivery is retried as a
+    /// failed attempt, so a hung handler cannot keep a handler slot, or the
+    /// message, for ever.
+    ///
+    /// The default depends on the transport's reservations:
+    /// - kept alive while the handler runs
+    ///   ([`Transport::extends_reservations`], Redis):
+    ///   [`DEFAULT_DELIVERY_TIMEOUT`], 15 minutes, whatever the
+    ///   reservation's lifetime: a handler may outlive any number of
+    ///   reservations, and `retry_after` only says how soon a crashed
+    ///   worker's deliveries come back;
+    /// - lapsing and never extended (RabbitMQ's `consumer_timeout`): 90 %
+    ///   of the [`reservation_lifetime`](Transport::reservation_lifetime)
+    ///   less the longest retry backoff or release delay, so the handler
+    ///   and the wait after it fit in one reservation;
+    /// - never lapsing: none.
+    ///
+    /// ```no_run
+    /// # async fn run(router: babel_idem::Router) -> Result<(), Box<dyn std::error::Error>> {
+    /// use babel_idem::Consumer;
+    /// use babel_idem::transport::RedisTransport;
+    /// use std::time::Duration;
+    ///
+    /// let transport = RedisTransport::connect("redis://127.0.0.1:6379/0").await?;
+    /// // Reports that take up to half an hour.
+    /// let consumer = Consumer::builder(router, transport, "reports")
+    ///     .delivery_timeout(Duration::from_secs(45 * 60))
+    ///     .build()?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn delivery_timeout(mut self, timeout: Duration) -> Self {
         self.delivery_timeout = Timeout::Set(timeout);
         self
@@ -466,8 +526,10 @@ impl<T: Transport> ConsumerBuilder<T> {
             Timeout::Set(timeout) => Some(timeout),
             Timeout::Never => None,
             Timeout::Default => lifetime.map(|lifetime| match extends {
-                true => default_delivery_timeout(lifetime),
-                false => default_delivery_timeout(lifetime.saturating_sub(longest_wait)),
+                // Kept alive while the handler runs: the reservation's
+                // lifetime bounds nothing, so it sets nothing.
+                true => DEFAULT_DELIVERY_TIMEOUT,
+                false => fitted_delivery_timeout(lifetime.saturating_sub(longest_wait)),
             }),
         };
         if let (Some(reservation), false) = (lifetime, extends) {
