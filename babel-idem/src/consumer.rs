@@ -831,8 +831,9 @@ pub struct ConsumerReport {
     pub released: u64,
     /// Written to the dead-letter queue.
     pub dead_lettered: u64,
-    /// Settled too late: the reservation had lapsed and was recovered, so
-    /// nothing was touched and the delivery will come again.
+    /// Taken back by the transport's recovery (the Redis sweep) before they
+    /// were settled: the reservation had lapsed, so the settle touched
+    /// nothing and the delivery will come again.
     pub lapsed: u64,
     /// Still running when a graceful stop timed out: dropped unsettled, left
     /// to the broker's recovery.

@@ -4,6 +4,8 @@
 //! scenarios, the start-up errors. A module of the test crates that `mod` it.
 #![allow(dead_code)]
 
+#[cfg(feature = "amqp-transport")]
+pub mod amqp_queue;
 #[cfg(feature = "redis-transport")]
 pub mod redis_queue;
 
