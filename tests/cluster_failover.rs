@@ -43,6 +43,8 @@ const WORKERS: usize = 3;
 const TASKS: usize = 16;
 const IDS: usize = 2_000;
 const DELIVERIES: usize = 3;
+/// The ids queued once the cluster has failed over, in the consumer's run.
+const WAVE: usize = 1_500;
 const LEASE: Duration = Duration::from_secs(5);
 const DEADLINE: Duration = Duration::from_secs(150);
 
@@ -875,12 +877,14 @@ async fn a_killed_master_is_failed_over_and_the_claim_mode_run_finishes() {
 /// With `wait_for_replicas(1, 1s)` on 3 masters with one replica each: the
 /// busiest master is killed a third of the way through and its replica
 /// promoted, so that shard has no replica left and every write to it fails
-/// (`NotReplicated`), by design, until an operator gives it one. A
-/// `Consumer` in claim mode (concurrency 32, on a queue of the shared
-/// Redis server) treats those ids as an outage: they go back unattempted,
-/// none runs twice, none is dead-lettered, none is lost; and the ids of
-/// the two other shards keep flowing, each run once. The throughput before
-/// and after the kill is printed.
+/// (`NotReplicated`, then `ShortOfReplicas`), by design, until an operator
+/// gives it one. A `Consumer` in claim mode (concurrency 32, on a queue of
+/// the shared Redis server) treats those ids as an outage: they go back
+/// unattempted, none runs twice, none is dead-lettered, none is lost; and
+/// the ids of the two other shards keep flowing, each run once, a second
+/// wave of them queued once the cluster has failed over included, with no
+/// pause of every reservation meanwhile. The throughput before the kill and
+/// after the failover is printed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_wait_a_shard_left_without_a_replica_pauses_its_ids_while_the_others_run_once() {
     const TEST: &str =
@@ -921,6 +925,23 @@ async fn with_wait_a_shard_left_without_a_replica_pauses_its_ids_while_the_other
     );
 }
 
+/// Whether the cluster, asked at `survivor`, holds the node at `victim`
+/// failed and is `cluster_state:ok` again (its replica took over).
+fn failed_over(survivor: u16, victim: u16) -> bool {
+    let victim_failed = cli(survivor, &["cluster", "nodes"]).lines().any(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        fields.get(1).is_some_and(|address| {
+            address
+                .split('@')
+                .next()
+                .is_some_and(|a| a.ends_with(&format!(":{victim}")))
+        }) && fields
+            .get(2)
+            .is_some_and(|flags| flags.split(',').any(|flag| flag == "fail"))
+    });
+    victim_failed && cli(survivor, &["cluster", "info"]).contains("cluster_state:ok")
+}
+
 /// What [`consumer_run_with_wait`] measured.
 struct ConsumerFigures {
     overlapping: u64,
@@ -934,7 +955,12 @@ struct ConsumerFigures {
     outages_while_others_ran: u64,
     killed_ran: usize,
     killed_ids: usize,
+    /// Ids run before the kill, and how long that took.
     before: (usize, Duration),
+    /// How long the cluster took to be `cluster_state:ok` after the kill.
+    failover: Duration,
+    /// The other shards' ids run after that (those left of the first wave,
+    /// and all of the second), and how long they took.
     after: (usize, Duration),
     report: babel_idem::consumer::ConsumerReport,
 }
@@ -943,13 +969,14 @@ impl ConsumerFigures {
     fn print(&self) {
         let rate = |(n, took): (usize, Duration)| n as f64 / took.as_secs_f64().max(0.001);
         eprintln!(
-            "shard without a replica: before the kill {} ids in {:.1} s ({:.0} ids/s); after it \
-             the other shards' {} ids in {:.1} s ({:.0} ids/s), {} whole-consumer pauses begun \
-             once the cluster was back; the killed shard's {} ids: {} ran, the rest paused; \
-             report: {:?}",
+            "shard without a replica: before the kill {} ids in {:.1} s ({:.0} ids/s); failover \
+             {:.1} s; after it the other shards' {} ids in {:.1} s ({:.0} ids/s), {} \
+             whole-consumer pauses begun meanwhile; the killed shard's {} ids: {} ran, the rest \
+             paused; report: {:?}",
             self.before.0,
             self.before.1.as_secs_f64(),
             rate(self.before),
+            self.failover.as_secs_f64(),
             self.after.0,
             self.after.1.as_secs_f64(),
             rate(self.after),
@@ -979,7 +1006,11 @@ async fn consumer_run_with_wait(cluster: &mut OwnCluster, queue_url: &str) -> Co
     let run = unique_suffix();
     let prefix = format!("fo{run}:");
     let queue = consumer_support::redis_queue::Queue::new(queue_url);
-    let ids: Vec<String> = (0..IDS).map(|n| format!("order-{n:05}")).collect();
+    // The first wave is queued at the start, the second once the cluster
+    // has failed over: the other shards' ids of that wave all run with the
+    // killed master's shard left without a replica.
+    let ids: Vec<String> = (0..IDS + WAVE).map(|n| format!("order-{n:05}")).collect();
+    let (first_wave, second_wave) = ids.split_at(IDS);
 
     // Which master holds each id's keys; the busiest is killed.
     let masters = cluster.masters();
@@ -1006,26 +1037,37 @@ async fn consumer_run_with_wait(cluster: &mut OwnCluster, queue_url: &str) -> Co
         .map(String::as_str)
         .collect();
 
-    // Each id DELIVERIES times, in random order.
-    let mut deliveries: Vec<&String> = ids
-        .iter()
-        .flat_map(|id| std::iter::repeat_n(id, DELIVERIES))
-        .collect();
-    let mut seed = uuid::Uuid::new_v4().as_u64_pair().0 | 1;
-    for i in (1..deliveries.len()).rev() {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        deliveries.swap(i, (seed % (i as u64 + 1)) as usize);
-    }
+    // Each id of a wave DELIVERIES times, in random order.
     let mut raw = queue.raw().await;
-    for chunk in deliveries.chunks(500) {
-        let bodies: Vec<Vec<u8>> = chunk
+    let publish = |wave: &[String]| {
+        let mut deliveries: Vec<&String> = wave
             .iter()
-            .map(|id| consumer_support::envelope_with_id(id, &queue.name, 0).to_vec())
+            .flat_map(|id| std::iter::repeat_n(id, DELIVERIES))
             .collect();
-        let _: i64 = raw.rpush(&queue.name, bodies).await.expect("RPUSH");
-    }
+        let mut seed = uuid::Uuid::new_v4().as_u64_pair().0 | 1;
+        for i in (1..deliveries.len()).rev() {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            deliveries.swap(i, (seed % (i as u64 + 1)) as usize);
+        }
+        let bodies: Vec<Vec<Vec<u8>>> = deliveries
+            .chunks(500)
+            .map(|chunk| {
+                chunk
+                    .iter()
+                    .map(|id| consumer_support::envelope_with_id(id, &queue.name, 0).to_vec())
+                    .collect()
+            })
+            .collect();
+        let (mut raw, name) = (raw.clone(), queue.name.clone());
+        async move {
+            for chunk in bodies {
+                let _: i64 = raw.rpush(&name, chunk).await.expect("RPUSH");
+            }
+        }
+    };
+    publish(first_wave).await;
 
     let store = RedisStore::builder()
         .prefix(&prefix)
@@ -1098,36 +1140,41 @@ async fn consumer_run_with_wait(cluster: &mut OwnCluster, queue_url: &str) -> Co
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         let before = (ran(&runs), started.elapsed());
-        let others_at_kill = ids.len() - killed.len() - others_left(&runs);
         cluster.kill(victim);
         let killed_at = Instant::now();
         let survivor = *cluster.ports.iter().find(|&&p| p != victim).unwrap();
-        loop {
-            let info = tokio::task::spawn_blocking(move || cli(survivor, &["cluster", "info"]))
-                .await
-                .unwrap();
-            if info.contains("cluster_state:ok") && killed_at.elapsed() > Duration::from_secs(2) {
-                break;
-            }
+        while !tokio::task::spawn_blocking(move || failed_over(survivor, victim))
+            .await
+            .unwrap()
+        {
             assert!(
                 killed_at.elapsed() < DEADLINE,
                 "the cluster never failed over"
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        let failover = killed_at.elapsed();
         let outages_at_ok = consumer.progress().report().store_outages;
+        let left_at_ok = others_left(&runs);
+        publish(second_wave).await;
+        let ok_at = Instant::now();
         while others_left(&runs) > 0 && killed_at.elapsed() < DEADLINE {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let outages = consumer.progress().report().store_outages - outages_at_ok;
         let after = (
-            ids.len() - killed.len() - others_at_kill - others_left(&runs),
-            killed_at.elapsed(),
+            left_at_ok + second_wave.len()
+                - others_left(&runs)
+                - second_wave
+                    .iter()
+                    .filter(|id| killed.contains(id.as_str()))
+                    .count(),
+            ok_at.elapsed(),
         );
         stop.notify_one();
-        (before, after, outages)
+        (before, failover, after, outages)
     };
-    let (report, (before, after, outages_while_others_ran)) =
+    let (report, (before, failover, after, outages_while_others_ran)) =
         tokio::join!(consumer.run_until(stop.notified()), watch);
 
     let done = runs.done.lock().unwrap().clone();
@@ -1164,6 +1211,7 @@ async fn consumer_run_with_wait(cluster: &mut OwnCluster, queue_url: &str) -> Co
         killed_ran: killed.iter().filter(|id| done.contains_key(**id)).count(),
         killed_ids: killed.len(),
         before,
+        failover,
         after,
         report,
     }

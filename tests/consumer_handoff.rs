@@ -234,8 +234,8 @@ async fn a_second_guard_after_the_first_marked_waits_for_a_slot_and_never_runs_b
 
 /// Copies of one id queued right behind a delivery whose handler runs a
 /// second guard after its first marks (the mark held up for a second):
-/// more copies than the consumer has places for copies waiting (16 at
-/// concurrency 1). The copies waiting hold no slot, and those beyond the
+/// more copies than the consumer has places for deliveries held back (16
+/// at concurrency 1). The copies waiting hold no slot, and those beyond the
 /// places go back to the queue unattempted, so the first still gets a slot
 /// back for its second guard; each guard ran its body once, and every copy
 /// was skipped in the end.

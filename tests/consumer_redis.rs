@@ -1022,7 +1022,7 @@ async fn a_burst_of_one_id_never_wedges_the_consumer() {
 }
 
 /// The same burst at concurrency 4: more copies than the places for
-/// copies waiting (16 a slot). Those beyond go back to the queue
+/// deliveries held back (16 a slot). Those beyond go back to the queue
 /// unattempted, behind the other ids, and are skipped when they come again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn copies_of_one_id_beyond_their_places_go_back_unattempted_and_are_skipped_later() {

@@ -10,7 +10,7 @@
 //! | `Ack`, `Delete` | ack |
 //! | `Retry` | wait the router's backoff, then requeue the body with `attempts + 1` |
 //! | `DeadLetter` | the record to `<queue>.dlq`: the envelope with its `dead_letter` block, or for poison the ADR-0035 record that keeps the body byte for byte |
-//! | `Release` | wait its delay (the [`release_delay`](ConsumerBuilder::release_delay) when it has none; none for a store outage), then requeue the body unchanged, no attempt counted |
+//! | `Release` | wait its delay (the [`release_delay`](ConsumerBuilder::release_delay) when it has none; for a store outage none, or a hold while only a part of the store is down), then requeue the body unchanged, no attempt counted |
 //!
 //! Deduplication is the handler's guard's (`#[idempotent]`); the consumer
 //! and its transport never decide it.
@@ -23,9 +23,16 @@
 //! - A broker that fails (a restart, a network cut) is retried with backoff,
 //!   for reservations and settlements alike; a settlement is never skipped.
 //! - A store that fails (the guard could not ask whether an id ran) is an
-//!   outage, not a failed attempt: the delivery goes back unchanged and the
-//!   consumer stops reserving, backs off and resumes by itself once a probe
-//!   delivery gets past its guard ([`ConsumerReport::store_outages`]).
+//!   outage, not a failed attempt: the delivery goes back unchanged, never
+//!   dead-lettered. When the store is down (no delivery got an answer from
+//!   it for a second) the consumer stops reserving, backs off and resumes
+//!   by itself once a probe delivery gets past its guard
+//!   ([`ConsumerReport::store_outages`]). When only a part of it is down
+//!   (other deliveries get answers, or the store says so: a cluster master
+//!   short of replicas, [`ShortOfReplicas`](crate::store::ShortOfReplicas)),
+//!   the consumer goes on at full width and holds the failed delivery back
+//!   alone, without a handler slot, before it goes back: those ids are
+//!   paused, the others flow.
 //! - It reserves [`read_ahead`](ConsumerBuilder::read_ahead) deliveries
 //!   beyond its free handler slots (as many as its concurrency by default,
 //!   at least 4; again once half of those places are free),
@@ -43,11 +50,12 @@
 //! - One delivery per `meta.id` runs at a time: a second delivery of an id
 //!   being run waits for the first to end, in the order the copies came,
 //!   and its guard then skips it or runs it. A copy waiting holds no
-//!   handler slot and no place ahead, only a place of the copies' own (16
-//!   per slot); a copy beyond them goes back to the broker unchanged, no
-//!   attempt spent ([`ConsumerReport::id_busy`]), and is skipped when it
-//!   comes again. A burst of one id, of any size, never holds the room the
-//!   other ids need: they keep running at full concurrency meanwhile.
+//!   handler slot and no place ahead, only a place for deliveries held
+//!   back (16 per slot, shared with those of a store partly down); a copy
+//!   beyond them goes back to the broker unchanged, no attempt spent
+//!   ([`ConsumerReport::id_busy`]), and is skipped when it comes again. A
+//!   burst of one id, of any size, never holds the room the other ids
+//!   need: they keep running at full concurrency meanwhile.
 //! - Each handler gets a [`delivery_timeout`](ConsumerBuilder::delivery_timeout);
 //!   one that runs longer is dropped, its id left unmarked, and retried.
 //! - While a handler runs and while a delivery waits out a retry backoff or
@@ -66,7 +74,7 @@
 
 pub(crate) mod batching;
 pub(crate) mod handoff;
-mod outage;
+pub(crate) mod outage;
 mod poison;
 mod replay;
 mod run;
@@ -134,7 +142,7 @@ pub struct Consumer<T: Transport> {
     release_delay: Duration,
     keep_alive: Option<Duration>,
     max_waiting: usize,
-    max_waiting_for_id: usize,
+    max_held_back: usize,
     batch_store_calls: bool,
     counters: Arc<Counters>,
 }
@@ -189,12 +197,13 @@ const MAX_BATCH: usize = 256;
 /// delivery keeps its slot, so the consumer reserves no more.
 const WAITING_PER_SLOT: usize = 4;
 
-/// Copies of an id that may wait for its run to end, per slot, holding no
-/// slot and no place ahead; past that a copy goes back to the broker
-/// unattempted. Copies wait in their own places, apart from
-/// [`WAITING_PER_SLOT`]'s: a burst of one id never takes the places the
-/// other ids' waits need.
-const WAITING_FOR_ID_PER_SLOT: usize = 16;
+/// Deliveries that may be held back unattempted, per slot, holding no slot
+/// and no place ahead: copies of an id waiting for its run to end, and
+/// deliveries whose part of the store is down waiting to go back. Past
+/// that such a delivery goes back to the broker at once. These places are
+/// apart from [`WAITING_PER_SLOT`]'s: neither a burst of one id nor a
+/// shard's outage takes the places the other ids' waits need.
+const HELD_BACK_PER_SLOT: usize = 16;
 
 /// The default per-delivery timeout on a transport that keeps
 /// reservations alive while a handler runs (Redis): 15 minutes.
@@ -322,9 +331,10 @@ impl<T: Transport> ConsumerBuilder<T> {
     /// [`DEFAULT_CONCURRENCY`]): handler bodies never run more at a time.
     /// The consumer holds at most this many plus its
     /// [`read_ahead`](Self::read_ahead) reservations, besides those waiting
-    /// out a backoff or a delay (at most 4 per slot), copies of an id
-    /// waiting for its run (at most 16 per slot), or a mark on its way: a
-    /// delivery whose
+    /// out a backoff or a delay (at most 4 per slot), deliveries held back
+    /// unattempted (copies of an id waiting for its run, deliveries whose
+    /// part of the store is down: at most 16 per slot), or a mark on its
+    /// way: a delivery whose
     /// guard is marking its run done hands its slot to the next one, whose
     /// guard then asks its store while that mark is on its way (a handler
     /// that goes on into a second guard takes a slot back first).
@@ -574,7 +584,7 @@ impl<T: Transport> ConsumerBuilder<T> {
             release_delay: self.release_delay,
             keep_alive,
             max_waiting: self.concurrency.saturating_mul(WAITING_PER_SLOT),
-            max_waiting_for_id: self.concurrency.saturating_mul(WAITING_FOR_ID_PER_SLOT),
+            max_held_back: self.concurrency.saturating_mul(HELD_BACK_PER_SLOT),
             batch_store_calls: self.batch_store_calls,
             counters: Arc::default(),
         })

@@ -17,6 +17,7 @@ use crate::guard::inflight::{InFlight, Running};
 use crate::router::{Delivery, Disposition, ReleaseReason, Router};
 use crate::transport::{Reserved, Settlement, Transport};
 
+use super::outage::{self, Failure};
 use super::settle::{self, Counters, Outcome};
 use super::{Consumer, ConsumerReport, MAX_BATCH, batching, handoff, replay};
 
@@ -50,10 +51,11 @@ struct Shared<T: Transport> {
     /// Places for deliveries that wait without a handler slot (a backoff,
     /// a release delay, an ack or a mark on its way).
     waiting: Arc<Semaphore>,
-    /// Places for copies of an id waiting for its run to end: apart from
-    /// `waiting`, so a burst of one id never takes the places the other
-    /// ids' waits need.
-    waiting_for_id: Arc<Semaphore>,
+    /// Places for deliveries held back unattempted: copies of an id
+    /// waiting for its run to end, and deliveries whose part of the store
+    /// is down. Apart from `waiting`, so neither a burst of one id nor a
+    /// shard's outage takes the places the other ids' waits need.
+    held_back: Arc<Semaphore>,
     /// The ids being dispatched.
     inflight: Arc<InFlight>,
     /// Where the guards' store calls meet; `None`: one call per message.
@@ -87,7 +89,7 @@ impl<T: Transport> Consumer<T> {
             ahead: Arc::new(Semaphore::new(self.read_ahead)),
             refill: u32::try_from(self.read_ahead.div_ceil(2).max(1)).unwrap_or(u32::MAX),
             waiting: Arc::new(Semaphore::new(self.max_waiting)),
-            waiting_for_id: Arc::new(Semaphore::new(self.max_waiting_for_id)),
+            held_back: Arc::new(Semaphore::new(self.max_held_back)),
             inflight: Arc::default(),
             batches: self.batches_store_calls().then(Arc::default),
         });
@@ -148,12 +150,15 @@ impl<T: Transport> Consumer<T> {
                 }
             }
 
-            // Copies of a busy id beyond their places go straight back
-            // (`take_turn`). When the latest reservation whose deliveries
-            // have all met their ids brought nothing else, a short pause
-            // comes first, as after an empty one: a burst of one id is not
-            // spun through the broker while its run goes on. One other
-            // delivery in it means other work is queued: no pause.
+            // A delivery with no place to be held back in goes straight back
+            // unattempted: a copy of a busy id beyond their places
+            // (`take_turn`), one whose part of the store is down
+            // (`held_back`). When the latest reservation whose deliveries'
+            // fates are all known brought nothing else, a short pause comes
+            // first, as after an empty one: a burst of one id, or the ids of
+            // a shard without a replica, are not spun through the broker
+            // at full speed. One other delivery in it means other work is
+            // queued: no pause.
             if let Some(all_busy) = Tally::latest_decided(&mut tallies) {
                 if all_busy {
                     drop(room);
@@ -249,12 +254,14 @@ impl<T: Transport> Consumer<T> {
     }
 }
 
-/// What became of one reservation's deliveries as they met their ids: how
-/// many are yet to, and how many went back because their id was busy.
+/// What became of one reservation's deliveries: how many are yet to be
+/// known, and how many went back to the broker at once, unattempted, for
+/// want of a place to be held back in (a copy of a busy id, a delivery
+/// whose part of the store is down).
 struct Tally {
     count: usize,
     undecided: AtomicUsize,
-    busy: AtomicUsize,
+    back_at_once: AtomicUsize,
 }
 
 impl Tally {
@@ -262,32 +269,51 @@ impl Tally {
         Tally {
             count,
             undecided: AtomicUsize::new(count),
-            busy: AtomicUsize::new(0),
+            back_at_once: AtomicUsize::new(0),
         }
     }
 
-    /// One delivery met its id: it went back busy, or it goes on (to run,
-    /// to wait its turn, or it has no id).
-    fn decided(&self, busy: bool) {
-        if busy {
-            self.busy.fetch_add(1, Ordering::Relaxed);
+    /// One delivery's fate is known: it went back at once, or not (it ran,
+    /// or it waits held back).
+    fn decided(&self, back_at_once: bool) {
+        if back_at_once {
+            self.back_at_once.fetch_add(1, Ordering::Relaxed);
         }
         self.undecided.fetch_sub(1, Ordering::Release);
     }
 
-    /// Drops the reservations whose deliveries have all met their ids;
-    /// whether the latest of them went back busy whole (`None`: none has
-    /// all met them yet).
+    /// Drops the reservations whose deliveries' fates are all known;
+    /// whether the latest of them all went back at once (`None`: none is
+    /// known whole yet).
     fn latest_decided(tallies: &mut Vec<Arc<Tally>>) -> Option<bool> {
         let mut latest = None;
         tallies.retain(|tally| {
             if tally.undecided.load(Ordering::Acquire) > 0 {
                 return true;
             }
-            latest = Some(tally.busy.load(Ordering::Relaxed) >= tally.count);
+            latest = Some(tally.back_at_once.load(Ordering::Relaxed) >= tally.count);
             false
         });
         latest
+    }
+}
+
+/// A delivery's share of its reservation's [`Tally`], told once.
+struct Fate<'t>(Option<&'t Tally>);
+
+impl Fate<'_> {
+    fn decided(&mut self, back_at_once: bool) {
+        if let Some(tally) = self.0.take() {
+            tally.decided(back_at_once);
+        }
+    }
+}
+
+impl Drop for Fate<'_> {
+    /// A delivery that ends any other way (it ran, it was settled) did not
+    /// go back at once.
+    fn drop(&mut self) {
+        self.decided(false);
     }
 }
 
@@ -354,7 +380,7 @@ async fn handle<T: Transport>(
         }
         .expect("the consumer never closes its semaphore");
         let mut slot = Some(permit);
-        let decided = decide(&shared, body, headers, &mut slot, &tally).await;
+        let decided = decide(&shared, body, headers, &mut slot, Fate(Some(&tally))).await;
         (decided, slot)
     };
     let ((outcome, settlement), mut slot) = kept_alive(&shared, &handle, decided).await;
@@ -380,13 +406,12 @@ async fn decide<T: Transport>(
     body: Vec<u8>,
     headers: Vec<(String, String)>,
     slot: &mut Option<OwnedSemaphorePermit>,
-    tally: &Tally,
+    mut fate: Fate<'_>,
 ) -> (Outcome, Settlement) {
     let (queue, dead_letter_queue) = (&*shared.queue, &*shared.dead_letter_queue);
     if let Some(limit) = shared.max_body_bytes
         && body.len() > limit
     {
-        tally.decided(false);
         return (
             Outcome::DeadLettered,
             settle::oversized(&body, limit, queue, dead_letter_queue),
@@ -399,7 +424,7 @@ async fn decide<T: Transport>(
         .and_then(|envelope| envelope.meta.id.as_deref())
         .filter(|id| !id.is_empty());
     let running = match id {
-        Some(id) => match take_turn(shared, id, slot, tally).await {
+        Some(id) => match take_turn(shared, id, slot, &mut fate).await {
             Some(running) => Some(running),
             // Not attempted: it goes back unchanged, no attempt spent.
             None => {
@@ -407,10 +432,7 @@ async fn decide<T: Transport>(
                 return (Outcome::Released, Settlement::Requeue(body));
             }
         },
-        None => {
-            tally.decided(false);
-            None
-        }
+        None => None,
     };
 
     let replay = replay::marks_replay(headers.iter().map(|(n, v)| (n.as_str(), v.as_str())));
@@ -420,13 +442,13 @@ async fn decide<T: Transport>(
     );
     // Boxed: the dispatch's state is most of the task's, and a smaller task
     // is cheaper to spawn and to move.
-    let dispatch = Box::pin(batching::scope(
+    let dispatch = Box::pin(outage::watch(batching::scope(
         shared.batches.clone(),
         replay::scope(
             replay,
             shared.router.dispatch_decoded(&body, decoded, delivery),
         ),
-    ));
+    )));
     let dispatch = async {
         match shared.delivery_timeout {
             None => Ok(dispatch.await),
@@ -444,20 +466,20 @@ async fn decide<T: Transport>(
     )
     .await;
     *slot = kept;
-    let disposition = match dispatched {
-        Ok(disposition) => disposition,
+    let (disposition, part_down) = match dispatched {
+        Ok(dispatched) => dispatched,
         Err(_) => {
             let timeout = shared.delivery_timeout.unwrap_or_default();
             shared.counters.timed_out.fetch_add(1, Ordering::Relaxed);
             let delivery = Delivery::new().with_queue(queue);
-            shared.router.timed_out(&body, &delivery, timeout)
+            (shared.router.timed_out(&body, &delivery, timeout), false)
         }
     };
-    note_store(shared, &disposition);
+    let hold = note_store(shared, &disposition, part_down);
 
     // A retry waits its backoff, a release its delay, before going back, so
     // neither spins on the queue; a store outage pauses the whole consumer
-    // instead.
+    // instead, and a partial one holds the delivery back (`hold`).
     let wait = match &disposition {
         Disposition::Retry(retry) => retry.backoff,
         Disposition::Release {
@@ -469,6 +491,9 @@ async fn decide<T: Transport>(
     };
     let settlement = settle::settlement_for(disposition, &body, queue, dead_letter_queue);
     drop(body);
+    if let Some(hold) = hold {
+        held_back(shared, slot, hold, &mut fate).await;
+    }
     if let Some(wait) = wait.filter(|wait| !wait.is_zero()) {
         // Boxed: a timer is large, and only the deliveries that wait pay
         // for one.
@@ -495,24 +520,21 @@ async fn take_turn<T: Transport>(
     shared: &Shared<T>,
     id: &str,
     slot: &mut Option<OwnedSemaphorePermit>,
-    tally: &Tally,
+    fate: &mut Fate<'_>,
 ) -> Option<Running> {
     let give_up = shared
         .delivery_timeout
         .map(|timeout| Instant::now() + timeout);
     let turn = match shared.inflight.enter(id) {
-        Ok(running) => {
-            tally.decided(false);
-            return Some(running);
-        }
+        Ok(running) => return Some(running),
         Err(turn) => turn,
     };
     shared
         .counters
         .waited_for_id
         .fetch_add(1, Ordering::Relaxed);
-    let Ok(place) = Arc::clone(&shared.waiting_for_id).try_acquire_owned() else {
-        tally.decided(true);
+    let Ok(place) = Arc::clone(&shared.held_back).try_acquire_owned() else {
+        fate.decided(true);
         // Its going back needs no order kept: the slot goes to the next
         // delivery now, not after the settle's round trip.
         drop(slot.take());
@@ -523,7 +545,7 @@ async fn take_turn<T: Transport>(
         );
         return None;
     };
-    tally.decided(false);
+    fate.decided(false);
     drop(slot.take());
     let running = match give_up {
         Some(at) => tokio::time::timeout_at(at, turn).await.ok(),
@@ -604,7 +626,14 @@ async fn kept_alive<T: Transport, F: Future>(
 }
 
 /// Tells the outage watch what `disposition` says about the store.
-fn note_store<T: Transport>(shared: &Shared<T>, disposition: &Disposition) {
+/// How long a delivery whose store failed is held back before it goes
+/// back: `Some` in a partial outage (the store answers other deliveries,
+/// or `part_down`: it said the failure concerns a part of it only).
+fn note_store<T: Transport>(
+    shared: &Shared<T>,
+    disposition: &Disposition,
+    part_down: bool,
+) -> Option<Duration> {
     let counters = &shared.counters;
     let answered = match disposition {
         Disposition::Release {
@@ -612,14 +641,26 @@ fn note_store<T: Transport>(shared: &Shared<T>, disposition: &Disposition) {
             ..
         } => {
             counters.store_unavailable.fetch_add(1, Ordering::Relaxed);
-            if counters.outage.failed() {
-                counters.store_outages.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(
-                    queue = &*shared.queue,
-                    "babel-idem: the store is unavailable; pausing reservations until it answers (no attempt is spent)"
-                );
-            }
-            return;
+            return match counters.outage.failed(part_down) {
+                Failure::Started => {
+                    counters.store_outages.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        queue = &*shared.queue,
+                        "babel-idem: the store is unavailable; pausing reservations until it answers (no attempt is spent)"
+                    );
+                    None
+                }
+                Failure::Down => None,
+                Failure::Partial { hold, first } => {
+                    if first {
+                        tracing::warn!(
+                            queue = &*shared.queue,
+                            "babel-idem: the store fails for some deliveries while it answers others (a part of it is down); those are held back and go back unattempted, the others go on"
+                        );
+                    }
+                    Some(hold)
+                }
+            };
         }
         Disposition::Ack | Disposition::Retry(_) => true,
         Disposition::Release {
@@ -634,6 +675,30 @@ fn note_store<T: Transport>(shared: &Shared<T>, disposition: &Disposition) {
             queue = &*shared.queue,
             "babel-idem: the store answers again; resuming reservations"
         );
+    }
+    None
+}
+
+/// Holds a delivery back for `hold` in one of the places for deliveries
+/// held back unattempted, without its handler slot: a delivery whose part
+/// of the store is down waits there, so its id does not spin through the
+/// broker while the consumer goes on with the others. Without a free place
+/// it goes back at once (told to `fate`): it must not keep a slot the other
+/// ids need.
+async fn held_back<T: Transport>(
+    shared: &Shared<T>,
+    slot: &mut Option<OwnedSemaphorePermit>,
+    hold: Duration,
+    fate: &mut Fate<'_>,
+) {
+    drop(slot.take());
+    match Arc::clone(&shared.held_back).try_acquire_owned() {
+        Ok(place) => {
+            fate.decided(false);
+            Box::pin(tokio::time::sleep(hold)).await;
+            drop(place);
+        }
+        Err(_) => fate.decided(true),
     }
 }
 
