@@ -25,9 +25,10 @@ use super::{Consumer, ConsumerReport, MAX_BATCH, batching, handoff, replay};
 const BROKER_BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(2));
 
 /// The first and the longest pause after reservations that brought only
-/// copies of ids being run, beyond their places. Short: other ids may be
-/// queued behind the copies, and each reservation moves the copies it
-/// brought to the back of the queue.
+/// deliveries that went back at once, unattempted, for want of a place to
+/// be held back in (copies of an id being run, deliveries of a part of the
+/// store that is down). Short: other ids may be queued behind them, and
+/// each reservation moves those it brought to the back of the queue.
 const BUSY_BACKOFF: (Duration, Duration) = (Duration::from_millis(10), Duration::from_millis(100));
 
 /// What every delivery task of one run shares.
@@ -98,7 +99,7 @@ impl<T: Transport> Consumer<T> {
         let mut idle = Backoff::new(self.idle_poll);
         let mut broker = Backoff::new(BROKER_BACKOFF);
         let mut bounced = Backoff::new(BUSY_BACKOFF);
-        // The reservations whose deliveries have not all met their id yet.
+        // The reservations whose deliveries' fates are not all known yet.
         let mut tallies: Vec<Arc<Tally>> = Vec::new();
         tokio::pin!(shutdown);
 
@@ -352,7 +353,7 @@ async fn queue_for_slot(slots: &Arc<Semaphore>, room: Room) -> Room {
 /// is on its way. The reservation is kept alive until it settles.
 ///
 /// `tally` is its reservation's: the delivery tells it whether it went
-/// back because its id was busy.
+/// back at once, unattempted.
 async fn handle<T: Transport>(
     shared: Arc<Shared<T>>,
     reserved: Reserved<T::Handle>,
@@ -505,11 +506,11 @@ async fn decide<T: Transport>(
 /// Enters `id` in the registry, waiting (within the per-delivery timeout)
 /// while another delivery of it runs; then holds a slot again. `None` when
 /// this delivery must go back to the broker unattempted: every place for
-/// copies waiting is taken, or the run it waited for went on past the
-/// timeout.
+/// deliveries held back is taken, or the run it waited for went on past
+/// the timeout.
 ///
 /// Invariant: a copy waiting for its id holds no handler slot and no place
-/// ahead, only a place of the copies' own. A waiter that held a slot could
+/// ahead, only a place for deliveries held back. A waiter that held a slot could
 /// keep the id's next run (a waiter that won the turn without one) from
 /// ever getting one: with every slot held by copies waiting for that very
 /// run, the consumer would stall until the timeout. Beyond the places, a
@@ -541,7 +542,7 @@ async fn take_turn<T: Transport>(
         tracing::debug!(
             queue = &*shared.queue,
             message_id = id,
-            "babel-idem: every place for copies waiting for their id is taken; handing this copy back"
+            "babel-idem: every place for deliveries held back is taken; handing this copy of a busy id back"
         );
         return None;
     };
@@ -625,10 +626,10 @@ async fn kept_alive<T: Transport, F: Future>(
     }
 }
 
-/// Tells the outage watch what `disposition` says about the store.
-/// How long a delivery whose store failed is held back before it goes
-/// back: `Some` in a partial outage (the store answers other deliveries,
-/// or `part_down`: it said the failure concerns a part of it only).
+/// Tells the outage watch what `disposition` says about the store; how
+/// long a delivery whose store failed is held back before it goes back:
+/// `Some` in a partial outage (the store answers other deliveries, or
+/// `part_down`: it said the failure concerns a part of it only).
 fn note_store<T: Transport>(
     shared: &Shared<T>,
     disposition: &Disposition,
