@@ -46,8 +46,18 @@
 //! `broker_failing`, `store_failing`, the last with the `error`):
 //!
 //! ```text
-//! {"delivered":1000,"ran":900,"skipped":100,"retried":0,"dead_lettered":0,"stopped":"idle"}
+//! {"delivered":1000,"ran":900,"skipped":100,"retried":0,"released":0,"timed_out":0,"taken_back":0,"dead_lettered":0,"stopped":"idle"}
 //! ```
+//!
+//! `delivered` counts every reservation, `ran` and `skipped` the guard's
+//! decisions; `retried` deliveries went back with an attempt spent,
+//! `released` without one (a store outage, or a copy of an id being run
+//! when every place for copies waiting was taken: it comes again and is
+//! skipped); `timed_out` handlers outlived the per-delivery timeout
+//! (each retried as a failed attempt); `taken_back` deliveries were
+//! settled after their reservation had lapsed and the sweep had returned
+//! them to the queue (they come again); `dead_lettered` went to the
+//! dead-letter queue.
 //!
 //! It exits with 0 when it stopped idle or on a signal with its broker and
 //! store answering, and with 1 when it stopped while either was failing.
@@ -297,8 +307,16 @@ async fn serve<T: Transport>(
             tick.tick().await;
             let now = progress.report();
             eprintln!(
-                "worker: delivered {} acked {} retried {} dead-lettered {} in flight {}",
-                now.delivered, now.acked, now.retried, now.dead_lettered, now.in_flight
+                "worker: delivered {} acked {} retried {} released {} timed out {} \
+                 taken back {} dead-lettered {} in flight {}",
+                now.delivered,
+                now.acked,
+                now.retried,
+                now.released,
+                now.timed_out,
+                now.lapsed,
+                now.dead_lettered,
+                now.in_flight
             );
         }
     });
@@ -350,12 +368,19 @@ async fn serve<T: Transport>(
     };
     // Written by hand to keep the documented key order.
     print!(
-        r#"{{"delivered":{},"ran":{},"skipped":{},"retried":{},"dead_lettered":{},"stopped":"{stopped}""#,
+        concat!(
+            r#"{{"delivered":{},"ran":{},"skipped":{},"retried":{},"released":{},"#,
+            r#""timed_out":{},"taken_back":{},"dead_lettered":{},"stopped":"{stopped}""#
+        ),
         report.delivered,
         decided.get(metrics::Decision::Ran),
         decided.get(metrics::Decision::Skipped),
         report.retried,
+        report.released,
+        report.timed_out,
+        report.lapsed,
         report.dead_lettered,
+        stopped = stopped,
     );
     if error.is_empty() {
         println!("}}");

@@ -1,24 +1,29 @@
-//! Claim mode on a Redis Cluster of its own (3 masters, 1 or 2 replicas each, in a
-//! temporary folder on free ports) while its busiest master is killed
-//! (`kill -9`) mid-run and its replica promoted; and a slot range resharded
-//! while deliveries run.
+//! Claim mode on a Redis Cluster of its own (3 masters, 0 or 1 replica
+//! each, in a temporary folder on free ports) while its busiest master is
+//! killed (`kill -9`) mid-run and its replica promoted; and a slot range
+//! resharded while deliveries run.
 //!
-//! Three worker processes of 16 tasks each (this test binary run again, its
-//! ignored test [`failover_worker_process`] selected, told what to do by
-//! environment variables) take 2,000 ids, each delivered 3 times in random
-//! order, from a queue on the shared Redis server (`BABEL_IDEM_REDIS_URL`,
-//! keys of the run's own); a delivery whose guard fails (a store error, a
-//! parked claim) goes back to the queue, as a broker's redelivery would.
-//! The handlers count there, per id, runs in flight at once (an atomic
-//! `HINCRBY` at the start and end of each run, so runs of one id in two
-//! processes are seen to overlap) and runs in all. The run must finish
-//! with every id done; the figures (runs overlapping, ids run twice, store
-//! errors, the master's replication offset against its replica's at the
-//! kill) are printed, and with `wait_for_replicas(1, ...)` no two runs of
-//! an id overlap and no id runs twice.
+//! Without `WAIT`, and while resharding: three worker processes of 16 tasks
+//! each (this test binary run again, its ignored test
+//! [`failover_worker_process`] selected, told what to do by environment
+//! variables) take 2,000 ids, each delivered 3 times in random order, from
+//! a queue on the shared Redis server (`BABEL_IDEM_REDIS_URL`, keys of the
+//! run's own); a delivery whose guard fails (a store error, a parked claim)
+//! goes back to the queue, as a broker's redelivery would. The handlers
+//! count there, per id, runs in flight at once (an atomic `HINCRBY` at the
+//! start and end of each run, so runs of one id in two processes are seen
+//! to overlap) and runs in all. The run must finish with every id done;
+//! the figures (runs overlapping, ids run twice, store errors, the master's
+//! replication offset against its replica's at the kill) are printed.
+//!
+//! With `wait_for_replicas(1, ...)`: a `Consumer` takes the same deliveries
+//! from a queue on the shared Redis server, and the killed master's shard
+//! is left with no replica: its ids are an outage (none runs twice, none is
+//! dead-lettered, none is lost) while the other shards' ids run, each once.
 
-#![cfg(feature = "redis-cluster")]
+#![cfg(all(feature = "redis-cluster", feature = "redis-transport"))]
 
+mod consumer_support;
 mod store_contract;
 
 use std::collections::HashMap;
@@ -38,6 +43,8 @@ const WORKERS: usize = 3;
 const TASKS: usize = 16;
 const IDS: usize = 2_000;
 const DELIVERIES: usize = 3;
+/// The ids queued once the cluster has failed over, in the consumer's run.
+const WAVE: usize = 1_500;
 const LEASE: Duration = Duration::from_secs(5);
 const DEADLINE: Duration = Duration::from_secs(150);
 
@@ -279,8 +286,8 @@ impl MessageId for Delivery {
 /// What happens to the cluster a third of the way through the run.
 #[derive(Clone, Copy, PartialEq, Debug)]
 enum Disruption {
-    /// The busiest master is killed; with `durable`, writes wait for a replica.
-    Kill { durable: bool },
+    /// The busiest master is killed.
+    Kill,
     /// 4,000 slots move from the busiest master to another, by
     /// `redis-cli --cluster reshard`; the guard's calls go through
     /// `store::Batched`, so batches meet the moving slots too.
@@ -290,20 +297,15 @@ enum Disruption {
 impl Disruption {
     fn name(self) -> &'static str {
         match self {
-            Disruption::Kill { durable: false } => "kill",
-            Disruption::Kill { durable: true } => "kill-durable",
+            Disruption::Kill => "kill",
             Disruption::Reshard => "reshard",
         }
     }
 
     fn from_name(name: &str) -> Option<Self> {
-        [
-            Disruption::Kill { durable: false },
-            Disruption::Kill { durable: true },
-            Disruption::Reshard,
-        ]
-        .into_iter()
-        .find(|d| d.name() == name)
+        [Disruption::Kill, Disruption::Reshard]
+            .into_iter()
+            .find(|d| d.name() == name)
     }
 }
 
@@ -433,12 +435,9 @@ async fn run_worker(config: WorkerConfig) {
         )
         .await
         .expect("the board's Redis answers");
-    let mut builder = RedisStore::builder()
+    let builder = RedisStore::builder()
         .prefix(&config.prefix)
         .timeout(Duration::from_millis(500));
-    if config.disruption == (Disruption::Kill { durable: true }) {
-        builder = builder.wait_for_replicas(1, Duration::from_secs(1));
-    }
     let store = builder
         .connect(&config.cluster_url)
         .await
@@ -869,37 +868,353 @@ async fn a_killed_master_is_failed_over_and_the_claim_mode_run_finishes() {
     let Some(mut cluster) = OwnCluster::start(TEST, 1) else {
         return;
     };
-    let Some(figures) =
-        claim_mode_run(TEST, &mut cluster, Disruption::Kill { durable: false }).await
-    else {
+    let Some(figures) = claim_mode_run(TEST, &mut cluster, Disruption::Kill).await else {
         return;
     };
     figures.print("failover without WAIT");
 }
 
-/// With `wait_for_replicas(1, 1s)`: every acknowledged claim and commit is
-/// on the replica that takes over, and a commit caught in the failover is
-/// retried until it is (or finds its effect there), so no two runs of an
-/// id overlap and no id runs twice. Writes to the lost master's slots would
-/// fail (`NotReplicated`) while the promoted master had no replica: this
-/// cluster gives each master two.
+/// With `wait_for_replicas(1, 1s)` on 3 masters with one replica each: the
+/// busiest master is killed a third of the way through and its replica
+/// promoted, so that shard has no replica left and every write to it fails
+/// (`NotReplicated`, then `ShortOfReplicas`), by design, until an operator
+/// gives it one. A `Consumer` in claim mode (concurrency 32, on a queue of
+/// the shared Redis server) treats those ids as an outage: they go back
+/// unattempted, none runs twice, none is dead-lettered, none is lost; and
+/// the ids of the two other shards keep flowing, each run once, a second
+/// wave of them queued once the cluster has failed over included, with no
+/// pause of every reservation meanwhile. The throughput before the kill and
+/// after the failover is printed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_wait_a_failover_runs_no_id_twice_and_no_two_runs_overlap() {
-    const TEST: &str = "with_wait_a_failover_runs_no_id_twice_and_no_two_runs_overlap";
-    // Two replicas per master: after the failover the promoted master
-    // still has one for `WAIT 1` (the other replica follows it).
+async fn with_wait_a_shard_left_without_a_replica_pauses_its_ids_while_the_others_run_once() {
+    const TEST: &str =
+        "with_wait_a_shard_left_without_a_replica_pauses_its_ids_while_the_others_run_once";
     let _one = ONE_CLUSTER.lock().await;
-    let Some(mut cluster) = OwnCluster::start(TEST, 2) else {
+    let Some(mut cluster) = OwnCluster::start(TEST, 1) else {
         return;
     };
-    let Some(figures) =
-        claim_mode_run(TEST, &mut cluster, Disruption::Kill { durable: true }).await
-    else {
+    let Some(queue_url) = server_url(REDIS_URL, TEST) else {
         return;
     };
-    figures.print("failover with WAIT");
+    let figures = consumer_run_with_wait(&mut cluster, &queue_url).await;
+    figures.print();
     assert_eq!(figures.overlapping, 0, "two runs of an id overlapped");
-    assert_eq!(figures.run_twice, 0, "an id ran twice");
+    assert!(
+        figures.run_twice.is_empty(),
+        "ids ran twice: {:?}",
+        figures.run_twice
+    );
+    assert!(
+        figures.others_not_run.is_empty(),
+        "ids of the other shards never ran: {:?}",
+        figures.others_not_run
+    );
+    assert_eq!(figures.report.dead_lettered, 0, "{:?}", figures.report);
+    assert_eq!(figures.dead_letter_records, 0, "records in the DLQ");
+    assert_eq!(figures.report.retried, 0, "{:?}", figures.report);
+    assert_eq!(
+        figures.outages_while_others_ran, 0,
+        "once the cluster was back, the shard without a replica paused the whole consumer \
+         while other shards' ids were left: {:?}",
+        figures.report
+    );
+    assert!(
+        figures.lost.is_empty(),
+        "ids of the killed shard neither run nor in the queue: {:?}",
+        figures.lost
+    );
+}
+
+/// Whether the cluster, asked at `survivor`, holds the node at `victim`
+/// failed and is `cluster_state:ok` again (its replica took over).
+fn failed_over(survivor: u16, victim: u16) -> bool {
+    let victim_failed = cli(survivor, &["cluster", "nodes"]).lines().any(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        fields.get(1).is_some_and(|address| {
+            address
+                .split('@')
+                .next()
+                .is_some_and(|a| a.ends_with(&format!(":{victim}")))
+        }) && fields
+            .get(2)
+            .is_some_and(|flags| flags.split(',').any(|flag| flag == "fail"))
+    });
+    victim_failed && cli(survivor, &["cluster", "info"]).contains("cluster_state:ok")
+}
+
+/// What [`consumer_run_with_wait`] measured.
+struct ConsumerFigures {
+    overlapping: u64,
+    run_twice: Vec<String>,
+    others_not_run: Vec<String>,
+    lost: Vec<String>,
+    dead_letter_records: usize,
+    /// Store outages (each a pause of every reservation) begun between the
+    /// cluster's `cluster_state:ok` after the kill and the last id of the
+    /// other shards.
+    outages_while_others_ran: u64,
+    killed_ran: usize,
+    killed_ids: usize,
+    /// Ids run before the kill, and how long that took.
+    before: (usize, Duration),
+    /// How long the cluster took to be `cluster_state:ok` after the kill.
+    failover: Duration,
+    /// The other shards' ids run after that (those left of the first wave,
+    /// and all of the second), and how long they took.
+    after: (usize, Duration),
+    report: babel_idem::consumer::ConsumerReport,
+}
+
+impl ConsumerFigures {
+    fn print(&self) {
+        let rate = |(n, took): (usize, Duration)| n as f64 / took.as_secs_f64().max(0.001);
+        eprintln!(
+            "shard without a replica: before the kill {} ids in {:.1} s ({:.0} ids/s); failover \
+             {:.1} s; after it the other shards' {} ids in {:.1} s ({:.0} ids/s), {} \
+             whole-consumer pauses begun meanwhile; the killed shard's {} ids: {} ran, the rest \
+             paused; report: {:?}",
+            self.before.0,
+            self.before.1.as_secs_f64(),
+            rate(self.before),
+            self.failover.as_secs_f64(),
+            self.after.0,
+            self.after.1.as_secs_f64(),
+            rate(self.after),
+            self.outages_while_others_ran,
+            self.killed_ids,
+            self.killed_ran,
+            self.report
+        );
+    }
+}
+
+/// The ids run, and per id runs in flight, counted by the handler.
+#[derive(Default)]
+struct Runs {
+    done: std::sync::Mutex<HashMap<String, u32>>,
+    in_flight: std::sync::Mutex<HashMap<String, u32>>,
+    overlapping: std::sync::atomic::AtomicU64,
+}
+
+/// The consumer run of the test above; the cluster is `cluster`, the queue
+/// on the Redis server `queue_url`.
+async fn consumer_run_with_wait(cluster: &mut OwnCluster, queue_url: &str) -> ConsumerFigures {
+    use babel_idem::transport::RedisTransport;
+    use babel_idem::{Consumer, Envelope, Router, urn};
+    use std::sync::atomic::Ordering;
+
+    let run = unique_suffix();
+    let prefix = format!("fo{run}:");
+    let queue = consumer_support::redis_queue::Queue::new(queue_url);
+    // The first wave is queued at the start, the second once the cluster
+    // has failed over: the other shards' ids of that wave all run with the
+    // killed master's shard left without a replica.
+    let ids: Vec<String> = (0..IDS + WAVE).map(|n| format!("order-{n:05}")).collect();
+    let (first_wave, second_wave) = ids.split_at(IDS);
+
+    // Which master holds each id's keys; the busiest is killed.
+    let masters = cluster.masters();
+    let master_of = |id: &str| {
+        let slot = slot_of(&format!("{prefix}{id}"));
+        masters
+            .iter()
+            .find(|(_, _, ranges)| ranges.iter().any(|&(a, b)| (a..=b).contains(&slot)))
+            .map(|(port, _, _)| *port)
+            .expect("every slot is served")
+    };
+    let mut per_master: HashMap<u16, usize> = HashMap::new();
+    for id in &ids {
+        *per_master.entry(master_of(id)).or_default() += 1;
+    }
+    let victim = per_master
+        .iter()
+        .max_by_key(|(_, n)| **n)
+        .map(|(p, _)| *p)
+        .unwrap();
+    let killed: std::collections::HashSet<&str> = ids
+        .iter()
+        .filter(|id| master_of(id) == victim)
+        .map(String::as_str)
+        .collect();
+
+    // Each id of a wave DELIVERIES times, in random order.
+    let mut raw = queue.raw().await;
+    let publish = |wave: &[String]| {
+        let mut deliveries: Vec<&String> = wave
+            .iter()
+            .flat_map(|id| std::iter::repeat_n(id, DELIVERIES))
+            .collect();
+        let mut seed = uuid::Uuid::new_v4().as_u64_pair().0 | 1;
+        for i in (1..deliveries.len()).rev() {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            deliveries.swap(i, (seed % (i as u64 + 1)) as usize);
+        }
+        let bodies: Vec<Vec<Vec<u8>>> = deliveries
+            .chunks(500)
+            .map(|chunk| {
+                chunk
+                    .iter()
+                    .map(|id| consumer_support::envelope_with_id(id, &queue.name, 0).to_vec())
+                    .collect()
+            })
+            .collect();
+        let (mut raw, name) = (raw.clone(), queue.name.clone());
+        async move {
+            for chunk in bodies {
+                let _: i64 = raw.rpush(&name, chunk).await.expect("RPUSH");
+            }
+        }
+    };
+    publish(first_wave).await;
+
+    let store = RedisStore::builder()
+        .prefix(&prefix)
+        .timeout(Duration::from_millis(500))
+        .wait_for_replicas(1, Duration::from_secs(1))
+        .connect(&cluster.url())
+        .await
+        .expect("the cluster answers");
+    let guard = Arc::new(
+        Guard::new(Arc::new(store) as Arc<dyn ClaimStore>)
+            .lease(LEASE)
+            .expect("a lease"),
+    );
+    let runs = Arc::new(Runs::default());
+    let router = {
+        let (guard, runs) = (Arc::clone(&guard), Arc::clone(&runs));
+        Router::builder()
+            .route(urn!("urn:babel:interop:created"), move |env: Envelope| {
+                let (guard, runs) = (Arc::clone(&guard), Arc::clone(&runs));
+                async move {
+                    let id = env.meta.id.clone().unwrap_or_default();
+                    guard
+                        .run(&env, async {
+                            let now = {
+                                let mut in_flight = runs.in_flight.lock().unwrap();
+                                let now = in_flight.entry(id.clone()).or_default();
+                                *now += 1;
+                                *now
+                            };
+                            if now > 1 {
+                                runs.overlapping.fetch_add(1, Ordering::SeqCst);
+                            }
+                            tokio::time::sleep(Duration::from_millis(2)).await;
+                            *runs.done.lock().unwrap().entry(id.clone()).or_default() += 1;
+                            *runs.in_flight.lock().unwrap().get_mut(&id).unwrap() -= 1;
+                            Ok::<(), StoreError>(())
+                        })
+                        .await
+                }
+            })
+            .build()
+            .unwrap()
+    };
+    let transport = RedisTransport::connect(queue_url)
+        .await
+        .expect("the queue's Redis");
+    let consumer = Consumer::builder(router, transport, &queue.name)
+        .concurrency(32)
+        .shutdown_timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+
+    let started = Instant::now();
+    let ran = |runs: &Runs| runs.done.lock().unwrap().len();
+    let others_left = |runs: &Runs| {
+        let done = runs.done.lock().unwrap();
+        ids.iter()
+            .filter(|id| !killed.contains(id.as_str()) && !done.contains_key(*id))
+            .count()
+    };
+    let stop = tokio::sync::Notify::new();
+    let watch = async {
+        // A third of the ids run, then the busiest master dies.
+        while ran(&runs) < IDS / 3 {
+            assert!(
+                started.elapsed() < DEADLINE,
+                "the run stalled before the kill: {:?}",
+                consumer.progress().report()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let before = (ran(&runs), started.elapsed());
+        cluster.kill(victim);
+        let killed_at = Instant::now();
+        let survivor = *cluster.ports.iter().find(|&&p| p != victim).unwrap();
+        while !tokio::task::spawn_blocking(move || failed_over(survivor, victim))
+            .await
+            .unwrap()
+        {
+            assert!(
+                killed_at.elapsed() < DEADLINE,
+                "the cluster never failed over"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let failover = killed_at.elapsed();
+        let outages_at_ok = consumer.progress().report().store_outages;
+        let left_at_ok = others_left(&runs);
+        publish(second_wave).await;
+        let ok_at = Instant::now();
+        while others_left(&runs) > 0 && killed_at.elapsed() < DEADLINE {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let outages = consumer.progress().report().store_outages - outages_at_ok;
+        let after = (
+            left_at_ok + second_wave.len()
+                - others_left(&runs)
+                - second_wave
+                    .iter()
+                    .filter(|id| killed.contains(id.as_str()))
+                    .count(),
+            ok_at.elapsed(),
+        );
+        stop.notify_one();
+        (before, failover, after, outages)
+    };
+    let (report, (before, failover, after, outages_while_others_ran)) =
+        tokio::join!(consumer.run_until(stop.notified()), watch);
+
+    let done = runs.done.lock().unwrap().clone();
+    // Whatever was not settled is in the queue or still reserved.
+    let mut waiting: Vec<Vec<u8>> = raw.lrange(&queue.name, 0, -1).await.unwrap();
+    let processing: Vec<Vec<u8>> = raw.lrange(queue.processing(), 0, -1).await.unwrap();
+    waiting.extend(processing);
+    let queued: std::collections::HashSet<String> = waiting
+        .iter()
+        .filter_map(|body| Envelope::from_slice(body).ok()?.meta.id)
+        .collect();
+    let dead_letter_records = queue.len(&queue.dlq()).await;
+    ConsumerFigures {
+        overlapping: runs.overlapping.load(Ordering::SeqCst),
+        run_twice: done
+            .iter()
+            .filter(|(_, n)| **n > 1)
+            .map(|(id, n)| format!("{id}: {n}"))
+            .collect(),
+        others_not_run: ids
+            .iter()
+            .filter(|id| !killed.contains(id.as_str()) && !done.contains_key(*id))
+            .take(10)
+            .cloned()
+            .collect(),
+        lost: killed
+            .iter()
+            .filter(|id| !done.contains_key(**id) && !queued.contains(**id))
+            .take(10)
+            .map(|id| (*id).to_owned())
+            .collect(),
+        dead_letter_records,
+        outages_while_others_ran,
+        killed_ran: killed.iter().filter(|id| done.contains_key(**id)).count(),
+        killed_ids: killed.len(),
+        before,
+        failover,
+        after,
+        report,
+    }
 }
 
 /// A slot range moves between masters while deliveries run (single calls

@@ -21,21 +21,21 @@ use std::time::Duration;
 
 use babel_idem::consumer::{ConsumerError, ConsumerReport};
 use babel_idem::router::Backoff;
+use babel_idem::store::RedisStore;
 use babel_idem::transport::{AmqpTransport, Transport};
 use babel_idem::{Consumer, Envelope, InMemoryStore, Router, guard, urn};
+use consumer_support::amqp_queue::{AMQP_URL, Queue, raw_connection};
 use consumer_support::{
     PATIENCE, QUIET, SeenLog, SharedSeenSet, URN, assert_cannot_connect, assert_invalid_url,
     assert_poison_records_as_python_writes, assert_queue_names_refused, closed_port,
     envelope_with_id, eventually, python, python_consumes, python_publishes, python_received,
     recording_router, run_until_idle, seen_as_python_sent,
 };
-use lapin::options::{BasicGetOptions, QueueDeclareOptions, QueueDeleteOptions};
+use lapin::BasicProperties;
+use lapin::options::QueueDeclareOptions;
 use lapin::types::{AMQPValue, FieldTable};
-use lapin::{BasicProperties, Connection, ConnectionProperties};
 use serde_json::{Value, json};
 use store_contract::servers::{REDIS_URL, server_url, unique_suffix};
-
-const AMQP_URL: &str = "BABEL_IDEM_AMQP_URL";
 
 /// The Python peer of these tests: `tests/python/amqp_peer.py`.
 const PEER: &str = "amqp_peer.py";
@@ -46,102 +46,6 @@ async fn peer(python: &Path, args: Vec<String>, stdin: Option<Value>) -> Value {
 }
 
 // ---------------------------------------------------------------- fixtures
-
-/// One test's queue and its `.dlq` on the broker: a unique name, both
-/// deleted on drop.
-struct Queue {
-    url: String,
-    name: String,
-}
-
-impl Queue {
-    fn new(url: &str) -> Self {
-        Queue {
-            url: url.to_owned(),
-            name: format!("bi-amqp-{}", unique_suffix()),
-        }
-    }
-
-    fn dlq(&self) -> String {
-        format!("{}.dlq", self.name)
-    }
-
-    async fn transport(&self, prefetch: u16) -> AmqpTransport {
-        AmqpTransport::builder()
-            .prefetch(prefetch)
-            .reserve_wait(Duration::from_millis(50))
-            .connect(&self.url)
-            .await
-            .expect("connect the transport")
-    }
-
-    /// Every message of `queue` as it sits in the broker, taken off it.
-    async fn drain(&self, queue: &str) -> Vec<(BasicProperties, Vec<u8>)> {
-        let connection = raw_connection(&self.url).await;
-        let channel = connection.create_channel().await.unwrap();
-        let mut messages = Vec::new();
-        while let Some(message) = channel
-            .basic_get(queue.into(), BasicGetOptions { no_ack: true })
-            .await
-            .unwrap()
-        {
-            messages.push((message.delivery.properties, message.delivery.data));
-        }
-        messages
-    }
-
-    /// How many ready messages `queue` holds (0 when it does not exist).
-    async fn ready(&self, queue: &str) -> u32 {
-        let connection = raw_connection(&self.url).await;
-        let channel = connection.create_channel().await.unwrap();
-        let passive = QueueDeclareOptions {
-            passive: true,
-            ..QueueDeclareOptions::default()
-        };
-        match channel
-            .queue_declare(queue.into(), passive, FieldTable::default())
-            .await
-        {
-            Ok(declared) => declared.message_count(),
-            Err(_) => 0,
-        }
-    }
-}
-
-impl Drop for Queue {
-    fn drop(&mut self) {
-        let (url, names) = (self.url.clone(), [self.name.clone(), self.dlq()]);
-        // Drop cannot await: a thread of its own, with a runtime of its own.
-        let _ = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(async {
-                let Ok(connection) =
-                    Connection::connect(&url, ConnectionProperties::default()).await
-                else {
-                    return;
-                };
-                for name in names {
-                    if let Ok(channel) = connection.create_channel().await {
-                        let _ = channel
-                            .queue_delete(name.as_str().into(), QueueDeleteOptions::default())
-                            .await;
-                    }
-                }
-                let _ = connection.close(200, "test done".into()).await;
-            });
-        })
-        .join();
-    }
-}
-
-async fn raw_connection(url: &str) -> Connection {
-    Connection::connect(url, ConnectionProperties::default())
-        .await
-        .expect("connect to the test's broker")
-}
 
 fn header<'p>(properties: &'p BasicProperties, name: &str) -> Option<&'p AMQPValue> {
     properties.headers().as_ref()?.inner().get(name)
@@ -1117,5 +1021,48 @@ async fn a_retry_backoff_as_long_as_the_consumer_timeout_is_refused_at_start() {
     assert!(build(&unbounded, minutes(600)).is_ok());
     for transport in [default, short, unbounded] {
         transport.close().await;
+    }
+}
+
+/// 500 deliveries of one id ahead of 200 other ids, at concurrency 64 with
+/// the worker example's prefetch (128): every id runs once, every delivery
+/// is acked, none waits out a timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_one_id_never_wedges_the_consumer() {
+    const TEST: &str = "amqp_a_burst_of_one_id_never_wedges_the_consumer";
+    let (Some(url), Some(redis_url)) = (server_url(AMQP_URL, TEST), server_url(REDIS_URL, TEST))
+    else {
+        return;
+    };
+    let queue = Queue::new(&url);
+    let transport = queue.transport(128).await;
+    let bodies = consumer_support::burst_of_one_id(&queue.name, "burst", 500, 200);
+    transport.publish_many(&queue.name, &bodies).await.unwrap();
+    let seen_prefix = format!("{}:seen:", queue.name);
+    let _seen_keys = DeleteOnDrop(redis_url.clone(), format!("{seen_prefix}*"));
+    let store = RedisStore::builder()
+        .prefix(&seen_prefix)
+        .connect(&redis_url)
+        .await
+        .unwrap();
+    consumer_support::a_burst_of_one_id_never_wedges_the_consumer(
+        transport.clone(),
+        store,
+        &queue.name,
+        64,
+        (500, 200),
+    )
+    .await;
+    assert_eq!(queue.ready(&queue.name).await, 0);
+    assert_eq!(queue.ready(&queue.dlq()).await, 0);
+    transport.close().await;
+}
+
+/// Deletes the keys matching a pattern from a Redis server when dropped.
+struct DeleteOnDrop(String, String);
+
+impl Drop for DeleteOnDrop {
+    fn drop(&mut self) {
+        consumer_support::delete_keys(&self.0, &[&self.1]);
     }
 }

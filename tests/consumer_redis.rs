@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use babel_idem::consumer::ConsumerError;
 use babel_idem::envelope::DeadLetter;
 use babel_idem::router::Backoff;
-use babel_idem::store::SqliteStore;
+use babel_idem::store::{RedisStore, SqliteStore};
 use babel_idem::transport::{RedisTransport, Settlement, Transport};
 use babel_idem::{Consumer, Delivery, Envelope, Router, guard, urn};
 use redis::AsyncCommands;
@@ -1004,4 +1004,63 @@ async fn a_busy_consumer_reserves_for_half_its_places_ahead_at_once() {
         report.reserve_calls
     );
     assert!(queue.drained().await);
+}
+
+/// 500 deliveries of one id ahead of 200 other ids, at concurrency 64 with
+/// the default read-ahead: more copies than the consumer holds in its
+/// slots and places ahead. The copies never hold the slots or places the
+/// other ids need: every id runs once, every delivery is acked, none waits
+/// out a timeout or a reservation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_one_id_never_wedges_the_consumer() {
+    a_burst_of_one_id(
+        "redis_a_burst_of_one_id_never_wedges_the_consumer",
+        64,
+        false,
+    )
+    .await;
+}
+
+/// The same burst at concurrency 4: more copies than the places for
+/// deliveries held back (16 a slot). Those beyond go back to the queue
+/// unattempted, behind the other ids, and are skipped when they come again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copies_of_one_id_beyond_their_places_go_back_unattempted_and_are_skipped_later() {
+    a_burst_of_one_id(
+        "redis_copies_of_one_id_beyond_their_places_go_back_unattempted",
+        4,
+        true,
+    )
+    .await;
+}
+
+/// 500 copies of one id, then 200 other ids, through a consumer of
+/// `concurrency`; `beyond`: more copies than it has places for.
+async fn a_burst_of_one_id(test: &str, concurrency: usize, beyond: bool) {
+    let Some(url) = server_url(REDIS_URL, test) else {
+        return;
+    };
+    let queue = Queue::new(&url);
+    let transport = queue.transport().await;
+    for body in consumer_support::burst_of_one_id(&queue.name, "burst", 500, 200) {
+        transport.publish(&queue.name, &body).await.unwrap();
+    }
+    // The seen-set's keys are under the queue's name: deleted with it.
+    let store = RedisStore::builder()
+        .prefix(queue.key("seen:"))
+        .connect(&url)
+        .await
+        .unwrap();
+    let report = consumer_support::a_burst_of_one_id_never_wedges_the_consumer(
+        transport,
+        store,
+        &queue.name,
+        concurrency,
+        (500, 200),
+    )
+    .await;
+    assert_eq!(report.id_busy > 0, beyond, "{report:?}");
+    assert_eq!(report.released, report.id_busy, "{report:?}");
+    assert!(queue.drained().await);
+    assert_eq!(queue.len(&queue.dlq()).await, 0);
 }

@@ -16,12 +16,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use babel_idem::consumer::Failing;
+use babel_idem::consumer::{DEFAULT_DELIVERY_TIMEOUT, Failing};
 use babel_idem::metrics::{self, Decision};
 use babel_idem::router::{Backoff, UnknownUrnStrategy};
-use babel_idem::store::RedisStore;
+use babel_idem::store::{NotReplicated, RedisStore, ShortOfReplicas};
 use babel_idem::transport::RedisTransport;
-use babel_idem::{Consumer, Envelope, Router, StoreError, guard, urn};
+use babel_idem::{ClaimStore, Consumer, Envelope, Guard, Router, Store, StoreError, guard, urn};
 use redis::AsyncCommands;
 use serde_json::{Value, json};
 use store_contract::servers::{REDIS_URL, server_url};
@@ -160,6 +160,159 @@ async fn a_store_outage_pauses_the_consumer_and_dead_letters_nothing() {
     eventually("the queue is drained", || queue.drained()).await;
 }
 
+/// Two kinds of orders, each behind a guard of its own: one on a store
+/// that answers, one in claim mode on a Redis whose writes must reach a
+/// replica it does not have (`wait_for_replicas(1)`), a part of the store
+/// that is down as a shard left without a replica is. The store fails such
+/// writes at once once it knows the master is short of replicas (nothing
+/// written); the consumer holds those deliveries back and sends them back
+/// unattempted: none runs, none is dead-lettered, none is lost, and the
+/// other orders never wait for them (no pause of every reservation), each
+/// run once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ids_whose_part_of_the_store_is_down_are_held_back_while_the_others_run_once() {
+    const TEST: &str = "ids_whose_part_of_the_store_is_down_are_held_back";
+    const PAUSED_URN: &str = "urn:babel:interop:paused";
+    let Some(url) = server_url(REDIS_URL, TEST) else {
+        return;
+    };
+    let Some(mut unreplicated) = OwnRedis::reserve(TEST) else {
+        return;
+    };
+    unreplicated.start();
+    let short = RedisStore::builder()
+        .wait_for_replicas(1, Duration::from_millis(200))
+        .connect(&unreplicated.url())
+        .await
+        .unwrap();
+
+    // The first write waits out WAIT and fails; the master has it. The
+    // next fails at once, sent nowhere.
+    let error = short.remember("first").await.unwrap_err();
+    let source = std::error::Error::source(&error);
+    assert!(
+        source.is_some_and(|s| s.downcast_ref::<NotReplicated>().is_some()),
+        "{error}"
+    );
+    let error = short.remember("second").await.unwrap_err();
+    let refused = std::error::Error::source(&error)
+        .and_then(|s| s.downcast_ref::<ShortOfReplicas>())
+        .unwrap_or_else(|| panic!("ShortOfReplicas, got {error}"));
+    assert_eq!(refused.wanted, 1);
+    assert!(short.seen("first").await.unwrap());
+    assert!(!short.seen("second").await.unwrap(), "nothing was sent");
+
+    let queue = Queue::new(&url);
+    let transport = queue.transport().await;
+    let seen_set = RedisStore::builder()
+        .prefix(queue.key("seen:"))
+        .connect(&url)
+        .await
+        .unwrap();
+    let claims = Arc::new(
+        Guard::new(Arc::new(short) as Arc<dyn ClaimStore>)
+            .lease(Duration::from_secs(5))
+            .unwrap(),
+    );
+    let effects: Effects = Arc::default();
+    let paused_runs = Arc::new(AtomicU64::new(0));
+    let router = {
+        let (counted, paused_runs) = (Arc::clone(&effects), Arc::clone(&paused_runs));
+        Router::builder()
+            .route(urn!("urn:babel:interop:created"), move |env: Envelope| {
+                let (store, counted) = (seen_set.clone(), Arc::clone(&counted));
+                async move {
+                    guard(store, &env, async {
+                        count_effect(&counted, &env);
+                        Ok::<(), StoreError>(())
+                    })
+                    .await
+                }
+            })
+            .route(urn!("urn:babel:interop:paused"), move |env: Envelope| {
+                let (claims, paused_runs) = (Arc::clone(&claims), Arc::clone(&paused_runs));
+                async move {
+                    claims
+                        .run(&env, async {
+                            paused_runs.fetch_add(1, Ordering::SeqCst);
+                            Ok::<(), StoreError>(())
+                        })
+                        .await
+                }
+            })
+            .build()
+            .unwrap()
+    };
+    let paused = |n: u64| {
+        Envelope::new(PAUSED_URN, json!({ "n": n }))
+            .with_id(format!("paused-{n}"))
+            .with_queue(&queue.name)
+            .to_vec()
+    };
+    publish_numbered(&transport, &queue.name, "first", 64).await;
+    let consumer = Consumer::builder(router, transport.clone(), &queue.name)
+        .concurrency(16)
+        .build()
+        .unwrap();
+    let progress = consumer.progress();
+    let (report, outages_while_others_ran) = {
+        let stop = tokio::sync::Notify::new();
+        let watch = async {
+            // The other orders flow before the first paused one comes.
+            eventually("a half of the first orders ran", || async {
+                effects.lock().unwrap().len() >= 32
+            })
+            .await;
+            for n in 0..100 {
+                let body = envelope_with_id(&format!("then-{n}"), &queue.name, n).to_vec();
+                transport.publish(&queue.name, &body).await.unwrap();
+                transport.publish(&queue.name, &paused(n)).await.unwrap();
+            }
+            eventually("every other order ran", || async {
+                effects.lock().unwrap().len() == 164
+            })
+            .await;
+            let outages = progress.report().store_outages;
+            stop.notify_one();
+            outages
+        };
+        tokio::time::timeout(PATIENCE, async {
+            tokio::join!(consumer.run_until(stop.notified()), watch)
+        })
+        .await
+        .expect("every other order runs")
+    };
+
+    let effects = effects.lock().unwrap().clone();
+    assert_eq!(effects.len(), 164);
+    assert!(effects.values().all(|&n| n == 1), "{effects:?}");
+    assert_eq!(
+        outages_while_others_ran, 0,
+        "the paused orders paused every reservation: {report:?}"
+    );
+    assert_eq!(paused_runs.load(Ordering::SeqCst), 0, "{report:?}");
+    assert!(report.store_unavailable >= 100, "{report:?}");
+    assert_eq!(report.dead_lettered, 0, "{report:?}");
+    assert_eq!(report.retried, 0, "{report:?}");
+    assert!(dead_letters(&queue).await.is_empty());
+    // Every paused order is still there, ready or reserved.
+    let mut raw = queue.raw().await;
+    let mut held: Vec<Vec<u8>> = raw.lrange(&queue.name, 0, -1).await.unwrap();
+    held.extend(
+        raw.lrange::<_, Vec<Vec<u8>>>(queue.processing(), 0, -1)
+            .await
+            .unwrap(),
+    );
+    let held: std::collections::HashSet<String> = held
+        .iter()
+        .filter_map(|body| Envelope::from_slice(body).ok()?.meta.id)
+        .collect();
+    let lost: Vec<u64> = (0..100)
+        .filter(|n| !held.contains(&format!("paused-{n}")))
+        .collect();
+    assert!(lost.is_empty(), "paused orders lost: {lost:?}");
+}
+
 // ---------------------------------------------------------------- hung handler
 
 /// A handler that never returns is dropped at the per-delivery timeout and
@@ -221,28 +374,38 @@ async fn a_handler_that_never_returns_is_timed_out_and_the_messages_behind_it_mo
     assert!(queue.drained().await);
 }
 
-/// The default per-delivery timeout leaves a margin below the reservation.
+/// Where reservations are kept alive (Redis), the default per-delivery
+/// timeout is a fixed one, whatever `retry_after` says; where they never
+/// lapse, there is none.
 #[tokio::test]
-async fn the_default_delivery_timeout_is_below_the_reservation() {
+async fn the_default_delivery_timeout_does_not_follow_retry_after_where_reservations_are_kept_alive()
+ {
     const TEST: &str = "the_default_delivery_timeout";
     let Some(url) = server_url(REDIS_URL, TEST) else {
         return;
     };
-    let thirty = RedisTransport::builder()
-        .retry_after(Duration::from_secs(30))
-        .connect(&url)
-        .await
-        .unwrap();
     let router = || Router::builder().build().unwrap();
-    let consumer = Consumer::builder(router(), thirty.clone(), "orders")
-        .build()
-        .unwrap();
-    assert_eq!(consumer.delivery_timeout(), Some(Duration::from_secs(27)));
-    let none = Consumer::builder(router(), thirty, "orders")
-        .no_delivery_timeout()
-        .build()
-        .unwrap();
-    assert_eq!(none.delivery_timeout(), None);
+    for seconds in [2, 30, 3600] {
+        let transport = RedisTransport::builder()
+            .retry_after(Duration::from_secs(seconds))
+            .connect(&url)
+            .await
+            .unwrap();
+        let consumer = Consumer::builder(router(), transport.clone(), "orders")
+            .build()
+            .unwrap();
+        assert_eq!(
+            consumer.delivery_timeout(),
+            Some(DEFAULT_DELIVERY_TIMEOUT),
+            "retry_after {seconds} s"
+        );
+        let none = Consumer::builder(router(), transport, "orders")
+            .no_delivery_timeout()
+            .build()
+            .unwrap();
+        assert_eq!(none.delivery_timeout(), None);
+    }
+    assert_eq!(DEFAULT_DELIVERY_TIMEOUT, Duration::from_secs(15 * 60));
     let never_lapsing = RedisTransport::builder()
         .no_recovery()
         .connect(&url)
@@ -255,6 +418,57 @@ async fn the_default_delivery_timeout_is_below_the_reservation() {
 }
 
 // ---------------------------------------------------------------- kept alive
+
+/// A handler that takes longer than a reservation lasts (3 s against a
+/// `retry_after` of 2 s) under the default per-delivery timeout: the
+/// consumer keeps the reservation alive while it runs, and the default
+/// timeout does not follow `retry_after`, so the handler completes once;
+/// nothing is timed out, taken back by a sweep or dead-lettered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_longer_than_retry_after_completes_once_under_the_default_timeout() {
+    const TEST: &str = "a_handler_longer_than_retry_after_completes_once";
+    let Some(url) = server_url(REDIS_URL, TEST) else {
+        return;
+    };
+    let queue = Queue::new(&url);
+    let transport = RedisTransport::builder()
+        .retry_after(Duration::from_secs(2))
+        .connect(&url)
+        .await
+        .unwrap();
+    let body = envelope_with_id("slow-success", &queue.name, 0).to_vec();
+    transport.publish(&queue.name, &body).await.unwrap();
+    let effects: Effects = Arc::default();
+    let started = Arc::new(AtomicU64::new(0));
+    let (counted, runs) = (Arc::clone(&effects), Arc::clone(&started));
+    let router = Router::builder()
+        .route(urn!("urn:babel:interop:created"), move |env: Envelope| {
+            let (counted, runs) = (Arc::clone(&counted), Arc::clone(&runs));
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                count_effect(&counted, &env);
+                Ok::<(), StoreError>(())
+            }
+        })
+        .build()
+        .unwrap();
+    let consumer = Consumer::builder(router, transport, &queue.name)
+        .concurrency(2)
+        .build()
+        .unwrap();
+    let report = run_until_idle(&consumer, QUIET).await;
+
+    assert_eq!(started.load(Ordering::SeqCst), 1, "one run: {report:?}");
+    assert_eq!(effects.lock().unwrap().get("slow-success"), Some(&1));
+    assert_eq!(report.timed_out, 0, "{report:?}");
+    assert_eq!(report.retried, 0, "{report:?}");
+    assert_eq!(report.dead_lettered, 0, "{report:?}");
+    assert_eq!(report.lapsed, 0, "taken back by a sweep: {report:?}");
+    assert_eq!(report.acked, 1, "{report:?}");
+    assert!(dead_letters(&queue).await.is_empty());
+    assert!(queue.drained().await);
+}
 
 /// `retry_after` 3 s, a handler that fails after 2.5 s, a 2.9 s backoff:
 /// together longer than a reservation, so the consumer keeps it alive

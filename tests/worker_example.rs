@@ -24,6 +24,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use babel_idem::Envelope;
+use consumer_support::amqp_queue::{AMQP_URL, Queue as AmqpQueue};
 use consumer_support::redis_queue::Queue;
 use redis::AsyncCommands;
 use serde_json::{Value, json};
@@ -101,16 +102,86 @@ fn final_line(output: &Output) -> Value {
     serde_json::from_str(line).unwrap_or_else(|e| panic!("{line:?} is not JSON: {e}"))
 }
 
-/// The summary line of a worker that stopped for `stopped` (`idle`, `signal`).
+/// The summary line of a worker that stopped for `stopped` (`idle`,
+/// `signal`), with nothing retried, released, timed out or taken back.
 fn counts(delivered: u64, ran: u64, skipped: u64, dead_lettered: u64, stopped: &str) -> Value {
     json!({
         "delivered": delivered,
         "ran": ran,
         "skipped": skipped,
         "retried": 0,
+        "released": 0,
+        "timed_out": 0,
+        "taken_back": 0,
         "dead_lettered": dead_lettered,
         "stopped": stopped,
     })
+}
+
+/// Runs the worker to its end, killing it (and failing) if it runs longer
+/// than `patience`: a wedged worker is a failure, never a hang.
+async fn run_worker_within(args: Vec<String>, patience: Duration) -> Output {
+    let output = tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut child = worker(&args).spawn().expect("start the worker example");
+        // Read both pipes meanwhile, so a chatty worker never blocks on them.
+        let stdout = child.stdout.take().unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let read = |mut pipe: Box<dyn std::io::Read + Send>| {
+            std::thread::spawn(move || {
+                let mut bytes = Vec::new();
+                let _ = pipe.read_to_end(&mut bytes);
+                bytes
+            })
+        };
+        let (stdout, stderr) = (read(Box::new(stdout)), read(Box::new(stderr)));
+        let deadline = Instant::now() + patience;
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                let stderr = String::from_utf8_lossy(&stderr.join().unwrap()).into_owned();
+                let tail: Vec<&str> = stderr.lines().rev().take(5).collect();
+                panic!("the worker was still running after {patience:?}; stderr ends: {tail:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        Output {
+            status,
+            stdout: stdout.join().unwrap(),
+            stderr: stderr.join().unwrap(),
+        }
+    })
+    .await
+    .unwrap();
+    assert_no_panic(&output);
+    output
+}
+
+/// The worker's summary after [`burst_of_one_id`](consumer_support::burst_of_one_id)
+/// (500 copies of one id, then 200 other ids) at concurrency 64: each id
+/// ran once, every other copy was skipped, nothing was retried, timed out,
+/// taken back or dead-lettered; copies that went back unattempted came
+/// again (and count as delivered again).
+fn assert_burst_summary(output: &Output) {
+    assert!(output.status.success(), "{output:?}");
+    let summary = final_line(output);
+    let count = |key: &str| {
+        summary[key]
+            .as_u64()
+            .unwrap_or_else(|| panic!("the summary has no {key:?}: {summary}"))
+    };
+    assert_eq!(count("ran"), 201, "{summary}");
+    assert_eq!(count("skipped"), 499, "{summary}");
+    assert_eq!(count("retried"), 0, "{summary}");
+    assert_eq!(count("timed_out"), 0, "{summary}");
+    assert_eq!(count("taken_back"), 0, "{summary}");
+    assert_eq!(count("dead_lettered"), 0, "{summary}");
+    assert_eq!(count("delivered"), 700 + count("released"), "{summary}");
+    assert_eq!(summary["stopped"], "idle", "{summary}");
 }
 
 /// One test's queue and seen-set file; the queue's keys and the file are
@@ -327,6 +398,67 @@ async fn sigterm_stops_the_worker_with_its_counts() {
     assert!(output.status.success(), "{output:?}");
     assert_eq!(final_line(&output), counts(12, 12, 0, 0, "signal"));
     assert!(String::from_utf8_lossy(&output.stderr).contains("worker: stopping"));
+}
+
+/// 500 copies of one id ahead of 200 other ids on Redis, at concurrency 64
+/// with the default settings: the worker is never wedged by the burst.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_one_id_never_wedges_the_worker_on_redis() {
+    const TEST: &str = "a_burst_of_one_id_never_wedges_the_worker_on_redis";
+    let Some(url) = server_url(REDIS_URL, TEST) else {
+        return;
+    };
+    let fixture = Fixture::new(&url);
+    let transport = fixture.queue.transport().await;
+    let prefix = format!("burst-{}", unique_suffix());
+    for body in consumer_support::burst_of_one_id(&fixture.queue.name, &prefix, 500, 200) {
+        transport.publish(&fixture.queue.name, &body).await.unwrap();
+    }
+    let mut args = fixture.args(&["--until-idle", "2s", "--urn", consumer_support::URN]);
+    let at = args.iter().position(|a| a == "--concurrency").unwrap();
+    args[at + 1] = "64".to_owned();
+    let output = run_worker_within(args, consumer_support::BURST_PATIENCE).await;
+    assert_burst_summary(&output);
+    assert!(fixture.queue.drained().await);
+}
+
+/// The same burst on RabbitMQ (the worker's prefetch: twice its concurrency).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_one_id_never_wedges_the_worker_on_rabbitmq() {
+    const TEST: &str = "a_burst_of_one_id_never_wedges_the_worker_on_rabbitmq";
+    let Some(url) = server_url(AMQP_URL, TEST) else {
+        return;
+    };
+    let queue = AmqpQueue::new(&url);
+    let transport = queue.transport(1).await;
+    let prefix = format!("burst-{}", unique_suffix());
+    let bodies = consumer_support::burst_of_one_id(&queue.name, &prefix, 500, 200);
+    transport.publish_many(&queue.name, &bodies).await.unwrap();
+    transport.close().await;
+    let dir = std::env::temp_dir().join(format!("babel-idem-{}", queue.name));
+    std::fs::create_dir_all(&dir).unwrap();
+    let store = format!("sqlite:{}", dir.join("seen.sqlite").display());
+    let args = [
+        "--amqp",
+        &url,
+        "--queue",
+        &queue.name,
+        "--concurrency",
+        "64",
+        "--store",
+        &store,
+        "--until-idle",
+        "2s",
+        "--urn",
+        consumer_support::URN,
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    let output = run_worker_within(args, consumer_support::BURST_PATIENCE).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_burst_summary(&output);
+    assert_eq!(queue.ready(&queue.name).await, 0);
+    assert_eq!(queue.ready(&queue.dlq()).await, 0);
 }
 
 #[tokio::test]

@@ -10,7 +10,7 @@
 //! | `Ack`, `Delete` | ack |
 //! | `Retry` | wait the router's backoff, then requeue the body with `attempts + 1` |
 //! | `DeadLetter` | the record to `<queue>.dlq`: the envelope with its `dead_letter` block, or for poison the ADR-0035 record that keeps the body byte for byte |
-//! | `Release` | wait its delay (the [`release_delay`](ConsumerBuilder::release_delay) when it has none; none for a store outage), then requeue the body unchanged, no attempt counted |
+//! | `Release` | wait its delay (the [`release_delay`](ConsumerBuilder::release_delay) when it has none; for a store outage none, or a hold while only a part of the store is down), then requeue the body unchanged, no attempt counted |
 //!
 //! Deduplication is the handler's guard's (`#[idempotent]`); the consumer
 //! and its transport never decide it.
@@ -23,9 +23,16 @@
 //! - A broker that fails (a restart, a network cut) is retried with backoff,
 //!   for reservations and settlements alike; a settlement is never skipped.
 //! - A store that fails (the guard could not ask whether an id ran) is an
-//!   outage, not a failed attempt: the delivery goes back unchanged and the
-//!   consumer stops reserving, backs off and resumes by itself once a probe
-//!   delivery gets past its guard ([`ConsumerReport::store_outages`]).
+//!   outage, not a failed attempt: the delivery goes back unchanged, never
+//!   dead-lettered. When the store is down (no delivery got an answer from
+//!   it for a second) the consumer stops reserving, backs off and resumes
+//!   by itself once a probe delivery gets past its guard
+//!   ([`ConsumerReport::store_outages`]). When only a part of it is down
+//!   (other deliveries get answers, or the store says so: a cluster master
+//!   short of replicas, [`ShortOfReplicas`](crate::store::ShortOfReplicas)),
+//!   the consumer goes on at full width and holds the failed delivery back
+//!   alone, without a handler slot, before it goes back: those ids are
+//!   paused, the others flow.
 //! - It reserves [`read_ahead`](ConsumerBuilder::read_ahead) deliveries
 //!   beyond its free handler slots (as many as its concurrency by default,
 //!   at least 4; again once half of those places are free),
@@ -41,8 +48,14 @@
 //!   guard after its first marked takes a slot back before that body runs,
 //!   and the delivery keeps its id's turn until its mark is answered.
 //! - One delivery per `meta.id` runs at a time: a second delivery of an id
-//!   being run waits (without a handler slot) for the first to end, and its
-//!   guard then skips it or runs it.
+//!   being run waits for the first to end, in the order the copies came,
+//!   and its guard then skips it or runs it. A copy waiting holds no
+//!   handler slot and no place ahead, only a place for deliveries held
+//!   back (16 per slot, shared with those of a store partly down); a copy
+//!   beyond them goes back to the broker unchanged, no attempt spent
+//!   ([`ConsumerReport::id_busy`]), and is skipped when it comes again. A
+//!   burst of one id, of any size, never holds the room the other ids
+//!   need: they keep running at full concurrency meanwhile.
 //! - Each handler gets a [`delivery_timeout`](ConsumerBuilder::delivery_timeout);
 //!   one that runs longer is dropped, its id left unmarked, and retried.
 //! - While a handler runs and while a delivery waits out a retry backoff or
@@ -61,7 +74,7 @@
 
 pub(crate) mod batching;
 pub(crate) mod handoff;
-mod outage;
+pub(crate) mod outage;
 mod poison;
 mod replay;
 mod run;
@@ -129,6 +142,7 @@ pub struct Consumer<T: Transport> {
     release_delay: Duration,
     keep_alive: Option<Duration>,
     max_waiting: usize,
+    max_held_back: usize,
     batch_store_calls: bool,
     counters: Arc<Counters>,
 }
@@ -153,7 +167,9 @@ pub struct ConsumerBuilder<T: Transport> {
 /// A [`ConsumerBuilder`]'s per-delivery timeout setting.
 #[derive(Debug, Clone, Copy)]
 enum Timeout {
-    /// The transport's default ([`default_delivery_timeout`]).
+    /// The transport's default: [`DEFAULT_DELIVERY_TIMEOUT`] where
+    /// reservations are kept alive, [`fitted_delivery_timeout`] where they
+    /// cannot be, none where they never lapse.
     Default,
     /// Set by the caller.
     Set(Duration),
@@ -177,14 +193,55 @@ const LEAST_DEFAULT_READ_AHEAD: usize = 4;
 const MAX_BATCH: usize = 256;
 
 /// Deliveries that may wait without a handler slot (a backoff, a release
-/// delay, another delivery of their id), per slot; past that a waiting
+/// delay, an ack or a mark on its way), per slot; past that a waiting
 /// delivery keeps its slot, so the consumer reserves no more.
 const WAITING_PER_SLOT: usize = 4;
 
-/// The transport's default per-delivery timeout when a handler has
-/// `lifetime` of a reservation to run in: 90 % of it, leaving the rest to
-/// settle in.
-fn default_delivery_timeout(lifetime: Duration) -> Duration {
+/// Deliveries that may be held back unattempted, per slot, holding no slot
+/// and no place ahead: copies of an id waiting for its run to end, and
+/// deliveries whose part of the store is down waiting to go back. Past
+/// that such a delivery goes back to the broker at once. These places are
+/// apart from [`WAITING_PER_SLOT`]'s: neither a burst of one id nor a
+/// shard's outage takes the places the other ids' waits need.
+const HELD_BACK_PER_SLOT: usize = 16;
+
+/// The default per-delivery timeout on a transport that keeps
+/// reservations alive while a handler runs (Redis): 15 minutes.
+///
+/// There a reservation never lapses under a running handler, so the
+/// timeout has nothing to fit in: it only catches a handler that hangs,
+/// which would otherwise hold its slot and its message for ever. It is
+/// fixed, never derived from the reservation's lifetime: a short
+/// `retry_after` (so that a crashed worker's deliveries come back soon)
+/// must not cut short a handler that takes longer than it. Set
+/// [`delivery_timeout`](ConsumerBuilder::delivery_timeout) to your
+/// longest handler's time when it runs longer, or
+/// [`no_delivery_timeout`](ConsumerBuilder::no_delivery_timeout).
+///
+/// ```no_run
+/// # async fn run(router: babel_idem::Router) -> Result<(), Box<dyn std::error::Error>> {
+/// use babel_idem::consumer::DEFAULT_DELIVERY_TIMEOUT;
+/// use babel_idem::transport::RedisTransport;
+/// use babel_idem::Consumer;
+/// use std::time::Duration;
+///
+/// // Reservations of 2 s, kept alive while the handler runs: a handler
+/// // may take minutes.
+/// let transport = RedisTransport::builder()
+///     .retry_after(Duration::from_secs(2))
+///     .connect("redis://127.0.0.1:6379/0")
+///     .await?;
+/// let consumer = Consumer::builder(router, transport, "orders").build()?;
+/// assert_eq!(consumer.delivery_timeout(), Some(DEFAULT_DELIVERY_TIMEOUT));
+/// # Ok(())
+/// # }
+/// ```
+pub const DEFAULT_DELIVERY_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+
+/// The default per-delivery timeout on a transport that cannot extend a
+/// reservation, when a handler has `lifetime` of one to run in: 90 % of
+/// it, leaving the rest to settle in.
+fn fitted_delivery_timeout(lifetime: Duration) -> Duration {
     lifetime.mul_f64(0.9)
 }
 
@@ -274,7 +331,10 @@ impl<T: Transport> ConsumerBuilder<T> {
     /// [`DEFAULT_CONCURRENCY`]): handler bodies never run more at a time.
     /// The consumer holds at most this many plus its
     /// [`read_ahead`](Self::read_ahead) reservations, besides those waiting
-    /// out a backoff or a delay, or a mark on its way: a delivery whose
+    /// out a backoff or a delay (at most 4 per slot), deliveries held back
+    /// unattempted (copies of an id waiting for its run, deliveries whose
+    /// part of the store is down: at most 16 per slot), or a mark on its
+    /// way: a delivery whose
     /// guard is marking its run done hands its slot to the next one, whose
     /// guard then asks its store while that mark is on its way (a handler
     /// that goes on into a second guard takes a slot back first).
@@ -349,13 +409,38 @@ impl<T: Transport> ConsumerBuilder<T> {
         self
     }
 
-    /// How long one handler may run (default: 90 % of the transport's
-    /// [`reservation_lifetime`](Transport::reservation_lifetime), less the
-    /// longest retry backoff or release delay on a transport that cannot
-    /// extend a reservation; none when reservations never lapse). A handler
-    /// that runs longer is dropped (its guard leaves the id unmarked) and
-    /// the delivery is retried as a failed attempt, so a hung handler
-    /// cannot keep a handler slot, or the message, for ever.
+    /// How long one handler may run. A handler that runs longer is dropped
+    /// (its guard leaves the id unmarked) and the delivery is retried as a
+    /// failed attempt, so a hung handler cannot keep a handler slot, or the
+    /// message, for ever.
+    ///
+    /// The default depends on the transport's reservations:
+    /// - kept alive while the handler runs
+    ///   ([`Transport::extends_reservations`], Redis):
+    ///   [`DEFAULT_DELIVERY_TIMEOUT`], 15 minutes, whatever the
+    ///   reservation's lifetime: a handler may outlive any number of
+    ///   reservations, and `retry_after` only says how soon a crashed
+    ///   worker's deliveries come back;
+    /// - lapsing and never extended (RabbitMQ's `consumer_timeout`): 90 %
+    ///   of the [`reservation_lifetime`](Transport::reservation_lifetime)
+    ///   less the longest retry backoff or release delay, so the handler
+    ///   and the wait after it fit in one reservation;
+    /// - never lapsing: none.
+    ///
+    /// ```no_run
+    /// # async fn run(router: babel_idem::Router) -> Result<(), Box<dyn std::error::Error>> {
+    /// use babel_idem::Consumer;
+    /// use babel_idem::transport::RedisTransport;
+    /// use std::time::Duration;
+    ///
+    /// let transport = RedisTransport::connect("redis://127.0.0.1:6379/0").await?;
+    /// // Reports that take up to half an hour.
+    /// let consumer = Consumer::builder(router, transport, "reports")
+    ///     .delivery_timeout(Duration::from_secs(45 * 60))
+    ///     .build()?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn delivery_timeout(mut self, timeout: Duration) -> Self {
         self.delivery_timeout = Timeout::Set(timeout);
         self
@@ -451,8 +536,10 @@ impl<T: Transport> ConsumerBuilder<T> {
             Timeout::Set(timeout) => Some(timeout),
             Timeout::Never => None,
             Timeout::Default => lifetime.map(|lifetime| match extends {
-                true => default_delivery_timeout(lifetime),
-                false => default_delivery_timeout(lifetime.saturating_sub(longest_wait)),
+                // Kept alive while the handler runs: the reservation's
+                // lifetime bounds nothing, so it sets nothing.
+                true => DEFAULT_DELIVERY_TIMEOUT,
+                false => fitted_delivery_timeout(lifetime.saturating_sub(longest_wait)),
             }),
         };
         if let (Some(reservation), false) = (lifetime, extends) {
@@ -497,6 +584,7 @@ impl<T: Transport> ConsumerBuilder<T> {
             release_delay: self.release_delay,
             keep_alive,
             max_waiting: self.concurrency.saturating_mul(WAITING_PER_SLOT),
+            max_held_back: self.concurrency.saturating_mul(HELD_BACK_PER_SLOT),
             batch_store_calls: self.batch_store_calls,
             counters: Arc::default(),
         })
@@ -607,6 +695,7 @@ impl Progress {
             store_unavailable: read(&c.store_unavailable),
             store_outages: read(&c.store_outages),
             waited_for_id: read(&c.waited_for_id),
+            id_busy: read(&c.id_busy),
             failing: if c.reserve_failing.load(Ordering::Relaxed) {
                 Some(Failing::Broker)
             } else if c.outage.is_down() {
@@ -752,8 +841,9 @@ pub struct ConsumerReport {
     pub released: u64,
     /// Written to the dead-letter queue.
     pub dead_lettered: u64,
-    /// Settled too late: the reservation had lapsed and was recovered, so
-    /// nothing was touched and the delivery will come again.
+    /// Taken back by the transport's recovery (the Redis sweep) before they
+    /// were settled: the reservation had lapsed, so the settle touched
+    /// nothing and the delivery will come again.
     pub lapsed: u64,
     /// Still running when a graceful stop timed out: dropped unsettled, left
     /// to the broker's recovery.
@@ -768,8 +858,14 @@ pub struct ConsumerReport {
     pub store_unavailable: u64,
     /// Store outages: each paused reservations until the store answered.
     pub store_outages: u64,
-    /// Deliveries that waited for another delivery of the same id to end.
+    /// Deliveries that met another delivery of the same id being run (and
+    /// waited for it to end, or went back as `id_busy` counts).
     pub waited_for_id: u64,
+    /// Deliveries handed back unchanged, unattempted, because another
+    /// delivery of their id was being run: every place for copies waiting
+    /// was taken (a burst of one id), or that run went on past the
+    /// per-delivery timeout. Counted in `released` too; no attempt spent.
+    pub id_busy: u64,
     /// What the consumer was failing on when this was read (`None`: its
     /// last reservation succeeded and its store answers).
     pub failing: Option<Failing>,

@@ -406,8 +406,11 @@ fn store_failed<E: From<StoreError>>(id: &str, error: StoreError) -> Result<(), 
         "store unavailable; the message was not run and goes back for retry",
     );
     metrics::record(Decision::StoreFailed);
-    // The delivery being dispatched, if any, is an outage, not a failure.
+    // The delivery being dispatched, if any, is an outage, not a failure;
+    // a consumer learns whether the store said it is of a part of it only.
     parked::record(LastClaim::StoreFailed);
+    #[cfg(feature = "consumer")]
+    crate::consumer::outage::store_failed(&error);
     Err(E::from(error))
 }
 

@@ -37,7 +37,7 @@ pub use memory::{InMemoryStore, InMemoryStoreBuilder};
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresStore, PostgresStoreBuilder};
 #[cfg(feature = "redis")]
-pub use redis::{NotReplicated, RedisStore, RedisStoreBuilder};
+pub use redis::{NotReplicated, RedisStore, RedisStoreBuilder, ShortOfReplicas};
 pub use settings::{MAX_TTL, check_url_credentials, redact_url_secrets};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteStore, SqliteStoreBuilder};

@@ -4,6 +4,8 @@
 //! scenarios, the start-up errors. A module of the test crates that `mod` it.
 #![allow(dead_code)]
 
+#[cfg(feature = "amqp-transport")]
+pub mod amqp_queue;
 #[cfg(feature = "redis-transport")]
 pub mod redis_queue;
 
@@ -747,6 +749,67 @@ pub async fn assert_each_id_runs_once_in_one_process<T: Transport>(
         report.waited_for_id > 0,
         "some second copies met their original running: {report:?}"
     );
+    report
+}
+
+/// How long a burst scenario may take before it counts as wedged: far more
+/// than a healthy run needs, far less than the default reservation lifetime
+/// a wedged delivery would be held for (a failure, never a speed assertion).
+pub const BURST_PATIENCE: Duration = Duration::from_secs(60);
+
+/// A burst of one id ahead of the ordinary traffic: `copies` deliveries of
+/// `<prefix>-burst`, then one of each of `<prefix>-0` .. `<prefix>-<others - 1>`.
+pub fn burst_of_one_id(queue: &str, prefix: &str, copies: u64, others: u64) -> Vec<Vec<u8>> {
+    let burst = envelope_with_id(&format!("{prefix}-burst"), queue, 0).to_vec();
+    let mut bodies = vec![burst; copies as usize];
+    bodies.extend(
+        (0..others).map(|n| envelope_with_id(&format!("{prefix}-{n}"), queue, n + 1).to_vec()),
+    );
+    bodies
+}
+
+/// Consumes the [`burst_of_one_id`] scenario (already published on `queue`)
+/// with a consumer of `concurrency` in seen-set mode on `store` (a store
+/// over the network: each copy's skip is a round trip, as in a worker),
+/// the transport's defaults otherwise: each of the `others + 1` ids runs
+/// once, every delivery ends acked, none timed out, none taken back by a
+/// sweep, none dead-lettered, within [`BURST_PATIENCE`].
+pub async fn a_burst_of_one_id_never_wedges_the_consumer<T, S>(
+    transport: T,
+    store: S,
+    queue: &str,
+    concurrency: usize,
+    (copies, others): (u64, u64),
+) -> ConsumerReport
+where
+    T: Transport,
+    S: Store + Clone + 'static,
+{
+    let counts = RunCounts::default();
+    let router = counting_router(store, counts.clone(), Duration::from_millis(5));
+    let consumer = Consumer::builder(router, transport, queue)
+        .concurrency(concurrency)
+        .build()
+        .unwrap();
+    let progress = consumer.progress();
+    let report = tokio::time::timeout(BURST_PATIENCE, consumer.run_until(progress.idle_for(QUIET)))
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "the consumer was wedged by the burst: {:?}",
+                consumer.progress().report()
+            )
+        });
+    let ran = counts.ran.lock().unwrap().clone();
+    let twice: Vec<_> = ran.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "ran twice: {twice:?}");
+    assert_eq!(ran.len() as u64, others + 1, "ids run: {report:?}");
+    assert_eq!(report.timed_out, 0, "{report:?}");
+    assert_eq!(report.lapsed, 0, "taken back by a sweep: {report:?}");
+    assert_eq!(report.dead_lettered, 0, "{report:?}");
+    assert_eq!(report.acked, copies + others, "{report:?}");
+    assert_eq!(report.in_flight, 0, "{report:?}");
+    println!("burst: {report:?}");
     report
 }
 

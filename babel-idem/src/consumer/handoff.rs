@@ -15,8 +15,7 @@
 //! - The delivery keeps its id's turn until its dispatch ends: the next
 //!   delivery of the same id still waits for the mark.
 //! - Taking a slot back never waits on a delivery that waits for this one:
-//!   the id's waiters that hold a slot are told when it is handed on, and
-//!   let theirs go ([`Turn::poll_handed_on`](crate::guard::inflight::Turn::poll_handed_on)).
+//!   a delivery waiting for its id's turn holds no slot.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -34,7 +33,9 @@ tokio::task_local! {
 /// One delivery's hold on a handler slot while it dispatches.
 struct Slot {
     held: Mutex<Held>,
-    /// The delivery's turn on its id, if it has an id.
+    /// The delivery's turn on its id, if it has an id: held until the
+    /// dispatch ends, so the next delivery of the id waits for the mark.
+    #[allow(dead_code, reason = "held for its drop")]
     running: Option<Running>,
     slots: Arc<Semaphore>,
     waiting: Arc<Semaphore>,
@@ -63,10 +64,6 @@ impl Slot {
         // over all the same, only the next delivery starts later.
         if let Ok(place) = Arc::clone(&self.waiting).try_acquire_owned() {
             *held = Held::HandedOn(place);
-            drop(held);
-            if let Some(running) = &self.running {
-                running.hand_on();
-            }
         }
     }
 
@@ -80,9 +77,6 @@ impl Slot {
             .await
             .expect("the consumer never closes its semaphore");
         *self.held() = Held::Slot(permit);
-        if let Some(running) = &self.running {
-            running.taken_back();
-        }
     }
 }
 

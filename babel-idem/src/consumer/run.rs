@@ -4,7 +4,7 @@
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 
@@ -17,11 +17,19 @@ use crate::guard::inflight::{InFlight, Running};
 use crate::router::{Delivery, Disposition, ReleaseReason, Router};
 use crate::transport::{Reserved, Settlement, Transport};
 
+use super::outage::{self, Failure};
 use super::settle::{self, Counters, Outcome};
 use super::{Consumer, ConsumerReport, MAX_BATCH, batching, handoff, replay};
 
 /// The first and the longest pause after a broker error.
 const BROKER_BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(2));
+
+/// The first and the longest pause after reservations that brought only
+/// deliveries that went back at once, unattempted, for want of a place to
+/// be held back in (copies of an id being run, deliveries of a part of the
+/// store that is down). Short: other ids may be queued behind them, and
+/// each reservation moves those it brought to the back of the queue.
+const BUSY_BACKOFF: (Duration, Duration) = (Duration::from_millis(10), Duration::from_millis(100));
 
 /// What every delivery task of one run shares.
 struct Shared<T: Transport> {
@@ -41,8 +49,14 @@ struct Shared<T: Transport> {
     /// How many places ahead must be free before the consumer reserves
     /// for them alone (a free handler slot reserves at once).
     refill: u32,
-    /// Places for deliveries that wait without a handler slot.
+    /// Places for deliveries that wait without a handler slot (a backoff,
+    /// a release delay, an ack or a mark on its way).
     waiting: Arc<Semaphore>,
+    /// Places for deliveries held back unattempted: copies of an id
+    /// waiting for its run to end, and deliveries whose part of the store
+    /// is down. Apart from `waiting`, so neither a burst of one id nor a
+    /// shard's outage takes the places the other ids' waits need.
+    held_back: Arc<Semaphore>,
     /// The ids being dispatched.
     inflight: Arc<InFlight>,
     /// Where the guards' store calls meet; `None`: one call per message.
@@ -76,6 +90,7 @@ impl<T: Transport> Consumer<T> {
             ahead: Arc::new(Semaphore::new(self.read_ahead)),
             refill: u32::try_from(self.read_ahead.div_ceil(2).max(1)).unwrap_or(u32::MAX),
             waiting: Arc::new(Semaphore::new(self.max_waiting)),
+            held_back: Arc::new(Semaphore::new(self.max_held_back)),
             inflight: Arc::default(),
             batches: self.batches_store_calls().then(Arc::default),
         });
@@ -83,6 +98,9 @@ impl<T: Transport> Consumer<T> {
         let mut tasks = JoinSet::new();
         let mut idle = Backoff::new(self.idle_poll);
         let mut broker = Backoff::new(BROKER_BACKOFF);
+        let mut bounced = Backoff::new(BUSY_BACKOFF);
+        // The reservations whose deliveries' fates are not all known yet.
+        let mut tallies: Vec<Arc<Tally>> = Vec::new();
         tokio::pin!(shutdown);
 
         loop {
@@ -133,6 +151,27 @@ impl<T: Transport> Consumer<T> {
                 }
             }
 
+            // A delivery with no place to be held back in goes straight back
+            // unattempted: a copy of a busy id beyond their places
+            // (`take_turn`), one whose part of the store is down
+            // (`held_back`). When the latest reservation whose deliveries'
+            // fates are all known brought nothing else, a short pause comes
+            // first, as after an empty one: a burst of one id, or the ids of
+            // a shard without a replica, are not spun through the broker
+            // at full speed. One other delivery in it means other work is
+            // queued: no pause.
+            if let Some(all_busy) = Tally::latest_decided(&mut tallies) {
+                if all_busy {
+                    drop(room);
+                    outage.probe_unused();
+                    if pause(bounced.next(), &mut shutdown).await {
+                        break;
+                    }
+                    continue;
+                }
+                bounced.reset();
+            }
+
             // Not raced against `shutdown`: a reservation dropped half-way
             // would sit in the broker until its recovery.
             self.counters.reserve_calls.fetch_add(1, Ordering::Relaxed);
@@ -166,9 +205,16 @@ impl<T: Transport> Consumer<T> {
             let count = batch.len() as u64;
             self.counters.delivered.fetch_add(count, Ordering::Relaxed);
             self.counters.in_flight.fetch_add(count, Ordering::Relaxed);
+            let tally = Arc::new(Tally::new(batch.len()));
+            tallies.push(Arc::clone(&tally));
             for (reserved, room) in batch.into_iter().zip(room) {
                 let room = queue_for_slot(&shared.slots, room).await;
-                tasks.spawn(handle(Arc::clone(&shared), reserved, room));
+                tasks.spawn(handle(
+                    Arc::clone(&shared),
+                    reserved,
+                    room,
+                    Arc::clone(&tally),
+                ));
             }
         }
 
@@ -209,6 +255,69 @@ impl<T: Transport> Consumer<T> {
     }
 }
 
+/// What became of one reservation's deliveries: how many are yet to be
+/// known, and how many went back to the broker at once, unattempted, for
+/// want of a place to be held back in (a copy of a busy id, a delivery
+/// whose part of the store is down).
+struct Tally {
+    count: usize,
+    undecided: AtomicUsize,
+    back_at_once: AtomicUsize,
+}
+
+impl Tally {
+    fn new(count: usize) -> Self {
+        Tally {
+            count,
+            undecided: AtomicUsize::new(count),
+            back_at_once: AtomicUsize::new(0),
+        }
+    }
+
+    /// One delivery's fate is known: it went back at once, or not (it ran,
+    /// or it waits held back).
+    fn decided(&self, back_at_once: bool) {
+        if back_at_once {
+            self.back_at_once.fetch_add(1, Ordering::Relaxed);
+        }
+        self.undecided.fetch_sub(1, Ordering::Release);
+    }
+
+    /// Drops the reservations whose deliveries' fates are all known;
+    /// whether the latest of them all went back at once (`None`: none is
+    /// known whole yet).
+    fn latest_decided(tallies: &mut Vec<Arc<Tally>>) -> Option<bool> {
+        let mut latest = None;
+        tallies.retain(|tally| {
+            if tally.undecided.load(Ordering::Acquire) > 0 {
+                return true;
+            }
+            latest = Some(tally.back_at_once.load(Ordering::Relaxed) >= tally.count);
+            false
+        });
+        latest
+    }
+}
+
+/// A delivery's share of its reservation's [`Tally`], told once.
+struct Fate<'t>(Option<&'t Tally>);
+
+impl Fate<'_> {
+    fn decided(&mut self, back_at_once: bool) {
+        if let Some(tally) = self.0.take() {
+            tally.decided(back_at_once);
+        }
+    }
+}
+
+impl Drop for Fate<'_> {
+    /// A delivery that ends any other way (it ran, it was settled) did not
+    /// go back at once.
+    fn drop(&mut self) {
+        self.decided(false);
+    }
+}
+
 /// A request for a handler slot, in the semaphore's queue.
 type SlotRequest = Pin<Box<dyn Future<Output = Result<OwnedSemaphorePermit, AcquireError>> + Send>>;
 
@@ -242,7 +351,15 @@ async fn queue_for_slot(slots: &Arc<Semaphore>, room: Room) -> Room {
 /// up to its guard's mark ([`handoff`]); acks without one when a waiting
 /// place is free, so the next delivery's handler runs while this one's ack
 /// is on its way. The reservation is kept alive until it settles.
-async fn handle<T: Transport>(shared: Arc<Shared<T>>, reserved: Reserved<T::Handle>, room: Room) {
+///
+/// `tally` is its reservation's: the delivery tells it whether it went
+/// back at once, unattempted.
+async fn handle<T: Transport>(
+    shared: Arc<Shared<T>>,
+    reserved: Reserved<T::Handle>,
+    room: Room,
+    tally: Arc<Tally>,
+) {
     let Reserved {
         body,
         headers,
@@ -264,7 +381,7 @@ async fn handle<T: Transport>(shared: Arc<Shared<T>>, reserved: Reserved<T::Hand
         }
         .expect("the consumer never closes its semaphore");
         let mut slot = Some(permit);
-        let decided = decide(&shared, body, headers, &mut slot).await;
+        let decided = decide(&shared, body, headers, &mut slot, Fate(Some(&tally))).await;
         (decided, slot)
     };
     let ((outcome, settlement), mut slot) = kept_alive(&shared, &handle, decided).await;
@@ -290,6 +407,7 @@ async fn decide<T: Transport>(
     body: Vec<u8>,
     headers: Vec<(String, String)>,
     slot: &mut Option<OwnedSemaphorePermit>,
+    mut fate: Fate<'_>,
 ) -> (Outcome, Settlement) {
     let (queue, dead_letter_queue) = (&*shared.queue, &*shared.dead_letter_queue);
     if let Some(limit) = shared.max_body_bytes
@@ -307,11 +425,13 @@ async fn decide<T: Transport>(
         .and_then(|envelope| envelope.meta.id.as_deref())
         .filter(|id| !id.is_empty());
     let running = match id {
-        Some(id) => match take_turn(shared, id, slot).await {
+        Some(id) => match take_turn(shared, id, slot, &mut fate).await {
             Some(running) => Some(running),
-            // Another delivery of the id ran past the timeout: this one
-            // was not attempted, it goes back unchanged.
-            None => return (Outcome::Released, Settlement::Requeue(body)),
+            // Not attempted: it goes back unchanged, no attempt spent.
+            None => {
+                shared.counters.id_busy.fetch_add(1, Ordering::Relaxed);
+                return (Outcome::Released, Settlement::Requeue(body));
+            }
         },
         None => None,
     };
@@ -323,13 +443,13 @@ async fn decide<T: Transport>(
     );
     // Boxed: the dispatch's state is most of the task's, and a smaller task
     // is cheaper to spawn and to move.
-    let dispatch = Box::pin(batching::scope(
+    let dispatch = Box::pin(outage::watch(batching::scope(
         shared.batches.clone(),
         replay::scope(
             replay,
             shared.router.dispatch_decoded(&body, decoded, delivery),
         ),
-    ));
+    )));
     let dispatch = async {
         match shared.delivery_timeout {
             None => Ok(dispatch.await),
@@ -347,20 +467,20 @@ async fn decide<T: Transport>(
     )
     .await;
     *slot = kept;
-    let disposition = match dispatched {
-        Ok(disposition) => disposition,
+    let (disposition, part_down) = match dispatched {
+        Ok(dispatched) => dispatched,
         Err(_) => {
             let timeout = shared.delivery_timeout.unwrap_or_default();
             shared.counters.timed_out.fetch_add(1, Ordering::Relaxed);
             let delivery = Delivery::new().with_queue(queue);
-            shared.router.timed_out(&body, &delivery, timeout)
+            (shared.router.timed_out(&body, &delivery, timeout), false)
         }
     };
-    note_store(shared, &disposition);
+    let hold = note_store(shared, &disposition, part_down);
 
     // A retry waits its backoff, a release its delay, before going back, so
     // neither spins on the queue; a store outage pauses the whole consumer
-    // instead.
+    // instead, and a partial one holds the delivery back (`hold`).
     let wait = match &disposition {
         Disposition::Retry(retry) => retry.backoff,
         Disposition::Release {
@@ -372,6 +492,9 @@ async fn decide<T: Transport>(
     };
     let settlement = settle::settlement_for(disposition, &body, queue, dead_letter_queue);
     drop(body);
+    if let Some(hold) = hold {
+        held_back(shared, slot, hold, &mut fate).await;
+    }
     if let Some(wait) = wait.filter(|wait| !wait.is_zero()) {
         // Boxed: a timer is large, and only the deliveries that wait pay
         // for one.
@@ -382,21 +505,28 @@ async fn decide<T: Transport>(
 
 /// Enters `id` in the registry, waiting (within the per-delivery timeout)
 /// while another delivery of it runs; then holds a slot again. `None` when
-/// the wait timed out.
+/// this delivery must go back to the broker unattempted: every place for
+/// deliveries held back is taken, or the run it waited for went on past
+/// the timeout.
 ///
-/// The wait lets the slot go when a waiting place is free. Without one it
-/// keeps the slot, so the consumer reserves no more, until the run it waits
-/// for hands its own slot on: that run may need a slot back before it ends
-/// ([`handoff`]), and must not wait for this one.
+/// Invariant: a copy waiting for its id holds no handler slot and no place
+/// ahead, only a place for deliveries held back. A waiter that held a slot could
+/// keep the id's next run (a waiter that won the turn without one) from
+/// ever getting one: with every slot held by copies waiting for that very
+/// run, the consumer would stall until the timeout. Beyond the places, a
+/// copy is settled at once by going back unchanged; by the time it comes
+/// again its id has run, and its guard skips it (or runs it, if that run
+/// failed).
 async fn take_turn<T: Transport>(
     shared: &Shared<T>,
     id: &str,
     slot: &mut Option<OwnedSemaphorePermit>,
+    fate: &mut Fate<'_>,
 ) -> Option<Running> {
     let give_up = shared
         .delivery_timeout
         .map(|timeout| Instant::now() + timeout);
-    let mut turn = match shared.inflight.enter(id) {
+    let turn = match shared.inflight.enter(id) {
         Ok(running) => return Some(running),
         Err(turn) => turn,
     };
@@ -404,29 +534,24 @@ async fn take_turn<T: Transport>(
         .counters
         .waited_for_id
         .fetch_add(1, Ordering::Relaxed);
-    let place = Arc::clone(&shared.waiting).try_acquire_owned().ok();
-    if place.is_some() {
+    let Ok(place) = Arc::clone(&shared.held_back).try_acquire_owned() else {
+        fate.decided(true);
+        // Its going back needs no order kept: the slot goes to the next
+        // delivery now, not after the settle's round trip.
         drop(slot.take());
-    }
-    let wait = async {
-        if slot.is_some() {
-            let ended = poll_fn(|cx| match Pin::new(&mut turn).poll(cx) {
-                Poll::Ready(running) => Poll::Ready(Some(running)),
-                Poll::Pending => turn.poll_handed_on(cx).map(|()| None),
-            })
-            .await;
-            if let Some(running) = ended {
-                return running;
-            }
-            drop(slot.take());
-        }
-        turn.await
+        tracing::debug!(
+            queue = &*shared.queue,
+            message_id = id,
+            "babel-idem: every place for deliveries held back is taken; handing this copy of a busy id back"
+        );
+        return None;
     };
+    fate.decided(false);
+    drop(slot.take());
     let running = match give_up {
-        Some(at) => tokio::time::timeout_at(at, wait).await.ok(),
-        None => Some(wait.await),
+        Some(at) => tokio::time::timeout_at(at, turn).await.ok(),
+        None => Some(turn.await),
     };
-    drop(place);
     let Some(running) = running else {
         tracing::warn!(
             queue = &*shared.queue,
@@ -435,10 +560,11 @@ async fn take_turn<T: Transport>(
         );
         return None;
     };
-    if slot.is_none() {
-        let permit = Arc::clone(&shared.slots).acquire_owned().await;
-        *slot = Some(permit.expect("the consumer never closes its semaphore"));
-    }
+    // The place is kept until a slot is had: those that won their turn and
+    // wait for a slot stay bounded too.
+    let permit = Arc::clone(&shared.slots).acquire_owned().await;
+    *slot = Some(permit.expect("the consumer never closes its semaphore"));
+    drop(place);
     Some(running)
 }
 
@@ -500,8 +626,15 @@ async fn kept_alive<T: Transport, F: Future>(
     }
 }
 
-/// Tells the outage watch what `disposition` says about the store.
-fn note_store<T: Transport>(shared: &Shared<T>, disposition: &Disposition) {
+/// Tells the outage watch what `disposition` says about the store; how
+/// long a delivery whose store failed is held back before it goes back:
+/// `Some` in a partial outage (the store answers other deliveries, or
+/// `part_down`: it said the failure concerns a part of it only).
+fn note_store<T: Transport>(
+    shared: &Shared<T>,
+    disposition: &Disposition,
+    part_down: bool,
+) -> Option<Duration> {
     let counters = &shared.counters;
     let answered = match disposition {
         Disposition::Release {
@@ -509,14 +642,26 @@ fn note_store<T: Transport>(shared: &Shared<T>, disposition: &Disposition) {
             ..
         } => {
             counters.store_unavailable.fetch_add(1, Ordering::Relaxed);
-            if counters.outage.failed() {
-                counters.store_outages.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(
-                    queue = &*shared.queue,
-                    "babel-idem: the store is unavailable; pausing reservations until it answers (no attempt is spent)"
-                );
-            }
-            return;
+            return match counters.outage.failed(part_down) {
+                Failure::Started => {
+                    counters.store_outages.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        queue = &*shared.queue,
+                        "babel-idem: the store is unavailable; pausing reservations until it answers (no attempt is spent)"
+                    );
+                    None
+                }
+                Failure::Down => None,
+                Failure::Partial { hold, first } => {
+                    if first {
+                        tracing::warn!(
+                            queue = &*shared.queue,
+                            "babel-idem: the store fails for some deliveries while it answers others (a part of it is down); those are held back and go back unattempted, the others go on"
+                        );
+                    }
+                    Some(hold)
+                }
+            };
         }
         Disposition::Ack | Disposition::Retry(_) => true,
         Disposition::Release {
@@ -531,6 +676,30 @@ fn note_store<T: Transport>(shared: &Shared<T>, disposition: &Disposition) {
             queue = &*shared.queue,
             "babel-idem: the store answers again; resuming reservations"
         );
+    }
+    None
+}
+
+/// Holds a delivery back for `hold` in one of the places for deliveries
+/// held back unattempted, without its handler slot: a delivery whose part
+/// of the store is down waits there, so its id does not spin through the
+/// broker while the consumer goes on with the others. Without a free place
+/// it goes back at once (told to `fate`): it must not keep a slot the other
+/// ids need.
+async fn held_back<T: Transport>(
+    shared: &Shared<T>,
+    slot: &mut Option<OwnedSemaphorePermit>,
+    hold: Duration,
+    fate: &mut Fate<'_>,
+) {
+    drop(slot.take());
+    match Arc::clone(&shared.held_back).try_acquire_owned() {
+        Ok(place) => {
+            fate.decided(false);
+            Box::pin(tokio::time::sleep(hold)).await;
+            drop(place);
+        }
+        Err(_) => fate.decided(true),
     }
 }
 

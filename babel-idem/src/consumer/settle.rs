@@ -104,6 +104,7 @@ pub(super) struct Counters {
     pub(super) store_unavailable: AtomicU64,
     pub(super) store_outages: AtomicU64,
     pub(super) waited_for_id: AtomicU64,
+    pub(super) id_busy: AtomicU64,
     /// Reservations that succeeded with nothing to hand out.
     pub(super) empty_reserves: AtomicU64,
     /// Whether the last reservation failed.

@@ -335,6 +335,20 @@ impl SlotCache {
     }
 }
 
+/// The master that serves `slot` (`host:port`) by the slot map `cache`
+/// keeps (read with `CLUSTER SLOTS` when it keeps none); `None` when the
+/// map cannot be read or nothing serves the slot.
+pub(crate) async fn master_of(
+    connection: &ClusterConnection,
+    cache: &SlotCache,
+    slot: u16,
+) -> Option<String> {
+    let mut connection = connection.clone();
+    let map = cache.map(&mut connection).await.ok()?;
+    let (host, port) = map.masters.get(*map.master_of.get(usize::from(slot))?)?;
+    Some(format!("{host}:{port}"))
+}
+
 /// A reply that says the command did not run where it was sent: the slot
 /// moved or is moving (`MOVED`, `ASK`, `TRYAGAIN`), or the node lacks the
 /// script (`NOSCRIPT`, a promoted replica, a restart).
@@ -345,7 +359,7 @@ fn sent_elsewhere(error: &RedisError) -> bool {
 
 /// The slot of `command`'s first key: `EVALSHA`'s after its key count,
 /// any other command's first argument.
-fn command_slot(command: &Cmd) -> Option<u16> {
+pub(crate) fn command_slot(command: &Cmd) -> Option<u16> {
     let mut args = command.args_iter().filter_map(|arg| match arg {
         ::redis::Arg::Simple(bytes) => Some(bytes),
         _ => None,

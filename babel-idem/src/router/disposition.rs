@@ -161,7 +161,8 @@ pub enum ReleaseReason {
     /// The handler's guard could not ask its store whether the message
     /// already ran (the store is down or failing), so the handler did not
     /// run: an outage, not a failed attempt. The consumer stops reserving
-    /// until the store answers again.
+    /// until the store answers again, or, while only a part of the store
+    /// fails, holds the delivery back and goes on with the others.
     StoreUnavailable,
 }
 

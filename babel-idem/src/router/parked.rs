@@ -88,7 +88,7 @@ impl LastClaim {
 }
 
 /// A delivery whose guard's store failed goes back unchanged, with no
-/// attempt counted: the consumer pauses until the store answers again.
+/// attempt counted: an outage, which the consumer waits out.
 pub(super) fn store_unavailable(urn: String) -> Disposition {
     tracing::debug!(
         urn,

@@ -3,6 +3,7 @@
 
 use std::error::Error as StdError;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -18,7 +19,7 @@ mod claim;
 mod cluster;
 mod durability;
 
-pub use durability::NotReplicated;
+pub use durability::{NotReplicated, ShortOfReplicas};
 
 const BACKEND: &str = "redis";
 
@@ -92,7 +93,9 @@ const DEFAULT_PREFIX: &str = "bq:idemp:";
 /// [`wait_for_replicas`](RedisStoreBuilder::wait_for_replicas), every
 /// write (a mark, a claim, a commit) is followed, in the same pipeline, by
 /// `WAIT <replicas> <timeout>`, and fails with [`NotReplicated`] when fewer
-/// replicas acknowledged it in time.
+/// replicas acknowledged it in time; after that, writes to the same master
+/// fail at once with [`ShortOfReplicas`] until one let through is
+/// confirmed.
 ///
 /// The store connects lazily and reconnects by itself: building it needs no
 /// server, each operation fails with a [`StoreError`] while the server is
@@ -120,6 +123,8 @@ pub struct RedisStore {
     ttl_ms: Option<i64>,
     claims: claim::ClaimKeys,
     durability: Option<durability::Durability>,
+    /// The masters found short of replicas, shared by the store's clones.
+    shortages: Arc<durability::Shortages>,
 }
 
 /// Configures a [`RedisStore`]; made by [`RedisStore::builder`].
@@ -225,8 +230,12 @@ impl RedisStoreBuilder {
     /// <replicas> <timeout ms>` sent in the same pipeline, on the same
     /// connection, right after the write. A write fewer replicas
     /// acknowledged fails with [`NotReplicated`] (it may still be on the
-    /// master, and reach the replicas later). Costs the replication's
-    /// delay on every write; see [the failover guarantees](crate::guide::stores).
+    /// master, and reach the replicas later); the master is then taken as
+    /// short of replicas, and writes to it fail at once with
+    /// [`ShortOfReplicas`], nothing sent, until a write let through after
+    /// a pause is confirmed (a master with no replica would hold each
+    /// write for the whole `timeout`). Costs the replication's delay on
+    /// every write; see [the failover guarantees](crate::guide::stores).
     ///
     /// ```
     /// use babel_idem::store::RedisStore;
@@ -322,6 +331,7 @@ impl RedisSettings {
             ttl_ms: self.ttl_ms,
             claims: self.claims,
             durability: self.durability,
+            shortages: Arc::default(),
         }
     }
 }
@@ -451,22 +461,31 @@ impl RedisStore {
         let failed = |e| StoreError::new(operation, BACKEND, RedisCommandError::from(e));
         let mut connection = self.connection.clone();
         #[cfg(feature = "redis-cluster")]
-        if let (Connection::Cluster(cluster, _), Some(durability)) =
+        if let (Connection::Cluster(cluster, slots), Some(durability)) =
             (&mut connection, self.durability.filter(|_| durable))
         {
+            use crate::redis_client::cluster::{command_slot, master_of, with_wait};
+            let master = match command_slot(command) {
+                Some(slot) => master_of(cluster, slots, slot).await,
+                None => None,
+            };
+            let probe = match &master {
+                Some(master) => self
+                    .shortages
+                    .admit(master, durability.replicas())
+                    .map_err(|e| StoreError::new(operation, BACKEND, e))?,
+                None => None,
+            };
             // On a cluster the write goes alone, so the client follows its
             // redirections, then `WAIT` to the master of its slot.
-            let sent = crate::redis_client::cluster::with_wait(
-                cluster,
-                command,
-                script,
-                durability.wait_arguments(),
-            )
-            .await;
+            let sent = with_wait(cluster, command, script, durability.wait_arguments()).await;
             let reply = sent.reply.map_err(failed)?;
-            durability
-                .confirm(sent.replicas.unwrap_or(0))
-                .map_err(|e| StoreError::new(operation, BACKEND, e))?;
+            let confirmed = durability.confirm(sent.replicas.unwrap_or(0));
+            if let Some(master) = &master {
+                self.shortages
+                    .record(master, confirmed.is_ok(), probe.as_ref());
+            }
+            confirmed.map_err(|e| StoreError::new(operation, BACKEND, e))?;
             return T::from_redis_value(reply).map_err(|e| parse_failed(operation, e));
         }
         let Some(durability) = self.durability.filter(|_| durable) else {
@@ -499,6 +518,11 @@ impl RedisStore {
         mut pipeline: Pipeline,
     ) -> Result<Vec<Value>, StoreError> {
         let failed = |e| StoreError::new(operation, BACKEND, RedisCommandError::from(e));
+        // One server: its one master.
+        let probe = self
+            .shortages
+            .admit("", durability.replicas())
+            .map_err(|e| StoreError::new(operation, BACKEND, e))?;
         durability.append_wait(&mut pipeline);
         let mut connection = self.connection.clone();
         let mut values: Vec<Value> = match pipeline.query_async(&mut connection).await {
@@ -517,9 +541,9 @@ impl RedisStore {
             Some(Value::Int(replicas)) => replicas,
             _ => 0,
         };
-        durability
-            .confirm(acknowledged)
-            .map_err(|e| StoreError::new(operation, BACKEND, e))?;
+        let confirmed = durability.confirm(acknowledged);
+        self.shortages.record("", confirmed.is_ok(), probe.as_ref());
+        confirmed.map_err(|e| StoreError::new(operation, BACKEND, e))?;
         Ok(values)
     }
 
@@ -548,26 +572,58 @@ impl RedisStore {
     ) -> Result<(Vec<Vec<usize>>, Vec<Value>), StoreError> {
         #[cfg(feature = "redis-cluster")]
         if let Connection::Cluster(connection, slots) = &self.connection {
-            let commands = groups
+            let commands: Vec<(u16, Cmd)> = groups
                 .iter()
                 .map(|group| {
                     let slot = crate::redis_client::cluster::slot(&keys[group[0]]);
                     (slot, command(group))
                 })
                 .collect();
-            let wait = self
-                .durability
-                .filter(|_| durable)
-                .map(|durability| durability.wait_arguments());
+            let durability = self.durability.filter(|_| durable);
+            let wait = durability.map(|durability| durability.wait_arguments());
+            // A write to a master short of replicas fails the batch at once,
+            // nothing sent: each call then asks alone, and only those of
+            // that master fail.
+            let mut masters: Vec<Option<String>> = Vec::new();
+            let mut probes: Vec<(String, Option<durability::Probe>)> = Vec::new();
+            if let Some(durability) = durability {
+                for (slot, _) in &commands {
+                    let master =
+                        crate::redis_client::cluster::master_of(connection, slots, *slot).await;
+                    if let Some(master) = &master
+                        && !probes.iter().any(|(known, _)| known == master)
+                    {
+                        let probe = self
+                            .shortages
+                            .admit(master, durability.replicas())
+                            .map_err(|e| StoreError::new(operation, BACKEND, e))?;
+                        probes.push((master.clone(), probe));
+                    }
+                    masters.push(master);
+                }
+            }
             let sent =
                 crate::redis_client::cluster::by_master(connection, slots, commands, script, wait)
                     .await;
+            if let Some(durability) = durability {
+                for (answer, master) in sent.iter().zip(&masters) {
+                    if let (Some(replicas), Some(master)) = (answer.replicas, master) {
+                        let probe = probes
+                            .iter()
+                            .find(|(known, _)| known == master)
+                            .and_then(|(_, probe)| probe.as_ref());
+                        self.shortages
+                            .record(master, durability.confirm(replicas).is_ok(), probe);
+                    }
+                }
+            }
+            drop(probes);
             let mut replies = Vec::with_capacity(sent.len());
             for answer in sent {
                 let reply = answer
                     .reply
                     .map_err(|e| StoreError::new(operation, BACKEND, RedisCommandError::from(e)))?;
-                if let (Some(durability), Some(replicas)) = (self.durability, answer.replicas) {
+                if let (Some(durability), Some(replicas)) = (durability, answer.replicas) {
                     durability
                         .confirm(replicas)
                         .map_err(|e| StoreError::new(operation, BACKEND, e))?;

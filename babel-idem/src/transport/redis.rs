@@ -182,8 +182,12 @@ impl TransportBuilder<RedisOptions> {
     /// How long a reservation lasts at least before the sweep returns it to
     /// the queue (default 90 s). Deadlines are whole seconds of the Redis
     /// server's clock, rounded up, so it may last less than two seconds
-    /// longer, never shorter. Keep it above the longest handler run: a
-    /// reservation that lapses is delivered again.
+    /// longer, never shorter. It is how soon a crashed worker's deliveries
+    /// come back. A [`Consumer`](crate::Consumer) extends each reservation
+    /// it holds every third of it, so its handlers may run longer (its
+    /// default per-delivery timeout does not follow this); a worker that
+    /// does not extend (another SDK's) must keep it above its longest
+    /// handler run, as a reservation that lapses is delivered again.
     pub fn retry_after(mut self, retry_after: Duration) -> Self {
         self.options.retry_after = Some(retry_after);
         self

@@ -6,12 +6,22 @@
 //! confirms, it goes to the same node over the same connection: a reply
 //! of `n` or more means the write is on `n` replicas, whatever else the
 //! shared connection carried meanwhile.
+//!
+//! A master short of replicas (a promoted replica with none of its own)
+//! answers every `WAIT` only at its timeout, so each write to it would
+//! hold its caller for the whole timeout, and a consumer's handler slots
+//! with it. [`Shortages`] remembers such masters: their writes fail at once
+//! with [`ShortOfReplicas`], nothing sent, and after a pause one write at a
+//! time goes through to see whether a replica came back.
 
+use std::collections::HashMap;
 use std::error::Error as StdError;
 use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use ::redis::Pipeline;
+use tokio::time::Instant;
 
 /// How many replicas a write waits for, and how long.
 #[derive(Debug, Clone, Copy)]
@@ -107,6 +117,166 @@ impl fmt::Display for NotReplicated {
 
 impl StdError for NotReplicated {}
 
+/// How long a master short of replicas is refused writes at first, and at
+/// most: the pause doubles with each probe write it fails too.
+const SHORT_PAUSE: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(8));
+
+/// A write not sent: the master of its key's slot confirmed a recent write
+/// to fewer replicas than
+/// [`wait_for_replicas`](super::RedisStoreBuilder::wait_for_replicas) asks
+/// (after a failover, a promoted replica has no replica of its own until
+/// one joins). Such a master answers `WAIT` only at its timeout, so rather
+/// than hold every caller that long, the store fails its writes at once for
+/// a pause (1 s, doubling while it stays short, up to 8 s), then lets one
+/// write through to see whether a replica came back. Nothing was written.
+/// The source of the [`StoreError`](crate::StoreError) the write fails
+/// with; the guard treats it as any store failure (the handler does not
+/// run; a consumer holds the delivery back and its id is paused while
+/// other ids go on).
+///
+/// ```
+/// use babel_idem::store::ShortOfReplicas;
+///
+/// fn master_short_of_replicas(error: &babel_idem::StoreError) -> Option<&ShortOfReplicas> {
+///     std::error::Error::source(error)?.downcast_ref::<ShortOfReplicas>()
+/// }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ShortOfReplicas {
+    /// The master, `host:port` on a cluster; empty for the one server.
+    pub master: String,
+    /// The replicas the store waits for.
+    pub wanted: u32,
+    /// How long until a write to it is tried again.
+    pub retry_in: Duration,
+}
+
+impl fmt::Display for ShortOfReplicas {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let master = match self.master.as_str() {
+            "" => "the server",
+            master => master,
+        };
+        write!(
+            f,
+            "not sent: {master} confirmed a recent write to fewer than {} replica(s); \
+             its writes fail at once, and one is tried again in {:?}",
+            self.wanted, self.retry_in
+        )
+    }
+}
+
+impl StdError for ShortOfReplicas {}
+
+/// The masters found short of replicas, by address (`""`: the one server).
+#[derive(Debug, Default)]
+pub(super) struct Shortages {
+    masters: Mutex<HashMap<String, Shortage>>,
+}
+
+#[derive(Debug)]
+struct Shortage {
+    /// No write before this.
+    until: Instant,
+    /// The pause after the next failed probe.
+    pause: Duration,
+    /// A probe write is out: the others are refused meanwhile.
+    probing: bool,
+}
+
+/// The one write let through to a master short of replicas. Until its
+/// answer is [`recorded`](Shortages::record), the master's other writes are
+/// refused; dropped without one (the write failed otherwise, or its caller
+/// gave up), it lets the next write probe.
+#[derive(Debug)]
+pub(super) struct Probe {
+    shortages: Arc<Shortages>,
+    master: String,
+}
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        if let Some(shortage) = self.shortages.lock().get_mut(&self.master) {
+            shortage.probing = false;
+        }
+    }
+}
+
+impl Shortages {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Shortage>> {
+        self.masters.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether a write to `master` may be sent: `Ok(None)`, none known
+    /// short; `Ok(Some(probe))`, it is short and this write is the one to
+    /// see whether it still is; `Err` when it must fail at once.
+    pub(super) fn admit(
+        self: &Arc<Self>,
+        master: &str,
+        wanted: u32,
+    ) -> Result<Option<Probe>, ShortOfReplicas> {
+        let mut masters = self.lock();
+        let Some(shortage) = masters.get_mut(master) else {
+            return Ok(None);
+        };
+        let now = Instant::now();
+        if shortage.probing || now < shortage.until {
+            return Err(ShortOfReplicas {
+                master: master.to_owned(),
+                wanted,
+                retry_in: shortage.until.saturating_duration_since(now),
+            });
+        }
+        shortage.probing = true;
+        Ok(Some(Probe {
+            shortages: Arc::clone(self),
+            master: master.to_owned(),
+        }))
+    }
+
+    /// A write to `master` was answered by `WAIT`: `confirmed`, enough
+    /// replicas had it (the master is not short, or no longer), else it is
+    /// short for a pause, longer after each `probe` it fails.
+    pub(super) fn record(&self, master: &str, confirmed: bool, probe: Option<&Probe>) {
+        let mut masters = self.lock();
+        if confirmed {
+            masters.remove(master);
+            return;
+        }
+        let now = Instant::now();
+        match masters.get_mut(master) {
+            Some(shortage) => {
+                // Writes sent before it was known short come back short
+                // too: only a failed probe lengthens the pause.
+                if probe.is_some() {
+                    shortage.until = now + shortage.pause;
+                    shortage.pause = (shortage.pause * 2).min(SHORT_PAUSE.1);
+                }
+            }
+            None => {
+                tracing::warn!(
+                    master = if master.is_empty() {
+                        "the server"
+                    } else {
+                        master
+                    },
+                    "babel-idem: a Redis master confirmed a write to fewer replicas than asked; \
+                     its writes fail at once for a while, then one is tried again"
+                );
+                masters.insert(
+                    master.to_owned(),
+                    Shortage {
+                        until: now + SHORT_PAUSE.0,
+                        pause: (SHORT_PAUSE.0 * 2).min(SHORT_PAUSE.1),
+                        probing: false,
+                    },
+                );
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,6 +294,54 @@ mod tests {
             Durability::new(1, Duration::from_micros(10))
                 .check()
                 .is_err()
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_master_short_of_replicas_is_refused_writes_then_probed_one_write_at_a_time() {
+        let shortages = Arc::new(Shortages::default());
+        assert!(matches!(shortages.admit("10.0.0.1:7000", 1), Ok(None)));
+        shortages.record("10.0.0.1:7000", false, None);
+        shortages.record("10.0.0.1:7000", false, None);
+        let refused = shortages.admit("10.0.0.1:7000", 1).unwrap_err();
+        assert_eq!(refused.retry_in, SHORT_PAUSE.0);
+        assert!(refused.to_string().contains("10.0.0.1:7000"), "{refused}");
+        assert!(
+            matches!(shortages.admit("10.0.0.2:7000", 1), Ok(None)),
+            "another master is not"
+        );
+
+        tokio::time::advance(SHORT_PAUSE.0).await;
+        let probe = shortages
+            .admit("10.0.0.1:7000", 1)
+            .unwrap()
+            .expect("a probe");
+        assert!(
+            shortages.admit("10.0.0.1:7000", 1).is_err(),
+            "one probe at a time"
+        );
+        shortages.record("10.0.0.1:7000", false, Some(&probe));
+        drop(probe);
+        assert_eq!(
+            shortages.admit("10.0.0.1:7000", 1).unwrap_err().retry_in,
+            SHORT_PAUSE.0 * 2,
+            "a failed probe doubles the pause"
+        );
+
+        tokio::time::advance(SHORT_PAUSE.0 * 2).await;
+        let probe = shortages
+            .admit("10.0.0.1:7000", 1)
+            .unwrap()
+            .expect("a probe");
+        drop(probe);
+        assert!(
+            shortages.admit("10.0.0.1:7000", 1).unwrap().is_some(),
+            "a probe dropped unanswered lets the next write probe"
+        );
+        shortages.record("10.0.0.1:7000", true, None);
+        assert!(
+            matches!(shortages.admit("10.0.0.1:7000", 1), Ok(None)),
+            "a confirmed write ends the shortage"
         );
     }
 }
