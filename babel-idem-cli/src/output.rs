@@ -81,28 +81,40 @@ pub(crate) fn compact_json(body: &[u8]) -> Option<String> {
     let text = std::str::from_utf8(body).ok()?;
     let raw: &serde_json::value::RawValue = serde_json::from_str(text).ok()?;
     let mut out = String::with_capacity(raw.get().len());
-    let (mut in_string, mut escaped) = (false, false);
+    let mut strings = Strings::default();
     for c in raw.get().chars() {
-        if in_string {
+        if strings.read(c) || !matches!(c, ' ' | '\t' | '\n' | '\r') {
             out.push(c);
-            match c {
-                _ if escaped => escaped = false,
-                '\\' => escaped = true,
-                '"' => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
-        match c {
-            ' ' | '\t' | '\n' | '\r' => {}
-            '"' => {
-                in_string = true;
-                out.push(c);
-            }
-            c => out.push(c),
         }
     }
     Some(out)
+}
+
+/// Where the characters of a JSON text stand, read one by one: inside a
+/// string literal (its quotes included) or outside, where the text's
+/// structure and white space are.
+#[derive(Default)]
+struct Strings {
+    inside: bool,
+    escaped: bool,
+}
+
+impl Strings {
+    /// Reads `c`, the next character: whether it belongs to a string literal.
+    fn read(&mut self, c: char) -> bool {
+        if self.inside {
+            match c {
+                _ if self.escaped => self.escaped = false,
+                '\\' => self.escaped = true,
+                '"' => self.inside = false,
+                _ => {}
+            }
+            true
+        } else {
+            self.inside = c == '"';
+            self.inside
+        }
+    }
 }
 
 /// A [`compact_json`] text indented as `serde_json::to_string_pretty`
@@ -110,28 +122,18 @@ pub(crate) fn compact_json(body: &[u8]) -> Option<String> {
 pub(crate) fn pretty_json(compact: &str) -> String {
     let mut out = String::with_capacity(compact.len() * 2);
     let mut depth = 0usize;
-    let (mut in_string, mut escaped) = (false, false);
+    let mut strings = Strings::default();
     let newline = |out: &mut String, depth: usize| {
         out.push('\n');
         out.push_str(&"  ".repeat(depth));
     };
     let mut chars = compact.chars().peekable();
     while let Some(c) = chars.next() {
-        if in_string {
+        if strings.read(c) {
             out.push(c);
-            match c {
-                _ if escaped => escaped = false,
-                '\\' => escaped = true,
-                '"' => in_string = false,
-                _ => {}
-            }
             continue;
         }
         match c {
-            '"' => {
-                in_string = true;
-                out.push(c);
-            }
             '{' | '[' => {
                 out.push(c);
                 let close = if c == '{' { '}' } else { ']' };

@@ -110,6 +110,37 @@ fn said(stderr: &str, what: &str, json: bool, level: &str) -> Vec<String> {
     lines
 }
 
+/// `babel-idem relay --drain` with `flags` over an outbox holding one row
+/// for `queue`, which the relay refuses (over `--max-body 1`) until its
+/// `max_attempts` are spent.
+async fn relay_refusing_one_row(
+    flags: &[&str],
+    queue: &str,
+    redis: &str,
+    max_attempts: u32,
+) -> std::process::Output {
+    let outbox = Outbox::with_one_row(queue).await;
+    Command::new(BIN)
+        .args(flags)
+        .args([
+            "relay",
+            "--drain",
+            "--outbox",
+            &outbox.url(),
+            "--redis",
+            redis,
+        ])
+        .args([
+            "--max-body",
+            "1",
+            "--max-attempts",
+            &max_attempts.to_string(),
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run babel-idem relay")
+}
+
 /// A row the broker refuses (larger than `--max-body`) for its last
 /// attempt turns `'failed'`: that is logged as an error, in text by
 /// default, as JSON with `--json`, and still with `-q` (errors only), where
@@ -127,21 +158,7 @@ async fn a_row_refused_for_its_last_attempt_is_logged_as_an_error_in_text_or_jso
         (&["-q"][..], false),
         (&["--json", "-q"][..], true),
     ] {
-        let outbox = Outbox::with_one_row(&queue).await;
-        let output = Command::new(BIN)
-            .args(flags)
-            .args([
-                "relay",
-                "--drain",
-                "--outbox",
-                &outbox.url(),
-                "--redis",
-                &url,
-            ])
-            .args(["--max-body", "1", "--max-attempts", "1"])
-            .stdin(Stdio::null())
-            .output()
-            .expect("run babel-idem relay");
+        let output = relay_refusing_one_row(flags, &queue, &url, 1).await;
         let (stdout, stderr) = (
             String::from_utf8(output.stdout).unwrap(),
             String::from_utf8(output.stderr).unwrap(),
@@ -179,21 +196,7 @@ async fn a_refused_row_with_attempts_left_is_a_warning_and_quiet_with_q() {
     };
     let queue = format!("bi-cli-logging-{}", unique_suffix());
     for (flags, logged) in [(&[][..], true), (&["-q"][..], false)] {
-        let outbox = Outbox::with_one_row(&queue).await;
-        let output = Command::new(BIN)
-            .args(flags)
-            .args([
-                "relay",
-                "--drain",
-                "--outbox",
-                &outbox.url(),
-                "--redis",
-                &url,
-            ])
-            .args(["--max-body", "1", "--max-attempts", "2"])
-            .stdin(Stdio::null())
-            .output()
-            .expect("run babel-idem relay");
+        let output = relay_refusing_one_row(flags, &queue, &url, 2).await;
         let stderr = String::from_utf8(output.stderr).unwrap();
         assert!(output.status.success(), "{flags:?}: {stderr}");
         let warned: Vec<&str> = stderr
