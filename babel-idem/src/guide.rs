@@ -19,13 +19,57 @@
 //! the macros share) and `babel-idem-cli` (the operator CLI `babel-idem`,
 //! which reads the layouts of [`stores`]). Adapters to other frameworks
 //! live in [`adapters`](crate::adapters), each built on the guard alone.
+//!
+//! A page names an item behind a cargo feature through a link definition
+//! given here: the item with the feature, the published docs without it,
+//! so every page builds whatever the features.
 
 pub mod modes {
     #![doc = include_str!("guide/modes.md")]
+    #![cfg_attr(
+        feature = "redis",
+        doc = "",
+        doc = "[wait_for_replicas]: crate::store::RedisStoreBuilder::wait_for_replicas"
+    )]
+    #![cfg_attr(
+        not(feature = "redis"),
+        doc = "",
+        doc = "[wait_for_replicas]: https://docs.rs/babel-idem/latest/babel_idem/store/struct.RedisStoreBuilder.html#method.wait_for_replicas"
+    )]
 }
 
 pub mod batches {
     #![doc = include_str!("guide/batches.md")]
+    #![cfg_attr(
+        feature = "consumer",
+        doc = "",
+        doc = "[Consumer]: crate::consumer::Consumer"
+    )]
+    #![cfg_attr(
+        not(feature = "consumer"),
+        doc = "",
+        doc = "[Consumer]: https://docs.rs/babel-idem/latest/babel_idem/consumer/struct.Consumer.html"
+    )]
+    #![cfg_attr(
+        feature = "consumer",
+        doc = "",
+        doc = "[concurrency]: crate::consumer::ConsumerBuilder::concurrency"
+    )]
+    #![cfg_attr(
+        not(feature = "consumer"),
+        doc = "",
+        doc = "[concurrency]: https://docs.rs/babel-idem/latest/babel_idem/consumer/struct.ConsumerBuilder.html#method.concurrency"
+    )]
+    #![cfg_attr(
+        feature = "consumer",
+        doc = "",
+        doc = "[batch_store_calls]: crate::consumer::ConsumerBuilder::batch_store_calls"
+    )]
+    #![cfg_attr(
+        not(feature = "consumer"),
+        doc = "",
+        doc = "[batch_store_calls]: https://docs.rs/babel-idem/latest/babel_idem/consumer/struct.ConsumerBuilder.html#method.batch_store_calls"
+    )]
 }
 
 pub mod stores {
@@ -50,6 +94,16 @@ pub mod stores {
 
 pub mod consumers {
     #![doc = include_str!("guide/consumers.md")]
+    #![cfg_attr(
+        feature = "consumer",
+        doc = "",
+        doc = "[batch_store_calls]: crate::consumer::ConsumerBuilder::batch_store_calls"
+    )]
+    #![cfg_attr(
+        not(feature = "consumer"),
+        doc = "",
+        doc = "[batch_store_calls]: https://docs.rs/babel-idem/latest/babel_idem/consumer/struct.ConsumerBuilder.html#method.batch_store_calls"
+    )]
 }
 
 pub mod replays {

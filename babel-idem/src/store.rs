@@ -216,7 +216,7 @@ pub trait Store: Send + Sync {
     /// round trip, naming this store object; `None` (the default) for one
     /// that answers id by id, or already groups its calls.
     ///
-    /// A [`Consumer`](crate::consumer::Consumer) that holds more than one
+    /// A [`Consumer`][Consumer] that holds more than one
     /// delivery sends the concurrent `seen` and `remember` calls its guards
     /// make to the same target together, as [`Batched`] would (see
     /// [`guide::batches`](crate::guide::batches)); calls to a store that
@@ -255,6 +255,11 @@ pub trait Store: Send + Sync {
     /// assert_eq!((&store).batch_target(), store.batch_target());
     /// assert!(InMemoryStore::new().batch_target().is_none());
     /// ```
+    #[cfg_attr(feature = "consumer", doc = "[Consumer]: crate::consumer::Consumer")]
+    #[cfg_attr(
+        not(feature = "consumer"),
+        doc = "[Consumer]: https://docs.rs/babel-idem/latest/babel_idem/consumer/struct.Consumer.html"
+    )]
     #[inline]
     fn batch_target(&self) -> Option<BatchTarget> {
         None
