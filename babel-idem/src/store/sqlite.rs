@@ -499,6 +499,17 @@ pub(crate) fn sqlite_statements(table: &str) -> Statements {
     }
 }
 
+/// Whether `error` is SQLite's `SQLITE_BUSY` (any of its extended codes:
+/// the primary code is the low byte).
+fn is_busy(error: &sqlx::Error) -> bool {
+    const SQLITE_BUSY: i32 = 5;
+    error
+        .as_database_error()
+        .and_then(|error| error.code())
+        .and_then(|code| code.parse::<i32>().ok())
+        .is_some_and(|code| code & 0xff == SQLITE_BUSY)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -520,15 +531,4 @@ mod tests {
                 .contains(") WITHOUT ROWID;")
         );
     }
-}
-
-/// Whether `error` is SQLite's `SQLITE_BUSY` (any of its extended codes:
-/// the primary code is the low byte).
-fn is_busy(error: &sqlx::Error) -> bool {
-    const SQLITE_BUSY: i32 = 5;
-    error
-        .as_database_error()
-        .and_then(|error| error.code())
-        .and_then(|code| code.parse::<i32>().ok())
-        .is_some_and(|code| code & 0xff == SQLITE_BUSY)
 }
