@@ -469,3 +469,27 @@ async fn a_publish_to_a_queue_deleted_since_is_an_error_and_the_next_declares_it
     assert_eq!(got, [second.meta.id.clone().unwrap()]);
     transport.close().await;
 }
+
+/// A queue the transport deletes itself is forgotten as declared: the next
+/// publish through the same transport declares it again and lands, with
+/// no message returned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_the_transport_deleted_itself_is_declared_again_by_the_next_publish() {
+    const TEST: &str = "amqp_returns_delete_queue_forgets";
+    let Some(url) = server_url(AMQP_URL, TEST) else {
+        return;
+    };
+    let queues = Queues::new(&url);
+    let queue = queues.name("orders");
+    let transport = AmqpTransport::connect(&url).await.unwrap();
+    let first = Envelope::new(URN, json!({"n": 1})).with_queue(&queue);
+    transport.publish_envelope(&first).await.unwrap();
+    transport.delete_queue(&queue).await.unwrap();
+    assert!(!queues.exists(&queue).await, "{queue} was deleted");
+
+    let second = Envelope::new(URN, json!({"n": 2})).with_queue(&queue);
+    transport.publish_envelope(&second).await.unwrap();
+    let got = landed(&queues.broker(), &queue).await;
+    assert_eq!(got, [second.meta.id.clone().unwrap()]);
+    transport.close().await;
+}

@@ -346,7 +346,8 @@ impl AmqpTransport {
         self.sessions.connections()
     }
 
-    /// Deletes `queue` and the messages it holds (for tools and tests).
+    /// Deletes `queue` and the messages it holds (for tools and tests); the
+    /// next publish to it declares it again.
     pub async fn delete_queue(&self, queue: &str) -> Result<(), TransportError> {
         self.check_queue(queue)?;
         self.sessions
@@ -356,7 +357,10 @@ impl AmqpTransport {
                     .await
                     .map(drop)
             })
-            .await
+            .await?;
+        // The next publish to it declares it again.
+        self.sessions.forget(queue).await;
+        Ok(())
     }
 
     /// Closes the connection: deliveries pushed but not yet reserved, and

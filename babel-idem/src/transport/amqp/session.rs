@@ -206,6 +206,14 @@ impl Sessions {
         result.is_ok() && session.connection.status().connected()
     }
 
+    /// Forgets `queue` as declared on the live session: it was deleted, so
+    /// the next publish to it declares it again instead of being returned.
+    pub(super) async fn forget(&self, queue: &str) {
+        if let Some(session) = &*self.current.lock().await {
+            session.forget(queue);
+        }
+    }
+
     /// Closes the live session, if any, and waits for the close.
     pub(super) async fn close(&self) {
         let session = self.current.lock().await.take();
