@@ -43,31 +43,15 @@ pub mod batches {
     #![cfg_attr(
         feature = "consumer",
         doc = "",
-        doc = "[Consumer]: crate::consumer::Consumer"
-    )]
-    #![cfg_attr(
-        not(feature = "consumer"),
-        doc = "",
-        doc = "[Consumer]: https://docs.rs/babel-idem/latest/babel_idem/consumer/struct.Consumer.html"
-    )]
-    #![cfg_attr(
-        feature = "consumer",
-        doc = "",
-        doc = "[concurrency]: crate::consumer::ConsumerBuilder::concurrency"
-    )]
-    #![cfg_attr(
-        not(feature = "consumer"),
-        doc = "",
-        doc = "[concurrency]: https://docs.rs/babel-idem/latest/babel_idem/consumer/struct.ConsumerBuilder.html#method.concurrency"
-    )]
-    #![cfg_attr(
-        feature = "consumer",
-        doc = "",
+        doc = "[Consumer]: crate::consumer::Consumer",
+        doc = "[concurrency]: crate::consumer::ConsumerBuilder::concurrency",
         doc = "[batch_store_calls]: crate::consumer::ConsumerBuilder::batch_store_calls"
     )]
     #![cfg_attr(
         not(feature = "consumer"),
         doc = "",
+        doc = "[Consumer]: https://docs.rs/babel-idem/latest/babel_idem/consumer/struct.Consumer.html",
+        doc = "[concurrency]: https://docs.rs/babel-idem/latest/babel_idem/consumer/struct.ConsumerBuilder.html#method.concurrency",
         doc = "[batch_store_calls]: https://docs.rs/babel-idem/latest/babel_idem/consumer/struct.ConsumerBuilder.html#method.batch_store_calls"
     )]
 }
