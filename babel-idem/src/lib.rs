@@ -61,6 +61,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod adapters;
+pub mod broker;
 mod coalesce;
 pub mod envelope;
 pub mod guard;

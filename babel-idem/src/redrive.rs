@@ -57,9 +57,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::broker::{TransportError, TransportFuture};
 use crate::consumer::HEADER_REPLAY_BYPASS;
 use crate::envelope::Envelope;
-use crate::transport::{TransportError, TransportFuture};
 
 /// A predicate over the envelope of a dead-lettered message, as
 /// [`Selection::filter`] keeps it.

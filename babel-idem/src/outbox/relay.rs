@@ -10,11 +10,11 @@ use super::postgres::PostgresOutbox;
 #[cfg(feature = "sqlite")]
 use super::sqlite::SqliteOutbox;
 use super::{Backoff, OutboxError, OutboxStats, PendingRow};
+use crate::broker::{BatchOutcome, Outgoing, TransportError};
 #[cfg(feature = "amqp-transport")]
 use crate::transport::AmqpTransport;
 #[cfg(feature = "redis-transport")]
 use crate::transport::RedisTransport;
-use crate::transport::{BatchOutcome, Outgoing, TransportError};
 
 /// The family's batch: rows taken, published and marked at a time.
 pub const DEFAULT_BATCH: u32 = 100;

@@ -22,7 +22,8 @@ use lapin::uri::{AMQPScheme, AMQPUri};
 use self::acks::{AckWindow, Acked};
 use self::session::{Connector, Sessions};
 use super::binding::QueueNames;
-use super::{Reserved, Settlement, Transport, TransportBuilder, TransportError, TransportFuture};
+use super::{Reserved, Settlement, Transport, TransportBuilder};
+use crate::broker::{TransportError, TransportFuture};
 
 /// The queue names AMQP can carry: at most 255 bytes (a short string), no
 /// control characters, and none starting with `amq.`, the broker's own.

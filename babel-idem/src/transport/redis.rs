@@ -19,7 +19,8 @@ use crate::coalesce::Coalescer;
 use crate::redis_client::Connection;
 
 use super::binding::QueueNames;
-use super::{Reserved, Settlement, Transport, TransportBuilder, TransportError, TransportFuture};
+use super::{Reserved, Settlement, Transport, TransportBuilder};
+use crate::broker::{TransportError, TransportFuture};
 
 /// How long a reservation lasts before the sweep takes it back: the Python
 /// SDK's default (`retry_after`, 90 s).

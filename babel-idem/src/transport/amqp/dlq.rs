@@ -41,11 +41,11 @@ use lapin::types::{AMQPValue, FieldTable};
 
 use super::session::Sessions;
 use super::{AmqpTransport, QUEUE_NAMES, properties};
+use crate::broker::{TransportError, TransportFuture};
 use crate::redrive::{
     self, Death, DlqHandle, DlqMessage, DlqRecord, DlqRun, RedriveError, RedriveItem,
     RedriveOptions, RedriveReport,
 };
-use crate::transport::{TransportError, TransportFuture};
 
 /// The header a quorum queue counts returns in.
 const DELIVERY_COUNT: &str = "x-delivery-count";

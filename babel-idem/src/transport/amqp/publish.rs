@@ -5,10 +5,11 @@
 use tracing::Instrument;
 
 use super::{AmqpTransport, properties};
+use crate::broker::TransportError;
+use crate::broker::{BatchOutcome, Outgoing, PublishError};
 use crate::envelope::Envelope;
 use crate::router::span;
-use crate::transport::outgoing::{BatchOutcome, Outgoing, PublishError};
-use crate::transport::{Transport, TransportError};
+use crate::transport::Transport;
 
 impl AmqpTransport {
     /// Publishes `envelope` to its queue (`meta.queue`, else `default`) in
@@ -108,5 +109,22 @@ impl AmqpTransport {
     )]
     pub(crate) async fn reachable(&self) -> bool {
         self.sessions.reachable().await
+    }
+}
+
+impl crate::broker::Publisher for AmqpTransport {
+    fn check_queue(&self, queue: &str) -> Result<(), TransportError> {
+        Transport::check_queue(self, queue)
+    }
+
+    fn publish_envelope<'a>(&'a self, envelope: &'a Envelope) -> crate::broker::PublishFuture<'a> {
+        Box::pin(AmqpTransport::publish_envelope(self, envelope))
+    }
+
+    fn publish_batch<'a>(
+        &'a self,
+        messages: &'a [Outgoing<'a>],
+    ) -> crate::broker::TransportFuture<'a, BatchOutcome> {
+        Box::pin(AmqpTransport::publish_batch(self, messages))
     }
 }

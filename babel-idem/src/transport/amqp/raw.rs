@@ -28,7 +28,7 @@ use tokio::net::TcpStream;
 
 use super::header_guard::too_deep_headers;
 use super::properties::MAX_HEADER_DEPTH;
-use crate::transport::TransportError;
+use crate::broker::TransportError;
 
 const METHOD: u8 = 1;
 const HEADER: u8 = 2;

@@ -45,7 +45,7 @@ use super::acks::AckWindow;
 use super::header_guard;
 use super::properties;
 use super::raw::RawChannel;
-use crate::transport::TransportError;
+use crate::broker::TransportError;
 
 /// How to open a session.
 #[derive(Debug, Clone)]

@@ -21,11 +21,11 @@ use ::redis::{RedisError, Script};
 
 use super::frame;
 use super::{QUEUE_NAMES, RedisTransport, broker};
+use crate::broker::{TransportError, TransportFuture};
 use crate::redrive::{
     self, DlqHandle, DlqMessage, DlqRecord, DlqRun, RedriveError, RedriveItem, RedriveOptions,
     RedriveReport,
 };
-use crate::transport::{TransportError, TransportFuture};
 
 impl RedisTransport {
     /// Redrives the dead-letter list `dlq` by `options` (see

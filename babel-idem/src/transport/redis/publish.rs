@@ -4,10 +4,11 @@
 use ::redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 
 use super::{RedisTransport, broker, frame};
+use crate::broker::TransportError;
+use crate::broker::{BatchOutcome, Outgoing, PublishError};
 use crate::envelope::Envelope;
 use crate::router::span;
-use crate::transport::outgoing::{BatchOutcome, Outgoing, PublishError};
-use crate::transport::{Transport, TransportError};
+use crate::transport::Transport;
 use tracing::Instrument;
 
 impl RedisTransport {
@@ -129,4 +130,21 @@ fn is_server_state(error: &RedisError) -> bool {
     ) || error
         .code()
         .is_some_and(|code| matches!(code, "BUSY" | "NOREPLICAS" | "OOM" | "MISCONF"))
+}
+
+impl crate::broker::Publisher for RedisTransport {
+    fn check_queue(&self, queue: &str) -> Result<(), TransportError> {
+        Transport::check_queue(self, queue)
+    }
+
+    fn publish_envelope<'a>(&'a self, envelope: &'a Envelope) -> crate::broker::PublishFuture<'a> {
+        Box::pin(RedisTransport::publish_envelope(self, envelope))
+    }
+
+    fn publish_batch<'a>(
+        &'a self,
+        messages: &'a [Outgoing<'a>],
+    ) -> crate::broker::TransportFuture<'a, BatchOutcome> {
+        Box::pin(RedisTransport::publish_batch(self, messages))
+    }
 }

@@ -9,7 +9,7 @@ use super::TransportError;
 /// out-of-band transport headers (a W3C `traceparent`) beside it.
 ///
 /// ```
-/// use babel_idem::transport::Outgoing;
+/// use babel_idem::broker::Outgoing;
 ///
 /// let message = Outgoing::new("orders", br#"{"job":"urn:babel:orders:created"}"#);
 /// assert_eq!(message.queue, "orders");
@@ -62,7 +62,7 @@ impl<'a> Outgoing<'a> {
 /// nothing is known of any message.
 ///
 /// ```
-/// use babel_idem::transport::{BatchOutcome, TransportError};
+/// use babel_idem::broker::{BatchOutcome, TransportError};
 ///
 /// let outcome: BatchOutcome = vec![
 ///     Ok(()),
@@ -80,7 +80,7 @@ pub type BatchOutcome = Vec<Result<(), TransportError>>;
 ///
 /// ```
 /// use babel_idem::envelope::ProduceError;
-/// use babel_idem::transport::PublishError;
+/// use babel_idem::broker::PublishError;
 ///
 /// let error = PublishError::from(ProduceError::MissingId);
 /// assert!(error.to_string().contains("meta.id"));
