@@ -72,9 +72,8 @@
 //!   [`batch_store_calls(false)`](ConsumerBuilder::batch_store_calls) keeps
 //!   one call per message.
 
-pub(crate) mod batching;
-pub(crate) mod handoff;
-pub(crate) mod outage;
+mod handoff;
+mod outage;
 mod poison;
 mod replay;
 mod run;

@@ -18,7 +18,6 @@ use std::time::Duration;
 use crate::key::DedupeKey;
 use crate::message::MessageId;
 use crate::metrics::{self, Decision};
-use crate::router::parked::{self, LastClaim};
 use crate::store::InvalidLease;
 use crate::store::claim::lease_millis;
 use crate::store::{ClaimStore, Store, StoreError};
@@ -41,8 +40,10 @@ macro_rules! store_answer {
 
 mod batch;
 mod claim;
+pub(crate) mod context;
 mod fence;
 pub(crate) mod inflight;
+mod outcome;
 mod seen_set;
 pub(crate) mod timer;
 mod transaction;
@@ -50,6 +51,7 @@ mod wrap;
 
 pub use batch::BatchOutcome;
 pub use fence::fence;
+pub use outcome::Guarded;
 pub use transaction::Transactional;
 pub use wrap::{Wrapped, wrap};
 
@@ -406,11 +408,10 @@ fn store_failed<E: From<StoreError>>(id: &str, error: StoreError) -> Result<(), 
         "store unavailable; the message was not run and goes back for retry",
     );
     metrics::record(Decision::StoreFailed);
-    // The delivery being dispatched, if any, is an outage, not a failure;
-    // a consumer learns whether the store said it is of a part of it only.
-    parked::record(LastClaim::StoreFailed);
-    #[cfg(feature = "consumer")]
-    crate::consumer::outage::store_failed(&error);
+    // The delivery being dispatched, if any, is an outage, not a failure,
+    // and its dispatcher learns whether the store said it is of a part of
+    // it only.
+    context::store_failed(&error);
     Err(E::from(error))
 }
 
@@ -435,27 +436,6 @@ fn mark_failed<E: From<StoreError>>(
         OnRememberFailure::AckAndReport => Ok(()),
         OnRememberFailure::ReturnError => Err(E::from(error)),
     }
-}
-
-/// A handler body is about to run: inside a consumer's delivery that
-/// handed its handler slot on at an earlier mark, the wait for a slot back,
-/// which the caller awaits before the body; anywhere else, `None`. Not an
-/// `async fn`: the guard's future keeps room only for the boxed wait.
-#[inline(always)]
-fn body_starts() -> Option<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>> {
-    #[cfg(feature = "consumer")]
-    return crate::consumer::handoff::body();
-    #[cfg(not(feature = "consumer"))]
-    None
-}
-
-/// The handler succeeded and the guard is about to record it (`remember`,
-/// `commit`). Inside a consumer's delivery, its handler slot goes to the
-/// next delivery while the mark is on its way; anywhere else, nothing.
-#[inline(always)]
-fn marking() {
-    #[cfg(feature = "consumer")]
-    crate::consumer::handoff::marking();
 }
 
 /// Reports a decision: a `tracing` debug event, and [`metrics::record`].

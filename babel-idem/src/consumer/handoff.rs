@@ -17,21 +17,16 @@
 //! - Taking a slot back never waits on a delivery that waits for this one:
 //!   a delivery waiting for its id's turn holds no slot.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::guard::context::{HandlerSlot, TakeBack};
 use crate::guard::inflight::Running;
 
-tokio::task_local! {
-    /// The slot of the delivery this task dispatches.
-    static SLOT: Arc<Slot>;
-}
-
-/// One delivery's hold on a handler slot while it dispatches.
-struct Slot {
+/// One delivery's hold on a handler slot while it dispatches; its guards
+/// reach it through the delivery's context.
+pub(super) struct Slot {
     held: Mutex<Held>,
     /// The delivery's turn on its id, if it has an id: held until the
     /// dispatch ends, so the next delivery of the id waits for the mark.
@@ -51,11 +46,53 @@ enum Held {
 }
 
 impl Slot {
+    /// The hold of a delivery that comes to its dispatch with `slot` (a
+    /// handler slot, or `None`) and `running` (its id's turn, dropped when
+    /// the hold is [`ended`](Slot::end)).
+    pub(super) fn new(
+        slots: &Arc<Semaphore>,
+        waiting: &Arc<Semaphore>,
+        slot: Option<OwnedSemaphorePermit>,
+        running: Option<Running>,
+    ) -> Arc<Self> {
+        Arc::new(Slot {
+            held: Mutex::new(match slot {
+                Some(permit) => Held::Slot(permit),
+                None => Held::Nothing,
+            }),
+            running,
+            slots: Arc::clone(slots),
+            waiting: Arc::clone(waiting),
+        })
+    }
+
+    /// The dispatch is over (and its context dropped, so this is the hold's
+    /// last owner): the id's turn ends; the slot, unless the delivery
+    /// handed it on.
+    pub(super) fn end(self: Arc<Self>) -> Option<OwnedSemaphorePermit> {
+        let held = std::mem::replace(&mut *self.held(), Held::Nothing);
+        drop(self);
+        match held {
+            Held::Slot(permit) => Some(permit),
+            Held::HandedOn(_) | Held::Nothing => None,
+        }
+    }
+
     fn held(&self) -> MutexGuard<'_, Held> {
         self.held.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn hand_on(&self) {
+    async fn take_slot_back(&self) {
+        let permit = Arc::clone(&self.slots)
+            .acquire_owned()
+            .await
+            .expect("the consumer never closes its semaphore");
+        *self.held() = Held::Slot(permit);
+    }
+}
+
+impl HandlerSlot for Slot {
+    fn marking(&self) {
         let mut held = self.held();
         if !matches!(*held, Held::Slot(_)) {
             return;
@@ -71,57 +108,7 @@ impl Slot {
         matches!(*self.held(), Held::HandedOn(_))
     }
 
-    async fn take_back(&self) {
-        let permit = Arc::clone(&self.slots)
-            .acquire_owned()
-            .await
-            .expect("the consumer never closes its semaphore");
-        *self.held() = Held::Slot(permit);
+    fn take_back(self: Arc<Self>) -> TakeBack {
+        Box::pin(async move { self.take_slot_back().await })
     }
-}
-
-/// Runs `dispatch` (one delivery's), holding `slot` (a handler slot, or
-/// `None`) and `running` (its id's turn, dropped when it ends); returns its
-/// output and the slot, unless the delivery handed it on.
-pub(super) async fn dispatch<F: Future>(
-    slots: &Arc<Semaphore>,
-    waiting: &Arc<Semaphore>,
-    slot: Option<OwnedSemaphorePermit>,
-    running: Option<Running>,
-    dispatch: F,
-) -> (F::Output, Option<OwnedSemaphorePermit>) {
-    let cell = Arc::new(Slot {
-        held: Mutex::new(match slot {
-            Some(permit) => Held::Slot(permit),
-            None => Held::Nothing,
-        }),
-        running,
-        slots: Arc::clone(slots),
-        waiting: Arc::clone(waiting),
-    });
-    let output = SLOT.scope(Arc::clone(&cell), dispatch).await;
-    let held = std::mem::replace(&mut *cell.held(), Held::Nothing);
-    // The turn ends with the dispatch (the cell is this task's last owner).
-    drop(cell);
-    match held {
-        Held::Slot(permit) => (output, Some(permit)),
-        Held::HandedOn(_) | Held::Nothing => (output, None),
-    }
-}
-
-/// A guard's handler returned `Ok` and the guard is about to record it:
-/// the delivery's slot goes to the next one. Outside a consumer, nothing.
-pub(crate) fn marking() {
-    let _ = SLOT.try_with(|slot| slot.hand_on());
-}
-
-/// A guard is about to run a handler body: for a delivery that handed its
-/// slot on, the wait for one back (boxed: only such a delivery pays for the
-/// room the wait takes in the guard's future). Outside a consumer, `None`.
-pub(crate) fn body() -> Option<Pin<Box<dyn Future<Output = ()> + Send>>> {
-    let slot = SLOT
-        .try_with(|slot| slot.handed_on().then(|| Arc::clone(slot)))
-        .ok()
-        .flatten()?;
-    Some(Box::pin(async move { slot.take_back().await }))
 }

@@ -31,8 +31,6 @@
 //! Either way no attempt is spent: the message is never dead-lettered for
 //! an outage.
 
-use std::cell::Cell;
-use std::future::Future;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
@@ -59,45 +57,6 @@ pub(super) enum Failure {
     /// delivery is held back for `hold` before it goes back; the consumer
     /// goes on. `first`: this failure starts a row of them.
     Partial { hold: Duration, first: bool },
-}
-
-tokio::task_local! {
-    /// Set in a consumer's dispatch when a guard's store failed for a part
-    /// of the store only, by the store's own word.
-    static PART_DOWN: Cell<bool>;
-}
-
-/// Runs `dispatch` (one delivery's); its output, and whether a guard's
-/// store failed in it for a part of the store only ([`store_failed`]).
-pub(super) async fn watch<F: Future>(dispatch: F) -> (F::Output, bool) {
-    PART_DOWN
-        .scope(Cell::new(false), async {
-            let output = dispatch.await;
-            (output, PART_DOWN.with(Cell::get))
-        })
-        .await
-}
-
-/// A guard could not ask its store (`error`): inside a consumer's
-/// dispatch, notes whether the store says the failure concerns a part of
-/// it only. Outside a consumer, nothing.
-pub(crate) fn store_failed(error: &crate::StoreError) {
-    if part_of_the_store(error) {
-        let _ = PART_DOWN.try_with(|part| part.set(true));
-    }
-}
-
-/// Whether `error` is one the store gives for a part of it only: a cluster
-/// master short of replicas, the other masters unconcerned.
-fn part_of_the_store(error: &crate::StoreError) -> bool {
-    #[cfg(feature = "redis")]
-    if let Some(short) = std::error::Error::source(error)
-        .and_then(|source| source.downcast_ref::<crate::store::ShortOfReplicas>())
-    {
-        return !short.master.is_empty();
-    }
-    let _ = error;
-    false
 }
 
 /// Whether the consumer's store is down, and until when it waits.

@@ -3,24 +3,23 @@
 
 use std::future::Future;
 
+use crate::guard::context;
+
 /// The transport header a redrive tool stamps on a deliberate replay (any
 /// non-empty value), as in the other BabelQueue SDKs.
 pub const HEADER_REPLAY_BYPASS: &str = "bq-replay-bypass";
 
-tokio::task_local! {
-    static REPLAY: bool;
-}
-
 /// Whether the delivery being handled is an intended replay: it carried the
 /// `bq-replay-bypass` header with a non-empty value. `false` outside a
 /// [`Consumer`](crate::consumer::Consumer)'s dispatch, and in tasks a handler spawns
-/// (the flag lives on the dispatching task).
+/// (the flag is the delivery's context's, current only while the delivery's
+/// own future is polled).
 ///
 /// ```
 /// assert!(!babel_idem::consumer::is_replay());
 /// ```
 pub fn is_replay() -> bool {
-    REPLAY.try_with(|replay| *replay).unwrap_or(false)
+    context::is_replay()
 }
 
 /// Runs an external, non-idempotent effect (an email, a card charge, a call
@@ -55,11 +54,6 @@ pub(super) fn marks_replay<'h>(mut headers: impl Iterator<Item = (&'h str, &'h s
         .any(|(name, value)| name.eq_ignore_ascii_case(HEADER_REPLAY_BYPASS) && !value.is_empty())
 }
 
-/// Runs `future` with [`is_replay`] answering `replay`.
-pub(super) async fn scope<F: Future>(replay: bool, future: F) -> F::Output {
-    REPLAY.scope(replay, future).await
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -67,7 +61,8 @@ mod tests {
     #[tokio::test]
     async fn the_flag_holds_inside_the_scope_only() {
         assert!(!is_replay());
-        let inside = scope(true, async {
+        let replay = context::DeliveryContext::new(None, None, true);
+        let (inside, _) = context::scope(replay, async {
             let skipped = bypass_external_effects(|| async { 1 }).await;
             (is_replay(), skipped)
         })

@@ -13,13 +13,15 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::envelope::{DeadLetterReason, Envelope};
+use crate::guard::context::{self, DeliveryContext, HandlerSlot, StoreBatches};
 use crate::guard::inflight::{InFlight, Running};
 use crate::router::{Delivery, Disposition, ReleaseReason, Router};
 use crate::transport::{Reserved, Settlement, Transport};
 
-use super::outage::{self, Failure};
+use super::handoff::Slot;
+use super::outage::Failure;
 use super::settle::{self, Counters, Outcome};
-use super::{Consumer, ConsumerReport, MAX_BATCH, batching, handoff, replay};
+use super::{Consumer, ConsumerReport, MAX_BATCH, replay};
 
 /// The first and the longest pause after a broker error.
 const BROKER_BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(2));
@@ -60,7 +62,7 @@ struct Shared<T: Transport> {
     /// The ids being dispatched.
     inflight: Arc<InFlight>,
     /// Where the guards' store calls meet; `None`: one call per message.
-    batches: Option<Arc<batching::Batches>>,
+    batches: Option<Arc<StoreBatches>>,
 }
 
 impl<T: Transport> Consumer<T> {
@@ -441,34 +443,27 @@ async fn decide<T: Transport>(
         Delivery::new().with_queue(queue),
         |delivery, (name, value)| delivery.with_header(name, value),
     );
+    // The delivery's hold on its handler slot, which its guards reach
+    // through its context; the dispatch (and its guard's mark) over, the
+    // next delivery of the id may go: `running` ends with the hold.
+    let handoff = Slot::new(&shared.slots, &shared.waiting, slot.take(), running);
+    let context = DeliveryContext::new(
+        shared.batches.clone(),
+        Some(Arc::clone(&handoff) as Arc<dyn HandlerSlot>),
+        replay,
+    );
     // Boxed: the dispatch's state is most of the task's, and a smaller task
     // is cheaper to spawn and to move.
-    let dispatch = Box::pin(outage::watch(batching::scope(
-        shared.batches.clone(),
-        replay::scope(
-            replay,
-            shared.router.dispatch_decoded(&body, decoded, delivery),
-        ),
-    )));
-    let dispatch = async {
-        match shared.delivery_timeout {
-            None => Ok(dispatch.await),
-            Some(timeout) => tokio::time::timeout(timeout, dispatch).await,
-        }
+    let dispatch = Box::pin(context::scope(
+        context,
+        shared.router.dispatch_decoded(&body, decoded, delivery),
+    ));
+    let dispatched = match shared.delivery_timeout {
+        None => Ok(dispatch.await),
+        Some(timeout) => tokio::time::timeout(timeout, dispatch).await,
     };
-    // The dispatch (and its guard's mark) over, the next delivery of the
-    // id may go: `running` ends with it.
-    let (dispatched, kept) = handoff::dispatch(
-        &shared.slots,
-        &shared.waiting,
-        slot.take(),
-        running,
-        dispatch,
-    )
-    .await;
-    *slot = kept;
     let (disposition, part_down) = match dispatched {
-        Ok(dispatched) => dispatched,
+        Ok((disposition, context)) => (disposition, context.is_some_and(|c| c.part_down())),
         Err(_) => {
             let timeout = shared.delivery_timeout.unwrap_or_default();
             shared.counters.timed_out.fetch_add(1, Ordering::Relaxed);
@@ -476,6 +471,8 @@ async fn decide<T: Transport>(
             (shared.router.timed_out(&body, &delivery, timeout), false)
         }
     };
+    // The context, and with it its share of the hand-off, is gone.
+    *slot = handoff.end();
     let hold = note_store(shared, &disposition, part_down);
 
     // A retry waits its backoff, a release its delay, before going back, so

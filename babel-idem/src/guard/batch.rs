@@ -10,7 +10,8 @@ use std::sync::{Arc, LazyLock};
 use std::task::Poll;
 
 use super::inflight::{InFlight, Running};
-use super::{Guard, SeenSet, body_starts, mark_failed, marking, report, store_failed};
+use super::context::{body_starts, marking};
+use super::{Guard, SeenSet, mark_failed, report, store_failed};
 use crate::key::DedupeKey;
 use crate::message::MessageId;
 use crate::metrics::{Decision, timed};

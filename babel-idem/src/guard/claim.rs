@@ -1,7 +1,7 @@
 //! Claim mode's decision table (see [`guide::modes`](crate::guide::modes)):
 //! claim the id, run the handler while renewing the lease, then commit or
-//! release. Every claim decision is also recorded for the delivery being
-//! dispatched, if any ([`parked::record`]), so the router releases a parked
+//! release. Every claim decision is also recorded in the delivery's context,
+//! if any ([`context::record`]), so its dispatcher releases a parked
 //! delivery whatever the handler's error type keeps of the parked error.
 
 use std::any::Any;
@@ -12,10 +12,11 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use super::timer::{self, Sleep};
-use super::{OnRememberFailure, body_starts, fence, mark_failed, marking, report, store_failed};
+use super::Guarded;
+use super::context::{self, body_starts, marking};
+use super::{OnRememberFailure, fence, mark_failed, report, store_failed};
 use crate::key::DedupeKey;
 use crate::metrics::{self, Decision, Timed, claim_mode, timed};
-use crate::router::parked::{self, LastClaim};
 use crate::store::StoreFuture;
 use crate::store::{Claim, ClaimToken, StoreOperation};
 use crate::store::{ClaimStore, StoreError};
@@ -49,7 +50,7 @@ where
         take_back.await;
     }
     let Some(id) = key.as_str() else {
-        parked::record(LastClaim::NotParked);
+        context::record(Guarded::Ran(()));
         claim_mode(|| report(Decision::FailOpen, ""));
         return handler.await;
     };
@@ -60,9 +61,11 @@ where
     }));
     // Recorded before the handler runs: a guard nested in it decides later,
     // and its decision is the one that counts for the delivery.
-    parked::record(match answer {
-        Ok(Claim::Held { retry_after }) => LastClaim::Parked { retry_after },
-        _ => LastClaim::NotParked,
+    context::record(match answer {
+        Ok(Claim::Held { retry_after }) => Guarded::Parked { retry_after },
+        Ok(Claim::Done) => Guarded::Skipped,
+        Ok(Claim::Won { .. }) => Guarded::Ran(()),
+        Err(_) => Guarded::StoreFailed,
     });
     let fence = match answer {
         Ok(Claim::Won { fence }) => fence,

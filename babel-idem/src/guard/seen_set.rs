@@ -6,11 +6,12 @@ use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
 
-use super::{OnRememberFailure, body_starts, mark_failed, marking, report, store_failed};
+use super::context::{self, body_starts, marking};
+use super::{OnRememberFailure, mark_failed, report, store_failed};
 use crate::key::DedupeKey;
 use crate::metrics::{Decision, timed, timed_now};
 use crate::store::StoreOperation;
-use crate::store::{Store, StoreError, StoreFuture};
+use crate::store::{Store, StoreError};
 
 /// The decision itself; every public entry point ends here, returning this
 /// future as it is. It owns the key, so a caller's future does not borrow
@@ -219,7 +220,7 @@ where
             // `seen`'s answer lives in a block of its own: whatever is kept
             // across an `await` is stored in the future.
             let seen = store_answer!(timed::<S, _>(StoreOperation::Seen, || {
-                seen_call(&store, key.id())
+                context::seen(&store, key.id())
             }));
             if let Some(result) = ended_by(seen, &key) {
                 return result;
@@ -234,7 +235,7 @@ where
         marking();
 
         let remembered = store_answer!(timed::<S, _>(StoreOperation::Remember, || {
-            remember_call(&store, key.id())
+            context::remember(&store, key.id())
         }));
         match remembered {
             Ok(()) => {
@@ -246,25 +247,6 @@ where
     }
 }
 
-/// `store.seen(id)`, sent with the concurrent calls of the other
-/// deliveries inside a consumer that batches them
-/// ([`ConsumerBuilder::batch_store_calls`](crate::consumer::ConsumerBuilder::batch_store_calls)).
-#[inline(always)]
-fn seen_call<'a, S: Store>(store: &'a S, id: &'a str) -> StoreFuture<'a, bool> {
-    #[cfg(feature = "consumer")]
-    return crate::consumer::batching::seen(store, id);
-    #[cfg(not(feature = "consumer"))]
-    store.seen(id)
-}
-
-/// `store.remember(id)`, as [`seen_call`].
-#[inline(always)]
-fn remember_call<'a, S: Store>(store: &'a S, id: &'a str) -> StoreFuture<'a, ()> {
-    #[cfg(feature = "consumer")]
-    return crate::consumer::batching::remember(store, id);
-    #[cfg(not(feature = "consumer"))]
-    store.remember(id)
-}
 
 #[cfg(test)]
 mod tests {

@@ -5,7 +5,8 @@
 
 use std::future::Future;
 
-use super::{Guard, body_starts, report, store_failed};
+use super::context::{body_starts};
+use super::{Guard, report, store_failed};
 use crate::key::DedupeKey;
 use crate::message::MessageId;
 use crate::metrics::Decision;

@@ -21,7 +21,9 @@ use crate::envelope::DeadLetterReason;
 use crate::envelope::{DeadLetter, Envelope, EnvelopeError};
 
 use super::handler::HandlerFuture;
-use super::parked::{self, LastClaim};
+use super::parked;
+use crate::guard::Guarded;
+use crate::guard::context;
 use super::routes::Route;
 use super::span;
 use super::{
@@ -128,7 +130,7 @@ impl Router {
 
         // The handler (and so its guard) runs in the delivery's consumer span.
         let span = span::consumer(&envelope, &delivery);
-        let (result, last_claim) = run_catching_panics(route, envelope, delivery)
+        let ((result, last), _) = context::ensure(run_catching_panics(route, envelope, delivery))
             .instrument(span)
             .await;
         let error = match result {
@@ -140,10 +142,10 @@ impl Router {
         // decoded a moment ago, so this cannot fail, and if it somehow did the
         // bytes would be poison.
         match Envelope::from_slice(bytes) {
-            Ok(envelope) if last_claim.store_failed(&error) => {
+            Ok(envelope) if parked::store_failed(last, &error) => {
                 parked::store_unavailable(envelope.job)
             }
-            Ok(mut envelope) => match last_claim.parked_delay(&error) {
+            Ok(mut envelope) => match parked::parked_delay(last, &error) {
                 Some(delay) => parked::release(envelope.job, delay),
                 None => {
                     envelope.attempts = attempts;
@@ -281,51 +283,48 @@ fn poison(bytes: &[u8], error: EnvelopeError) -> Disposition {
 
 /// Runs the handler; a panic while building or polling its future becomes
 /// [`DispatchError::Panicked`] instead of unwinding through the consumer.
-/// Beside the result, the last claim decision a guard made in the handler's
-/// future.
+/// Beside the result, the last outcome a guard recorded in the handler's
+/// future (a claim decision, a store failure).
 async fn run_catching_panics(
     route: &Route,
     envelope: Envelope,
     delivery: Delivery,
-) -> (Result<(), DispatchError>, LastClaim) {
+) -> (Result<(), DispatchError>, Option<Guarded>) {
     let future = match catch_unwind(AssertUnwindSafe(|| route.call(envelope, delivery))) {
         Ok(future) => future,
-        Err(payload) => return (Err(panicked(payload)), LastClaim::NotParked),
+        Err(payload) => return (Err(panicked(payload)), None),
     };
-    let watched = Watched {
-        future,
-        last_claim: LastClaim::NotParked,
-    };
+    let watched = Watched { future, last: None };
     match watched.await {
-        (Ok(result), last_claim) => (result.map_err(DispatchError::Handler), last_claim),
-        (Err(payload), last_claim) => (Err(panicked(payload)), last_claim),
+        (Ok(result), last) => (result.map_err(DispatchError::Handler), last),
+        (Err(payload), last) => (Err(panicked(payload)), last),
     }
 }
 
-/// Polls a handler future inside `catch_unwind`, with the delivery's claim
-/// record current ([`parked::watching`]). The future is dropped after a
+/// Polls a handler future inside `catch_unwind`, with the delivery's
+/// record of its guards' outcomes watched ([`context::watching`]). The future is dropped after a
 /// panic (it is never polled again); `AssertUnwindSafe` is sound here
 /// because nothing of it is observed afterwards.
 struct Watched {
     future: HandlerFuture,
-    last_claim: LastClaim,
+    last: Option<Guarded>,
 }
 
 impl Future for Watched {
     type Output = (
         Result<<HandlerFuture as Future>::Output, Box<dyn Any + Send>>,
-        LastClaim,
+        Option<Guarded>,
     );
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let Watched { future, last_claim } = self.get_mut();
-        let polled = parked::watching(last_claim, || {
+        let Watched { future, last } = self.get_mut();
+        let polled = context::watching(last, || {
             catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx)))
         });
         match polled {
             Ok(Poll::Pending) => Poll::Pending,
-            Ok(Poll::Ready(output)) => Poll::Ready((Ok(output), *last_claim)),
-            Err(payload) => Poll::Ready((Err(payload), *last_claim)),
+            Ok(Poll::Ready(output)) => Poll::Ready((Ok(output), *last)),
+            Err(payload) => Poll::Ready((Err(payload), *last)),
         }
     }
 }
