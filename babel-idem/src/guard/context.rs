@@ -68,6 +68,10 @@ pub(crate) struct DeliveryContext {
     record: Cell<Record>,
 }
 
+#[allow(
+    dead_code,
+    reason = "made and read by a consumer; a build without one only scopes fresh contexts"
+)]
 impl DeliveryContext {
     /// A consumer's delivery: its store calls meet in `batches` (one by one
     /// for `None`), its handler slot is `slot`, `replay` whether it is an
@@ -136,6 +140,10 @@ pin_project! {
 }
 
 /// Runs `future` with `context` current; its output, and the context.
+#[allow(
+    dead_code,
+    reason = "made and read by a consumer; a build without one only scopes fresh contexts"
+)]
 pub(crate) fn scope<F: Future>(context: DeliveryContext, future: F) -> Scoped<F> {
     Scoped {
         context: Some(context),
@@ -258,6 +266,10 @@ fn part_of_the_store(error: &StoreError) -> bool {
 }
 
 /// Whether the delivery being handled is an intended replay.
+#[allow(
+    dead_code,
+    reason = "made and read by a consumer; a build without one only scopes fresh contexts"
+)]
 pub(crate) fn is_replay() -> bool {
     current(|context| context.replay).unwrap_or(false)
 }
