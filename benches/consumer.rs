@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 use babel_idem::store::Batched;
 use babel_idem::store::RedisStore;
 use babel_idem::transport::RedisTransport;
-use babel_idem::{Consumer, Envelope, Router, Store, guard, urn};
+use babel_idem::{Consumer, Envelope, Router, Store, run_once, urn};
 use load::{bodies, cpu_seconds, env_count, id_of, remember_unseen, run_python};
 use redis::aio::ConnectionManager;
 
@@ -159,7 +159,7 @@ async fn bench_babel_idem(
     let router = Router::builder()
         .route(urn!("urn:babel:interop:created"), move |env: Envelope| {
             let store = Arc::clone(&store);
-            async move { guard(store, &env, async { Ok::<(), babel_idem::StoreError>(()) }).await }
+            async move { run_once(store, &env, async { Ok::<(), babel_idem::StoreError>(()) }).await }
         })
         .build()
         .unwrap();

@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 use babel_idem::store::Batched;
 use babel_idem::store::RedisStore;
 use babel_idem::transport::AmqpTransport;
-use babel_idem::{Consumer, Envelope, Router, guard, urn};
+use babel_idem::{Consumer, Envelope, Router, run_once, urn};
 use futures_core::Stream;
 use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::FieldTable;
@@ -137,7 +137,7 @@ async fn bench_babel_idem(url: &str, redis_url: &str, prefetch: u16, count: usiz
     let router = Router::builder()
         .route(urn!("urn:babel:interop:created"), move |env: Envelope| {
             let store = store.clone();
-            async move { guard(store, &env, async { Ok::<(), babel_idem::StoreError>(()) }).await }
+            async move { run_once(store, &env, async { Ok::<(), babel_idem::StoreError>(()) }).await }
         })
         .build()
         .unwrap();

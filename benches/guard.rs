@@ -48,7 +48,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use babel_idem::store::StoreFuture;
-use babel_idem::{Envelope, Guard, InMemoryStore, MessageId, Store, StoreError, guard};
+use babel_idem::{Envelope, Guard, InMemoryStore, MessageId, Store, StoreError, run_once};
 use criterion::{BatchSize, Criterion};
 use serde_json::json;
 
@@ -144,7 +144,7 @@ fn envelopes(count: usize) -> Vec<Envelope> {
 fn remembered(envelopes: &[Envelope]) -> InMemoryStore {
     let store = InMemoryStore::new();
     for env in envelopes {
-        ready!(guard(&store, env, handler(env))).unwrap();
+        ready!(run_once(&store, env, handler(env))).unwrap();
     }
     store
 }
@@ -182,7 +182,7 @@ impl Store for NaiveStore {
 fn latency(c: &mut Criterion, working_set: &[Envelope], store: &InMemoryStore) {
     let naive = NaiveStore::default();
     for env in working_set {
-        ready!(guard(&naive, env, handler(env))).unwrap();
+        ready!(run_once(&naive, env, handler(env))).unwrap();
     }
     let dynamic: &dyn Store = store;
 
@@ -194,19 +194,19 @@ fn latency(c: &mut Criterion, working_set: &[Envelope], store: &InMemoryStore) {
     group.bench_function("duplicate, &InMemoryStore", |b| {
         b.iter(|| {
             let env = cycle.next().unwrap();
-            ready!(guard(store, env, handler(env)))
+            ready!(run_once(store, env, handler(env)))
         })
     });
     group.bench_function("duplicate, &dyn Store", |b| {
         b.iter(|| {
             let env = cycle.next().unwrap();
-            ready!(guard(dynamic, env, handler(env)))
+            ready!(run_once(dynamic, env, handler(env)))
         })
     });
     group.bench_function("duplicate, naive Mutex<HashSet<String>>", |b| {
         b.iter(|| {
             let env = cycle.next().unwrap();
-            ready!(guard(&naive, env, handler(env)))
+            ready!(run_once(&naive, env, handler(env)))
         })
     });
     group.bench_function("first delivery, 10k fresh ids per batch", |b| {
@@ -214,7 +214,7 @@ fn latency(c: &mut Criterion, working_set: &[Envelope], store: &InMemoryStore) {
             || (InMemoryStore::new(), envelopes(10_000)),
             |(store, fresh)| {
                 for env in &fresh {
-                    ready!(guard(&store, env, handler(env))).unwrap();
+                    ready!(run_once(&store, env, handler(env))).unwrap();
                 }
                 (store, fresh)
             },
@@ -266,7 +266,7 @@ fn first_deliveries(fresh: &[Envelope]) -> Duration {
     let store = InMemoryStore::new();
     let start = Instant::now();
     for env in fresh {
-        ready!(guard(&store, env, handler(env))).unwrap();
+        ready!(run_once(&store, env, handler(env))).unwrap();
     }
     let elapsed = start.elapsed();
     drop(store);
@@ -299,7 +299,7 @@ fn first_delivery() {
         let store = NaiveStore::default();
         let start = Instant::now();
         for env in &fresh {
-            ready!(guard(&store, env, handler(env))).unwrap();
+            ready!(run_once(&store, env, handler(env))).unwrap();
         }
         start.elapsed()
     });
@@ -388,7 +388,7 @@ fn go_comparison(working_set: &[Envelope], store: &InMemoryStore) {
         })
     };
     let bare = over_working_set(&|env| ready!(handler(env)).unwrap());
-    let duplicate = over_working_set(&|env| ready!(guard(store, env, handler(env))).unwrap());
+    let duplicate = over_working_set(&|env| ready!(run_once(store, env, handler(env))).unwrap());
     let fresh = envelopes(DELIVERIES);
     let first_delivery = probed_slices(FIRST_DELIVERY_SLICES, DELIVERIES, || {
         first_deliveries(&fresh)
@@ -433,7 +433,7 @@ fn warm_up(working_set: &[Envelope], store: &InMemoryStore) {
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(seconds) {
         for env in working_set {
-            ready!(guard(store, env, handler(env))).unwrap();
+            ready!(run_once(store, env, handler(env))).unwrap();
         }
     }
 }
@@ -453,7 +453,7 @@ fn profiled_deliveries(envelopes: &[Envelope], mut deliver: impl FnMut(&Envelope
 fn profile(path: &str) {
     let working_set = envelopes(working_set_size());
     let env = &working_set[0];
-    let size = std::mem::size_of_val(&guard(&InMemoryStore::new(), env, handler(env)));
+    let size = std::mem::size_of_val(&run_once(&InMemoryStore::new(), env, handler(env)));
     eprintln!("size of the guard's future: {size} bytes");
     match path {
         "bare" => profiled_deliveries(&working_set, |env| ready!(handler(env)).unwrap()),
@@ -461,7 +461,7 @@ fn profile(path: &str) {
             let store = remembered(&working_set);
             warm_up(&working_set, &store);
             profiled_deliveries(&working_set, |env| {
-                ready!(guard(&store, env, handler(env))).unwrap()
+                ready!(run_once(&store, env, handler(env))).unwrap()
             });
         }
         // The duplicate called through a `&dyn Fn`, as the Go comparison
@@ -469,14 +469,14 @@ fn profile(path: &str) {
         "duplicate-dyn" => {
             let store = remembered(&working_set);
             warm_up(&working_set, &store);
-            let body: &dyn Fn(&Envelope) = &|env| ready!(guard(&store, env, handler(env))).unwrap();
+            let body: &dyn Fn(&Envelope) = &|env| ready!(run_once(&store, env, handler(env))).unwrap();
             profiled_deliveries(&working_set, body);
         }
         "first" => {
             let fresh = envelopes(DELIVERIES);
             let store = InMemoryStore::new();
             profiled_deliveries(&fresh, |env| {
-                ready!(guard(&store, env, handler(env))).unwrap()
+                ready!(run_once(&store, env, handler(env))).unwrap()
             });
         }
         other => {
@@ -503,7 +503,7 @@ fn two_threads(working_set: &[Envelope], store: &InMemoryStore) {
                         let start = Instant::now();
                         for _ in 0..PER_THREAD {
                             let env = cycle.next().unwrap();
-                            ready!(guard(store, env, handler(env))).unwrap();
+                            ready!(run_once(store, env, handler(env))).unwrap();
                         }
                         start.elapsed()
                     })
@@ -540,12 +540,12 @@ fn allocations_per_duplicate(working_set: &[Envelope], store: &InMemoryStore) {
         }
         (ALLOCATIONS.load(Ordering::Relaxed) - before) as f64 / working_set.len() as f64
     };
-    let concrete = count(&|env| ready!(guard(store, env, handler(env))).unwrap());
-    let through_dyn = count(&|env| ready!(guard(dynamic, env, handler(env))).unwrap());
+    let concrete = count(&|env| ready!(run_once(store, env, handler(env))).unwrap());
+    let through_dyn = count(&|env| ready!(run_once(dynamic, env, handler(env))).unwrap());
     let claimed = Guard::new(store).lease(LEASE).unwrap();
     let claim_mode = count(&|env| ready!(claimed.run(env, handler(env))).unwrap());
     let env = &working_set[0];
-    let future_size = std::mem::size_of_val(&guard(store, env, handler(env)));
+    let future_size = std::mem::size_of_val(&run_once(store, env, handler(env)));
     println!("size of the guard's future (built on every call): {future_size} bytes");
     println!("heap allocations per duplicate delivery:");
     println!("  &InMemoryStore              {concrete:.3}");

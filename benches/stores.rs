@@ -63,7 +63,7 @@ use std::time::{Duration, Instant};
 
 use babel_idem::store::SqliteStore;
 use babel_idem::store::{Batched, Claim, ClaimToken, StoreFuture};
-use babel_idem::{ClaimStore, Guard, MessageId, Store, StoreError, guard};
+use babel_idem::{ClaimStore, Guard, MessageId, Store, StoreError, run_once};
 
 const CONCURRENCY: [usize; 3] = [1, 16, 64];
 /// Ids remembered before the duplicate-path runs, delivered round robin.
@@ -331,7 +331,7 @@ async fn bench_backend<S, R, C>(
                         let store = Arc::clone(&store);
                         let message = Delivery(path.id(&ids, worker, n));
                         async move {
-                            guard(&*store, &message, async { Ok::<(), StoreError>(()) })
+                            run_once(&*store, &message, async { Ok::<(), StoreError>(()) })
                                 .await
                                 .expect("a guarded delivery");
                         }
@@ -584,7 +584,7 @@ where
                     let store = Arc::clone(&store);
                     let message = Delivery(path.id(&ids, worker, n));
                     async move {
-                        guard(&*store, &message, async { Ok::<(), StoreError>(()) })
+                        run_once(&*store, &message, async { Ok::<(), StoreError>(()) })
                             .await
                             .expect("a guarded delivery");
                     }
@@ -1087,7 +1087,7 @@ mod postgres_backend {
                     Path::Duplicate => path.id(&run, 0, n),
                 };
                 if side == 0 {
-                    guard(&store, &Delivery(id), async { Ok::<(), StoreError>(()) })
+                    run_once(&store, &Delivery(id), async { Ok::<(), StoreError>(()) })
                         .await
                         .expect("a guarded delivery");
                 } else if side == 2 {

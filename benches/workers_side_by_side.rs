@@ -55,7 +55,7 @@ use std::time::{Duration, Instant};
 
 use babel_idem::store::{BatchTarget, Cached, RedisStore, StoreFuture};
 use babel_idem::transport::{AmqpTransport, RedisTransport};
-use babel_idem::{Consumer, Envelope, Router, Store, StoreError, guard, urn};
+use babel_idem::{Consumer, Envelope, Router, Store, StoreError, run_once, urn};
 use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::FieldTable;
 use load::{cpu_seconds, env_count, id_of};
@@ -1074,7 +1074,7 @@ async fn cached_rounds(
             let router = Router::builder()
                 .route(urn!("urn:babel:interop:created"), move |env: Envelope| {
                     let store = Arc::clone(&store);
-                    async move { guard(store, &env, async { Ok::<(), StoreError>(()) }).await }
+                    async move { run_once(store, &env, async { Ok::<(), StoreError>(()) }).await }
                 })
                 .build()
                 .unwrap();

@@ -41,7 +41,7 @@ use babel_idem::outbox::{PostgresOutbox, Relay, SqliteOutbox};
 use babel_idem::router::Backoff;
 use babel_idem::store::{PostgresStore, SqliteStore};
 use babel_idem::transport::RedisTransport;
-use babel_idem::{Consumer, Envelope, InMemoryStore, Router, guard, idempotent, urn};
+use babel_idem::{Consumer, Envelope, InMemoryStore, Router, run_once, idempotent, urn};
 use serde_json::json;
 use sqlx::{PgConnection, SqliteConnection};
 
@@ -495,7 +495,7 @@ async fn downstream(
             let (seen, runs) = (Arc::clone(&route_seen), Arc::clone(&route_runs));
             async move {
                 let id = env.meta.id.clone().unwrap_or_default();
-                guard(&*seen, &env, async {
+                run_once(&*seen, &env, async {
                     *runs.lock().unwrap().entry(id).or_default() += 1;
                     Ok::<(), babel_idem::StoreError>(())
                 })

@@ -23,7 +23,7 @@ use babel_idem::consumer::{ConsumerError, ConsumerReport};
 use babel_idem::router::Backoff;
 use babel_idem::store::RedisStore;
 use babel_idem::transport::{AmqpTransport, Transport};
-use babel_idem::{Consumer, Envelope, InMemoryStore, Router, guard, urn};
+use babel_idem::{Consumer, Envelope, InMemoryStore, Router, run_once, urn};
 use consumer_support::amqp_queue::{AMQP_URL, Queue, raw_connection};
 use consumer_support::{
     PATIENCE, QUIET, SeenLog, SharedSeenSet, URN, assert_cannot_connect, assert_invalid_url,
@@ -539,7 +539,7 @@ async fn a_connection_dropped_mid_run_is_reopened_and_every_effect_runs_once() {
                         // noticed and answers on a new one.
                         let _ = transport.delete_queue(&probe).await;
                     }
-                    guard(store, &env, async {
+                    run_once(store, &env, async {
                         tokio::time::sleep(Duration::from_millis(1)).await;
                         *effects.lock().unwrap().entry(id).or_default() += 1;
                         Ok::<(), anyhow::Error>(())

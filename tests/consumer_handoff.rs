@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use babel_idem::store::StoreFuture;
-use babel_idem::{Consumer, Envelope, InMemoryStore, Router, Store, StoreError, guard, urn};
+use babel_idem::{Consumer, Envelope, InMemoryStore, Router, Store, StoreError, run_once, urn};
 use store_contract::servers::{REDIS_URL, server_url};
 use tokio::sync::Notify;
 
@@ -140,8 +140,8 @@ fn two_guards(bodies: &Bodies, work: Duration) -> impl Fn(Envelope) -> Handled +
     move |env: Envelope| -> Handled {
         let (first, second, bodies) = (first.clone(), second.clone(), bodies.clone());
         Box::pin(async move {
-            guard(first, &env, bodies.run(work)).await?;
-            guard(second, &env, bodies.run(work)).await
+            run_once(first, &env, bodies.run(work)).await?;
+            run_once(second, &env, bodies.run(work)).await
         })
     }
 }
@@ -164,7 +164,7 @@ async fn at_concurrency_one_the_next_delivery_asks_its_store_while_the_last_mark
         let (store, bodies) = (store.clone(), bodies.clone());
         move |env: Envelope| -> Handled {
             let (store, bodies) = (store.clone(), bodies.clone());
-            Box::pin(async move { guard(store, &env, bodies.run(Duration::ZERO)).await })
+            Box::pin(async move { run_once(store, &env, bodies.run(Duration::ZERO)).await })
         }
     };
     let consumer = Consumer::builder(router(route), queue.transport().await, &queue.name)

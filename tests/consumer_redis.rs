@@ -22,7 +22,7 @@ use babel_idem::envelope::DeadLetter;
 use babel_idem::router::Backoff;
 use babel_idem::store::{RedisStore, SqliteStore};
 use babel_idem::transport::{RedisTransport, Settlement, Transport};
-use babel_idem::{Consumer, Delivery, Envelope, Router, guard, urn};
+use babel_idem::{Consumer, Delivery, Envelope, Router, run_once, urn};
 use redis::AsyncCommands;
 use serde_json::{Value, json};
 use store_contract::servers::{REDIS_URL, server_url, unique_suffix};
@@ -442,7 +442,7 @@ async fn crash_worker_process() {
         .route(urn!("urn:babel:interop:created"), move |env: Envelope| {
             let (store, client, effects) = (Arc::clone(&store), client.clone(), effects.clone());
             async move {
-                guard(store, &env, async {
+                run_once(store, &env, async {
                     if env.data.get("slow") == Some(&Value::Bool(true)) {
                         // Holds its reservation until the process is killed.
                         tokio::time::sleep(Duration::from_secs(3600)).await;
@@ -605,7 +605,7 @@ async fn redis_restarted_mid_run_the_consumer_reconnects_and_finishes_with_each_
         .route(urn!("urn:babel:interop:created"), move |env: Envelope| {
             let (store, counted) = (Arc::clone(&store), Arc::clone(&counted));
             async move {
-                guard(store, &env, async {
+                run_once(store, &env, async {
                     tokio::time::sleep(Duration::from_millis(2)).await;
                     *counted
                         .lock()

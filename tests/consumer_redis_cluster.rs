@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use babel_idem::store::RedisStore;
 use babel_idem::transport::{RedisTransport, TransportError};
-use babel_idem::{Consumer, Delivery, Envelope, Router, Store, guard, urn};
+use babel_idem::{Consumer, Delivery, Envelope, Router, Store, run_once, urn};
 use serde_json::{Value, json};
 use store_contract::servers::{REDIS_CLUSTER_URL, server_url, unique_suffix};
 
@@ -170,7 +170,7 @@ async fn python_publishes_on_a_cluster_queue_and_each_id_runs_once() {
             move |env: Envelope, delivery: Delivery| {
                 let (store, recorded) = (store.clone(), Arc::clone(&recorded));
                 async move {
-                    guard(store, &env, async {
+                    run_once(store, &env, async {
                         recorded.lock().unwrap().push(Seen {
                             id: env.meta.id.clone().unwrap_or_default(),
                             urn: env.job.clone(),

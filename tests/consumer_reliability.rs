@@ -21,7 +21,7 @@ use babel_idem::metrics::{self, Decision};
 use babel_idem::router::{Backoff, UnknownUrnStrategy};
 use babel_idem::store::{NotReplicated, RedisStore, ShortOfReplicas};
 use babel_idem::transport::RedisTransport;
-use babel_idem::{ClaimStore, Consumer, Envelope, Guard, Router, Store, StoreError, guard, urn};
+use babel_idem::{ClaimStore, Consumer, Envelope, Guard, Router, Store, StoreError, run_once, urn};
 use redis::AsyncCommands;
 use serde_json::{Value, json};
 use store_contract::servers::{REDIS_URL, server_url};
@@ -86,7 +86,7 @@ async fn a_store_outage_pauses_the_consumer_and_dead_letters_nothing() {
         .route(urn!("urn:babel:interop:created"), move |env: Envelope| {
             let (store, counted) = (store.clone(), Arc::clone(&counted));
             async move {
-                guard(store, &env, async {
+                run_once(store, &env, async {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                     count_effect(&counted, &env);
                     Ok::<(), StoreError>(())
@@ -222,7 +222,7 @@ async fn ids_whose_part_of_the_store_is_down_are_held_back_while_the_others_run_
             .route(urn!("urn:babel:interop:created"), move |env: Envelope| {
                 let (store, counted) = (seen_set.clone(), Arc::clone(&counted));
                 async move {
-                    guard(store, &env, async {
+                    run_once(store, &env, async {
                         count_effect(&counted, &env);
                         Ok::<(), StoreError>(())
                     })

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use babel_idem::envelope::DeadLetter;
 use babel_idem::envelope::DeadLetterReason;
 use babel_idem::envelope::{IntegerProblem, LANG, MAX_INTEGER, SCHEMA_VERSION};
-use babel_idem::{Envelope, EnvelopeError, InMemoryStore, MessageId, StoreError, guard};
+use babel_idem::{Envelope, EnvelopeError, InMemoryStore, MessageId, StoreError, run_once};
 use serde_json::{Value, json};
 
 /// A complete, valid envelope with every optional block present.
@@ -822,7 +822,7 @@ async fn deliveries_that_ran(envelope: &Envelope, deliveries: u32) -> u32 {
     let store = InMemoryStore::new();
     let runs = AtomicU32::new(0);
     for _ in 0..deliveries {
-        guard(&store, envelope, async {
+        run_once(&store, envelope, async {
             runs.fetch_add(1, Ordering::Relaxed);
             Ok::<(), StoreError>(())
         })

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use babel_idem::guard::BatchOutcome;
+use babel_idem::guard::MessageOutcome;
 use babel_idem::metrics::Decision;
 use babel_idem::store::{Batched, Claim, ClaimToken, StoreFuture, StoreOperation};
 use babel_idem::{
@@ -201,7 +201,7 @@ async fn run<S: Store>(
     guard: &Guard<S>,
     messages: &[Envelope],
     runs: &Mutex<Vec<String>>,
-) -> Vec<BatchOutcome<DeliveryError>> {
+) -> Vec<MessageOutcome<DeliveryError>> {
     guard
         .run_batch(messages, |env| async move {
             let id = env.message_id().unwrap_or("").to_owned();
@@ -215,8 +215,8 @@ async fn run<S: Store>(
         .await
 }
 
-fn decisions<E>(outcomes: &[BatchOutcome<E>]) -> Vec<Decision> {
-    outcomes.iter().map(BatchOutcome::decision).collect()
+fn decisions<E>(outcomes: &[MessageOutcome<E>]) -> Vec<Decision> {
+    outcomes.iter().map(MessageOutcome::decision).collect()
 }
 
 /// The contract for every message of one mixed batch, with one `seen_many`
@@ -498,7 +498,7 @@ where
         let (store, runs) = (store.clone(), Arc::clone(runs));
         deliveries.spawn(async move {
             let id = message.message_id().unwrap_or("").to_owned();
-            let result = babel_idem::guard(&store, &message, async {
+            let result = babel_idem::run_once(&store, &message, async {
                 let fails = id.ends_with('!');
                 runs.lock().unwrap().push(id);
                 match fails {

@@ -16,7 +16,7 @@ use babel_idem::router::ReleaseReason;
 use babel_idem::store::{Claim, ClaimToken, MAX_LEASE, StoreFuture, StoreOperation};
 use babel_idem::{
     ClaimStore, Delivery, Disposition, Envelope, Guard, InMemoryStore, OnRememberFailure, Router,
-    Store, StoreError, guard, metrics, urn,
+    Store, StoreError, run_once, metrics, urn,
 };
 use serde_json::json;
 
@@ -666,7 +666,7 @@ async fn fences_grow_across_claims_and_nested_guards_restore_the_outer_one() {
                 .await?;
             seen.push(fence());
             // A seen-set guard inside a claimed handler keeps the claim's fence.
-            guard(&store, &order(&unique("plain")), async {
+            run_once(&store, &order(&unique("plain")), async {
                 seen.push(fence());
                 Ok::<(), StoreError>(())
             })
@@ -693,7 +693,7 @@ async fn fences_grow_across_claims_and_nested_guards_restore_the_outer_one() {
     );
 
     let mut plain = Some(0);
-    guard(&store, &order(&unique("seen-set")), async {
+    run_once(&store, &order(&unique("seen-set")), async {
         plain = fence();
         Ok::<(), StoreError>(())
     })

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use babel_idem::store::{StoreFuture, StoreOperation};
 use babel_idem::{
-    Envelope, Guard, InMemoryStore, OnRememberFailure, Store, StoreError, guard, wrap,
+    Envelope, Guard, InMemoryStore, OnRememberFailure, Store, StoreError, run_once, wrap,
 };
 use serde_json::json;
 use support::{FailingStore, Failure};
@@ -74,7 +74,7 @@ async fn a_message_without_id_runs_every_time_and_is_never_remembered() {
     let store = InMemoryStore::new();
     let runs = AtomicU32::new(0);
     for env in [order(""), order("").without_id(), order("").without_id()] {
-        guard(&store, &env, counted(&runs)).await.unwrap();
+        run_once(&store, &env, counted(&runs)).await.unwrap();
     }
     assert_eq!(runs.load(Ordering::SeqCst), 3);
     assert!(store.is_empty());
@@ -84,7 +84,7 @@ async fn a_message_without_id_runs_every_time_and_is_never_remembered() {
 async fn a_seen_id_is_skipped_and_acked() {
     let store = InMemoryStore::new();
     store.remember("id-A").await.unwrap();
-    let result = guard(&store, &order("id-A"), async {
+    let result = run_once(&store, &order("id-A"), async {
         panic!("a duplicate must not run");
         #[allow(unreachable_code)]
         Ok::<(), HandlerError>(())
@@ -96,7 +96,7 @@ async fn a_seen_id_is_skipped_and_acked() {
 #[tokio::test]
 async fn a_failing_seen_returns_the_store_error_without_running() {
     let store = FailingStore::new(Failure::Seen);
-    let result = guard(&store, &order("id-A"), async {
+    let result = run_once(&store, &order("id-A"), async {
         panic!("must not run when the seen-set cannot answer");
         #[allow(unreachable_code)]
         Ok::<(), HandlerError>(())
@@ -112,12 +112,12 @@ async fn a_failing_seen_returns_the_store_error_without_running() {
 async fn a_handler_error_leaves_the_id_unmarked_so_a_redelivery_runs() {
     let store = InMemoryStore::new();
     let env = order("id-A");
-    let result = guard(&store, &env, async { Err::<(), _>(HandlerError::Declined) }).await;
+    let result = run_once(&store, &env, async { Err::<(), _>(HandlerError::Declined) }).await;
     assert!(matches!(result, Err(HandlerError::Declined)));
     assert!(!store.seen("id-A").await.unwrap());
 
     let runs = AtomicU32::new(0);
-    guard(&store, &env, counted(&runs)).await.unwrap();
+    run_once(&store, &env, counted(&runs)).await.unwrap();
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     assert!(store.seen("id-A").await.unwrap());
 }
@@ -128,7 +128,7 @@ async fn a_panicking_handler_leaves_the_id_unmarked() {
     let task = tokio::spawn({
         let store = store.clone();
         async move {
-            guard(&*store, &order("id-A"), async {
+            run_once(&*store, &order("id-A"), async {
                 panic!("handler bug");
                 #[allow(unreachable_code)]
                 Ok::<(), HandlerError>(())
@@ -143,7 +143,7 @@ async fn a_panicking_handler_leaves_the_id_unmarked() {
 #[tokio::test]
 async fn a_dropped_handler_leaves_the_id_unmarked() {
     let store = InMemoryStore::new();
-    let delivery = guard(&store, &order("id-A"), async {
+    let delivery = run_once(&store, &order("id-A"), async {
         std::future::pending::<()>().await;
         Ok::<(), HandlerError>(())
     });
@@ -155,7 +155,7 @@ async fn a_dropped_handler_leaves_the_id_unmarked() {
 #[tokio::test]
 async fn a_success_is_remembered() {
     let store = InMemoryStore::new();
-    guard(&store, &order("id-A"), async { Ok::<(), HandlerError>(()) })
+    run_once(&store, &order("id-A"), async { Ok::<(), HandlerError>(()) })
         .await
         .unwrap();
     assert!(store.seen("id-A").await.unwrap());
@@ -165,7 +165,7 @@ async fn a_success_is_remembered() {
 async fn a_failing_remember_acks_by_default() {
     let store = FailingStore::new(Failure::Remember);
     let runs = AtomicU32::new(0);
-    let result = guard(&store, &order("id-A"), counted(&runs)).await;
+    let result = run_once(&store, &order("id-A"), counted(&runs)).await;
     assert!(result.is_ok(), "the effect happened: the delivery is acked");
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
@@ -281,7 +281,7 @@ async fn an_empty_scope_keeps_apart_from_no_scope() {
         .run(&env, counted(&runs))
         .await
         .unwrap();
-    guard(&store, &env, counted(&runs)).await.unwrap();
+    run_once(&store, &env, counted(&runs)).await.unwrap();
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
 
@@ -292,7 +292,7 @@ async fn the_dedupe_key_is_meta_id_not_trace_id() {
     let same_chain_other_message = order("id-B").with_trace_id("trace-1");
     let runs = AtomicU32::new(0);
     for env in [&first, &same_chain_other_message, &first] {
-        guard(&store, env, counted(&runs)).await.unwrap();
+        run_once(&store, env, counted(&runs)).await.unwrap();
     }
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
@@ -303,10 +303,10 @@ async fn a_store_chosen_at_run_time_works_as_dyn_store() {
     let by_ref: &dyn Store = &*store;
     let runs = AtomicU32::new(0);
     for _ in 0..2 {
-        guard(store.clone(), &order("id-A"), counted(&runs))
+        run_once(store.clone(), &order("id-A"), counted(&runs))
             .await
             .unwrap();
-        guard(by_ref, &order("id-B"), counted(&runs)).await.unwrap();
+        run_once(by_ref, &order("id-B"), counted(&runs)).await.unwrap();
     }
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
@@ -346,9 +346,9 @@ fn guarded_futures_are_send_when_the_handler_is() {
     fn assert_send<F: Send>(_: F) {}
     let store = InMemoryStore::new();
     let env = order("id-A");
-    assert_send(guard(&store, &env, async { Ok::<(), anyhow::Error>(()) }));
+    assert_send(run_once(&store, &env, async { Ok::<(), anyhow::Error>(()) }));
     let dynamic: Arc<dyn Store> = Arc::new(InMemoryStore::new());
-    assert_send(guard(dynamic, &env, async { Ok::<(), anyhow::Error>(()) }));
+    assert_send(run_once(dynamic, &env, async { Ok::<(), anyhow::Error>(()) }));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -364,7 +364,7 @@ async fn workers_sharing_one_store_each_run_their_ids_once() {
                 // Every message is redelivered twice after its first delivery.
                 for _ in 0..3 {
                     let runs = &runs;
-                    guard(&*store, &env, async move {
+                    run_once(&*store, &env, async move {
                         runs.fetch_add(1, Ordering::SeqCst);
                         Ok::<(), anyhow::Error>(())
                     })
@@ -428,7 +428,7 @@ fn a_duplicate_a_store_answers_now_is_skipped_in_the_first_poll_without_awaiting
     let store = AnswersNow::new(|| Ok(true));
     let runs = AtomicU32::new(0);
     let env = order("id-now");
-    let poll = first_poll(guard(&store, &env, counted(&runs)));
+    let poll = first_poll(run_once(&store, &env, counted(&runs)));
     assert!(matches!(poll, Poll::Ready(Ok(()))), "{poll:?}");
     assert_eq!(runs.load(Ordering::SeqCst), 0, "the duplicate ran");
     assert_eq!(store.seen_asked.load(Ordering::SeqCst), 0);
@@ -453,7 +453,7 @@ fn an_error_from_seen_now_fails_the_delivery_without_running_the_handler() {
     let runs = AtomicU32::new(0);
     let env = order("id-now");
     let Poll::Ready(Err(HandlerError::Store(error))) =
-        first_poll(guard(&store, &env, counted(&runs)))
+        first_poll(run_once(&store, &env, counted(&runs)))
     else {
         panic!("an error from seen_now did not fail the delivery");
     };
@@ -493,7 +493,7 @@ async fn a_store_without_an_answer_at_hand_is_asked_seen_and_awaited() {
     assert!(store.seen_now("id-later").is_none());
     let runs = AtomicU32::new(0);
     let env = order("id-later");
-    let mut delivery = pin!(guard(&store, &env, counted(&runs)));
+    let mut delivery = pin!(run_once(&store, &env, counted(&runs)));
     assert!(
         first_poll(delivery.as_mut()).is_pending(),
         "the guard did not wait for seen"

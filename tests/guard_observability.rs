@@ -4,7 +4,7 @@
 
 mod support;
 
-use babel_idem::{Envelope, InMemoryStore, StoreError, guard, metrics};
+use babel_idem::{Envelope, InMemoryStore, StoreError, run_once, metrics};
 use serde_json::json;
 use support::{Captured, FailingStore, Failure};
 
@@ -25,26 +25,26 @@ async fn every_decision_is_counted_and_traced() {
 
     let store = InMemoryStore::new();
     let ok = || async { Ok::<(), StoreError>(()) };
-    guard(&store, &order("id-ran"), ok()).await.unwrap();
-    guard(&store, &order("id-ran"), ok()).await.unwrap();
-    guard(&store, &order("id-ran"), ok()).await.unwrap();
+    run_once(&store, &order("id-ran"), ok()).await.unwrap();
+    run_once(&store, &order("id-ran"), ok()).await.unwrap();
+    run_once(&store, &order("id-ran"), ok()).await.unwrap();
     let declined = StoreError::new(
         babel_idem::store::StoreOperation::Seen,
         "handler",
         "declined",
     );
     assert!(
-        guard(&store, &order("id-failed"), async {
+        run_once(&store, &order("id-failed"), async {
             Err::<(), _>(declined)
         })
         .await
         .is_err()
     );
-    guard(&store, &order("").without_id(), ok()).await.unwrap();
+    run_once(&store, &order("").without_id(), ok()).await.unwrap();
     let broken_seen = FailingStore::new(Failure::Seen);
-    assert!(guard(&broken_seen, &order("id-x"), ok()).await.is_err());
+    assert!(run_once(&broken_seen, &order("id-x"), ok()).await.is_err());
     let broken_remember = FailingStore::new(Failure::Remember);
-    guard(&broken_remember, &order("id-mark"), ok())
+    run_once(&broken_remember, &order("id-mark"), ok())
         .await
         .unwrap();
 

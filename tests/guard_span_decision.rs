@@ -4,7 +4,7 @@
 
 mod support;
 
-use babel_idem::{Envelope, InMemoryStore, StoreError, guard};
+use babel_idem::{Envelope, InMemoryStore, StoreError, run_once};
 use serde_json::json;
 use support::Captured;
 
@@ -29,7 +29,7 @@ async fn two_deliveries_at(level: tracing::Level) -> String {
             messaging.babelqueue.idempotency.decision = tracing::field::Empty,
         );
         let _entered = span.enter();
-        guard(&store, &env, async { Ok::<(), StoreError>(()) })
+        run_once(&store, &env, async { Ok::<(), StoreError>(()) })
             .await
             .unwrap();
         tracing::info!("handled");

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use babel_idem::metrics::{DECISIONS_TOTAL, STORE_DURATION_SECONDS, STORE_ERRORS_TOTAL};
 use babel_idem::store::{ClaimToken, StoreOperation};
-use babel_idem::{ClaimStore, Envelope, Guard, InMemoryStore, StoreError, guard};
+use babel_idem::{ClaimStore, Envelope, Guard, InMemoryStore, StoreError, run_once};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use metrics_util::{CompositeKey, MetricKind};
 use serde_json::json;
@@ -124,14 +124,14 @@ impl Recorded {
 fn seen_set_decisions_store_latency_and_store_errors_are_recorded() {
     let recorded = record(|| async {
         let store = InMemoryStore::new();
-        guard(&store, &order("id-a"), ok()).await.unwrap();
-        guard(&store, &order("id-a"), ok()).await.unwrap();
-        guard(&store, &order("id-b"), declined()).await.unwrap_err();
-        guard(&store, &order("").without_id(), ok()).await.unwrap();
+        run_once(&store, &order("id-a"), ok()).await.unwrap();
+        run_once(&store, &order("id-a"), ok()).await.unwrap();
+        run_once(&store, &order("id-b"), declined()).await.unwrap_err();
+        run_once(&store, &order("").without_id(), ok()).await.unwrap();
         let broken_seen = FailingStore::new(Failure::Seen);
-        guard(&broken_seen, &order("id-c"), ok()).await.unwrap_err();
+        run_once(&broken_seen, &order("id-c"), ok()).await.unwrap_err();
         let broken_remember = FailingStore::new(Failure::Remember);
-        guard(&broken_remember, &order("id-d"), ok()).await.unwrap();
+        run_once(&broken_remember, &order("id-d"), ok()).await.unwrap();
     });
 
     for decision in [
@@ -225,15 +225,15 @@ fn real_redis_calls_are_timed_and_an_unreachable_server_is_counted() {
     };
     let recorded = record(|| async {
         let store = backend.open("metrics", None).await;
-        guard(&store, &order("id-a"), ok()).await.unwrap();
-        guard(&store, &order("id-a"), ok()).await.unwrap();
+        run_once(&store, &order("id-a"), ok()).await.unwrap();
+        run_once(&store, &order("id-a"), ok()).await.unwrap();
         // Nothing listens on port 1: `seen` fails, the handler does not run.
         let down = RedisStore::builder()
             .timeout(Duration::from_millis(500))
             .reconnect_attempts(0)
             .connect_lazy("redis://127.0.0.1:1/")
             .unwrap();
-        let error = guard(&down, &order("id-b"), ok()).await.unwrap_err();
+        let error = run_once(&down, &order("id-b"), ok()).await.unwrap_err();
         assert_eq!(error.backend(), "redis", "{error}");
     });
 

@@ -25,7 +25,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use babel_idem::transport::{Outgoing, RedisTransport};
-use babel_idem::{Envelope, InMemoryStore, guard};
+use babel_idem::{Envelope, InMemoryStore, run_once};
 use outbox_support::Broker;
 use outbox_support::db::cli;
 use serde_json::{Value, json};
@@ -280,7 +280,7 @@ async fn a_fleet_with_failures_and_a_killed_worker_credits_marks_and_emits_once_
     for message in &landed {
         let env = Envelope::from_slice(&message.body).unwrap();
         let credit = env.data["credit_id"].as_str().unwrap().to_owned();
-        guard(&seen, &env, async {
+        run_once(&seen, &env, async {
             *effects_by_credit.entry(credit).or_default() += 1;
             Ok::<(), babel_idem::StoreError>(())
         })

@@ -26,7 +26,7 @@ use babel_idem::envelope::ProduceError;
 use babel_idem::outbox::{OutboxError, Relay, RelayError, RelaySink};
 use babel_idem::store::SqliteStore;
 use babel_idem::transport::{AmqpTransport, RedisTransport};
-use babel_idem::{Envelope, guard};
+use babel_idem::{Envelope, run_once};
 use outbox_support::db::{Db, Kind, cli, producer};
 use outbox_support::{AMQP_URL, Broker, Landed};
 use serde_json::{Value, json};
@@ -304,7 +304,7 @@ async fn a_relay_killed_between_publish_and_mark_repeats_only_whole_messages_by_
     let mut runs = 0usize;
     for message in &landed {
         let env = Envelope::from_slice(&message.body).unwrap();
-        guard(&store, &env, async {
+        run_once(&store, &env, async {
             runs += 1;
             Ok::<(), babel_idem::StoreError>(())
         })

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use babel_idem::store::{Batched, Cached, Claim, ClaimToken, RedisStore};
-use babel_idem::{ClaimStore, Consumer, Envelope, InMemoryStore, Store, StoreError, guard};
+use babel_idem::{ClaimStore, Consumer, Envelope, InMemoryStore, Store, StoreError, run_once};
 use serde_json::json;
 use store_contract::servers::{REDIS_URL, server_url, unique_suffix};
 use support::{CountingStore, StoreCalls};
@@ -236,7 +236,7 @@ async fn through_the_guard_a_redelivery_is_skipped_without_asking_redis() {
     let runs = AtomicU32::new(0);
     let env = Envelope::new("urn:babel:orders:created", json!({ "order": 1 }));
     for _ in 0..3 {
-        guard(&store, &env, async {
+        run_once(&store, &env, async {
             runs.fetch_add(1, Ordering::SeqCst);
             Ok::<(), StoreError>(())
         })
@@ -323,7 +323,7 @@ async fn cached_composes_with_batched() {
         for env in envs.clone() {
             let store = store.clone();
             deliveries.spawn(async move {
-                guard(&store, &env, async { Ok::<(), StoreError>(()) }).await
+                run_once(&store, &env, async { Ok::<(), StoreError>(()) }).await
             });
         }
         while let Some(done) = deliveries.join_next().await {

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use babel_idem::store::StoreOperation;
-use babel_idem::{Store, guard};
+use babel_idem::{Store, run_once};
 use store_contract::{DeliveryError, envelope};
 
 /// How many times a delivery is retried while a restarted server comes back
@@ -27,7 +27,7 @@ const RECOVERY_PAUSE: Duration = Duration::from_millis(100);
 
 /// One guarded delivery of `id` whose handler counts its runs.
 async fn deliver<S: Store>(store: &S, id: &str, runs: &AtomicUsize) -> Result<(), DeliveryError> {
-    guard(store, &envelope(id), async {
+    run_once(store, &envelope(id), async {
         runs.fetch_add(1, Ordering::SeqCst);
         Ok(())
     })

@@ -465,7 +465,7 @@ impl<T: Transport> ConsumerBuilder<T> {
     /// together go to the store together (default `true`; it takes effect
     /// with a [`concurrency`](Self::concurrency) above 1).
     ///
-    /// While on, a guard (`#[idempotent]`, [`guard`](crate::guard::guard()),
+    /// While on, a guard (`#[idempotent]`, [`run_once`](crate::guard::run_once),
     /// [`Guard`](crate::guard::Guard) in seen-set mode) running in one of
     /// this consumer's deliveries sends its call to a store that answers a
     /// batch in one round trip ([`Store::batch_target`](crate::store::Store::batch_target):
@@ -592,22 +592,35 @@ impl<T: Transport> ConsumerBuilder<T> {
 }
 
 /// Why a [`Consumer`] could not be built.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConsumerError {
     /// `concurrency(0)`: nothing could ever be handled.
+    #[error("concurrency must be at least 1")]
     ZeroConcurrency,
     /// The dead-letter queue is the consumed queue: failures would loop.
+    #[error("the dead-letter queue must differ from the consumed queue")]
     DeadLetterQueueIsTheQueue,
     /// The transport refused a queue name.
-    Transport(TransportError),
+    #[error("{0}")]
+    Transport(#[from] TransportError),
     /// `delivery_timeout(Duration::ZERO)`: no handler could ever finish.
+    #[error("the per-delivery timeout must be longer than zero")]
     ZeroDeliveryTimeout,
     /// On a transport that cannot extend a reservation, the per-delivery
     /// timeout plus the longest wait after it (retry backoff, release
     /// delay) does not fit in a reservation: it would lapse while the
     /// consumer holds it, the broker would redeliver the message with its
     /// old `attempts`, and it would never be dead-lettered.
+    #[error(
+        "{handler} + the longest retry backoff or release delay ({longest_wait:?}) \
+         = {total:?}, which must be shorter than a reservation on the transport \
+         ({reservation:?}), as the transport cannot extend one: the delivery is \
+         held through both, so it would lapse and come back without counting the \
+         attempt; shorten the timeout or the waits, or lengthen the reservation",
+        handler = timeout_text(*.delivery_timeout),
+        total = .delivery_timeout.unwrap_or_default() + *.longest_wait,
+    )]
     OutlivesReservation {
         /// The per-delivery timeout (`None`: no timeout left once the wait
         /// is taken out of the reservation, or none set).
@@ -619,52 +632,11 @@ pub enum ConsumerError {
     },
 }
 
-impl fmt::Display for ConsumerError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ConsumerError::ZeroConcurrency => f.write_str("concurrency must be at least 1"),
-            ConsumerError::DeadLetterQueueIsTheQueue => {
-                f.write_str("the dead-letter queue must differ from the consumed queue")
-            }
-            ConsumerError::Transport(error) => error.fmt(f),
-            ConsumerError::ZeroDeliveryTimeout => {
-                f.write_str("the per-delivery timeout must be longer than zero")
-            }
-            ConsumerError::OutlivesReservation {
-                delivery_timeout,
-                longest_wait,
-                reservation,
-            } => {
-                let handler = match delivery_timeout {
-                    Some(timeout) => format!("the per-delivery timeout ({timeout:?})"),
-                    None => "a handler with no time left to run".to_owned(),
-                };
-                write!(
-                    f,
-                    "{handler} + the longest retry backoff or release delay ({longest_wait:?}) \
-                     = {total:?}, which must be shorter than a reservation on the transport \
-                     ({reservation:?}), as the transport cannot extend one: the delivery is \
-                     held through both, so it would lapse and come back without counting the \
-                     attempt; shorten the timeout or the waits, or lengthen the reservation",
-                    total = delivery_timeout.unwrap_or_default() + *longest_wait,
-                )
-            }
-        }
-    }
-}
-
-impl std::error::Error for ConsumerError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            ConsumerError::Transport(error) => Some(error),
-            _ => None,
-        }
-    }
-}
-
-impl From<TransportError> for ConsumerError {
-    fn from(error: TransportError) -> Self {
-        ConsumerError::Transport(error)
+/// How [`ConsumerError::OutlivesReservation`] names the handler's time.
+fn timeout_text(delivery_timeout: Option<Duration>) -> String {
+    match delivery_timeout {
+        Some(timeout) => format!("the per-delivery timeout ({timeout:?})"),
+        None => "a handler with no time left to run".to_owned(),
     }
 }
 

@@ -1,4 +1,4 @@
-//! The skip / run / mark decision: the one place it is made (see [`guard`]
+//! The skip / run / mark decision: the one place it is made (see [`run_once`]
 //! and [`Guard`]). One decision table per mode, each in its own module:
 //!
 //! - seen-set mode (the default, the cross-SDK contract): `seen`, run,
@@ -49,7 +49,7 @@ pub(crate) mod timer;
 mod transaction;
 mod wrap;
 
-pub use batch::BatchOutcome;
+pub use batch::MessageOutcome;
 pub use fence::fence;
 pub use outcome::Guarded;
 pub use transaction::Transactional;
@@ -87,7 +87,7 @@ pub enum OnRememberFailure {
 /// `Arc<dyn Store>`. The handler's error type must absorb a [`StoreError`].
 ///
 /// ```
-/// use babel_idem::{guard, Envelope, InMemoryStore, StoreError};
+/// use babel_idem::{run_once, Envelope, InMemoryStore, StoreError};
 /// use serde_json::json;
 /// use std::sync::atomic::{AtomicU32, Ordering};
 ///
@@ -97,7 +97,7 @@ pub enum OnRememberFailure {
 /// let env = Envelope::new("urn:babel:orders:created", json!({"order_id": 7}));
 ///
 /// for _delivery in 0..3 {
-///     guard(&store, &env, async {
+///     run_once(&store, &env, async {
 ///         charges.fetch_add(1, Ordering::Relaxed);
 ///         Ok::<(), StoreError>(())
 ///     })
@@ -108,10 +108,10 @@ pub enum OnRememberFailure {
 /// # }).unwrap();
 /// ```
 ///
-/// The key is copied out of `message` when `guard` is called, so the returned
+/// The key is copied out of `message` when `run_once` is called, so the returned
 /// future does not borrow the message.
 #[inline]
-pub fn guard<S, M, F, E>(
+pub fn run_once<S, M, F, E>(
     store: S,
     message: &M,
     handler: F,
@@ -132,7 +132,7 @@ where
 /// and a mode: seen-set ([`SeenSet`], the default) or claim ([`Leased`],
 /// turned on by [`Guard::lease`]).
 ///
-/// [`guard`] is `Guard::new(store).run(message, handler)`. Building a guard
+/// [`run_once`] is `Guard::new(store).run(message, handler)`. Building a guard
 /// costs nothing (no allocation for a `&'static str` scope), so it can be made
 /// per call.
 ///
@@ -317,7 +317,7 @@ impl<S: Store, Mode> Guard<S, Mode> {
 
 impl<S: Store> Guard<S, SeenSet> {
     /// Runs `handler` for `message` under this guard's decision. Like
-    /// [`guard`], the future does not borrow the message.
+    /// [`run_once`], the future does not borrow the message.
     pub fn run<'g, M, F, E>(
         &'g self,
         message: &M,

@@ -1,7 +1,7 @@
 //! Consumer-side idempotency for at-least-once BabelQueue message handlers.
 //!
 //! Brokers deliver at least once: a message can arrive twice after a crash
-//! before ack, a redelivery or a manual replay. A [`guard()`] keyed on the
+//! before ack, a redelivery or a manual replay. A [`run_once`] keyed on the
 //! envelope's `meta.id` skips a message that was already processed, runs it
 //! otherwise, and remembers the id only when the handler succeeds.
 //! The [`guide`] explains the modes, the stores' layouts and the consumer's
@@ -42,7 +42,7 @@
 //!   is the reference one, persistent stores sit behind cargo features.
 //!   [`ClaimStore`] and [`TransactionalStore`] are the capabilities of claim
 //!   mode and transactional mode.
-//! - [`guard()`], [`Guard`], [`wrap`] and [`idempotent`]: the decision and the
+//! - [`run_once`], [`Guard`], [`wrap`] and [`idempotent`]: the decision and the
 //!   ways to put it in front of a handler.
 //! - [`metrics`]: what the guards decided, counted.
 //! - [`Router`], [`Urn`], [`urn!`] and [`routes!`]: handlers registered by
@@ -96,7 +96,7 @@ pub use babel_idem_macros::{idempotent, routes, urn};
 #[cfg(feature = "consumer")]
 pub use consumer::Consumer;
 pub use envelope::{Envelope, EnvelopeError};
-pub use guard::{Guard, OnRememberFailure, guard, wrap};
+pub use guard::{Guard, OnRememberFailure, run_once, wrap};
 pub use message::MessageId;
 pub use router::{Delivery, Disposition, Router, Urn};
 pub use store::{ClaimStore, InMemoryStore, Store, StoreError, TransactionalStore};

@@ -147,15 +147,15 @@ impl GuardCounts {
 /// Reads the process-wide counters of every guard's decisions.
 ///
 /// ```
-/// use babel_idem::{guard, InMemoryStore, Envelope, StoreError};
+/// use babel_idem::{run_once, InMemoryStore, Envelope, StoreError};
 /// use serde_json::json;
 ///
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 /// let store = InMemoryStore::new();
 /// let env = Envelope::new("urn:babel:orders:created", json!({}));
 /// let before = babel_idem::metrics::counts();
-/// guard(&store, &env, async { Ok::<(), StoreError>(()) }).await?;
-/// guard(&store, &env, async { Ok::<(), StoreError>(()) }).await?;
+/// run_once(&store, &env, async { Ok::<(), StoreError>(()) }).await?;
+/// run_once(&store, &env, async { Ok::<(), StoreError>(()) }).await?;
 /// let moved = babel_idem::metrics::counts().since(&before);
 /// assert!(moved.ran >= 1 && moved.skipped >= 1);
 /// # Ok::<(), StoreError>(())

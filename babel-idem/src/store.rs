@@ -3,7 +3,7 @@
 //! A store answers three questions about a dedupe key: was it processed
 //! ([`Store::seen`]), mark it processed ([`Store::remember`]), and un-mark it
 //! ([`Store::forget`]). Every backend implements exactly these and nothing
-//! else; the decision of what to do with the answers lives in [`crate::guard::guard`].
+//! else; the decision of what to do with the answers lives in [`crate::guard::run_once`].
 
 use std::error::Error as StdError;
 use std::fmt;
@@ -15,9 +15,8 @@ use std::task::{Context, Poll};
 // Types the backends' admin operations (their `admin.rs`) share.
 mod admin;
 mod batch;
-pub(crate) mod batched;
-mod cached;
 pub(crate) mod claim;
+pub(crate) mod layer;
 mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
@@ -30,8 +29,8 @@ mod sqlite;
 mod transaction;
 
 pub use admin::{Admin, IdState, StoreStats};
-pub use batched::{BatchTarget, Batched};
-pub use cached::{Cached, CachedBuilder, DEFAULT_CAPACITY, DEFAULT_WINDOW};
+pub use layer::batched::Batched;
+pub use layer::cached::{Cached, CachedBuilder, DEFAULT_CAPACITY, DEFAULT_WINDOW};
 pub use claim::{Claim, ClaimStore, ClaimToken, InvalidLease, MAX_LEASE};
 pub use memory::{InMemoryStore, InMemoryStoreBuilder};
 #[cfg(feature = "postgres")]
@@ -263,6 +262,51 @@ pub trait Store: Send + Sync {
     #[inline]
     fn batch_target(&self) -> Option<BatchTarget> {
         None
+    }
+}
+
+/// Names one store object whose concurrent single calls may go out
+/// together ([`Store::batch_target`]): two targets are equal only for the
+/// same object (its address while it is borrowed, and its type).
+///
+/// ```
+/// use babel_idem::store::BatchTarget;
+/// use babel_idem::InMemoryStore;
+///
+/// let (a, b) = (InMemoryStore::new(), InMemoryStore::new());
+/// assert_eq!(BatchTarget::of(&a), BatchTarget::of(&a));
+/// assert_ne!(BatchTarget::of(&a), BatchTarget::of(&b));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BatchTarget {
+    address: usize,
+    size: usize,
+    type_name: &'static str,
+}
+
+impl BatchTarget {
+    /// The target that names `store`; `None` for a zero-sized store, whose
+    /// address names no object of its own (its calls stay per message).
+    ///
+    /// ```
+    /// use babel_idem::store::BatchTarget;
+    ///
+    /// struct Unit;
+    /// assert!(BatchTarget::of(&Unit).is_none());
+    /// assert!(BatchTarget::of(&String::from("a store")).is_some());
+    /// ```
+    pub fn of<S: ?Sized>(store: &S) -> Option<Self> {
+        let size = std::mem::size_of_val(store);
+        if size == 0 {
+            return None;
+        }
+        // Two objects alive at once share an address only where one holds
+        // the other at its start, and then their types differ.
+        Some(BatchTarget {
+            address: std::ptr::from_ref(store).cast::<()>() as usize,
+            size,
+            type_name: std::any::type_name::<S>(),
+        })
     }
 }
 

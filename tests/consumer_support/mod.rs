@@ -22,7 +22,7 @@ use babel_idem::store::{Claim, ClaimToken, RedisStore};
 use babel_idem::transport::{Transport, TransportError};
 use babel_idem::{
     ClaimStore, Consumer, Delivery, Envelope, Guard, InMemoryStore, Router, Store, StoreError,
-    guard, urn,
+    run_once, urn,
 };
 use redis::AsyncCommands;
 use serde_json::{Value, json};
@@ -282,7 +282,7 @@ pub fn effect_router<S: Store + Clone + 'static>(store: S, url: &str, effects: S
         .route(urn!("urn:babel:interop:created"), move |env: Envelope| {
             let (store, client, effects) = (store.clone(), client.clone(), effects.clone());
             async move {
-                guard(store, &env, async {
+                run_once(store, &env, async {
                     let mut raw = client.get_multiplexed_async_connection().await?;
                     let id = env.meta.id.clone().unwrap_or_default();
                     let _: i64 = raw.hincr(&effects, id, 1).await?;
@@ -696,7 +696,7 @@ pub fn counting_router<S: Store + Clone + 'static>(
                 counts
                     .handled
                     .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                guard(store, &env, async {
+                run_once(store, &env, async {
                     tokio::time::sleep(work).await;
                     *counts
                         .ran

@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use babel_idem::store::MAX_TTL;
 use babel_idem::store::StoreOperation;
-use babel_idem::{Envelope, Guard, MessageId, Store, StoreError, guard, wrap};
+use babel_idem::{Envelope, Guard, MessageId, Store, StoreError, run_once, wrap};
 use serde_json::{Value, json};
 
 /// Expands to one `#[tokio::test]` per contract check, each opening its own
@@ -179,7 +179,7 @@ async fn conformance_sequences_of<B: Backend>(backend: &B, path: &std::path::Pat
             }
             let throws = delivery["outcome"] == "throw";
             let before = effects.load(Ordering::SeqCst);
-            let result = guard(&store, &envelope(id), async {
+            let result = run_once(&store, &envelope(id), async {
                 effects.fetch_add(1, Ordering::SeqCst);
                 if throws {
                     Err(DeliveryError::Handler)
@@ -279,7 +279,7 @@ pub async fn forget_allows_a_rerun<B: Backend>(backend: &B) {
     let store = backend.open("forget", None).await;
     let runs = AtomicUsize::new(0);
     let deliver = || {
-        guard(&store, &envelope("id-A"), async {
+        run_once(&store, &envelope("id-A"), async {
             runs.fetch_add(1, Ordering::SeqCst);
             Ok::<(), StoreError>(())
         })
@@ -418,7 +418,7 @@ pub async fn unusual_ids_round_trip<B: Backend>(backend: &B) {
             assert!(error.to_string().contains("NUL"), "{error}");
         }
         let runs = AtomicUsize::new(0);
-        let result = guard(&store, &envelope("nul\0a"), async {
+        let result = run_once(&store, &envelope("nul\0a"), async {
             runs.fetch_add(1, Ordering::SeqCst);
             Ok::<(), DeliveryError>(())
         })

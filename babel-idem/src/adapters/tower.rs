@@ -25,11 +25,9 @@ use std::task::{Context, Poll};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::guard::Guard;
-
+use crate::guard::{Guard, Leased, SeenSet};
 use crate::message::MessageId;
-
-use crate::store::StoreError;
+use crate::store::{ClaimStore, Store, StoreError};
 
 /// A tower [`Layer`] that runs each request through a [`Guard`].
 ///
@@ -76,7 +74,7 @@ use crate::store::StoreError;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// # }).unwrap();
 /// ```
-pub struct IdempotencyLayer<S, Mode = crate::guard::SeenSet> {
+pub struct IdempotencyLayer<S, Mode = SeenSet> {
     guard: Arc<Guard<S, Mode>>,
 }
 
@@ -121,7 +119,7 @@ impl<Svc, S, Mode> Layer<Svc> for IdempotencyLayer<S, Mode> {
 
 /// The [`Service`] an [`IdempotencyLayer`] makes: the inner service behind
 /// the layer's guard.
-pub struct Idempotent<Svc, S, Mode = crate::guard::SeenSet> {
+pub struct Idempotent<Svc, S, Mode = SeenSet> {
     inner: Svc,
     guard: Arc<Guard<S, Mode>>,
 }
@@ -150,36 +148,18 @@ impl<Svc: fmt::Debug, S, Mode> fmt::Debug for Idempotent<Svc, S, Mode> {
     }
 }
 
-/// What a layered service answers when it does not fail.
+/// What a layered service answers when it does not fail: the guard's own
+/// outcome, [`Guarded::Ran`] with the inner service's response or
+/// [`Guarded::Skipped`].
 ///
 /// A skipped request has no response to give: the inner service did not run
 /// (its response to the first delivery was given then, and is not stored).
 /// `Skipped` says so, rather than a made-up `Default` value that a caller
 /// could take for a fresh result, or an `Option` whose `None` would not say
-/// why; a message consumer acks both variants.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Guarded<R> {
-    /// The guard ran the inner service (a new id, or a message without an
-    /// id), and this is its response.
-    Ran(R),
-    /// The id was done already: the inner service was not called.
-    Skipped,
-}
-
-impl<R> Guarded<R> {
-    /// The inner service's response, `None` when the request was skipped.
-    pub fn ran(self) -> Option<R> {
-        match self {
-            Guarded::Ran(response) => Some(response),
-            Guarded::Skipped => None,
-        }
-    }
-
-    /// Whether the request was skipped as a duplicate.
-    pub fn is_skipped(&self) -> bool {
-        matches!(self, Guarded::Skipped)
-    }
-}
+/// why; a message consumer acks both. The guard's other outcomes (parked,
+/// failed, store failed) come back as a [`GuardedError`].
+#[doc(no_inline)]
+pub use crate::guard::Guarded;
 
 /// Why a layered service failed: its inner service, or the guard's store.
 #[derive(Debug, thiserror::Error)]
@@ -207,94 +187,49 @@ impl<E> GuardedError<E> {
     }
 }
 
-impl<Svc, S, Mode, Req> Service<Req> for Idempotent<Svc, S, Mode>
-where
-    Req: MessageId + Send + 'static,
-    Svc: Service<Req> + Clone + Send + 'static,
-    Svc::Future: Send,
-    Svc::Response: Send,
-    Svc::Error: Send,
-    Guard<S, Mode>: sealed::RunGuard,
-{
-    type Response = Guarded<Svc::Response>;
-    type Error = GuardedError<Svc::Error>;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx).map_err(GuardedError::Service)
-    }
-
-    fn call(&mut self, request: Req) -> Self::Future {
-        use sealed::RunGuard;
-
-        // The instance `poll_ready` made ready goes into the future; a clone
-        // waits for the next `poll_ready` (tower's usual pattern).
-        let fresh = self.inner.clone();
-        let mut ready = std::mem::replace(&mut self.inner, fresh);
-        let guard = Arc::clone(&self.guard);
-        let key = guard.key_of(&request);
-        Box::pin(async move {
-            let mut response = None;
-            guard
-                .run_keyed_send(key, async {
-                    let answer = ready.call(request).await;
-                    response = Some(answer.map_err(GuardedError::Service)?);
-                    Ok::<(), Self::Error>(())
-                })
-                .await?;
-            Ok(response.map_or(Guarded::Skipped, Guarded::Ran))
-        })
-    }
-}
-
-mod sealed {
-    use std::future::Future;
-
-    use crate::guard::{Guard, Leased, SeenSet};
-
-    use crate::key::DedupeKey;
-
-    use crate::message::MessageId;
-
-    use crate::store::{ClaimStore, Store, StoreError};
-
-    /// The guard modes a layer runs: seen-set and claim. Not implementable
-    /// outside the crate; the decision stays the guard's.
-    pub trait RunGuard: Send + Sync + 'static {
-        fn key_of<M: MessageId + ?Sized>(&self, message: &M) -> DedupeKey;
-
-        fn run_keyed_send<F, E>(
-            &self,
-            key: DedupeKey,
-            handler: F,
-        ) -> impl Future<Output = Result<(), E>> + Send
+// One impl per guard mode, each calling that mode's own `run_keyed`: the
+// decision stays the guard's, and a mode the guard does not run compiles
+// no service.
+macro_rules! service_per_mode {
+    ($($mode:ty where S: $store:path),+) => {$(
+        impl<Svc, S, Req> Service<Req> for Idempotent<Svc, S, $mode>
         where
-            F: Future<Output = Result<(), E>> + Send,
-            E: From<StoreError> + Send;
-    }
+            S: $store + 'static,
+            Req: MessageId + Send + 'static,
+            Svc: Service<Req> + Clone + Send + 'static,
+            Svc::Future: Send,
+            Svc::Response: Send,
+            Svc::Error: Send,
+        {
+            type Response = Guarded<Svc::Response>;
+            type Error = GuardedError<Svc::Error>;
+            type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
 
-    // One impl per mode, each calling that mode's own `run_keyed`.
-    macro_rules! run_guard {
-        ($($mode:ty where S: $store:path),+) => {$(
-            impl<S: $store + 'static> RunGuard for Guard<S, $mode> {
-                fn key_of<M: MessageId + ?Sized>(&self, message: &M) -> DedupeKey {
-                    self.key(message)
-                }
-
-                fn run_keyed_send<F, E>(
-                    &self,
-                    key: DedupeKey,
-                    handler: F,
-                ) -> impl Future<Output = Result<(), E>> + Send
-                where
-                    F: Future<Output = Result<(), E>> + Send,
-                    E: From<StoreError> + Send,
-                {
-                    self.run_keyed(key, handler)
-                }
+            fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+                self.inner.poll_ready(cx).map_err(GuardedError::Service)
             }
-        )+};
-    }
 
-    run_guard!(SeenSet where S: Store, Leased where S: ClaimStore);
+            fn call(&mut self, request: Req) -> Self::Future {
+                // The instance `poll_ready` made ready goes into the future; a
+                // clone waits for the next `poll_ready` (tower's usual pattern).
+                let fresh = self.inner.clone();
+                let mut ready = std::mem::replace(&mut self.inner, fresh);
+                let guard = Arc::clone(&self.guard);
+                let key = guard.key(&request);
+                Box::pin(async move {
+                    let mut response = None;
+                    guard
+                        .run_keyed(key, async {
+                            let answer = ready.call(request).await;
+                            response = Some(answer.map_err(GuardedError::Service)?);
+                            Ok::<(), Self::Error>(())
+                        })
+                        .await?;
+                    Ok(response.map_or(Guarded::Skipped, Guarded::Ran))
+                })
+            }
+        }
+    )+};
 }
+
+service_per_mode!(SeenSet where S: Store, Leased where S: ClaimStore);

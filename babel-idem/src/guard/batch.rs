@@ -18,15 +18,15 @@ use crate::metrics::{Decision, timed};
 use crate::store::StoreOperation;
 use crate::store::{Store, StoreError};
 
-/// What [`Guard::run_batch`] did with one message: the decision, and the
+/// What [`Guard::run_batch`] did with one message of the batch: the decision, and the
 /// result a single [`Guard::run`] would have returned for it.
 #[derive(Debug)]
-pub struct BatchOutcome<E> {
+pub struct MessageOutcome<E> {
     decision: Decision,
     result: Result<(), E>,
 }
 
-impl<E> BatchOutcome<E> {
+impl<E> MessageOutcome<E> {
     /// What the guard decided: `ran`, `skipped`, `failed`, `fail_open`,
     /// `mark_failed` or `store_failed`.
     pub fn decision(&self) -> Decision {
@@ -77,7 +77,7 @@ impl<S: Store> Guard<S, SeenSet> {
     /// [`remember_many`](Store::remember_many) after the last (none when no
     /// message has an id, or no handler succeeded).
     ///
-    /// The contract of [`guard`](crate::guard::guard) holds for every message, and
+    /// The contract of [`run_once`](crate::guard::run_once) holds for every message, and
     /// the outcomes come back in the messages' order:
     ///
     /// - a failed handler leaves only its own id unmarked;
@@ -139,7 +139,7 @@ impl<S: Store> Guard<S, SeenSet> {
         &self,
         messages: &'m [M],
         mut handler: H,
-    ) -> Vec<BatchOutcome<E>>
+    ) -> Vec<MessageOutcome<E>>
     where
         M: MessageId,
         H: FnMut(&'m M) -> F,
@@ -263,7 +263,7 @@ impl<S: Store> Guard<S, SeenSet> {
         &self,
         keys: &[DedupeKey],
         runners: &[usize],
-        outcomes: &mut [BatchOutcome<E>],
+        outcomes: &mut [MessageOutcome<E>],
     ) {
         let ids: Vec<&str> = runners
             .iter()
@@ -300,8 +300,8 @@ impl<S: Store> Guard<S, SeenSet> {
     }
 }
 
-fn outcome<E>(decision: Decision, result: Result<(), E>) -> BatchOutcome<E> {
-    BatchOutcome { decision, result }
+fn outcome<E>(decision: Decision, result: Result<(), E>) -> MessageOutcome<E> {
+    MessageOutcome { decision, result }
 }
 
 /// The messages whose handlers succeeded, in the batch's order.

@@ -38,7 +38,7 @@ use pin_project_lite::pin_project;
 
 use super::outcome::Guarded;
 use crate::coalesce::Coalescer;
-use crate::store::batched::{remember_through, seen_through};
+use crate::store::layer::batched::{remember_through, seen_through};
 use crate::store::{BatchTarget, Store, StoreError, StoreFuture};
 
 /// A future that waits for a handler slot to come back.

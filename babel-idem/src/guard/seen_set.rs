@@ -260,7 +260,7 @@ mod tests {
     use serde_json::json;
 
     use crate::envelope::Envelope;
-    use crate::guard::guard;
+    use crate::guard::run_once;
     use crate::key::DedupeKey;
     use crate::metrics::Timed;
     use crate::store::{InMemoryStore, Store, StoreError};
@@ -318,13 +318,13 @@ mod tests {
     fn a_duplicate_is_skipped_in_the_first_poll_and_a_second_poll_panics() {
         let store = InMemoryStore::new();
         let env = order();
-        poll_once(pin!(guard(&store, &env, async {
+        poll_once(pin!(run_once(&store, &env, async {
             Ok::<(), StoreError>(())
         })))
         .unwrap();
 
         let runs = AtomicU32::new(0);
-        let mut duplicate = pin!(guard(&store, &env, async {
+        let mut duplicate = pin!(run_once(&store, &env, async {
             runs.fetch_add(1, Ordering::Relaxed);
             Ok::<(), StoreError>(())
         }));
@@ -349,7 +349,7 @@ mod tests {
         let store = AnswersAtOnce::new(|| Ok(false));
         let runs = AtomicU32::new(0);
         let env = order();
-        poll_once(pin!(guard(&store, &env, async {
+        poll_once(pin!(run_once(&store, &env, async {
             runs.fetch_add(1, Ordering::Relaxed);
             Ok::<(), StoreError>(())
         })))
@@ -363,7 +363,7 @@ mod tests {
     fn an_answer_at_once_of_seen_skips_without_asking_again() {
         let store = AnswersAtOnce::new(|| Ok(true));
         let env = order();
-        poll_once(pin!(guard(&store, &env, async {
+        poll_once(pin!(run_once(&store, &env, async {
             panic!("a seen id's handler ran");
             #[allow(unreachable_code)]
             Ok::<(), StoreError>(())
@@ -378,7 +378,7 @@ mod tests {
         let store =
             AnswersAtOnce::new(|| Err(StoreError::new(StoreOperation::Seen, "test", "down")));
         let env = order();
-        let error = poll_once(pin!(guard(&store, &env, async {
+        let error = poll_once(pin!(run_once(&store, &env, async {
             panic!("the handler ran though the store could not answer");
             #[allow(unreachable_code)]
             Ok::<(), StoreError>(())
@@ -396,7 +396,7 @@ mod tests {
             AnswersAtOnce::new(|| panic!("the store was asked about a message without an id"));
         let runs = AtomicU32::new(0);
         let env = order().without_id();
-        poll_once(pin!(guard(&store, &env, async {
+        poll_once(pin!(run_once(&store, &env, async {
             runs.fetch_add(1, Ordering::Relaxed);
             Ok::<(), StoreError>(())
         })))
@@ -419,7 +419,7 @@ mod tests {
             Ok::<(), StoreError>(())
         };
         let handler_size = size_of_val(&handler);
-        let future = guard(&store, &env, handler);
+        let future = run_once(&store, &env, handler);
 
         let store_call =
             size_of::<Timed<StoreFuture<'_, bool>>>().max(size_of::<Timed<StoreFuture<'_, ()>>>());

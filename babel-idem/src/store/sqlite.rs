@@ -312,8 +312,8 @@ impl SqliteStore {
 
 impl Store for SqliteStore {
     /// A batch is one round trip here: a consumer's concurrent calls meet.
-    fn batch_target(&self) -> Option<super::batched::BatchTarget> {
-        super::batched::BatchTarget::of(self)
+    fn batch_target(&self) -> Option<super::BatchTarget> {
+        super::BatchTarget::of(self)
     }
 
     fn seen<'a>(&'a self, id: &'a str) -> StoreFuture<'a, bool> {

@@ -11,10 +11,8 @@ use arrayvec::ArrayString;
 use foldhash::fast::RandomState;
 use hashbrown::HashTable;
 
-use super::Store;
-use super::batched::BatchTarget;
-use super::claim::{Claim, ClaimStore, ClaimToken};
-use super::{StoreError, StoreFuture};
+use crate::store::claim::{Claim, ClaimStore, ClaimToken};
+use crate::store::{BatchTarget, Store, StoreError, StoreFuture};
 
 /// How long a [`Cached`] keeps a positive answer by default: a `forget` made
 /// by another process (the CLI's `forget`, a redrive's `--forget-in`) is

@@ -5,8 +5,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::claim::{Claim, ClaimStore, ClaimToken};
-use super::{Store, StoreError, StoreFuture};
+use crate::store::claim::{Claim, ClaimStore, ClaimToken};
+use crate::store::{Store, StoreError, StoreFuture};
 use crate::coalesce::Coalescer;
 
 /// Wraps a store so that the `seen` calls made while another is on its way
@@ -15,7 +15,7 @@ use crate::coalesce::Coalescer;
 ///
 /// This is how a `Consumer` that reserves many
 /// deliveries at once asks about all of them in one round trip: each
-/// delivery's guard (`#[idempotent]`, [`guard`](crate::guard::guard())) makes its
+/// delivery's guard (`#[idempotent]`, [`run_once`](crate::guard::run_once)) makes its
 /// own call, unchanged, and the calls that meet are answered by one batch.
 /// A lone call (concurrency 1) is sent as it is, with no wait added; under
 /// load the batches grow to what arrives during one round trip (group
@@ -47,7 +47,7 @@ use crate::coalesce::Coalescer;
 ///
 /// ```
 /// use babel_idem::store::Batched;
-/// use babel_idem::{Envelope, InMemoryStore, Store, StoreError, guard};
+/// use babel_idem::{Envelope, InMemoryStore, Store, StoreError, run_once};
 /// use serde_json::json;
 ///
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
@@ -61,7 +61,7 @@ use crate::coalesce::Coalescer;
 /// for n in 0..64 {
 ///     let store = store.clone();
 ///     let env = Envelope::new("urn:babel:orders:created", json!({ "order": n }));
-///     deliveries.spawn(async move { guard(&store, &env, async { Ok::<(), StoreError>(()) }).await });
+///     deliveries.spawn(async move { run_once(&store, &env, async { Ok::<(), StoreError>(()) }).await });
 /// }
 /// while let Some(delivered) = deliveries.join_next().await {
 ///     delivered.expect("no delivery panics")?;
@@ -286,51 +286,6 @@ pub(crate) async fn remember_through<S: Store + ?Sized>(
     match batched.await {
         Some(()) => Ok(()),
         None => store.remember(id).await,
-    }
-}
-
-/// Names one store object whose concurrent single calls may go out
-/// together ([`Store::batch_target`]): two targets are equal only for the
-/// same object (its address while it is borrowed, and its type).
-///
-/// ```
-/// use babel_idem::store::BatchTarget;
-/// use babel_idem::InMemoryStore;
-///
-/// let (a, b) = (InMemoryStore::new(), InMemoryStore::new());
-/// assert_eq!(BatchTarget::of(&a), BatchTarget::of(&a));
-/// assert_ne!(BatchTarget::of(&a), BatchTarget::of(&b));
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct BatchTarget {
-    address: usize,
-    size: usize,
-    type_name: &'static str,
-}
-
-impl BatchTarget {
-    /// The target that names `store`; `None` for a zero-sized store, whose
-    /// address names no object of its own (its calls stay per message).
-    ///
-    /// ```
-    /// use babel_idem::store::BatchTarget;
-    ///
-    /// struct Unit;
-    /// assert!(BatchTarget::of(&Unit).is_none());
-    /// assert!(BatchTarget::of(&String::from("a store")).is_some());
-    /// ```
-    pub fn of<S: ?Sized>(store: &S) -> Option<Self> {
-        let size = std::mem::size_of_val(store);
-        if size == 0 {
-            return None;
-        }
-        // Two objects alive at once share an address only where one holds
-        // the other at its start, and then their types differ.
-        Some(BatchTarget {
-            address: std::ptr::from_ref(store).cast::<()>() as usize,
-            size,
-            type_name: std::any::type_name::<S>(),
-        })
     }
 }
 
