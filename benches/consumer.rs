@@ -156,13 +156,16 @@ async fn bench_babel_idem(
         Calls::PerDelivery => Arc::new(store),
         Calls::Batched => Arc::new(Batched::new(store)),
     };
-    let router = Router::builder()
-        .route(urn!("urn:babel:interop:created"), move |env: Envelope| {
-            let store = Arc::clone(&store);
-            async move { run_once(store, &env, async { Ok::<(), babel_idem::StoreError>(()) }).await }
-        })
-        .build()
-        .unwrap();
+    let router =
+        Router::builder()
+            .route(urn!("urn:babel:interop:created"), move |env: Envelope| {
+                let store = Arc::clone(&store);
+                async move {
+                    run_once(store, &env, async { Ok::<(), babel_idem::StoreError>(()) }).await
+                }
+            })
+            .build()
+            .unwrap();
     let transport = RedisTransport::connect(url).await.unwrap();
     let consumer = Consumer::builder(router, transport, &queue)
         .concurrency(concurrency())

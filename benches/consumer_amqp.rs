@@ -134,13 +134,16 @@ async fn bench_babel_idem(url: &str, redis_url: &str, prefetch: u16, count: usiz
             .connect_lazy(redis_url)
             .unwrap(),
     );
-    let router = Router::builder()
-        .route(urn!("urn:babel:interop:created"), move |env: Envelope| {
-            let store = store.clone();
-            async move { run_once(store, &env, async { Ok::<(), babel_idem::StoreError>(()) }).await }
-        })
-        .build()
-        .unwrap();
+    let router =
+        Router::builder()
+            .route(urn!("urn:babel:interop:created"), move |env: Envelope| {
+                let store = store.clone();
+                async move {
+                    run_once(store, &env, async { Ok::<(), babel_idem::StoreError>(()) }).await
+                }
+            })
+            .build()
+            .unwrap();
     let consumer = Consumer::builder(router, transport.clone(), &queue)
         .concurrency(usize::from(prefetch))
         .build()

@@ -469,7 +469,8 @@ fn profile(path: &str) {
         "duplicate-dyn" => {
             let store = remembered(&working_set);
             warm_up(&working_set, &store);
-            let body: &dyn Fn(&Envelope) = &|env| ready!(run_once(&store, env, handler(env))).unwrap();
+            let body: &dyn Fn(&Envelope) =
+                &|env| ready!(run_once(&store, env, handler(env))).unwrap();
             profiled_deliveries(&working_set, body);
         }
         "first" => {

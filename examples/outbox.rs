@@ -41,7 +41,7 @@ use babel_idem::outbox::{PostgresOutbox, Relay, SqliteOutbox};
 use babel_idem::router::Backoff;
 use babel_idem::store::{PostgresStore, SqliteStore};
 use babel_idem::transport::RedisTransport;
-use babel_idem::{Consumer, Envelope, InMemoryStore, Router, run_once, idempotent, urn};
+use babel_idem::{Consumer, Envelope, InMemoryStore, Router, idempotent, run_once, urn};
 use serde_json::json;
 use sqlx::{PgConnection, SqliteConnection};
 

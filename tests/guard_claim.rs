@@ -16,7 +16,7 @@ use babel_idem::router::ReleaseReason;
 use babel_idem::store::{Claim, ClaimToken, MAX_LEASE, StoreFuture, StoreOperation};
 use babel_idem::{
     ClaimStore, Delivery, Disposition, Envelope, Guard, InMemoryStore, OnRememberFailure, Router,
-    Store, StoreError, run_once, metrics, urn,
+    Store, StoreError, metrics, run_once, urn,
 };
 use serde_json::json;
 

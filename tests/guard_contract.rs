@@ -306,7 +306,9 @@ async fn a_store_chosen_at_run_time_works_as_dyn_store() {
         run_once(store.clone(), &order("id-A"), counted(&runs))
             .await
             .unwrap();
-        run_once(by_ref, &order("id-B"), counted(&runs)).await.unwrap();
+        run_once(by_ref, &order("id-B"), counted(&runs))
+            .await
+            .unwrap();
     }
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
@@ -346,9 +348,13 @@ fn guarded_futures_are_send_when_the_handler_is() {
     fn assert_send<F: Send>(_: F) {}
     let store = InMemoryStore::new();
     let env = order("id-A");
-    assert_send(run_once(&store, &env, async { Ok::<(), anyhow::Error>(()) }));
+    assert_send(run_once(&store, &env, async {
+        Ok::<(), anyhow::Error>(())
+    }));
     let dynamic: Arc<dyn Store> = Arc::new(InMemoryStore::new());
-    assert_send(run_once(dynamic, &env, async { Ok::<(), anyhow::Error>(()) }));
+    assert_send(run_once(dynamic, &env, async {
+        Ok::<(), anyhow::Error>(())
+    }));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,7 +4,7 @@
 
 mod support;
 
-use babel_idem::{Envelope, InMemoryStore, StoreError, run_once, metrics};
+use babel_idem::{Envelope, InMemoryStore, StoreError, metrics, run_once};
 use serde_json::json;
 use support::{Captured, FailingStore, Failure};
 
@@ -40,7 +40,9 @@ async fn every_decision_is_counted_and_traced() {
         .await
         .is_err()
     );
-    run_once(&store, &order("").without_id(), ok()).await.unwrap();
+    run_once(&store, &order("").without_id(), ok())
+        .await
+        .unwrap();
     let broken_seen = FailingStore::new(Failure::Seen);
     assert!(run_once(&broken_seen, &order("id-x"), ok()).await.is_err());
     let broken_remember = FailingStore::new(Failure::Remember);

@@ -126,12 +126,20 @@ fn seen_set_decisions_store_latency_and_store_errors_are_recorded() {
         let store = InMemoryStore::new();
         run_once(&store, &order("id-a"), ok()).await.unwrap();
         run_once(&store, &order("id-a"), ok()).await.unwrap();
-        run_once(&store, &order("id-b"), declined()).await.unwrap_err();
-        run_once(&store, &order("").without_id(), ok()).await.unwrap();
+        run_once(&store, &order("id-b"), declined())
+            .await
+            .unwrap_err();
+        run_once(&store, &order("").without_id(), ok())
+            .await
+            .unwrap();
         let broken_seen = FailingStore::new(Failure::Seen);
-        run_once(&broken_seen, &order("id-c"), ok()).await.unwrap_err();
+        run_once(&broken_seen, &order("id-c"), ok())
+            .await
+            .unwrap_err();
         let broken_remember = FailingStore::new(Failure::Remember);
-        run_once(&broken_remember, &order("id-d"), ok()).await.unwrap();
+        run_once(&broken_remember, &order("id-d"), ok())
+            .await
+            .unwrap();
     });
 
     for decision in [

@@ -18,7 +18,7 @@ pub use crate::guard::{Guard, OnRememberFailure};
 use crate::key::DedupeKey;
 pub use crate::router::Urn;
 use crate::store::claim::{Claim, ClaimToken, InvalidLease};
-use crate::store::{AsConnection, TransactionalStore};
+use crate::store::{AsConnection, StoreFuture, TransactionalStore};
 pub use crate::store::{ClaimStore, Store, StoreError};
 use std::time::Duration;
 
@@ -150,16 +150,16 @@ resolver! {
 pub struct Placeholder;
 
 impl Store for Placeholder {
-    fn seen<'a>(&'a self, _id: &'a str) -> crate::store::StoreFuture<'a, bool> {
-        crate::store::StoreFuture::ready(Ok(false))
+    fn seen<'a>(&'a self, _id: &'a str) -> StoreFuture<'a, bool> {
+        StoreFuture::ready(Ok(false))
     }
 
-    fn remember<'a>(&'a self, _id: &'a str) -> crate::store::StoreFuture<'a, ()> {
-        crate::store::StoreFuture::ready(Ok(()))
+    fn remember<'a>(&'a self, _id: &'a str) -> StoreFuture<'a, ()> {
+        StoreFuture::ready(Ok(()))
     }
 
-    fn forget<'a>(&'a self, _id: &'a str) -> crate::store::StoreFuture<'a, ()> {
-        crate::store::StoreFuture::ready(Ok(()))
+    fn forget<'a>(&'a self, _id: &'a str) -> StoreFuture<'a, ()> {
+        StoreFuture::ready(Ok(()))
     }
 }
 
@@ -169,24 +169,16 @@ impl ClaimStore for Placeholder {
         _id: &'a str,
         _owner: ClaimToken,
         _lease: Duration,
-    ) -> crate::store::StoreFuture<'a, Claim> {
-        crate::store::StoreFuture::ready(Ok(Claim::Done))
+    ) -> StoreFuture<'a, Claim> {
+        StoreFuture::ready(Ok(Claim::Done))
     }
 
-    fn commit<'a>(
-        &'a self,
-        _id: &'a str,
-        _owner: ClaimToken,
-    ) -> crate::store::StoreFuture<'a, bool> {
-        crate::store::StoreFuture::ready(Ok(true))
+    fn commit<'a>(&'a self, _id: &'a str, _owner: ClaimToken) -> StoreFuture<'a, bool> {
+        StoreFuture::ready(Ok(true))
     }
 
-    fn release<'a>(
-        &'a self,
-        _id: &'a str,
-        _owner: ClaimToken,
-    ) -> crate::store::StoreFuture<'a, bool> {
-        crate::store::StoreFuture::ready(Ok(true))
+    fn release<'a>(&'a self, _id: &'a str, _owner: ClaimToken) -> StoreFuture<'a, bool> {
+        StoreFuture::ready(Ok(true))
     }
 
     fn renew<'a>(
@@ -194,8 +186,8 @@ impl ClaimStore for Placeholder {
         _id: &'a str,
         _owner: ClaimToken,
         _lease: Duration,
-    ) -> crate::store::StoreFuture<'a, bool> {
-        crate::store::StoreFuture::ready(Ok(true))
+    ) -> StoreFuture<'a, bool> {
+        StoreFuture::ready(Ok(true))
     }
 }
 
@@ -209,23 +201,16 @@ impl TransactionalStore for Placeholder {
         &'a self,
         _connection: &'a mut Placeholder,
         _id: &'a str,
-    ) -> crate::store::StoreFuture<'a, bool> {
-        crate::store::StoreFuture::ready(Ok(true))
+    ) -> StoreFuture<'a, bool> {
+        StoreFuture::ready(Ok(true))
     }
 
-    fn open_guard<'a>(
-        &'a self,
-        _connection: &'a mut Placeholder,
-    ) -> crate::store::StoreFuture<'a, Option<u64>> {
-        crate::store::StoreFuture::ready(Ok(None))
+    fn open_guard<'a>(&'a self, _connection: &'a mut Placeholder) -> StoreFuture<'a, Option<u64>> {
+        StoreFuture::ready(Ok(None))
     }
 
-    fn check_ended<'a>(
-        &'a self,
-        _id: &'a str,
-        _token: Option<u64>,
-    ) -> crate::store::StoreFuture<'a, ()> {
-        crate::store::StoreFuture::ready(Ok(()))
+    fn check_ended<'a>(&'a self, _id: &'a str, _token: Option<u64>) -> StoreFuture<'a, ()> {
+        StoreFuture::ready(Ok(()))
     }
 }
 

@@ -29,9 +29,9 @@ mod sqlite;
 mod transaction;
 
 pub use admin::{Admin, IdState, StoreStats};
+pub use claim::{Claim, ClaimStore, ClaimToken, InvalidLease, MAX_LEASE};
 pub use layer::batched::Batched;
 pub use layer::cached::{Cached, CachedBuilder, DEFAULT_CAPACITY, DEFAULT_WINDOW};
-pub use claim::{Claim, ClaimStore, ClaimToken, InvalidLease, MAX_LEASE};
 pub use memory::{InMemoryStore, InMemoryStoreBuilder};
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresStore, PostgresStoreBuilder};

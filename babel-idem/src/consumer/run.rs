@@ -19,7 +19,7 @@ use crate::router::{Delivery, Disposition, ReleaseReason, Router};
 use crate::transport::{Reserved, Settlement, Transport};
 
 use super::handoff::Slot;
-use super::outage::Failure;
+use super::outage::{Failure, Outage};
 use super::settle::{self, Counters, Outcome};
 use super::{Consumer, ConsumerReport, MAX_BATCH, replay};
 
@@ -164,9 +164,7 @@ impl<T: Transport> Consumer<T> {
             // queued: no pause.
             if let Some(all_busy) = Tally::latest_decided(&mut tallies) {
                 if all_busy {
-                    drop(room);
-                    outage.probe_unused();
-                    if pause(bounced.next(), &mut shutdown).await {
+                    if stand_by(room, outage, bounced.next(), &mut shutdown).await {
                         break;
                     }
                     continue;
@@ -186,18 +184,14 @@ impl<T: Transport> Consumer<T> {
                 Err(error) => {
                     self.counters.reserve_failed(&error);
                     tracing::warn!(queue = &*self.queue, %error, "babel-idem: reserving failed; trying again");
-                    drop(room);
-                    outage.probe_unused();
-                    if pause(broker.next(), &mut shutdown).await {
+                    if stand_by(room, outage, broker.next(), &mut shutdown).await {
                         break;
                     }
                     continue;
                 }
             };
             if batch.is_empty() {
-                drop(room);
-                outage.probe_unused();
-                if pause(idle.next(), &mut shutdown).await {
+                if stand_by(room, outage, idle.next(), &mut shutdown).await {
                     break;
                 }
                 continue;
@@ -727,11 +721,16 @@ async fn settle_until_done<T: Transport>(
     }
 }
 
-/// Sleeps `delay` unless `shutdown` completes first; `true` when it did.
-async fn pause<F: Future<Output = ()>>(
+/// Gives the room back and the probe up (nothing was reserved for them),
+/// then sleeps `delay` unless `shutdown` completes first; `true` when it did.
+async fn stand_by<F: Future<Output = ()>>(
+    room: Vec<Room>,
+    outage: &Outage,
     delay: Duration,
     shutdown: &mut std::pin::Pin<&mut F>,
 ) -> bool {
+    drop(room);
+    outage.probe_unused();
     tokio::select! {
         biased;
         () = shutdown.as_mut() => true,

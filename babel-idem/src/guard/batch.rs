@@ -9,8 +9,8 @@ use std::pin::pin;
 use std::sync::{Arc, LazyLock};
 use std::task::Poll;
 
-use super::inflight::{InFlight, Running};
 use super::context::{body_starts, marking};
+use super::inflight::{InFlight, Running};
 use super::{Guard, SeenSet, mark_failed, report, store_failed};
 use crate::key::DedupeKey;
 use crate::message::MessageId;

@@ -407,9 +407,17 @@ mod tests {
                 "watched during a poll only"
             );
             watching(&mut last, || {});
-            assert_eq!(last, Some(PARKED), "a poll that decides nothing keeps the park");
+            assert_eq!(
+                last,
+                Some(PARKED),
+                "a poll that decides nothing keeps the park"
+            );
             watching(&mut last, || record(Guarded::Ran(())));
-            assert_eq!(last, Some(Guarded::Ran(())), "a later claim replaces the park");
+            assert_eq!(
+                last,
+                Some(Guarded::Ran(())),
+                "a later claim replaces the park"
+            );
         });
     }
 

@@ -247,7 +247,6 @@ where
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use std::future::Future;

@@ -5,7 +5,7 @@
 
 use std::future::Future;
 
-use super::context::{body_starts};
+use super::context::body_starts;
 use super::{Guard, report, store_failed};
 use crate::key::DedupeKey;
 use crate::message::MessageId;
@@ -116,7 +116,8 @@ impl<S: TransactionalStore> Guard<S, Transactional> {
     }
 
     /// [`Guard::run`] with a key taken earlier with [`Guard::key`], for a
-    /// body that owns the message.
+    /// body that owns the message. The decision itself; the table is on
+    /// [`Guard::transactional`].
     pub async fn run_keyed<'c, C, B, F, E>(
         &self,
         key: DedupeKey,
@@ -129,90 +130,74 @@ impl<S: TransactionalStore> Guard<S, Transactional> {
         F: Future<Output = Result<(), E>>,
         E: From<StoreError>,
     {
-        decide(&self.store, &key, connection, body).await
-    }
-}
-
-/// The decision itself; the table is on [`Guard::transactional`].
-async fn decide<'c, S, C, B, F, E>(
-    store: &S,
-    key: &DedupeKey,
-    connection: &'c mut C,
-    body: B,
-) -> Result<(), E>
-where
-    S: TransactionalStore + ?Sized,
-    C: AsConnection<S::Connection> + ?Sized,
-    B: FnOnce(&'c mut C) -> F,
-    F: Future<Output = Result<(), E>>,
-    E: From<StoreError>,
-{
-    // Before the mark: its row stays locked while the body waits.
-    if let Some(take_back) = body_starts() {
-        take_back.await;
-    }
-    let Some(id) = key.as_str() else {
-        report(Decision::FailOpen, "");
-        return body(connection).await;
-    };
-
-    // A connection in autocommit would commit the mark on its own, before
-    // the effect: refused before anything is written.
-    let token = match store.open_guard(connection.as_connection()).await {
-        Ok(token) => token,
-        Err(error) => return store_failed(id, error),
-    };
-    match store.mark_in(connection.as_connection(), id).await {
-        Ok(true) => {}
-        Ok(false) => {
-            report(Decision::Skipped, id);
-            return Ok(());
+        let (store, key) = (&self.store, &key);
+        // Before the mark: its row stays locked while the body waits.
+        if let Some(take_back) = body_starts() {
+            take_back.await;
         }
-        Err(error) => return store_failed(id, error),
-    }
-
-    // The mark stands or falls with the body's writes: an `Err` here is for
-    // the caller to roll back, which takes the mark away too.
-    let result = body(connection).await;
-    // Unless the body ended the transaction itself: then the mark may have
-    // committed without the rest of the effect, and success is not ours to
-    // report.
-    let ended = match store.check_ended(id, token).await {
-        Err(error) if is_misuse(&error) => Some(error),
-        Err(error) if result.is_ok() => return store_failed(id, error),
-        _ => None,
-    };
-    if let Some(error) = ended {
-        if result.is_err() {
-            // A failed body whose mark committed would be skipped on every
-            // redelivery: the id is unmarked so that it runs again.
-            if let Err(forget) = store.forget(id).await {
-                tracing::warn!(
-                    target: "babel_idem",
-                    message_id = id,
-                    %forget,
-                    "the handler ended its transaction and failed; its mark could not be removed",
-                );
-            }
-        }
-        report(Decision::Failed, id);
-        return match result {
-            Ok(()) => store_failed(id, error),
-            Err(body) => {
-                tracing::warn!(target: "babel_idem", message_id = id, %error);
-                Err(body)
-            }
+        let Some(id) = key.as_str() else {
+            report(Decision::FailOpen, "");
+            return body(connection).await;
         };
+
+        // A connection in autocommit would commit the mark on its own, before
+        // the effect: refused before anything is written.
+        let token = match store.open_guard(connection.as_connection()).await {
+            Ok(token) => token,
+            Err(error) => return store_failed(id, error),
+        };
+        match store.mark_in(connection.as_connection(), id).await {
+            Ok(true) => {}
+            Ok(false) => {
+                report(Decision::Skipped, id);
+                return Ok(());
+            }
+            Err(error) => return store_failed(id, error),
+        }
+
+        // The mark stands or falls with the body's writes: an `Err` here is for
+        // the caller to roll back, which takes the mark away too.
+        let result = body(connection).await;
+        // Unless the body ended the transaction itself: then the mark may have
+        // committed without the rest of the effect, and success is not ours to
+        // report.
+        let ended = match store.check_ended(id, token).await {
+            Err(error) if is_misuse(&error) => Some(error),
+            Err(error) if result.is_ok() => return store_failed(id, error),
+            _ => None,
+        };
+        if let Some(error) = ended {
+            if result.is_err() {
+                // A failed body whose mark committed would be skipped on every
+                // redelivery: the id is unmarked so that it runs again.
+                if let Err(forget) = store.forget(id).await {
+                    tracing::warn!(
+                        target: "babel_idem",
+                        message_id = id,
+                        %forget,
+                        "the handler ended its transaction and failed; its mark could not be removed",
+                    );
+                }
+            }
+            report(Decision::Failed, id);
+            return match result {
+                Ok(()) => store_failed(id, error),
+                Err(body) => {
+                    tracing::warn!(target: "babel_idem", message_id = id, %error);
+                    Err(body)
+                }
+            };
+        }
+        report(
+            if result.is_ok() {
+                Decision::Ran
+            } else {
+                Decision::Failed
+            },
+            id,
+        );
+        result
     }
-    report(
-        if result.is_ok() {
-            Decision::Ran
-        } else {
-            Decision::Failed
-        },
-        id,
-    );
-    result
 }
 
 /// Whether `error` is the store saying the handler ended its transaction.

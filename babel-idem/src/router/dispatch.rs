@@ -22,14 +22,14 @@ use crate::envelope::{DeadLetter, Envelope, EnvelopeError};
 
 use super::handler::HandlerFuture;
 use super::parked;
-use crate::guard::Guarded;
-use crate::guard::context;
 use super::routes::Route;
 use super::span;
 use super::{
     DeadLettered, Delivery, DispatchError, Disposition, ReleaseReason, Retry, Router,
     UnknownUrnStrategy,
 };
+use crate::guard::Guarded;
+use crate::guard::context;
 
 impl Router {
     /// Handles one delivery: `bytes` is the message body as the broker gave

@@ -101,9 +101,8 @@ mod tests {
 
     /// A handler's returned error, and a panic.
     fn failures(text: &str) -> (DispatchError, DispatchError) {
-        let returned = DispatchError::Handler(HandlerError::new(std::io::Error::other(
-            text.to_owned(),
-        )));
+        let returned =
+            DispatchError::Handler(HandlerError::new(std::io::Error::other(text.to_owned())));
         let panicked = DispatchError::Panicked {
             message: "boom".into(),
         };

@@ -5,9 +5,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::coalesce::Coalescer;
 use crate::store::claim::{Claim, ClaimStore, ClaimToken};
 use crate::store::{Store, StoreError, StoreFuture};
-use crate::coalesce::Coalescer;
 
 /// Wraps a store so that the `seen` calls made while another is on its way
 /// to the server go out together in one [`seen_many`](Store::seen_many),
@@ -213,33 +213,7 @@ impl<S: ClaimStore> ClaimStore for Batched<S> {
         })
     }
 
-    fn release<'a>(&'a self, id: &'a str, owner: ClaimToken) -> StoreFuture<'a, bool> {
-        self.inner.store.release(id, owner)
-    }
-
-    fn renew<'a>(
-        &'a self,
-        id: &'a str,
-        owner: ClaimToken,
-        lease: Duration,
-    ) -> StoreFuture<'a, bool> {
-        self.inner.store.renew(id, owner, lease)
-    }
-
-    fn claim_many<'a>(
-        &'a self,
-        claims: &'a [(&'a str, ClaimToken)],
-        lease: Duration,
-    ) -> StoreFuture<'a, Vec<Claim>> {
-        self.inner.store.claim_many(claims, lease)
-    }
-
-    fn commit_many<'a>(
-        &'a self,
-        commits: &'a [(&'a str, ClaimToken)],
-    ) -> StoreFuture<'a, Vec<bool>> {
-        self.inner.store.commit_many(commits)
-    }
+    pass_claims_through!(release, renew, claim_many, commit_many);
 }
 
 /// `store.seen(id)`, sent in `coalescer`'s next flush with the calls that

@@ -576,18 +576,7 @@ impl<S: ClaimStore> ClaimStore for Cached<S> {
         })
     }
 
-    fn release<'a>(&'a self, id: &'a str, owner: ClaimToken) -> StoreFuture<'a, bool> {
-        self.inner.store.release(id, owner)
-    }
-
-    fn renew<'a>(
-        &'a self,
-        id: &'a str,
-        owner: ClaimToken,
-        lease: Duration,
-    ) -> StoreFuture<'a, bool> {
-        self.inner.store.renew(id, owner, lease)
-    }
+    pass_claims_through!(release, renew);
 
     /// The kept ids answer [`Claim::Done`] here; the others are claimed in
     /// one `claim_many`, in their order.
