@@ -150,43 +150,33 @@ resolver! {
 pub struct Placeholder;
 
 impl Store for Placeholder {
-    fn seen<'a>(&'a self, _id: &'a str) -> StoreFuture<'a, bool> {
+    fn seen<'a>(&'a self, _: &'a str) -> StoreFuture<'a, bool> {
         StoreFuture::ready(Ok(false))
     }
 
-    fn remember<'a>(&'a self, _id: &'a str) -> StoreFuture<'a, ()> {
+    fn remember<'a>(&'a self, _: &'a str) -> StoreFuture<'a, ()> {
         StoreFuture::ready(Ok(()))
     }
 
-    fn forget<'a>(&'a self, _id: &'a str) -> StoreFuture<'a, ()> {
+    fn forget<'a>(&'a self, _: &'a str) -> StoreFuture<'a, ()> {
         StoreFuture::ready(Ok(()))
     }
 }
 
 impl ClaimStore for Placeholder {
-    fn claim<'a>(
-        &'a self,
-        _id: &'a str,
-        _owner: ClaimToken,
-        _lease: Duration,
-    ) -> StoreFuture<'a, Claim> {
+    fn claim<'a>(&'a self, _: &'a str, _: ClaimToken, _: Duration) -> StoreFuture<'a, Claim> {
         StoreFuture::ready(Ok(Claim::Done))
     }
 
-    fn commit<'a>(&'a self, _id: &'a str, _owner: ClaimToken) -> StoreFuture<'a, bool> {
+    fn commit<'a>(&'a self, _: &'a str, _: ClaimToken) -> StoreFuture<'a, bool> {
         StoreFuture::ready(Ok(true))
     }
 
-    fn release<'a>(&'a self, _id: &'a str, _owner: ClaimToken) -> StoreFuture<'a, bool> {
+    fn release<'a>(&'a self, _: &'a str, _: ClaimToken) -> StoreFuture<'a, bool> {
         StoreFuture::ready(Ok(true))
     }
 
-    fn renew<'a>(
-        &'a self,
-        _id: &'a str,
-        _owner: ClaimToken,
-        _lease: Duration,
-    ) -> StoreFuture<'a, bool> {
+    fn renew<'a>(&'a self, _: &'a str, _: ClaimToken, _: Duration) -> StoreFuture<'a, bool> {
         StoreFuture::ready(Ok(true))
     }
 }
@@ -197,20 +187,8 @@ impl ClaimStore for Placeholder {
 impl TransactionalStore for Placeholder {
     type Connection = Placeholder;
 
-    fn mark_in<'a>(
-        &'a self,
-        _connection: &'a mut Placeholder,
-        _id: &'a str,
-    ) -> StoreFuture<'a, bool> {
+    fn mark_in<'a>(&'a self, _: &'a mut Placeholder, _: &'a str) -> StoreFuture<'a, bool> {
         StoreFuture::ready(Ok(true))
-    }
-
-    fn open_guard<'a>(&'a self, _connection: &'a mut Placeholder) -> StoreFuture<'a, Option<u64>> {
-        StoreFuture::ready(Ok(None))
-    }
-
-    fn check_ended<'a>(&'a self, _id: &'a str, _token: Option<u64>) -> StoreFuture<'a, ()> {
-        StoreFuture::ready(Ok(()))
     }
 }
 

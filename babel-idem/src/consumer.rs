@@ -66,7 +66,7 @@
 //! - With more than one delivery held (concurrency above 1), the `seen`
 //!   and `remember` calls the guards make to a store that answers a batch
 //!   in one round trip (Redis, PostgreSQL, SQLite:
-//!   [`Store::batch_target`](crate::store::Store::batch_target)) go out
+//!   `Store::batch_target`) go out
 //!   together, as through [`Batched`](crate::store::Batched): every answer,
 //!   and every decision, is the one a single call gives.
 //!   [`batch_store_calls(false)`](ConsumerBuilder::batch_store_calls) keeps
@@ -468,7 +468,7 @@ impl<T: Transport> ConsumerBuilder<T> {
     /// While on, a guard (`#[idempotent]`, [`run_once`](crate::guard::run_once),
     /// [`Guard`](crate::guard::Guard) in seen-set mode) running in one of
     /// this consumer's deliveries sends its call to a store that answers a
-    /// batch in one round trip ([`Store::batch_target`](crate::store::Store::batch_target):
+    /// batch in one round trip (`Store::batch_target`:
     /// Redis, PostgreSQL, SQLite) through a meeting point shared by the
     /// consumer's deliveries, as [`Batched`](crate::store::Batched) does:
     /// a lone call goes out at once as the single call; calls that meet go

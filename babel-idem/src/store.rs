@@ -50,7 +50,7 @@ pub use transaction::{AsConnection, TransactionMisuse, TransactionalStore};
 /// returns [`StoreFuture::ready`] and costs no allocation, one that talks to a
 /// server returns [`StoreFuture::new`] around its `async` block. A store
 /// that can tell whether an id was seen without waiting also gives that
-/// answer through [`seen_now`](Store::seen_now), which the guard asks first.
+/// answer through `seen_now`, which the guard asks first.
 ///
 /// All three operations must be idempotent: remembering a remembered id and
 /// forgetting an unknown id both succeed.
@@ -148,6 +148,10 @@ pub trait Store: Send + Sync {
         StoreFuture::new(batch::remember_each(self, ids))
     }
 
+    /// A hook of the guard's, off the documented contract: a store that
+    /// keeps the default loses nothing but a duplicate's skip without a
+    /// future.
+    ///
     /// [`seen`](Store::seen)'s answer where the store has it without
     /// waiting, `None` where it would have to wait (the default).
     ///
@@ -205,6 +209,7 @@ pub trait Store: Send + Sync {
     /// assert!(Remote.seen_now("id-A").is_none());
     /// ```
     #[inline]
+    #[doc(hidden)]
     fn seen_now(&self, id: &str) -> Option<Result<bool, StoreError>> {
         let _ = id;
         None
@@ -213,7 +218,8 @@ pub trait Store: Send + Sync {
     /// `Some` for a store whose [`seen_many`](Store::seen_many) and
     /// [`remember_many`](Store::remember_many) answer a whole batch in one
     /// round trip, naming this store object; `None` (the default) for one
-    /// that answers id by id, or already groups its calls.
+    /// that answers id by id, or already groups its calls. A hook of the
+    /// consumer's, off the documented contract.
     ///
     /// A [`Consumer`][Consumer] that holds more than one
     /// delivery sends the concurrent `seen` and `remember` calls its guards
@@ -260,13 +266,14 @@ pub trait Store: Send + Sync {
         doc = "[Consumer]: https://docs.rs/babel-idem/latest/babel_idem/consumer/struct.Consumer.html"
     )]
     #[inline]
+    #[doc(hidden)]
     fn batch_target(&self) -> Option<BatchTarget> {
         None
     }
 }
 
 /// Names one store object whose concurrent single calls may go out
-/// together ([`Store::batch_target`]): two targets are equal only for the
+/// together (`Store::batch_target`): two targets are equal only for the
 /// same object (its address while it is borrowed, and its type).
 ///
 /// ```

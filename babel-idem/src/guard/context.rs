@@ -307,7 +307,7 @@ const MOST_TARGETS: usize = 16;
 /// One consumer's meeting points, one per store its guards call: while a
 /// consumer holds more than one delivery, the `seen` and `remember` calls
 /// its guards make to a store that answers a batch in one round trip
-/// ([`Store::batch_target`]) meet, as in [`Batched`](crate::store::Batched).
+/// (`Store::batch_target`) meet, as in [`Batched`](crate::store::Batched).
 #[derive(Default)]
 pub(crate) struct StoreBatches {
     targets: Mutex<Vec<(BatchTarget, Arc<Meeting>)>>,

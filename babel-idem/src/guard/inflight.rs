@@ -25,7 +25,7 @@
 //! run it waits for, or the waiter whose turn comes after it, may need a
 //! slot to go on, and must never wait on its own waiters.
 //!
-//! Used by the [`Consumer`](crate::consumer::Consumer) (keyed by `meta.id`,
+//! Used by a consumer (keyed by `meta.id`,
 //! one registry per run) and by [`Guard::run_batch`](crate::guard::Guard::run_batch)
 //! (keyed by the dedupe key, one registry per process).
 

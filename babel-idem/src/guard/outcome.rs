@@ -6,12 +6,11 @@ use std::time::Duration;
 /// duplicate, parked it behind another owner's claim, saw its handler fail,
 /// or could not ask its store.
 ///
-/// The guard reports it twice: in the delivery's context, where
-/// [`Router::dispatch`](crate::Router::dispatch) reads it once the handler
-/// has returned (whatever the handler's error type kept of the guard's
-/// error), and, with the response, from a tower service behind an
-/// [`IdempotencyLayer`](crate::adapters) (`Ran(response)` or `Skipped`; the
-/// failures come back as its errors).
+/// The guard reports it in the delivery's context, where the delivery's
+/// dispatcher (`Router::dispatch`) reads it once the handler has returned,
+/// whatever the handler's error type kept of the guard's error; and a tower
+/// service behind the guard's layer answers with it (`Ran(response)` or
+/// `Skipped`; the failures come back as its errors).
 ///
 /// ```
 /// use babel_idem::guard::Guarded;

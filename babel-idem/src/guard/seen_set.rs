@@ -17,7 +17,7 @@ use crate::store::{Store, StoreError};
 /// future as it is. It owns the key, so a caller's future does not borrow
 /// the message.
 ///
-/// The store is asked [`Store::seen_now`] first and [`Store::seen`] only
+/// The store is asked `Store::seen_now` first and [`Store::seen`] only
 /// where that has no answer, so a store that answers without waiting skips
 /// a duplicate in the future's first poll.
 #[inline]
@@ -43,7 +43,7 @@ where
 }
 
 pin_project! {
-    /// A seen-set decision. Its first poll asks [`Store::seen_now`] with
+    /// A seen-set decision. Its first poll asks `Store::seen_now` with
     /// the key where the guard wrote it, and ends a duplicate there and
     /// then; every other delivery goes on in [`after_asking`]'s `async`
     /// block.

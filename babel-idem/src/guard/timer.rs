@@ -289,6 +289,13 @@ mod tests {
         (woken.clone(), Waker::from(woken))
     }
 
+    /// A timer thread of the test's own, and a waker that counts its wakes.
+    fn own_timer() -> (&'static Timer, Arc<Count>, Waker) {
+        let timer = Timer::start().expect("the test's own timer thread starts");
+        let (woken, waker) = counting_waker();
+        (timer, woken, waker)
+    }
+
     fn wait_for(count: &Count, at_least: usize) {
         for _ in 0..2_000 {
             if count.0.load(SeqCst) >= at_least {
@@ -322,8 +329,7 @@ mod tests {
 
     #[test]
     fn the_queue_holds_no_entry_once_its_sleeps_are_dropped() {
-        let timer = Timer::start().expect("the test's own timer thread starts");
-        let (woken, waker) = counting_waker();
+        let (timer, woken, waker) = own_timer();
         let mut cx = Context::from_waker(&waker);
         let deadline = Instant::now() + Duration::from_secs(3_600);
         let mut sleeps: Vec<Sleep> = (0..1_000).map(|_| Sleep::until(deadline)).collect();
@@ -344,8 +350,7 @@ mod tests {
 
     #[test]
     fn an_elapsed_sleep_leaves_no_entry() {
-        let timer = Timer::start().expect("the test's own timer thread starts");
-        let (woken, waker) = counting_waker();
+        let (timer, woken, waker) = own_timer();
         let mut cx = Context::from_waker(&waker);
         let mut sleep = Sleep::until(Instant::now() + Duration::from_millis(5));
         assert!(sleep.poll_on(&mut cx, || Some(timer)).is_pending());

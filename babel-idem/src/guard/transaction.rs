@@ -49,7 +49,7 @@ impl<S: Store, Mode> Guard<S, Mode> {
     /// # From a broker loop
     ///
     /// The handler that runs the guard is given the transaction; whoever
-    /// calls it (a [`Router`](crate::router::Router) handler, a consumer loop)
+    /// calls it (a `Router` handler, a consumer loop)
     /// begins it, commits on `Ok`, drops (rolls back) on `Err`, and acks
     /// only after the commit. `examples/ledger.rs` does this through a
     /// `Router` end to end.

@@ -109,6 +109,11 @@ pub enum Claim {
     },
 }
 
+/// What a [`ClaimStore::claim`] implementation returns: the store's
+/// [`Claim`] on the id, once it answers. Named once, so that every store's
+/// `claim` signature reads the same short way.
+pub(crate) type ClaimFuture<'a> = StoreFuture<'a, Claim>;
+
 /// A SQL claim's answer for an id that is not done: won with the `fence`
 /// the statement drew, else held, with the ms it read as left on the live
 /// lease (no wait to suggest when it read none, or a lease just lapsed).

@@ -9,42 +9,27 @@
 
 /// The [`ClaimStore`](crate::store::ClaimStore) methods a layer sends
 /// straight to the store it wraps (`self.inner.store`), written inside the
-/// layer's `impl ClaimStore`: the calls it has nothing to add to.
+/// layer's `impl ClaimStore` as `method(arguments) -> answer;`: the calls it
+/// has nothing to add to.
 macro_rules! pass_claims_through {
-    (release) => {
-        fn release<'a>(&'a self, id: &'a str, owner: ClaimToken) -> StoreFuture<'a, bool> {
-            self.inner.store.release(id, owner)
+    ($($method:ident($($arg:ident: $ty:ty),*) -> $answer:ty;)+) => {$(
+        fn $method<'a>(&'a self, $($arg: $ty),*) -> StoreFuture<'a, $answer> {
+            self.inner.store.$method($($arg),*)
         }
-    };
-    (renew) => {
-        fn renew<'a>(
-            &'a self,
-            id: &'a str,
-            owner: ClaimToken,
-            lease: Duration,
-        ) -> StoreFuture<'a, bool> {
-            self.inner.store.renew(id, owner, lease)
+    )+};
+}
+
+/// `Clone` for a layer that is an `Arc` of its state, whatever its store:
+/// clones share the state (the batches, the kept ids).
+macro_rules! clone_shares_inner {
+    ($layer:ident) => {
+        impl<S> Clone for $layer<S> {
+            fn clone(&self) -> Self {
+                $layer {
+                    inner: Arc::clone(&self.inner),
+                }
+            }
         }
-    };
-    (claim_many) => {
-        fn claim_many<'a>(
-            &'a self,
-            claims: &'a [(&'a str, ClaimToken)],
-            lease: Duration,
-        ) -> StoreFuture<'a, Vec<Claim>> {
-            self.inner.store.claim_many(claims, lease)
-        }
-    };
-    (commit_many) => {
-        fn commit_many<'a>(
-            &'a self,
-            commits: &'a [(&'a str, ClaimToken)],
-        ) -> StoreFuture<'a, Vec<bool>> {
-            self.inner.store.commit_many(commits)
-        }
-    };
-    ($($method:ident),+) => {
-        $(pass_claims_through!($method);)+
     };
 }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::coalesce::Coalescer;
-use crate::store::claim::{Claim, ClaimStore, ClaimToken};
+use crate::store::claim::{Claim, ClaimFuture, ClaimStore, ClaimToken};
 use crate::store::{Store, StoreError, StoreFuture};
 
 /// Wraps a store so that the `seen` calls made while another is on its way
@@ -26,7 +26,7 @@ use crate::store::{Store, StoreError, StoreFuture};
 /// is asked again on its own, so an error reaches only the calls the store
 /// cannot answer (a poison id fails alone, as with
 /// [`Guard::run_batch`](crate::guard::Guard::run_batch)). `forget`, and
-/// [`seen_now`](Store::seen_now), go straight to the inner store.
+/// `seen_now`, go straight to the inner store.
 ///
 /// Claim mode ([`Guard::lease`](crate::guard::Guard::lease)) is batched the same
 /// way: concurrent `claim` calls meet in one
@@ -152,12 +152,7 @@ impl<S: Store> Store for Batched<S> {
 /// `renew`, rarer and never on a delivery's common path, go straight to the
 /// inner store.
 impl<S: ClaimStore> ClaimStore for Batched<S> {
-    fn claim<'a>(
-        &'a self,
-        id: &'a str,
-        owner: ClaimToken,
-        lease: Duration,
-    ) -> StoreFuture<'a, Claim> {
+    fn claim<'a>(&'a self, id: &'a str, owner: ClaimToken, lease: Duration) -> ClaimFuture<'a> {
         let Inner { store, claim, .. } = &*self.inner;
         StoreFuture::new(async move {
             let batched = claim.call((id.into(), owner, lease), |requests| async move {
@@ -213,7 +208,12 @@ impl<S: ClaimStore> ClaimStore for Batched<S> {
         })
     }
 
-    pass_claims_through!(release, renew, claim_many, commit_many);
+    pass_claims_through! {
+        release(id: &'a str, owner: ClaimToken) -> bool;
+        renew(id: &'a str, owner: ClaimToken, lease: Duration) -> bool;
+        claim_many(claims: &'a [(&'a str, ClaimToken)], lease: Duration) -> Vec<Claim>;
+        commit_many(commits: &'a [(&'a str, ClaimToken)]) -> Vec<bool>;
+    }
 }
 
 /// `store.seen(id)`, sent in `coalescer`'s next flush with the calls that
@@ -263,13 +263,7 @@ pub(crate) async fn remember_through<S: Store + ?Sized>(
     }
 }
 
-impl<S> Clone for Batched<S> {
-    fn clone(&self) -> Self {
-        Batched {
-            inner: Arc::clone(&self.inner),
-        }
-    }
-}
+clone_shares_inner!(Batched);
 
 impl<S: fmt::Debug> fmt::Debug for Batched<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

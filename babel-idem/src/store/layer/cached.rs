@@ -11,7 +11,7 @@ use arrayvec::ArrayString;
 use foldhash::fast::RandomState;
 use hashbrown::HashTable;
 
-use crate::store::claim::{Claim, ClaimStore, ClaimToken};
+use crate::store::claim::{Claim, ClaimFuture, ClaimStore, ClaimToken};
 use crate::store::{BatchTarget, Store, StoreError, StoreFuture};
 
 /// How long a [`Cached`] keeps a positive answer by default: a `forget` made
@@ -546,12 +546,7 @@ impl<S: Store> Store for Cached<S> {
 /// Claim mode: a claim of a kept id is [`Claim::Done`] without asking; a
 /// claim that found the id done, and a commit that marked it, keep it.
 impl<S: ClaimStore> ClaimStore for Cached<S> {
-    fn claim<'a>(
-        &'a self,
-        id: &'a str,
-        owner: ClaimToken,
-        lease: Duration,
-    ) -> StoreFuture<'a, Claim> {
+    fn claim<'a>(&'a self, id: &'a str, owner: ClaimToken, lease: Duration) -> ClaimFuture<'a> {
         let inner = &*self.inner;
         if inner.hit(id) {
             return StoreFuture::ready(Ok(Claim::Done));
@@ -576,7 +571,10 @@ impl<S: ClaimStore> ClaimStore for Cached<S> {
         })
     }
 
-    pass_claims_through!(release, renew);
+    pass_claims_through! {
+        release(id: &'a str, owner: ClaimToken) -> bool;
+        renew(id: &'a str, owner: ClaimToken, lease: Duration) -> bool;
+    }
 
     /// The kept ids answer [`Claim::Done`] here; the others are claimed in
     /// one `claim_many`, in their order.
@@ -632,13 +630,7 @@ impl<S: ClaimStore> ClaimStore for Cached<S> {
     }
 }
 
-impl<S> Clone for Cached<S> {
-    fn clone(&self) -> Self {
-        Cached {
-            inner: Arc::clone(&self.inner),
-        }
-    }
-}
+clone_shares_inner!(Cached);
 
 impl<S: fmt::Debug> fmt::Debug for Cached<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
