@@ -31,6 +31,7 @@
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
@@ -111,10 +112,19 @@ thread_local! {
     static CURRENT: RefCell<Option<DeliveryContext>> = const { RefCell::new(None) };
 }
 
+/// Whether any thread ever made a context current: until one does (a guard
+/// used on its own, with no router), a guard reads no thread-local at all.
+/// A thread sets it before its first context, so it reads it set whenever
+/// one of its own could be current.
+static ENTERED: AtomicBool = AtomicBool::new(false);
+
 /// The one accessor: `read` applied to the current context; `None` outside
 /// any delivery (or while the thread is torn down).
 #[inline]
 fn current<R>(read: impl FnOnce(&DeliveryContext) -> R) -> Option<R> {
+    if !ENTERED.load(Ordering::Relaxed) {
+        return None;
+    }
     CURRENT
         .try_with(|current| {
             let current = current.try_borrow().ok()?;
@@ -196,6 +206,9 @@ fn entered<T>(context: &mut Option<DeliveryContext>, poll: impl FnOnce() -> T) -
         fn drop(&mut self) {
             swap(self.0);
         }
+    }
+    if !ENTERED.load(Ordering::Relaxed) {
+        ENTERED.store(true, Ordering::Relaxed);
     }
     let _leave = swap(context).then_some(Leave(context));
     poll()

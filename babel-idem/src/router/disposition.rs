@@ -204,25 +204,30 @@ pub struct DeadLettered {
 }
 
 /// Why a delivery was not acked.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum DispatchError {
     /// The bytes are not a valid envelope (reason `poison`).
-    Poison(EnvelopeError),
+    #[error("poison message: {0}")]
+    Poison(#[source] EnvelopeError),
     /// No handler is registered for the envelope's URN.
+    #[error("no handler is registered for {urn}")]
     UnknownUrn {
         /// The URN the envelope carries.
         urn: String,
     },
     /// The handler returned an error.
-    Handler(HandlerError),
+    #[error("handler failed: {0}")]
+    Handler(#[source] HandlerError),
     /// The handler panicked; the panic was caught.
+    #[error("handler panicked: {message}")]
     Panicked {
         /// The panic message, when it was a string.
         message: String,
     },
     /// The handler ran longer than the consumer's per-delivery timeout and
     /// was dropped (its guard left the id unmarked).
+    #[error("handler ran longer than the timeout of {after:?}")]
     TimedOut {
         /// The timeout it ran into.
         after: std::time::Duration,
@@ -238,32 +243,6 @@ impl DispatchError {
             DispatchError::Panicked { .. } => Some("panic"),
             DispatchError::TimedOut { .. } => Some("timeout"),
             DispatchError::Poison(_) | DispatchError::UnknownUrn { .. } => None,
-        }
-    }
-}
-
-impl fmt::Display for DispatchError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            DispatchError::Poison(error) => write!(f, "poison message: {error}"),
-            DispatchError::UnknownUrn { urn } => write!(f, "no handler is registered for {urn}"),
-            DispatchError::Handler(error) => write!(f, "handler failed: {error}"),
-            DispatchError::Panicked { message } => write!(f, "handler panicked: {message}"),
-            DispatchError::TimedOut { after } => {
-                write!(f, "handler ran longer than the timeout of {after:?}")
-            }
-        }
-    }
-}
-
-impl std::error::Error for DispatchError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            DispatchError::Poison(error) => Some(error),
-            DispatchError::Handler(error) => Some(error),
-            DispatchError::UnknownUrn { .. }
-            | DispatchError::Panicked { .. }
-            | DispatchError::TimedOut { .. } => None,
         }
     }
 }

@@ -11,7 +11,6 @@
 //! [`PostgresStore`]: crate::store::PostgresStore
 //! [`SqliteStore`]: crate::store::SqliteStore
 
-use std::fmt;
 use std::sync::Arc;
 
 use super::{Store, StoreFuture};
@@ -26,37 +25,28 @@ use super::{Store, StoreFuture};
 ///
 /// assert!(TransactionMisuse::NotOpen.to_string().contains("no transaction open"));
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum TransactionMisuse {
     /// The connection was in autocommit (a `pool.acquire()`d connection,
     /// not `pool.begin()`): the mark would commit on its own, before the
     /// handler's effect. Nothing was marked and the handler did not run.
+    #[error(
+        "transactional mode needs a connection inside a transaction, and this one has \
+         no transaction open (begin one with `pool.begin()`): nothing was marked and \
+         the handler did not run"
+    )]
     NotOpen,
     /// The transaction that held the mark ended while the handler ran (the
     /// handler ran `COMMIT` or `ROLLBACK` itself): the mark and the effect
     /// no longer commit together.
+    #[error(
+        "the transaction that held the mark ended while the handler ran (the handler \
+         ran COMMIT or ROLLBACK itself): the mark and the effect no longer commit \
+         together; leave the transaction's end to the caller"
+    )]
     EndedInHandler,
 }
-
-impl fmt::Display for TransactionMisuse {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            TransactionMisuse::NotOpen => {
-                "transactional mode needs a connection inside a transaction, and this one has \
-                 no transaction open (begin one with `pool.begin()`): nothing was marked and \
-                 the handler did not run"
-            }
-            TransactionMisuse::EndedInHandler => {
-                "the transaction that held the mark ended while the handler ran (the handler \
-                 ran COMMIT or ROLLBACK itself): the mark and the effect no longer commit \
-                 together; leave the transaction's end to the caller"
-            }
-        })
-    }
-}
-
-impl std::error::Error for TransactionMisuse {}
 
 /// A store whose marks are rows a handler can insert on its own database
 /// connection, so the mark commits or rolls back with the handler's effect.
