@@ -43,7 +43,7 @@ mod claim;
 pub(crate) mod context;
 mod fence;
 pub(crate) mod inflight;
-mod outcome;
+pub(crate) mod outcome;
 mod seen_set;
 pub(crate) mod timer;
 mod transaction;

@@ -11,8 +11,8 @@ use std::pin::{Pin, pin};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use super::Guarded;
 use super::context::{self, body_starts, marking};
+use super::outcome::Guarded;
 use super::timer::{self, Sleep};
 use super::{OnRememberFailure, fence, mark_failed, report, store_failed};
 use crate::key::DedupeKey;

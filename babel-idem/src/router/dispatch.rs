@@ -28,8 +28,8 @@ use super::{
     DeadLettered, Delivery, DispatchError, Disposition, ReleaseReason, Retry, Router,
     UnknownUrnStrategy,
 };
-use crate::guard::Guarded;
 use crate::guard::context;
+use crate::guard::outcome::Guarded;
 
 impl Router {
     /// Handles one delivery: `bytes` is the message body as the broker gave

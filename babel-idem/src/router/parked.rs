@@ -37,7 +37,7 @@
 use std::time::Duration;
 
 use super::disposition::{DispatchError, Disposition, ReleaseReason};
-use crate::guard::Guarded;
+use crate::guard::outcome::Guarded;
 
 /// How long a parked delivery waits when its store cannot say how long the
 /// other owner's lease has left.
