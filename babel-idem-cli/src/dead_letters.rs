@@ -6,11 +6,12 @@ use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::time::Duration;
 
+use babel_idem::broker::{ErasedDeadLetters, TransportError};
 use babel_idem::redrive::{
-    DlqRecord, LeftReason, Outcome, RecordKind, RedriveError, RedriveItem, RedriveOptions,
+    DlqRecord, LeftReason, Outcome, RecordKind, Redrive, RedriveError, RedriveOptions,
     RedriveReport, Selection,
 };
-use babel_idem::transport::{AmqpTransport, RedisTransport, TransportError};
+use babel_idem::transport::{AmqpTransport, RedisTransport};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::{Value, json};
 
@@ -22,48 +23,26 @@ use crate::output::{Output, compact_json, escaped, pretty_json, rfc3339_ms};
 use crate::target::Target;
 use crate::units::parse_time;
 
-/// The transport a `--redis` or `--amqp` URL names, connected.
-enum Broker {
-    Redis(RedisTransport),
-    Amqp(AmqpTransport),
-}
-
-impl Broker {
-    async fn connect(args: &BrokerArgs, timeout: Duration) -> Result<Broker, CliError> {
-        let connected = match (&args.redis, &args.amqp) {
-            (Some(url), _) => RedisTransport::builder()
-                .timeout(timeout)
-                .connect(url)
-                .await
-                .map(Broker::Redis),
-            (None, Some(url)) => AmqpTransport::builder()
-                .timeout(timeout)
-                .connect(url)
-                .await
-                .map(Broker::Amqp),
-            (None, None) => return Err(CliError::usage("give --redis URL or --amqp URL")),
-        };
-        connected.map_err(transport_failed)
-    }
-
-    async fn redrive(
-        &self,
-        dlq: &str,
-        options: &RedriveOptions,
-        on_item: impl FnMut(&RedriveItem) + Send,
-    ) -> Result<RedriveReport, RedriveError> {
-        match self {
-            Broker::Redis(transport) => transport.redrive_with(dlq, options, on_item).await,
-            Broker::Amqp(transport) => transport.redrive_with(dlq, options, on_item).await,
-        }
-    }
-
-    async fn look(&self, dlq: &str, max: Option<usize>) -> Result<Vec<DlqRecord>, RedriveError> {
-        match self {
-            Broker::Redis(transport) => transport.dead_letters(dlq, max).await,
-            Broker::Amqp(transport) => transport.dead_letters(dlq, max).await,
-        }
-    }
+/// The broker a `--redis` or `--amqp` URL names, connected, as its
+/// dead-letter queues: every command goes through this one object.
+async fn connect(
+    args: &BrokerArgs,
+    timeout: Duration,
+) -> Result<Box<dyn ErasedDeadLetters>, CliError> {
+    let connected = match (&args.redis, &args.amqp) {
+        (Some(url), _) => RedisTransport::builder()
+            .timeout(timeout)
+            .connect(url)
+            .await
+            .map(|transport| Box::new(transport) as Box<dyn ErasedDeadLetters>),
+        (None, Some(url)) => AmqpTransport::builder()
+            .timeout(timeout)
+            .connect(url)
+            .await
+            .map(|transport| Box::new(transport) as Box<dyn ErasedDeadLetters>),
+        (None, None) => return Err(CliError::usage("give --redis URL or --amqp URL")),
+    };
+    connected.map_err(transport_failed)
 }
 
 /// The exit code and line of a transport failure: a bad name or URL is a
@@ -153,12 +132,12 @@ pub(crate) async fn redrive(
         }
         None => None,
     };
-    let broker = Broker::connect(&args.broker, settings.timeout).await?;
+    let broker = connect(&args.broker, settings.timeout).await?;
     if let Some(store) = &store {
         // The plan first: exactly the ids that would move are forgotten,
         // and then only those messages move.
         let plan = broker
-            .redrive(&args.from, &options(&args, select.clone(), true), |_| {})
+            .redrive(&args.from, &options(&args, select.clone(), true))
             .await
             .map_err(redrive_failed)?;
         let ids: Vec<String> = plan
@@ -194,7 +173,9 @@ pub(crate) async fn redrive(
     }
     let bar = progress_bar();
     let options = options(&args, select, dry_run);
-    let result = broker.redrive(&args.from, &options, |_| bar.inc(1)).await;
+    let result = broker
+        .redrive_with(&args.from, &options, |_| bar.inc(1))
+        .await;
     bar.finish_and_clear();
     match result {
         Ok(report) => {
@@ -399,8 +380,11 @@ async fn look(
     max: Option<usize>,
     timeout: Duration,
 ) -> Result<Vec<DlqRecord>, CliError> {
-    let broker = Broker::connect(broker, timeout).await?;
-    broker.look(queue, max).await.map_err(redrive_failed)
+    let broker = connect(broker, timeout).await?;
+    broker
+        .dead_letters(queue, max)
+        .await
+        .map_err(redrive_failed)
 }
 
 /// `dlq list`'s flags, applied to what a look read.

@@ -85,41 +85,13 @@ pub type BatchOutcome = Vec<Result<(), TransportError>>;
 /// let error = PublishError::from(ProduceError::MissingId);
 /// assert!(error.to_string().contains("meta.id"));
 /// ```
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PublishError {
     /// The envelope does not encode; nothing was sent.
-    Envelope(ProduceError),
+    #[error("{0}")]
+    Envelope(#[from] ProduceError),
     /// The transport failed.
-    Transport(TransportError),
-}
-
-impl std::fmt::Display for PublishError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PublishError::Envelope(error) => error.fmt(f),
-            PublishError::Transport(error) => error.fmt(f),
-        }
-    }
-}
-
-impl std::error::Error for PublishError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            PublishError::Envelope(error) => Some(error),
-            PublishError::Transport(error) => Some(error),
-        }
-    }
-}
-
-impl From<ProduceError> for PublishError {
-    fn from(error: ProduceError) -> Self {
-        PublishError::Envelope(error)
-    }
-}
-
-impl From<TransportError> for PublishError {
-    fn from(error: TransportError) -> Self {
-        PublishError::Transport(error)
-    }
+    #[error("{0}")]
+    Transport(#[from] TransportError),
 }

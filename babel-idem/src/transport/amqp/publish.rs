@@ -2,13 +2,11 @@
 //! [`Envelope`] with its producer span, and a batch across queues with one
 //! confirm round.
 
-use tracing::Instrument;
-
 use super::{AmqpTransport, properties};
-use crate::broker::TransportError;
-use crate::broker::{BatchOutcome, Outgoing, PublishError};
+use crate::broker::{
+    BatchOutcome, Outgoing, PublishError, Publisher, TransportError, TransportFuture,
+};
 use crate::envelope::Envelope;
-use crate::router::span;
 use crate::transport::Transport;
 
 impl AmqpTransport {
@@ -36,14 +34,7 @@ impl AmqpTransport {
     /// # }
     /// ```
     pub async fn publish_envelope(&self, envelope: &Envelope) -> Result<(), PublishError> {
-        let body = envelope.encode_for_publish()?;
-        let queue = envelope.destination();
-        let span = span::producer(envelope, queue);
-        let headers = span::trace_headers(&span);
-        self.publish_with_headers(queue, &body, &headers)
-            .instrument(span)
-            .await?;
-        Ok(())
+        Publisher::publish_envelope(self, envelope).await
     }
 
     /// Publishes every message of `messages`, each to its own queue, on one
@@ -76,7 +67,7 @@ impl AmqpTransport {
         let mut outcomes: Vec<Option<Result<(), TransportError>>> = Vec::new();
         let mut sendable = Vec::new();
         for message in messages {
-            match self.check_queue(message.queue) {
+            match Transport::check_queue(self, message.queue) {
                 Err(error) => outcomes.push(Some(Err(error))),
                 Ok(()) => {
                     sendable.push((
@@ -112,19 +103,24 @@ impl AmqpTransport {
     }
 }
 
-impl crate::broker::Publisher for AmqpTransport {
+impl Publisher for AmqpTransport {
     fn check_queue(&self, queue: &str) -> Result<(), TransportError> {
         Transport::check_queue(self, queue)
     }
 
-    fn publish_envelope<'a>(&'a self, envelope: &'a Envelope) -> crate::broker::PublishFuture<'a> {
-        Box::pin(AmqpTransport::publish_envelope(self, envelope))
+    fn publish_body<'a>(
+        &'a self,
+        queue: &'a str,
+        body: &'a [u8],
+        headers: &'a [(String, String)],
+    ) -> TransportFuture<'a, ()> {
+        Box::pin(self.publish_with_headers(queue, body, headers))
     }
 
     fn publish_batch<'a>(
         &'a self,
         messages: &'a [Outgoing<'a>],
-    ) -> crate::broker::TransportFuture<'a, BatchOutcome> {
+    ) -> TransportFuture<'a, BatchOutcome> {
         Box::pin(AmqpTransport::publish_batch(self, messages))
     }
 }

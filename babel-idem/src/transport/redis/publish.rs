@@ -4,12 +4,11 @@
 use ::redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 
 use super::{RedisTransport, broker, frame};
-use crate::broker::TransportError;
-use crate::broker::{BatchOutcome, Outgoing, PublishError};
+use crate::broker::{
+    BatchOutcome, Outgoing, PublishError, Publisher, TransportError, TransportFuture,
+};
 use crate::envelope::Envelope;
-use crate::router::span;
 use crate::transport::Transport;
-use tracing::Instrument;
 
 impl RedisTransport {
     /// Publishes `envelope` to its queue (`meta.queue`, else `default`) in
@@ -33,13 +32,7 @@ impl RedisTransport {
     /// # }
     /// ```
     pub async fn publish_envelope(&self, envelope: &Envelope) -> Result<(), PublishError> {
-        let body = envelope.encode_for_publish()?;
-        let queue = envelope.destination();
-        let span = span::producer(envelope, queue);
-        let headers = span::trace_headers(&span);
-        let value = frame::frame(&body, &headers).unwrap_or(body);
-        self.publish(queue, &value).instrument(span).await?;
-        Ok(())
+        Publisher::publish_envelope(self, envelope).await
     }
 
     /// Publishes every message of `messages` with one pipelined round trip
@@ -68,7 +61,7 @@ impl RedisTransport {
         pipeline.ignore_errors();
         let mut sent = 0;
         for message in messages {
-            if let Err(error) = self.check_queue(message.queue) {
+            if let Err(error) = Transport::check_queue(self, message.queue) {
                 outcomes.push(Some(Err(error)));
                 continue;
             }
@@ -132,19 +125,28 @@ fn is_server_state(error: &RedisError) -> bool {
         .is_some_and(|code| matches!(code, "BUSY" | "NOREPLICAS" | "OOM" | "MISCONF"))
 }
 
-impl crate::broker::Publisher for RedisTransport {
+impl Publisher for RedisTransport {
     fn check_queue(&self, queue: &str) -> Result<(), TransportError> {
         Transport::check_queue(self, queue)
     }
 
-    fn publish_envelope<'a>(&'a self, envelope: &'a Envelope) -> crate::broker::PublishFuture<'a> {
-        Box::pin(RedisTransport::publish_envelope(self, envelope))
+    fn publish_body<'a>(
+        &'a self,
+        queue: &'a str,
+        body: &'a [u8],
+        headers: &'a [(String, String)],
+    ) -> TransportFuture<'a, ()> {
+        Box::pin(async move {
+            // A body that cannot be framed (not UTF-8, no headers left) goes bare.
+            let framed = frame::frame(body, headers);
+            self.publish(queue, framed.as_deref().unwrap_or(body)).await
+        })
     }
 
     fn publish_batch<'a>(
         &'a self,
         messages: &'a [Outgoing<'a>],
-    ) -> crate::broker::TransportFuture<'a, BatchOutcome> {
+    ) -> TransportFuture<'a, BatchOutcome> {
         Box::pin(RedisTransport::publish_batch(self, messages))
     }
 }
