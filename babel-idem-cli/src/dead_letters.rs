@@ -2,6 +2,7 @@
 //! library's [`redrive`](babel_idem::redrive) on the transport the
 //! `--redis` or `--amqp` URL names.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::time::Duration;
@@ -232,7 +233,6 @@ fn items(report: &RedriveReport, out: &mut Output) {
         .iter()
         .filter(|i| i.outcome != Outcome::Skipped)
     {
-        let id = item.id.as_deref().unwrap_or("-");
         let why = match &item.outcome {
             Outcome::Left(why) => Some(why),
             _ => None,
@@ -242,13 +242,9 @@ fn items(report: &RedriveReport, out: &mut Output) {
                 let mut line = format!(
                     "{}\t{}\t{}\t{}",
                     outcome_word(&item.outcome),
-                    escaped(id),
-                    escaped(item.urn.as_deref().unwrap_or("-")),
-                    escaped(if item.reason.is_empty() {
-                        "-"
-                    } else {
-                        &item.reason
-                    }),
+                    or_dash(item.id.as_deref()),
+                    or_dash(item.urn.as_deref()),
+                    or_dash(reason(&item.reason)),
                 );
                 if let Some(to) = &item.to {
                     line.push_str(&format!("\t-> {}", escaped(to)));
@@ -427,18 +423,11 @@ fn list_line(record: &DlqRecord) -> String {
     let mut line = format!(
         "#{}\t{}\t{}\t{}\t{}\t{}\t{}",
         record.position,
-        escaped(record.id.as_deref().unwrap_or("-")),
-        escaped(record.urn.as_deref().unwrap_or("-")),
-        escaped(if record.reason.is_empty() {
-            "-"
-        } else {
-            &record.reason
-        }),
-        record
-            .failed_at
-            .map(|at| rfc3339_ms(at as i64))
-            .unwrap_or_else(|| "-".into()),
-        escaped(record.original_queue.as_deref().unwrap_or("-")),
+        or_dash(record.id.as_deref()),
+        or_dash(record.urn.as_deref()),
+        or_dash(reason(&record.reason)),
+        failed_at(record.failed_at),
+        or_dash(record.original_queue.as_deref()),
         record.kind.as_str(),
     );
     if record.kind == RecordKind::Undecodable
@@ -448,6 +437,22 @@ fn list_line(record: &DlqRecord) -> String {
         line.push_str(&escaped(why));
     }
     line
+}
+
+/// A field as a line shows it: escaped, or `-` when there is none.
+fn or_dash(text: Option<&str>) -> Cow<'_, str> {
+    escaped(text.unwrap_or("-"))
+}
+
+/// A dead-letter reason, `None` when the record gives none.
+fn reason(reason: &str) -> Option<&str> {
+    Some(reason).filter(|reason| !reason.is_empty())
+}
+
+/// When a record was dead-lettered, in RFC 3339, or `-`.
+fn failed_at(at: Option<u64>) -> String {
+    at.map(|at| rfc3339_ms(at as i64))
+        .unwrap_or_else(|| "-".into())
 }
 
 /// The record as one JSON object; `full` adds its headers and its body,
@@ -488,52 +493,28 @@ fn record_json(record: &DlqRecord, full: bool) -> String {
 }
 
 fn show_text(record: &DlqRecord) -> String {
-    let mut lines = vec![
-        format!("position        #{}", record.position),
-        format!("kind            {}", record.kind.as_str()),
-        format!(
-            "id              {}",
-            escaped(record.id.as_deref().unwrap_or("-"))
-        ),
-        format!(
-            "urn             {}",
-            escaped(record.urn.as_deref().unwrap_or("-"))
-        ),
-        format!(
-            "trace_id        {}",
-            escaped(record.trace_id.as_deref().unwrap_or("-"))
-        ),
-        format!(
-            "reason          {}",
-            escaped(if record.reason.is_empty() {
-                "-"
-            } else {
-                &record.reason
-            })
-        ),
-        format!(
-            "failed_at       {}",
-            record
-                .failed_at
-                .map(|at| rfc3339_ms(at as i64))
-                .unwrap_or_else(|| "-".into())
-        ),
-        format!(
-            "original_queue  {}",
-            escaped(record.original_queue.as_deref().unwrap_or("-"))
-        ),
-        format!(
-            "error           {}",
-            escaped(record.error.as_deref().unwrap_or("-"))
-        ),
+    let fields = [
+        ("position", format!("#{}", record.position).into()),
+        ("kind", record.kind.as_str().into()),
+        ("id", or_dash(record.id.as_deref())),
+        ("urn", or_dash(record.urn.as_deref())),
+        ("trace_id", or_dash(record.trace_id.as_deref())),
+        ("reason", or_dash(reason(&record.reason))),
+        ("failed_at", failed_at(record.failed_at).into()),
+        ("original_queue", or_dash(record.original_queue.as_deref())),
+        ("error", or_dash(record.error.as_deref())),
     ];
-    for (name, value) in &record.headers {
-        lines.push(format!(
-            "header          {}: {}",
-            escaped(name),
-            escaped(value)
-        ));
-    }
+    let headers = record.headers.iter().map(|(name, value)| {
+        (
+            "header",
+            format!("{}: {}", escaped(name), escaped(value)).into(),
+        )
+    });
+    let mut lines: Vec<String> = fields
+        .into_iter()
+        .chain(headers)
+        .map(|(label, value): (&str, Cow<'_, str>)| format!("{label:<16}{value}"))
+        .collect();
     let body = match compact_json(&record.body) {
         Some(body) => pretty_json(&body),
         None => escaped(&String::from_utf8_lossy(&record.body)).into_owned(),
@@ -551,13 +532,7 @@ fn stats(queue: &str, records: &[DlqRecord], out: &mut Output) {
         }
         counts
     };
-    let by_reason = count(|r| {
-        if r.reason.is_empty() {
-            "-".into()
-        } else {
-            r.reason.clone()
-        }
-    });
+    let by_reason = count(|r| reason(&r.reason).unwrap_or("-").to_owned());
     let by_urn = count(|r| r.urn.clone().unwrap_or_else(|| "-".into()));
     let by_queue = count(|r| r.original_queue.clone().unwrap_or_else(|| "-".into()));
     out.emit(

@@ -24,11 +24,11 @@ use crate::envelope::Envelope;
 use crate::router::span;
 
 mod dead_letters;
-mod outgoing;
+pub(crate) mod outgoing;
 
 pub use self::dead_letters::{
-    DeadLetterMessage, DeadLetterRun, DeadLetters, Death, ErasedDeadLetters, ErasedHandle,
-    ErasedRun,
+    BoxedRun, DeadLetterMessage, DeadLetterRun, DeadLetters, Death, ErasedDeadLetters,
+    ErasedHandle, ErasedRun,
 };
 pub use self::outgoing::{BatchOutcome, Outgoing, PublishError};
 

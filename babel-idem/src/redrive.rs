@@ -59,7 +59,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::broker::{DeadLetterMessage, DeadLetterRun, DeadLetters, TransportError};
+use crate::broker::{
+    BoxedRun, DeadLetterMessage, DeadLetterRun, DeadLetters, Outgoing, TransportError,
+};
 use crate::consumer::HEADER_REPLAY_BYPASS;
 use crate::envelope::Envelope;
 
@@ -121,15 +123,19 @@ impl Selection {
     /// Messages dead-lettered at or after `millis` (Unix milliseconds, UTC;
     /// `dead_letter.failed_at`, or the time in `x-death`). A message that
     /// says no time does not match.
-    pub fn since(mut self, millis: u64) -> Self {
-        self.since = Some(millis);
-        self
+    pub fn since(self, millis: u64) -> Self {
+        Self {
+            since: Some(millis),
+            ..self
+        }
     }
 
     /// Messages dead-lettered at or before `millis` (as [`since`](Self::since)).
-    pub fn until(mut self, millis: u64) -> Self {
-        self.until = Some(millis);
-        self
+    pub fn until(self, millis: u64) -> Self {
+        Self {
+            until: Some(millis),
+            ..self
+        }
     }
 
     /// The message whose `meta.id` is `id`; given more than once, any.
@@ -239,58 +245,62 @@ impl RedriveOptions {
 
     /// Republishes every message to `queue` instead of the queue it was
     /// dead-lettered from (a sandbox, to replay safely).
-    pub fn to(mut self, queue: impl Into<String>) -> Self {
-        self.to = Some(queue.into());
-        self
+    pub fn to(self, queue: impl Into<String>) -> Self {
+        Self {
+            to: Some(queue.into()),
+            ..self
+        }
     }
 
     /// Moves at most `max` messages.
-    pub fn max(mut self, max: usize) -> Self {
-        self.max = Some(max);
-        self
+    pub fn max(self, max: usize) -> Self {
+        Self {
+            max: Some(max),
+            ..self
+        }
     }
 
     /// Moves nothing and changes nothing; the report says what would move where.
-    pub fn dry_run(mut self, dry_run: bool) -> Self {
-        self.dry_run = dry_run;
-        self
+    pub fn dry_run(self, dry_run: bool) -> Self {
+        Self { dry_run, ..self }
     }
 
     /// Moves only the messages `selection` takes; the others stay.
-    pub fn select(mut self, selection: Selection) -> Self {
-        self.selection = selection;
-        self
+    pub fn select(self, selection: Selection) -> Self {
+        Self { selection, ..self }
     }
 
     /// Stamps the `bq-replay-bypass` header on every redriven message, so
     /// its handler sees an intended replay
     /// ([`is_replay`](crate::consumer::is_replay)) and can skip external
     /// effects that already fired.
-    pub fn bypass(mut self, bypass: bool) -> Self {
-        self.bypass = bypass;
-        self
+    pub fn bypass(self, bypass: bool) -> Self {
+        Self { bypass, ..self }
     }
 
     /// Also republishes poison records: the payload each kept, as it holds
     /// it (never rewritten as an envelope), to its original queue or
     /// [`to`](Self::to). A body that does not decode at all, and names no
     /// queue, moves only with `to`.
-    pub fn include_poison(mut self, include: bool) -> Self {
-        self.include_poison = include;
-        self
+    pub fn include_poison(self, include: bool) -> Self {
+        Self {
+            include_poison: include,
+            ..self
+        }
     }
 
     /// Moves at most `per_second` messages a second.
-    pub fn rate(mut self, per_second: u32) -> Self {
-        self.rate = Some(per_second).filter(|r| *r > 0);
-        self
+    pub fn rate(self, per_second: u32) -> Self {
+        Self {
+            rate: Some(per_second).filter(|r| *r > 0),
+            ..self
+        }
     }
 
     /// How long to watch an empty dead-letter queue for a first message
     /// before reporting nothing to redrive (default: not at all).
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.wait = wait;
-        self
+    pub fn wait(self, wait: Duration) -> Self {
+        Self { wait, ..self }
     }
 }
 
@@ -582,7 +592,7 @@ pub trait Redrive: DeadLetters {
     ) -> impl Future<Output = Result<RedriveReport, RedriveError>> + Send + 'a {
         async move {
             let mut run = open(self, dlq).await?;
-            run_over(&mut run, dlq, options, &mut on_item).await
+            run_over(&mut *run, dlq, options, &mut on_item).await
         }
     }
 
@@ -597,7 +607,7 @@ pub trait Redrive: DeadLetters {
     ) -> impl Future<Output = Result<Vec<DlqRecord>, RedriveError>> + Send + 'a {
         async move {
             let mut run = open(self, dlq).await?;
-            Ok(look(&mut run, max).await?)
+            Ok(look(&mut *run, max).await?)
         }
     }
 }
@@ -605,7 +615,10 @@ pub trait Redrive: DeadLetters {
 impl<D: DeadLetters + ?Sized> Redrive for D {}
 
 /// The run over `dlq`, or [`RedriveError::MissingQueue`].
-async fn open<D: DeadLetters + ?Sized>(broker: &D, dlq: &str) -> Result<D::Run, RedriveError> {
+async fn open<D: DeadLetters + ?Sized>(
+    broker: &D,
+    dlq: &str,
+) -> Result<BoxedRun<D::Handle>, RedriveError> {
     broker
         .open_dead_letters(dlq)
         .await?
@@ -616,8 +629,8 @@ async fn open<D: DeadLetters + ?Sized>(broker: &D, dlq: &str) -> Result<D::Run, 
 const PAGE: usize = 100;
 
 /// A redrive over `queue`, which the broker opened on `dlq`.
-async fn run_over<R: DeadLetterRun + ?Sized>(
-    queue: &mut R,
+async fn run_over<H: Send + 'static>(
+    queue: &mut dyn DeadLetterRun<Handle = H>,
     dlq: &str,
     options: &RedriveOptions,
     on_item: &mut (dyn FnMut(&RedriveItem) + Send),
@@ -647,8 +660,8 @@ async fn run_over<R: DeadLetterRun + ?Sized>(
     }
 }
 
-async fn drive<R: DeadLetterRun + ?Sized>(
-    queue: &mut R,
+async fn drive<H: Send + 'static>(
+    queue: &mut dyn DeadLetterRun<Handle = H>,
     dlq: &str,
     options: &RedriveOptions,
     on_item: &mut (dyn FnMut(&RedriveItem) + Send),
@@ -683,7 +696,8 @@ async fn drive<R: DeadLetterRun + ?Sized>(
                         tokio::time::sleep_until(due.into()).await;
                     }
                     let headers = bypass_headers(options.bypass);
-                    match queue.republish(message, &target, &body, &headers).await {
+                    let copy = Outgoing::new(&target, &body).with_headers(&headers);
+                    match queue.republish(message, copy).await {
                         Ok(true) => item.outcome = Outcome::Moved,
                         Ok(false) => {
                             item.outcome = Outcome::Left(LeftReason::Gone);
@@ -714,11 +728,11 @@ fn bypass_headers(bypass: bool) -> Vec<(String, String)> {
 }
 
 /// The item for `message`, and where it goes with which body when it moves.
-fn decide<R: DeadLetterRun + ?Sized>(
-    message: &DeadLetterMessage<R::Handle>,
+fn decide<H: Send + 'static>(
+    message: &DeadLetterMessage<H>,
     dlq: &str,
     options: &RedriveOptions,
-    queue: &R,
+    queue: &dyn DeadLetterRun<Handle = H>,
 ) -> (RedriveItem, Option<(String, Vec<u8>)>) {
     let reading = record::read(message);
     let mut item = RedriveItem {
@@ -783,8 +797,8 @@ fn decide<R: DeadLetterRun + ?Sized>(
 
 /// Reads up to `max` messages of the dead-letter queue `queue`, from
 /// the head, and leaves them all in place.
-async fn look<R: DeadLetterRun + ?Sized>(
-    queue: &mut R,
+async fn look<H: Send + 'static>(
+    queue: &mut dyn DeadLetterRun<Handle = H>,
     max: Option<usize>,
 ) -> Result<Vec<DlqRecord>, TransportError> {
     let looked = look_all(queue, max).await;
@@ -794,8 +808,8 @@ async fn look<R: DeadLetterRun + ?Sized>(
     Ok(records)
 }
 
-async fn look_all<R: DeadLetterRun + ?Sized>(
-    queue: &mut R,
+async fn look_all<H: Send + 'static>(
+    queue: &mut dyn DeadLetterRun<Handle = H>,
     max: Option<usize>,
 ) -> Result<Vec<DlqRecord>, TransportError> {
     let depth = queue.depth().await?;

@@ -10,7 +10,7 @@
 
 use std::any::Any;
 
-use super::{TransportError, TransportFuture};
+use super::{Outgoing, TransportError, TransportFuture};
 
 /// The broker's own account of a message it dead-lettered itself (on
 /// RabbitMQ, the latest `x-death` entry): why, from which queue, and when.
@@ -109,12 +109,12 @@ impl<H> DeadLetterMessage<H> {
 /// use babel_idem::broker::DeadLetterRun;
 ///
 /// // Counts what a queue holds, whatever the broker.
-/// async fn depth(run: &mut impl DeadLetterRun) -> usize {
+/// async fn depth<H>(run: &mut dyn DeadLetterRun<Handle = H>) -> usize {
 ///     let depth = run.depth().await.unwrap_or(0);
 ///     let _ = run.close().await;
 ///     depth
 /// }
-/// # let _ = depth::<Box<dyn DeadLetterRun<Handle = u64>>>;
+/// # let _ = depth::<u64>;
 /// ```
 pub trait DeadLetterRun: Send {
     /// The run's hold on a looked-at message.
@@ -127,14 +127,13 @@ pub trait DeadLetterRun: Send {
     /// order, without taking them.
     fn look(&mut self, max: usize) -> TransportFuture<'_, Vec<DeadLetterMessage<Self::Handle>>>;
 
-    /// Takes `message` off the queue once `body` (with `headers`) is on
-    /// `target`: `Ok(false)` when the message was no longer there.
+    /// Takes `message` off the queue once `copy` (the body to republish,
+    /// with its headers) is on `copy.queue`: `Ok(false)` when the message
+    /// was no longer there.
     fn republish<'a>(
         &'a mut self,
         message: DeadLetterMessage<Self::Handle>,
-        target: &'a str,
-        body: &'a [u8],
-        headers: &'a [(String, String)],
+        copy: Outgoing<'a>,
     ) -> TransportFuture<'a, bool>;
 
     /// Leaves `message` in the queue as it was.
@@ -145,40 +144,6 @@ pub trait DeadLetterRun: Send {
 
     /// Checks that `queue` can be held by the broker's layout.
     fn check_queue(&self, queue: &str) -> Result<(), TransportError>;
-}
-
-impl<R: DeadLetterRun + ?Sized> DeadLetterRun for Box<R> {
-    type Handle = R::Handle;
-
-    fn depth(&mut self) -> TransportFuture<'_, usize> {
-        (**self).depth()
-    }
-
-    fn look(&mut self, max: usize) -> TransportFuture<'_, Vec<DeadLetterMessage<Self::Handle>>> {
-        (**self).look(max)
-    }
-
-    fn republish<'a>(
-        &'a mut self,
-        message: DeadLetterMessage<Self::Handle>,
-        target: &'a str,
-        body: &'a [u8],
-        headers: &'a [(String, String)],
-    ) -> TransportFuture<'a, bool> {
-        (**self).republish(message, target, body, headers)
-    }
-
-    fn put_back(&mut self, message: DeadLetterMessage<Self::Handle>) {
-        (**self).put_back(message);
-    }
-
-    fn close(&mut self) -> TransportFuture<'_, ()> {
-        (**self).close()
-    }
-
-    fn check_queue(&self, queue: &str) -> Result<(), TransportError> {
-        (**self).check_queue(queue)
-    }
 }
 
 /// A broker's dead-letter queues: opens a [`DeadLetterRun`] over one.
@@ -192,30 +157,39 @@ impl<R: DeadLetterRun + ?Sized> DeadLetterRun for Box<R> {
 /// # let _ = takes::<Box<dyn babel_idem::broker::ErasedDeadLetters>>;
 /// ```
 pub trait DeadLetters: Send + Sync {
-    /// One run over a dead-letter queue.
-    type Run: DeadLetterRun + 'static;
+    /// A run's hold on a looked-at message (a stored value, a delivery tag).
+    type Handle: Send + 'static;
 
     /// Opens a run over the dead-letter queue `dlq`: `Ok(None)` when the
     /// queue does not exist (a broker that holds an empty queue as no
     /// queue at all, as Redis, opens it anyway). A name the layout cannot
     /// hold is [`TransportError::InvalidQueue`].
-    fn open_dead_letters<'a>(&'a self, dlq: &'a str) -> TransportFuture<'a, Option<Self::Run>>;
+    fn open_dead_letters<'a>(
+        &'a self,
+        dlq: &'a str,
+    ) -> TransportFuture<'a, Option<BoxedRun<Self::Handle>>>;
 }
 
 impl<D: DeadLetters + ?Sized> DeadLetters for Box<D> {
-    type Run = D::Run;
+    type Handle = D::Handle;
 
-    fn open_dead_letters<'a>(&'a self, dlq: &'a str) -> TransportFuture<'a, Option<Self::Run>> {
+    fn open_dead_letters<'a>(
+        &'a self,
+        dlq: &'a str,
+    ) -> TransportFuture<'a, Option<BoxedRun<Self::Handle>>> {
         (**self).open_dead_letters(dlq)
     }
 }
+
+/// A run over a dead-letter queue whose handles are `H`, whatever its broker.
+pub type BoxedRun<H> = Box<dyn DeadLetterRun<Handle = H>>;
 
 /// A run's hold on a message, its type erased: what an [`ErasedRun`] hands
 /// out and takes back.
 pub type ErasedHandle = Box<dyn Any + Send>;
 
 /// A run of any broker, its handles erased.
-pub type ErasedRun = Box<dyn DeadLetterRun<Handle = ErasedHandle>>;
+pub type ErasedRun = BoxedRun<ErasedHandle>;
 
 /// [`DeadLetters`] in object-safe form: every [`DeadLetters`] is one, and
 /// `dyn ErasedDeadLetters` is [`DeadLetters`] again, with [`ErasedRun`]s.
@@ -245,26 +219,26 @@ impl<D: DeadLetters> ErasedDeadLetters for D {
 }
 
 impl DeadLetters for dyn ErasedDeadLetters {
-    type Run = ErasedRun;
+    type Handle = ErasedHandle;
 
-    fn open_dead_letters<'a>(&'a self, dlq: &'a str) -> TransportFuture<'a, Option<Self::Run>> {
+    fn open_dead_letters<'a>(&'a self, dlq: &'a str) -> TransportFuture<'a, Option<ErasedRun>> {
         self.open_erased(dlq)
     }
 }
 
 /// A run whose handles go out boxed and come back unboxed: a handle
 /// another run made is refused, never taken for one of its own.
-struct Erased<R>(R);
+struct Erased<H>(BoxedRun<H>);
 
-impl<R: DeadLetterRun> Erased<R> {
-    fn own(message: DeadLetterMessage<ErasedHandle>) -> Option<DeadLetterMessage<R::Handle>> {
+impl<H: Send + 'static> Erased<H> {
+    fn own(message: DeadLetterMessage<ErasedHandle>) -> Option<DeadLetterMessage<H>> {
         let DeadLetterMessage {
             body,
             headers,
             death,
             handle,
         } = message;
-        let handle = handle.downcast::<R::Handle>().ok()?;
+        let handle = handle.downcast::<H>().ok()?;
         Some(DeadLetterMessage {
             body,
             headers,
@@ -274,7 +248,7 @@ impl<R: DeadLetterRun> Erased<R> {
     }
 }
 
-impl<R: DeadLetterRun> DeadLetterRun for Erased<R> {
+impl<H: Send + 'static> DeadLetterRun for Erased<H> {
     type Handle = ErasedHandle;
 
     fn depth(&mut self) -> TransportFuture<'_, usize> {
@@ -294,12 +268,10 @@ impl<R: DeadLetterRun> DeadLetterRun for Erased<R> {
     fn republish<'a>(
         &'a mut self,
         message: DeadLetterMessage<Self::Handle>,
-        target: &'a str,
-        body: &'a [u8],
-        headers: &'a [(String, String)],
+        copy: Outgoing<'a>,
     ) -> TransportFuture<'a, bool> {
         match Self::own(message) {
-            Some(message) => self.0.republish(message, target, body, headers),
+            Some(message) => self.0.republish(message, copy),
             None => Box::pin(async {
                 Err(TransportError::Unsupported {
                     operation: "republishing another transport's message",

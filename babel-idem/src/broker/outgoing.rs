@@ -1,6 +1,8 @@
 //! What a producer hands a transport: a message for a queue, and the
 //! outcome of publishing a batch of them.
 
+use std::future::Future;
+
 use crate::envelope::ProduceError;
 
 use super::TransportError;
@@ -94,4 +96,40 @@ pub enum PublishError {
     /// The transport failed.
     #[error("{0}")]
     Transport(#[from] TransportError),
+}
+
+/// A batch's outcome in the messages' order: each message whose queue
+/// `check` refuses fails alone, before anything is sent; `send` publishes
+/// the others in one round trip and answers for each of them in order (a
+/// missing answer counts as taken). A `send` that fails fails the batch.
+#[cfg(any(feature = "redis-transport", feature = "amqp-transport"))]
+pub(crate) async fn publish_checked<'m, 'o, F>(
+    messages: &'m [Outgoing<'o>],
+    check: impl Fn(&str) -> Result<(), TransportError>,
+    send: impl FnOnce(Vec<&'m Outgoing<'o>>) -> F,
+) -> Result<BatchOutcome, TransportError>
+where
+    F: Future<Output = Result<BatchOutcome, TransportError>>,
+{
+    let mut outcomes: Vec<Option<Result<(), TransportError>>> = Vec::new();
+    let mut sendable = Vec::new();
+    for message in messages {
+        match check(message.queue) {
+            Err(error) => outcomes.push(Some(Err(error))),
+            Ok(()) => {
+                sendable.push(message);
+                outcomes.push(None);
+            }
+        }
+    }
+    if !sendable.is_empty() {
+        let mut answers = send(sendable).await?.into_iter();
+        for outcome in outcomes.iter_mut().filter(|outcome| outcome.is_none()) {
+            *outcome = answers.next();
+        }
+    }
+    Ok(outcomes
+        .into_iter()
+        .map(|outcome| outcome.unwrap_or(Ok(())))
+        .collect())
 }

@@ -18,7 +18,7 @@
 //! closed channel's unacked deliveries. One killed between the confirm and
 //! the ack leaves that message in both queues, with the same `meta.id`.
 //!
-//! On a quorum queue every requeue used to count: before RabbitMQ 4.3 a
+//! On a quorum queue before RabbitMQ 4.3 every requeue counts: a
 //! message returned by `basic.nack` (or by a closed channel) gets one more
 //! in its `x-delivery-count`, and a quorum queue with a delivery limit
 //! (RabbitMQ 4.0 to 4.2 set 20 by default) drops or dead-letters a message
@@ -42,7 +42,8 @@ use lapin::types::{AMQPValue, FieldTable};
 use super::session::Sessions;
 use super::{AmqpTransport, QUEUE_NAMES, properties};
 use crate::broker::{
-    DeadLetterMessage, DeadLetterRun, DeadLetters, Death, TransportError, TransportFuture,
+    BoxedRun, DeadLetterMessage, DeadLetterRun, DeadLetters, Death, Outgoing, TransportError,
+    TransportFuture,
 };
 
 /// The header a quorum queue counts returns in.
@@ -50,9 +51,9 @@ const DELIVERY_COUNT: &str = "x-delivery-count";
 
 /// A queue that does not exist opens no run, and is not created.
 impl DeadLetters for AmqpTransport {
-    type Run = AmqpDlq;
+    type Handle = u64;
 
-    fn open_dead_letters<'a>(&'a self, dlq: &'a str) -> TransportFuture<'a, Option<AmqpDlq>> {
+    fn open_dead_letters<'a>(&'a self, dlq: &'a str) -> TransportFuture<'a, Option<BoxedRun<u64>>> {
         Box::pin(async move {
             QUEUE_NAMES.check(dlq)?;
             let timeout = self.sessions.timeout();
@@ -75,7 +76,7 @@ impl DeadLetters for AmqpTransport {
                 Err(error) => return Err(TransportError::Broker(Box::new(error))),
             }
             let (generation, channel) = self.sessions.open_channel().await?;
-            Ok(Some(AmqpDlq {
+            let run: BoxedRun<u64> = Box::new(AmqpDlq {
                 sessions: Arc::clone(&self.sessions),
                 dlq: dlq.to_owned(),
                 generation,
@@ -83,7 +84,8 @@ impl DeadLetters for AmqpTransport {
                 timeout,
                 held: Vec::new(),
                 counted: HashMap::new(),
-            }))
+            });
+            Ok(Some(run))
         })
     }
 }
@@ -95,7 +97,7 @@ fn is_not_found(error: &lapin::Error) -> bool {
 
 /// One run over a dead-letter queue: its channel, and the deliveries it
 /// holds to put back when it ends.
-pub struct AmqpDlq {
+struct AmqpDlq {
     sessions: Arc<Sessions>,
     dlq: String,
     generation: u64,
@@ -226,10 +228,13 @@ impl DeadLetterRun for AmqpDlq {
     fn republish<'a>(
         &'a mut self,
         message: DeadLetterMessage<u64>,
-        target: &'a str,
-        body: &'a [u8],
-        headers: &'a [(String, String)],
+        copy: Outgoing<'a>,
     ) -> TransportFuture<'a, bool> {
+        let Outgoing {
+            queue: target,
+            body,
+            headers,
+        } = copy;
         Box::pin(async move {
             let tag = message.handle;
             self.counted.remove(&tag);

@@ -3,6 +3,7 @@
 //! confirm round.
 
 use super::{AmqpTransport, properties};
+use crate::broker::outgoing::publish_checked;
 use crate::broker::{
     BatchOutcome, Outgoing, PublishError, Publisher, TransportError, TransportFuture,
 };
@@ -64,31 +65,18 @@ impl AmqpTransport {
         &self,
         messages: &[Outgoing<'_>],
     ) -> Result<BatchOutcome, TransportError> {
-        let mut outcomes: Vec<Option<Result<(), TransportError>>> = Vec::new();
-        let mut sendable = Vec::new();
-        for message in messages {
-            match Transport::check_queue(self, message.queue) {
-                Err(error) => outcomes.push(Some(Err(error))),
-                Ok(()) => {
-                    sendable.push((
-                        message.queue,
-                        message.body,
-                        properties::table(message.headers),
-                    ));
-                    outcomes.push(None);
-                }
-            }
-        }
-        if !sendable.is_empty() {
-            let mut answers = self.sessions.publish_each(&sendable).await?.into_iter();
-            for outcome in outcomes.iter_mut().filter(|outcome| outcome.is_none()) {
-                *outcome = answers.next();
-            }
-        }
-        Ok(outcomes
-            .into_iter()
-            .map(|outcome| outcome.unwrap_or(Ok(())))
-            .collect())
+        let check = |queue: &str| Transport::check_queue(self, queue);
+        publish_checked(messages, check, |sendable| async move {
+            let sendable: Vec<_> = sendable
+                .iter()
+                .map(|message| {
+                    let table = properties::table(message.headers);
+                    (message.queue, message.body, table)
+                })
+                .collect();
+            self.sessions.publish_each(&sendable).await
+        })
+        .await
     }
 
     /// Whether the broker answers, on a publishing channel that works: after

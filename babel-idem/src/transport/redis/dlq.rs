@@ -22,17 +22,21 @@ use ::redis::{RedisError, Script};
 use super::frame;
 use super::{QUEUE_NAMES, RedisTransport, broker};
 use crate::broker::{
-    DeadLetterMessage, DeadLetterRun, DeadLetters, TransportError, TransportFuture,
+    BoxedRun, DeadLetterMessage, DeadLetterRun, DeadLetters, Outgoing, TransportError,
+    TransportFuture,
 };
 
 /// A missing list is an empty queue: a run always opens.
 impl DeadLetters for RedisTransport {
-    type Run = RedisDlq;
+    type Handle = Vec<u8>;
 
-    fn open_dead_letters<'a>(&'a self, dlq: &'a str) -> TransportFuture<'a, Option<RedisDlq>> {
+    fn open_dead_letters<'a>(
+        &'a self,
+        dlq: &'a str,
+    ) -> TransportFuture<'a, Option<BoxedRun<Vec<u8>>>> {
         Box::pin(async move {
             QUEUE_NAMES.check(dlq)?;
-            Ok(Some(RedisDlq {
+            let run: BoxedRun<Vec<u8>> = Box::new(RedisDlq {
                 connection: self.connection.clone(),
                 dlq: dlq.to_owned(),
                 offset: 0,
@@ -40,14 +44,15 @@ impl DeadLetters for RedisTransport {
                     include_str!("keys.lua"),
                     include_str!("redrive.lua")
                 )),
-            }))
+            });
+            Ok(Some(run))
         })
     }
 }
 
 /// One run over a dead-letter list: `offset` is how many records before
 /// the next one to look at are still in the list (looked at, not moved).
-pub struct RedisDlq {
+struct RedisDlq {
     connection: Connection,
     dlq: String,
     offset: usize,
@@ -115,10 +120,13 @@ impl DeadLetterRun for RedisDlq {
     fn republish<'a>(
         &'a mut self,
         message: DeadLetterMessage<Vec<u8>>,
-        target: &'a str,
-        body: &'a [u8],
-        headers: &'a [(String, String)],
+        copy: Outgoing<'a>,
     ) -> TransportFuture<'a, bool> {
+        let Outgoing {
+            queue: target,
+            body,
+            headers,
+        } = copy;
         Box::pin(async move {
             let raw = message.handle;
             // A body that cannot be framed (not UTF-8) goes bare.

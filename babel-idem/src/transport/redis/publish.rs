@@ -4,6 +4,7 @@
 use ::redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 
 use super::{RedisTransport, broker, frame};
+use crate::broker::outgoing::publish_checked;
 use crate::broker::{
     BatchOutcome, Outgoing, PublishError, Publisher, TransportError, TransportFuture,
 };
@@ -56,24 +57,17 @@ impl RedisTransport {
         &self,
         messages: &[Outgoing<'_>],
     ) -> Result<BatchOutcome, TransportError> {
-        let mut outcomes: Vec<Option<Result<(), TransportError>>> = Vec::new();
-        let mut pipeline = ::redis::pipe();
-        pipeline.ignore_errors();
-        let mut sent = 0;
-        for message in messages {
-            if let Err(error) = Transport::check_queue(self, message.queue) {
-                outcomes.push(Some(Err(error)));
-                continue;
+        let check = |queue: &str| Transport::check_queue(self, queue);
+        publish_checked(messages, check, |sendable| async move {
+            let mut pipeline = ::redis::pipe();
+            pipeline.ignore_errors();
+            for message in &sendable {
+                let framed = frame::frame(message.body, message.headers);
+                pipeline
+                    .cmd("RPUSH")
+                    .arg(message.queue)
+                    .arg(framed.as_deref().unwrap_or(message.body));
             }
-            let framed = frame::frame(message.body, message.headers);
-            pipeline
-                .cmd("RPUSH")
-                .arg(message.queue)
-                .arg(framed.as_deref().unwrap_or(message.body));
-            outcomes.push(None);
-            sent += 1;
-        }
-        if sent > 0 {
             let mut connection = self.connection.clone();
             let replies: Vec<RedisResult<Value>> = pipeline
                 .query_async(&mut connection)
@@ -89,20 +83,18 @@ impl RedisTransport {
                 return Err(broker(error.clone()));
             }
             let mut replies = replies.into_iter();
-            for outcome in outcomes.iter_mut().filter(|outcome| outcome.is_none()) {
-                *outcome = Some(match replies.next() {
+            Ok(sendable
+                .iter()
+                .map(|_| match replies.next() {
                     Some(Ok(_)) => Ok(()),
                     Some(Err(error)) => Err(broker(error)),
                     None => Err(TransportError::Broker(
                         "the pipeline's reply was cut short".into(),
                     )),
-                });
-            }
-        }
-        Ok(outcomes
-            .into_iter()
-            .map(|outcome| outcome.unwrap_or(Ok(())))
-            .collect())
+                })
+                .collect())
+        })
+        .await
     }
 }
 
