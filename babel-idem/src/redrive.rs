@@ -55,7 +55,6 @@ mod rewrite;
 
 use std::collections::HashSet;
 use std::fmt;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -1,8 +1,6 @@
 //! What a producer hands a transport: a message for a queue, and the
 //! outcome of publishing a batch of them.
 
-use std::future::Future;
-
 use crate::envelope::ProduceError;
 
 use super::TransportError;
