@@ -109,7 +109,7 @@ impl<H> DeadLetterMessage<H> {
 /// use babel_idem::broker::DeadLetterRun;
 ///
 /// // Counts what a queue holds, whatever the broker.
-/// async fn depth<H>(run: &mut dyn DeadLetterRun<Handle = H>) -> usize {
+/// async fn depth<H: Send + 'static>(run: &mut dyn DeadLetterRun<Handle = H>) -> usize {
 ///     let depth = run.depth().await.unwrap_or(0);
 ///     let _ = run.close().await;
 ///     depth
@@ -153,7 +153,7 @@ pub trait DeadLetterRun: Send {
 /// use babel_idem::broker::DeadLetters;
 ///
 /// // A tool takes any broker's dead letters.
-/// fn takes(_: &impl DeadLetters) {}
+/// fn takes<D: DeadLetters + ?Sized>(_: &D) {}
 /// # let _ = takes::<Box<dyn babel_idem::broker::ErasedDeadLetters>>;
 /// ```
 pub trait DeadLetters: Send + Sync {
