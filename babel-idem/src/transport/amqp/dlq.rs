@@ -230,22 +230,17 @@ impl DeadLetterRun for AmqpDlq {
         message: DeadLetterMessage<u64>,
         copy: Outgoing<'a>,
     ) -> TransportFuture<'a, bool> {
-        let Outgoing {
-            queue: target,
-            body,
-            headers,
-        } = copy;
         Box::pin(async move {
             let tag = message.handle;
             self.counted.remove(&tag);
-            let table = properties::table(headers);
+            let table = properties::table(copy.headers);
             // On the connection the delivery came on: once it is gone the
             // broker has put the delivery back, and a copy would be a second.
             // The original is acked only once a queue holds the copy.
             self.sessions
                 .publish(
-                    target,
-                    std::iter::once((body, &table)),
+                    copy.queue,
+                    std::iter::once((copy.body, &table)),
                     Some(self.generation),
                 )
                 .await?;

@@ -122,19 +122,14 @@ impl DeadLetterRun for RedisDlq {
         message: DeadLetterMessage<Vec<u8>>,
         copy: Outgoing<'a>,
     ) -> TransportFuture<'a, bool> {
-        let Outgoing {
-            queue: target,
-            body,
-            headers,
-        } = copy;
         Box::pin(async move {
             let raw = message.handle;
             // A body that cannot be framed (not UTF-8) goes bare.
-            let value = frame::frame(body, headers).unwrap_or_else(|| body.to_vec());
+            let value = frame::frame(copy.body, copy.headers).unwrap_or_else(|| copy.body.to_vec());
             let moved: Result<i64, RedisError> = self
                 .script
                 .key(&self.dlq)
-                .key(target)
+                .key(copy.queue)
                 .arg(&raw)
                 .arg(&value)
                 .invoke_async(&mut self.connection)
