@@ -1,4 +1,4 @@
-//! Dead-letter redrive on a real RabbitMQ (`AmqpTransport::redrive`), with
+//! Dead-letter redrive on a real RabbitMQ (`Redrive::redrive` on an `AmqpTransport`), with
 //! the BabelQueue Python SDK (pinned by `.ci/python.sh`, `amqp` extra) as
 //! the peer that dead-letters, redrives and consumes.
 //!

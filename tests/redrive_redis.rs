@@ -1,4 +1,4 @@
-//! Dead-letter redrive on a real Redis (`RedisTransport::redrive`), with the
+//! Dead-letter redrive on a real Redis (`Redrive::redrive` on a `RedisTransport`), with the
 //! BabelQueue Python SDK (pinned by `.ci/python.sh`) as the peer that
 //! dead-letters, redrives and consumes.
 //!
