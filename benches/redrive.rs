@@ -1,5 +1,5 @@
 //! The redrive benchmark: a dead-letter list of 10,000 records on a real
-//! Redis moved back to work, by babel-idem (`RedisTransport::redrive`) and
+//! Redis moved back to work, by babel-idem (`Redrive::redrive` on a `RedisTransport`) and
 //! by the Python SDK's `redrive` (`babelqueue` 1.24, through
 //! `tests/python/consumer_peer.py`, timed inside the Python process), one
 //! after the other on the same server, on identical lists.
@@ -8,7 +8,7 @@
 //!
 //! ```text
 //! source .ci/servers.sh; source .ci/python.sh
-//! cargo bench --bench redrive --features redis-transport
+//! cargo bench --bench redrive --features redis-transport,redrive
 //! BENCH_MESSAGES=2000 cargo bench ...   # a quicker run
 //! ```
 //!
@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use babel_idem::Envelope;
 use babel_idem::envelope::{DeadLetter, DeadLetterReason};
-use babel_idem::redrive::RedriveOptions;
+use babel_idem::redrive::{Redrive, RedriveOptions};
 use babel_idem::transport::RedisTransport;
 use serde_json::{Value, json};
 

@@ -22,9 +22,11 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+#[cfg(feature = "redrive")]
 use babel_idem::envelope::{DeadLetter, DeadLetterReason};
 use babel_idem::outbox::{Relay, RelayError};
-use babel_idem::redrive::RedriveOptions;
+#[cfg(feature = "redrive")]
+use babel_idem::redrive::{Redrive, RedriveOptions};
 use babel_idem::transport::{AmqpTransport, PublishError, TransportError};
 use babel_idem::{Consumer, Envelope};
 use consumer_support::{
@@ -378,6 +380,7 @@ async fn a_dlq_deleted_while_the_consumer_runs_is_declared_again_and_the_poison_
     transport.close().await;
 }
 
+#[cfg(feature = "redrive")]
 fn record(id: &str, queue: &str) -> Vec<u8> {
     let mut envelope = Envelope::new(URN, json!({"id": id}))
         .with_id(id)
@@ -387,6 +390,7 @@ fn record(id: &str, queue: &str) -> Vec<u8> {
     envelope.to_vec()
 }
 
+#[cfg(feature = "redrive")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redrive_to_a_queue_deleted_since_leaves_the_dead_letter_in_the_dlq() {
     const TEST: &str = "amqp_returns_redrive_target_deleted";

@@ -1,11 +1,16 @@
-//! Dead-letter redrive on a real RabbitMQ (`AmqpTransport::redrive`), with
+//! Dead-letter redrive on a real RabbitMQ (`Redrive::redrive` on an `AmqpTransport`), with
 //! the BabelQueue Python SDK (pinned by `.ci/python.sh`, `amqp` extra) as
 //! the peer that dead-letters, redrives and consumes.
 //!
 //! Environment: `BABEL_IDEM_AMQP_URL` (the shared broker), `BABEL_IDEM_PYTHON`;
 //! without them a test prints `skipped:`, and with
 //! `BABEL_IDEM_REQUIRE_SERVERS=1` it fails instead.
-#![cfg(all(feature = "amqp-transport", feature = "redis", feature = "sqlite"))]
+#![cfg(all(
+    feature = "amqp-transport",
+    feature = "redrive",
+    feature = "redis",
+    feature = "sqlite"
+))]
 
 mod consumer_support;
 mod store_contract;
@@ -16,7 +21,7 @@ use std::time::Duration;
 
 use babel_idem::Envelope;
 use babel_idem::envelope::{DeadLetter, DeadLetterReason};
-use babel_idem::redrive::{RecordKind, RedriveError, RedriveOptions, Selection};
+use babel_idem::redrive::{RecordKind, Redrive, RedriveError, RedriveOptions, Selection};
 use babel_idem::transport::AmqpTransport;
 use lapin::options::{
     BasicGetOptions, BasicRejectOptions, QueueDeclareOptions, QueueDeleteOptions,

@@ -1,4 +1,4 @@
-//! Dead-letter redrive on a real Redis (`RedisTransport::redrive`), with the
+//! Dead-letter redrive on a real Redis (`Redrive::redrive` on a `RedisTransport`), with the
 //! BabelQueue Python SDK (pinned by `.ci/python.sh`) as the peer that
 //! dead-letters, redrives and consumes.
 //!
@@ -6,7 +6,12 @@
 //! (the peer's virtualenv python); without them a test prints `skipped:`,
 //! and with `BABEL_IDEM_REQUIRE_SERVERS=1` it fails instead. The outage test
 //! starts a server of its own.
-#![cfg(all(feature = "redis-transport", feature = "redis", feature = "sqlite"))]
+#![cfg(all(
+    feature = "redis-transport",
+    feature = "redrive",
+    feature = "redis",
+    feature = "sqlite"
+))]
 
 mod consumer_support;
 mod store_contract;
@@ -16,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use babel_idem::envelope::{DeadLetter, DeadLetterReason};
-use babel_idem::redrive::{LeftReason, Outcome, RedriveError, RedriveOptions, Selection};
+use babel_idem::redrive::{LeftReason, Outcome, Redrive, RedriveError, RedriveOptions, Selection};
 use babel_idem::transport::RedisTransport;
 use babel_idem::{Consumer, Envelope};
 use redis::AsyncCommands;

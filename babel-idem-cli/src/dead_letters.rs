@@ -2,15 +2,17 @@
 //! library's [`redrive`](babel_idem::redrive) on the transport the
 //! `--redis` or `--amqp` URL names.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::time::Duration;
 
+use babel_idem::broker::{ErasedDeadLetters, TransportError};
 use babel_idem::redrive::{
-    DlqRecord, LeftReason, Outcome, RecordKind, RedriveError, RedriveItem, RedriveOptions,
+    DlqRecord, LeftReason, Outcome, RecordKind, Redrive, RedriveError, RedriveOptions,
     RedriveReport, Selection,
 };
-use babel_idem::transport::{AmqpTransport, RedisTransport, TransportError};
+use babel_idem::transport::{AmqpTransport, RedisTransport};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::{Value, json};
 
@@ -22,48 +24,26 @@ use crate::output::{Output, compact_json, escaped, pretty_json, rfc3339_ms};
 use crate::target::Target;
 use crate::units::parse_time;
 
-/// The transport a `--redis` or `--amqp` URL names, connected.
-enum Broker {
-    Redis(RedisTransport),
-    Amqp(AmqpTransport),
-}
-
-impl Broker {
-    async fn connect(args: &BrokerArgs, timeout: Duration) -> Result<Broker, CliError> {
-        let connected = match (&args.redis, &args.amqp) {
-            (Some(url), _) => RedisTransport::builder()
-                .timeout(timeout)
-                .connect(url)
-                .await
-                .map(Broker::Redis),
-            (None, Some(url)) => AmqpTransport::builder()
-                .timeout(timeout)
-                .connect(url)
-                .await
-                .map(Broker::Amqp),
-            (None, None) => return Err(CliError::usage("give --redis URL or --amqp URL")),
-        };
-        connected.map_err(transport_failed)
-    }
-
-    async fn redrive(
-        &self,
-        dlq: &str,
-        options: &RedriveOptions,
-        on_item: impl FnMut(&RedriveItem) + Send,
-    ) -> Result<RedriveReport, RedriveError> {
-        match self {
-            Broker::Redis(transport) => transport.redrive_with(dlq, options, on_item).await,
-            Broker::Amqp(transport) => transport.redrive_with(dlq, options, on_item).await,
-        }
-    }
-
-    async fn look(&self, dlq: &str, max: Option<usize>) -> Result<Vec<DlqRecord>, RedriveError> {
-        match self {
-            Broker::Redis(transport) => transport.dead_letters(dlq, max).await,
-            Broker::Amqp(transport) => transport.dead_letters(dlq, max).await,
-        }
-    }
+/// The broker a `--redis` or `--amqp` URL names, connected, as its
+/// dead-letter queues: every command goes through this one object.
+async fn connect(
+    args: &BrokerArgs,
+    timeout: Duration,
+) -> Result<Box<dyn ErasedDeadLetters>, CliError> {
+    let connected = match (&args.redis, &args.amqp) {
+        (Some(url), _) => RedisTransport::builder()
+            .timeout(timeout)
+            .connect(url)
+            .await
+            .map(|transport| Box::new(transport) as Box<dyn ErasedDeadLetters>),
+        (None, Some(url)) => AmqpTransport::builder()
+            .timeout(timeout)
+            .connect(url)
+            .await
+            .map(|transport| Box::new(transport) as Box<dyn ErasedDeadLetters>),
+        (None, None) => return Err(CliError::usage("give --redis URL or --amqp URL")),
+    };
+    connected.map_err(transport_failed)
 }
 
 /// The exit code and line of a transport failure: a bad name or URL is a
@@ -153,12 +133,12 @@ pub(crate) async fn redrive(
         }
         None => None,
     };
-    let broker = Broker::connect(&args.broker, settings.timeout).await?;
+    let broker = connect(&args.broker, settings.timeout).await?;
     if let Some(store) = &store {
         // The plan first: exactly the ids that would move are forgotten,
         // and then only those messages move.
         let plan = broker
-            .redrive(&args.from, &options(&args, select.clone(), true), |_| {})
+            .redrive(&args.from, &options(&args, select.clone(), true))
             .await
             .map_err(redrive_failed)?;
         let ids: Vec<String> = plan
@@ -194,7 +174,9 @@ pub(crate) async fn redrive(
     }
     let bar = progress_bar();
     let options = options(&args, select, dry_run);
-    let result = broker.redrive(&args.from, &options, |_| bar.inc(1)).await;
+    let result = broker
+        .redrive_with(&args.from, &options, |_| bar.inc(1))
+        .await;
     bar.finish_and_clear();
     match result {
         Ok(report) => {
@@ -251,7 +233,6 @@ fn items(report: &RedriveReport, out: &mut Output) {
         .iter()
         .filter(|i| i.outcome != Outcome::Skipped)
     {
-        let id = item.id.as_deref().unwrap_or("-");
         let why = match &item.outcome {
             Outcome::Left(why) => Some(why),
             _ => None,
@@ -261,13 +242,9 @@ fn items(report: &RedriveReport, out: &mut Output) {
                 let mut line = format!(
                     "{}\t{}\t{}\t{}",
                     outcome_word(&item.outcome),
-                    escaped(id),
-                    escaped(item.urn.as_deref().unwrap_or("-")),
-                    escaped(if item.reason.is_empty() {
-                        "-"
-                    } else {
-                        &item.reason
-                    }),
+                    or_dash(item.id.as_deref()),
+                    or_dash(item.urn.as_deref()),
+                    or_dash(reason(&item.reason)),
                 );
                 if let Some(to) = &item.to {
                     line.push_str(&format!("\t-> {}", escaped(to)));
@@ -399,8 +376,11 @@ async fn look(
     max: Option<usize>,
     timeout: Duration,
 ) -> Result<Vec<DlqRecord>, CliError> {
-    let broker = Broker::connect(broker, timeout).await?;
-    broker.look(queue, max).await.map_err(redrive_failed)
+    let broker = connect(broker, timeout).await?;
+    broker
+        .dead_letters(queue, max)
+        .await
+        .map_err(redrive_failed)
 }
 
 /// `dlq list`'s flags, applied to what a look read.
@@ -443,18 +423,11 @@ fn list_line(record: &DlqRecord) -> String {
     let mut line = format!(
         "#{}\t{}\t{}\t{}\t{}\t{}\t{}",
         record.position,
-        escaped(record.id.as_deref().unwrap_or("-")),
-        escaped(record.urn.as_deref().unwrap_or("-")),
-        escaped(if record.reason.is_empty() {
-            "-"
-        } else {
-            &record.reason
-        }),
-        record
-            .failed_at
-            .map(|at| rfc3339_ms(at as i64))
-            .unwrap_or_else(|| "-".into()),
-        escaped(record.original_queue.as_deref().unwrap_or("-")),
+        or_dash(record.id.as_deref()),
+        or_dash(record.urn.as_deref()),
+        or_dash(reason(&record.reason)),
+        failed_at(record.failed_at),
+        or_dash(record.original_queue.as_deref()),
         record.kind.as_str(),
     );
     if record.kind == RecordKind::Undecodable
@@ -464,6 +437,22 @@ fn list_line(record: &DlqRecord) -> String {
         line.push_str(&escaped(why));
     }
     line
+}
+
+/// A field as a line shows it: escaped, or `-` when there is none.
+fn or_dash(text: Option<&str>) -> Cow<'_, str> {
+    escaped(text.unwrap_or("-"))
+}
+
+/// A dead-letter reason, `None` when the record gives none.
+fn reason(reason: &str) -> Option<&str> {
+    Some(reason).filter(|reason| !reason.is_empty())
+}
+
+/// When a record was dead-lettered, in RFC 3339, or `-`.
+fn failed_at(at: Option<u64>) -> String {
+    at.map(|at| rfc3339_ms(at as i64))
+        .unwrap_or_else(|| "-".into())
 }
 
 /// The record as one JSON object; `full` adds its headers and its body,
@@ -504,52 +493,28 @@ fn record_json(record: &DlqRecord, full: bool) -> String {
 }
 
 fn show_text(record: &DlqRecord) -> String {
-    let mut lines = vec![
-        format!("position        #{}", record.position),
-        format!("kind            {}", record.kind.as_str()),
-        format!(
-            "id              {}",
-            escaped(record.id.as_deref().unwrap_or("-"))
-        ),
-        format!(
-            "urn             {}",
-            escaped(record.urn.as_deref().unwrap_or("-"))
-        ),
-        format!(
-            "trace_id        {}",
-            escaped(record.trace_id.as_deref().unwrap_or("-"))
-        ),
-        format!(
-            "reason          {}",
-            escaped(if record.reason.is_empty() {
-                "-"
-            } else {
-                &record.reason
-            })
-        ),
-        format!(
-            "failed_at       {}",
-            record
-                .failed_at
-                .map(|at| rfc3339_ms(at as i64))
-                .unwrap_or_else(|| "-".into())
-        ),
-        format!(
-            "original_queue  {}",
-            escaped(record.original_queue.as_deref().unwrap_or("-"))
-        ),
-        format!(
-            "error           {}",
-            escaped(record.error.as_deref().unwrap_or("-"))
-        ),
+    let fields = [
+        ("position", format!("#{}", record.position).into()),
+        ("kind", record.kind.as_str().into()),
+        ("id", or_dash(record.id.as_deref())),
+        ("urn", or_dash(record.urn.as_deref())),
+        ("trace_id", or_dash(record.trace_id.as_deref())),
+        ("reason", or_dash(reason(&record.reason))),
+        ("failed_at", failed_at(record.failed_at).into()),
+        ("original_queue", or_dash(record.original_queue.as_deref())),
+        ("error", or_dash(record.error.as_deref())),
     ];
-    for (name, value) in &record.headers {
-        lines.push(format!(
-            "header          {}: {}",
-            escaped(name),
-            escaped(value)
-        ));
-    }
+    let headers = record.headers.iter().map(|(name, value)| {
+        (
+            "header",
+            format!("{}: {}", escaped(name), escaped(value)).into(),
+        )
+    });
+    let mut lines: Vec<String> = fields
+        .into_iter()
+        .chain(headers)
+        .map(|(label, value): (&str, Cow<'_, str>)| format!("{label:<16}{value}"))
+        .collect();
     let body = match compact_json(&record.body) {
         Some(body) => pretty_json(&body),
         None => escaped(&String::from_utf8_lossy(&record.body)).into_owned(),
@@ -567,13 +532,7 @@ fn stats(queue: &str, records: &[DlqRecord], out: &mut Output) {
         }
         counts
     };
-    let by_reason = count(|r| {
-        if r.reason.is_empty() {
-            "-".into()
-        } else {
-            r.reason.clone()
-        }
-    });
+    let by_reason = count(|r| reason(&r.reason).unwrap_or("-").to_owned());
     let by_urn = count(|r| r.urn.clone().unwrap_or_else(|| "-".into()));
     let by_queue = count(|r| r.original_queue.clone().unwrap_or_else(|| "-".into()));
     out.emit(

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use babel_idem::Envelope;
 use babel_idem::Store;
 use babel_idem::envelope::{DeadLetter, DeadLetterReason};
+use babel_idem::redrive::Redrive;
 use babel_idem::store::RedisStore;
 use babel_idem::transport::AmqpTransport;
 use redis::AsyncCommands;

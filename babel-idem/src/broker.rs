@@ -3,21 +3,33 @@
 //! dead-lettering, and redrive call, whatever broker is underneath.
 //!
 //! - [`Publisher`]: publishes one [`Envelope`] or a batch of [`Outgoing`]
-//!   messages.
+//!   messages; the envelope's encoding and producer span are written once,
+//!   here, over the broker's own write of one body.
+//! - [`DeadLetters`]: looks at, republishes and puts back the messages of
+//!   a dead-letter queue, one [`DeadLetterRun`] at a time; what `redrive`
+//!   decides over. [`ErasedDeadLetters`] is its object-safe form, for a
+//!   tool that picks the broker at run time (`Box<dyn ErasedDeadLetters>`).
 //! - [`TransportError`]: why a broker operation failed.
 //!
 //! A broker binding (`transport::RedisTransport`, `transport::AmqpTransport`)
 //! implements these traits; nothing here names a broker.
 
 use std::error::Error as StdError;
-use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 
+use tracing::Instrument;
+
 use crate::envelope::Envelope;
+use crate::router::span;
 
-mod outgoing;
+mod dead_letters;
+pub(crate) mod outgoing;
 
+pub use self::dead_letters::{
+    BoxedRun, DeadLetterMessage, DeadLetterRun, DeadLetters, Death, ErasedDeadLetters,
+    ErasedHandle, ErasedRun,
+};
 pub use self::outgoing::{BatchOutcome, Outgoing, PublishError};
 
 /// The future a broker operation returns.
@@ -29,8 +41,11 @@ pub type PublishFuture<'a> = Pin<Box<dyn Future<Output = Result<(), PublishError
 
 /// Publishes to a broker: one envelope with its producer span, or a batch
 /// of messages in one round trip. What the outbox relay, the consumer's
-/// dead-lettering and redrive call; a broker binding implements it by
-/// translating into its own commands.
+/// dead-lettering and redrive call. A broker binding implements the
+/// broker's own writes ([`publish_body`](Self::publish_body),
+/// [`publish_batch`](Self::publish_batch)) and the name check; what every
+/// broker does the same ([`publish_envelope`](Self::publish_envelope): the
+/// encoding, the producer span and its trace headers) is provided.
 ///
 /// ```
 /// use babel_idem::broker::Publisher;
@@ -42,11 +57,16 @@ pub trait Publisher: Send + Sync + 'static {
     /// Checks that `queue` is a name this broker's layout can hold.
     fn check_queue(&self, queue: &str) -> Result<(), TransportError>;
 
-    /// Publishes `envelope` to its queue (`meta.queue`, else the publisher's
-    /// default) in the canonical encoding, inside a PRODUCER span `publish
-    /// <urn>` whose W3C `traceparent` travels beside the body. An envelope
-    /// that does not encode is refused before anything is sent.
-    fn publish_envelope<'a>(&'a self, envelope: &'a Envelope) -> PublishFuture<'a>;
+    /// Publishes `body` to `queue` with out-of-band `headers` (a W3C
+    /// `traceparent`) beside it, in the broker's own way of carrying them;
+    /// blank names and values are dropped. Returns once the broker holds
+    /// the message (on RabbitMQ: confirmed, and not returned).
+    fn publish_body<'a>(
+        &'a self,
+        queue: &'a str,
+        body: &'a [u8],
+        headers: &'a [(String, String)],
+    ) -> TransportFuture<'a, ()>;
 
     /// Publishes every message of `messages` in one round trip; see
     /// [`BatchOutcome`] for what the answer says. A broker that cannot be
@@ -55,13 +75,40 @@ pub trait Publisher: Send + Sync + 'static {
         &'a self,
         messages: &'a [Outgoing<'a>],
     ) -> TransportFuture<'a, BatchOutcome>;
+
+    /// Publishes `envelope` to its queue (`meta.queue`, else the publisher's
+    /// default) in the canonical encoding
+    /// ([`Envelope::encode_for_publish`]), inside a PRODUCER span `publish
+    /// <urn>` whose W3C `traceparent` (feature `opentelemetry`) travels
+    /// beside the body through [`publish_body`](Self::publish_body). An
+    /// envelope that does not encode is refused before anything is sent.
+    fn publish_envelope<'a>(&'a self, envelope: &'a Envelope) -> PublishFuture<'a> {
+        Box::pin(async move {
+            let body = envelope.encode_for_publish()?;
+            let queue = envelope.destination();
+            let span = span::producer(envelope, queue);
+            let headers = span::trace_headers(&span);
+            self.publish_body(queue, &body, &headers)
+                .instrument(span)
+                .await?;
+            Ok(())
+        })
+    }
 }
 
 /// Why a transport operation failed.
-#[derive(Debug)]
+///
+/// ```
+/// use babel_idem::broker::TransportError;
+///
+/// let error = TransportError::Unsupported { operation: "extend" };
+/// assert_eq!(error.to_string(), "this transport does not support extend");
+/// ```
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TransportError {
     /// The broker URL cannot be used; says what is wrong with it.
+    #[error("invalid broker URL {url:?}: {reason}")]
     InvalidUrl {
         /// The URL, without its password.
         url: String,
@@ -69,6 +116,7 @@ pub enum TransportError {
         reason: String,
     },
     /// The queue name cannot be held by the transport's layout.
+    #[error("invalid queue name {queue:?}: {reason}")]
     InvalidQueue {
         /// The name given.
         queue: String,
@@ -76,14 +124,17 @@ pub enum TransportError {
         reason: &'static str,
     },
     /// The broker could not be reached, or refused the connection.
-    Connect(Box<dyn StdError + Send + Sync>),
+    #[error("cannot connect to the broker: {0}")]
+    Connect(#[source] Box<dyn StdError + Send + Sync>),
     /// The broker failed one operation (a lost connection, an error reply,
     /// a channel closed over one message); the operation may be tried
     /// again. As one message's outcome in a [`BatchOutcome`], the broker's
     /// refusal of that message (see [`is_refusal`](Self::is_refusal)).
-    Broker(Box<dyn StdError + Send + Sync>),
+    #[error("broker operation failed: {0}")]
+    Broker(#[source] Box<dyn StdError + Send + Sync>),
     /// The transport cannot carry out this operation (see
     /// `Transport::extends_reservations`).
+    #[error("this transport does not support {operation}")]
     Unsupported {
         /// The operation asked for.
         operation: &'static str,
@@ -92,6 +143,7 @@ pub enum TransportError {
     /// `basic.return` of a mandatory publish, such as one to a queue deleted
     /// since the connection declared it). Nothing was published; the queue
     /// is declared again on the next publish to it.
+    #[error("the broker returned the message: no queue took it (does {queue:?} exist?)")]
     Unroutable {
         /// The queue the message was published to.
         queue: String,
@@ -100,7 +152,8 @@ pub enum TransportError {
     /// `x-overflow: reject-publish` nacks it, a busy broker does not answer
     /// in time. Not the message's fault: publishing it again later may
     /// succeed (after a timeout it may also have been taken: at least once).
-    Backpressure(Box<dyn StdError + Send + Sync>),
+    #[error("the broker cannot take the message now: {0}")]
+    Backpressure(#[source] Box<dyn StdError + Send + Sync>),
 }
 
 impl TransportError {
@@ -132,45 +185,6 @@ impl TransportError {
             | TransportError::Unsupported { .. }
             | TransportError::Unroutable { .. }
             | TransportError::Backpressure(_) => false,
-        }
-    }
-}
-
-impl fmt::Display for TransportError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            TransportError::InvalidUrl { url, reason } => {
-                write!(f, "invalid broker URL {url:?}: {reason}")
-            }
-            TransportError::InvalidQueue { queue, reason } => {
-                write!(f, "invalid queue name {queue:?}: {reason}")
-            }
-            TransportError::Connect(error) => write!(f, "cannot connect to the broker: {error}"),
-            TransportError::Broker(error) => write!(f, "broker operation failed: {error}"),
-            TransportError::Unsupported { operation } => {
-                write!(f, "this transport does not support {operation}")
-            }
-            TransportError::Unroutable { queue } => write!(
-                f,
-                "the broker returned the message: no queue took it (does {queue:?} exist?)"
-            ),
-            TransportError::Backpressure(error) => {
-                write!(f, "the broker cannot take the message now: {error}")
-            }
-        }
-    }
-}
-
-impl StdError for TransportError {
-    fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        match self {
-            TransportError::Connect(error)
-            | TransportError::Broker(error)
-            | TransportError::Backpressure(error) => Some(&**error),
-            TransportError::InvalidUrl { .. }
-            | TransportError::InvalidQueue { .. }
-            | TransportError::Unsupported { .. }
-            | TransportError::Unroutable { .. } => None,
         }
     }
 }

@@ -80,7 +80,7 @@ pub mod store;
 pub mod conformance;
 #[cfg(feature = "consumer")]
 pub mod consumer;
-#[cfg(any(feature = "redis-transport", feature = "amqp-transport"))]
+#[cfg(feature = "redrive")]
 pub mod redrive;
 #[cfg(feature = "consumer")]
 pub mod transport;

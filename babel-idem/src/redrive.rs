@@ -1,6 +1,7 @@
 //! Dead-letter redrive: moving dead-lettered messages back to work, by the
-//! BabelQueue family's contract (features `redis-transport`,
-//! `amqp-transport`).
+//! BabelQueue family's contract (feature `redrive`), on any broker's
+//! [`DeadLetters`]: [`Redrive`] is written once over it, and a broker
+//! binding only translates a run's operations into its own commands.
 //!
 //! A redriven message is the dead-letter record reset for reprocessing: its
 //! `dead_letter` block removed and `attempts` set to 0, with `job`,
@@ -36,7 +37,7 @@
 //! ```no_run
 //! # #[cfg(feature = "redis-transport")]
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! use babel_idem::redrive::{RedriveOptions, Selection};
+//! use babel_idem::redrive::{Redrive, RedriveOptions, Selection};
 //! use babel_idem::transport::RedisTransport;
 //!
 //! let transport = RedisTransport::connect("redis://127.0.0.1:6379/0").await?;
@@ -57,7 +58,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::broker::{TransportError, TransportFuture};
+use crate::broker::{
+    BoxedRun, DeadLetterMessage, DeadLetterRun, DeadLetters, Outgoing, TransportError,
+};
 use crate::consumer::HEADER_REPLAY_BYPASS;
 use crate::envelope::Envelope;
 
@@ -119,15 +122,19 @@ impl Selection {
     /// Messages dead-lettered at or after `millis` (Unix milliseconds, UTC;
     /// `dead_letter.failed_at`, or the time in `x-death`). A message that
     /// says no time does not match.
-    pub fn since(mut self, millis: u64) -> Self {
-        self.since = Some(millis);
-        self
+    pub fn since(self, millis: u64) -> Self {
+        Self {
+            since: Some(millis),
+            ..self
+        }
     }
 
     /// Messages dead-lettered at or before `millis` (as [`since`](Self::since)).
-    pub fn until(mut self, millis: u64) -> Self {
-        self.until = Some(millis);
-        self
+    pub fn until(self, millis: u64) -> Self {
+        Self {
+            until: Some(millis),
+            ..self
+        }
     }
 
     /// The message whose `meta.id` is `id`; given more than once, any.
@@ -237,58 +244,62 @@ impl RedriveOptions {
 
     /// Republishes every message to `queue` instead of the queue it was
     /// dead-lettered from (a sandbox, to replay safely).
-    pub fn to(mut self, queue: impl Into<String>) -> Self {
-        self.to = Some(queue.into());
-        self
+    pub fn to(self, queue: impl Into<String>) -> Self {
+        Self {
+            to: Some(queue.into()),
+            ..self
+        }
     }
 
     /// Moves at most `max` messages.
-    pub fn max(mut self, max: usize) -> Self {
-        self.max = Some(max);
-        self
+    pub fn max(self, max: usize) -> Self {
+        Self {
+            max: Some(max),
+            ..self
+        }
     }
 
     /// Moves nothing and changes nothing; the report says what would move where.
-    pub fn dry_run(mut self, dry_run: bool) -> Self {
-        self.dry_run = dry_run;
-        self
+    pub fn dry_run(self, dry_run: bool) -> Self {
+        Self { dry_run, ..self }
     }
 
     /// Moves only the messages `selection` takes; the others stay.
-    pub fn select(mut self, selection: Selection) -> Self {
-        self.selection = selection;
-        self
+    pub fn select(self, selection: Selection) -> Self {
+        Self { selection, ..self }
     }
 
     /// Stamps the `bq-replay-bypass` header on every redriven message, so
     /// its handler sees an intended replay
     /// ([`is_replay`](crate::consumer::is_replay)) and can skip external
     /// effects that already fired.
-    pub fn bypass(mut self, bypass: bool) -> Self {
-        self.bypass = bypass;
-        self
+    pub fn bypass(self, bypass: bool) -> Self {
+        Self { bypass, ..self }
     }
 
     /// Also republishes poison records: the payload each kept, as it holds
     /// it (never rewritten as an envelope), to its original queue or
     /// [`to`](Self::to). A body that does not decode at all, and names no
     /// queue, moves only with `to`.
-    pub fn include_poison(mut self, include: bool) -> Self {
-        self.include_poison = include;
-        self
+    pub fn include_poison(self, include: bool) -> Self {
+        Self {
+            include_poison: include,
+            ..self
+        }
     }
 
     /// Moves at most `per_second` messages a second.
-    pub fn rate(mut self, per_second: u32) -> Self {
-        self.rate = Some(per_second).filter(|r| *r > 0);
-        self
+    pub fn rate(self, per_second: u32) -> Self {
+        Self {
+            rate: Some(per_second).filter(|r| *r > 0),
+            ..self
+        }
     }
 
     /// How long to watch an empty dead-letter queue for a first message
     /// before reporting nothing to redrive (default: not at all).
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.wait = wait;
-        self
+    pub fn wait(self, wait: Duration) -> Self {
+        Self { wait, ..self }
     }
 }
 
@@ -390,40 +401,29 @@ pub enum Outcome {
 ///
 /// assert!(LeftReason::NoTarget.to_string().contains("give a target queue"));
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum LeftReason {
     /// A poison record, without [`RedriveOptions::include_poison`].
+    #[error("poison record (use include_poison to republish its payload)")]
     Poison,
     /// A body that does not decode, without
     /// [`RedriveOptions::include_poison`] (or with it but no queue to go to).
+    #[error("the body does not decode as an envelope")]
     Undecodable,
     /// It names no queue to go back to, and no target was given.
+    #[error("it names no queue to go back to; give a target queue")]
     NoTarget,
     /// The queue it names cannot be held by the transport's layout.
+    #[error("its queue cannot be used: {0}")]
     InvalidTarget(String),
     /// It cannot be rewritten (the text says why).
+    #[error("it cannot be rewritten: {0}")]
     Unencodable(String),
     /// It left the dead-letter queue while the redrive ran (another tool
     /// took it); nothing was republished.
+    #[error("it left the dead-letter queue while the redrive ran")]
     Gone,
-}
-
-impl fmt::Display for LeftReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            LeftReason::Poison => {
-                f.write_str("poison record (use include_poison to republish its payload)")
-            }
-            LeftReason::Undecodable => f.write_str("the body does not decode as an envelope"),
-            LeftReason::NoTarget => {
-                f.write_str("it names no queue to go back to; give a target queue")
-            }
-            LeftReason::InvalidTarget(why) => write!(f, "its queue cannot be used: {why}"),
-            LeftReason::Unencodable(why) => write!(f, "it cannot be rewritten: {why}"),
-            LeftReason::Gone => f.write_str("it left the dead-letter queue while the redrive ran"),
-        }
-    }
 }
 
 /// One message of a redrive's report.
@@ -506,7 +506,7 @@ impl RedriveReport {
 /// ```no_run
 /// # #[cfg(feature = "redis-transport")]
 /// # async fn run(transport: babel_idem::transport::RedisTransport) {
-/// use babel_idem::redrive::{RedriveError, RedriveOptions};
+/// use babel_idem::redrive::{Redrive, RedriveError, RedriveOptions};
 ///
 /// match transport.redrive("orders.dlq", &RedriveOptions::new()).await {
 ///     Ok(report) => println!("moved {}", report.moved),
@@ -517,120 +517,119 @@ impl RedriveReport {
 /// }
 /// # }
 /// ```
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RedriveError {
     /// It could not start (a bad queue name, an unreachable broker);
     /// nothing moved.
-    Transport(TransportError),
+    #[error("{0}")]
+    Transport(#[from] TransportError),
     /// The dead-letter queue does not exist (RabbitMQ); nothing moved.
+    #[error("the dead-letter queue {0:?} does not exist")]
     MissingQueue(String),
     /// The broker failed part way: `report` says what moved before it did.
     /// Every message not moved is still in the dead-letter queue; running
     /// the redrive again picks up where this one stopped.
+    #[error(
+        "the redrive stopped after moving {} message(s): {error}; the rest are still in the dead-letter queue",
+        .report.moved
+    )]
     Stopped {
         /// What was done before the failure.
         report: RedriveReport,
         /// The failure.
+        #[source]
         error: TransportError,
     },
 }
 
-impl fmt::Display for RedriveError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RedriveError::Transport(error) => error.fmt(f),
-            RedriveError::MissingQueue(queue) => {
-                write!(f, "the dead-letter queue {queue:?} does not exist")
-            }
-            RedriveError::Stopped { report, error } => write!(
-                f,
-                "the redrive stopped after moving {} message(s): {error}; the rest are still in the dead-letter queue",
-                report.moved
-            ),
+/// Redrive and look over any broker's dead-letter queues: written once over
+/// [`DeadLetters`], for every broker binding (`RedisTransport`,
+/// `AmqpTransport`) and for a `Box<dyn ErasedDeadLetters>` chosen at run
+/// time. See the [module](self) for the rules.
+///
+/// [`ErasedDeadLetters`]: crate::broker::ErasedDeadLetters
+///
+/// ```no_run
+/// # #[cfg(feature = "redis-transport")]
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// use babel_idem::broker::ErasedDeadLetters;
+/// use babel_idem::redrive::{Redrive, RedriveOptions};
+/// use babel_idem::transport::RedisTransport;
+///
+/// let broker: Box<dyn ErasedDeadLetters> =
+///     Box::new(RedisTransport::connect("redis://127.0.0.1:6379/0").await?);
+/// for record in broker.dead_letters("orders.dlq", Some(10)).await? {
+///     println!("{:?} {}", record.id, record.reason);
+/// }
+/// let plan = broker.redrive("orders.dlq", &RedriveOptions::new().dry_run(true)).await?;
+/// println!("{} would move", plan.would_move);
+/// # Ok(())
+/// # }
+/// ```
+pub trait Redrive: DeadLetters {
+    /// Redrives the dead-letter queue `dlq` by `options`: each selected
+    /// record, reset, goes back to its original queue (or the target), and
+    /// leaves `dlq` once it is there. A queue the broker says does not
+    /// exist is [`RedriveError::MissingQueue`], and is not created; on
+    /// Redis a missing list is an empty queue.
+    fn redrive<'a>(
+        &'a self,
+        dlq: &'a str,
+        options: &'a RedriveOptions,
+    ) -> impl Future<Output = Result<RedriveReport, RedriveError>> + Send + 'a {
+        self.redrive_with(dlq, options, |_| {})
+    }
+
+    /// [`redrive`](Self::redrive), calling `on_item` for each message as it
+    /// is decided (for a progress bar).
+    fn redrive_with<'a>(
+        &'a self,
+        dlq: &'a str,
+        options: &'a RedriveOptions,
+        mut on_item: impl FnMut(&RedriveItem) + Send + 'a,
+    ) -> impl Future<Output = Result<RedriveReport, RedriveError>> + Send + 'a {
+        async move {
+            let mut run = open(self, dlq).await?;
+            run_over(&mut *run, dlq, options, &mut on_item).await
+        }
+    }
+
+    /// Reads up to `max` (all with `None`) messages of the dead-letter
+    /// queue `dlq` from its head, and leaves them all in place (on
+    /// RabbitMQ a look takes and puts back: see the transport's notes on
+    /// quorum queues).
+    fn dead_letters<'a>(
+        &'a self,
+        dlq: &'a str,
+        max: Option<usize>,
+    ) -> impl Future<Output = Result<Vec<DlqRecord>, RedriveError>> + Send + 'a {
+        async move {
+            let mut run = open(self, dlq).await?;
+            Ok(look(&mut *run, max).await?)
         }
     }
 }
 
-impl std::error::Error for RedriveError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            RedriveError::Transport(error) | RedriveError::Stopped { error, .. } => Some(error),
-            RedriveError::MissingQueue(_) => None,
-        }
-    }
-}
+impl<D: DeadLetters + ?Sized> Redrive for D {}
 
-impl From<TransportError> for RedriveError {
-    fn from(error: TransportError) -> Self {
-        RedriveError::Transport(error)
-    }
-}
-
-/// RabbitMQ's account of a message it dead-lettered itself: the latest
-/// `x-death` entry.
-#[derive(Debug, Clone)]
-pub(crate) struct Death {
-    pub(crate) reason: String,
-    pub(crate) queue: String,
-    pub(crate) time_ms: Option<u64>,
-}
-
-/// A message a transport looked at, still in the dead-letter queue.
-pub(crate) struct DlqMessage {
-    pub(crate) body: Vec<u8>,
-    pub(crate) headers: Vec<(String, String)>,
-    pub(crate) death: Option<Death>,
-    /// What the transport needs to take it (its stored value, its delivery tag).
-    pub(crate) handle: DlqHandle,
-}
-
-/// A transport's hold on a looked-at message.
-pub(crate) enum DlqHandle {
-    /// Redis: the value as stored in the list.
-    #[cfg(feature = "redis-transport")]
-    Redis(Vec<u8>),
-    /// RabbitMQ: the delivery tag of the unacked `basic.get`.
-    #[cfg(feature = "amqp-transport")]
-    Amqp(u64),
-}
-
-/// A transport's dead-letter queue operations for one run: what each
-/// broker's commands translate.
-pub(crate) trait DlqRun: Send {
-    /// How many messages the queue holds now.
-    fn depth(&mut self) -> TransportFuture<'_, usize>;
-
-    /// The next `max` messages after those looked at so far, in queue
-    /// order, without taking them.
-    fn look(&mut self, max: usize) -> TransportFuture<'_, Vec<DlqMessage>>;
-
-    /// Takes `message` off the queue once `body` (with `headers`) is on
-    /// `target`: `Ok(false)` when the message was no longer there.
-    fn republish<'a>(
-        &'a mut self,
-        message: DlqMessage,
-        target: &'a str,
-        body: &'a [u8],
-        headers: &'a [(String, String)],
-    ) -> TransportFuture<'a, bool>;
-
-    /// Leaves `message` in the queue as it was.
-    fn put_back(&mut self, message: DlqMessage);
-
-    /// Ends the run: every message put back is in the queue again.
-    fn close(&mut self) -> TransportFuture<'_, ()>;
-
-    /// Checks that `queue` can be held by the transport's layout.
-    fn check_queue(&self, queue: &str) -> Result<(), TransportError>;
+/// The run over `dlq`, or [`RedriveError::MissingQueue`].
+async fn open<D: DeadLetters + ?Sized>(
+    broker: &D,
+    dlq: &str,
+) -> Result<BoxedRun<D::Handle>, RedriveError> {
+    broker
+        .open_dead_letters(dlq)
+        .await?
+        .ok_or_else(|| RedriveError::MissingQueue(dlq.to_owned()))
 }
 
 /// Messages looked at per broker round trip.
-pub(crate) const PAGE: usize = 100;
+const PAGE: usize = 100;
 
-/// A redrive over `queue`, which the transport opened on `dlq`.
-pub(crate) async fn run(
-    queue: &mut dyn DlqRun,
+/// A redrive over `queue`, which the broker opened on `dlq`.
+async fn run_over<H: Send + 'static>(
+    queue: &mut dyn DeadLetterRun<Handle = H>,
     dlq: &str,
     options: &RedriveOptions,
     on_item: &mut (dyn FnMut(&RedriveItem) + Send),
@@ -660,8 +659,8 @@ pub(crate) async fn run(
     }
 }
 
-async fn drive(
-    queue: &mut dyn DlqRun,
+async fn drive<H: Send + 'static>(
+    queue: &mut dyn DeadLetterRun<Handle = H>,
     dlq: &str,
     options: &RedriveOptions,
     on_item: &mut (dyn FnMut(&RedriveItem) + Send),
@@ -696,7 +695,8 @@ async fn drive(
                         tokio::time::sleep_until(due.into()).await;
                     }
                     let headers = bypass_headers(options.bypass);
-                    match queue.republish(message, &target, &body, &headers).await {
+                    let copy = Outgoing::new(&target, &body).with_headers(&headers);
+                    match queue.republish(message, copy).await {
                         Ok(true) => item.outcome = Outcome::Moved,
                         Ok(false) => {
                             item.outcome = Outcome::Left(LeftReason::Gone);
@@ -727,11 +727,11 @@ fn bypass_headers(bypass: bool) -> Vec<(String, String)> {
 }
 
 /// The item for `message`, and where it goes with which body when it moves.
-fn decide(
-    message: &DlqMessage,
+fn decide<H: Send + 'static>(
+    message: &DeadLetterMessage<H>,
     dlq: &str,
     options: &RedriveOptions,
-    queue: &dyn DlqRun,
+    queue: &dyn DeadLetterRun<Handle = H>,
 ) -> (RedriveItem, Option<(String, Vec<u8>)>) {
     let reading = record::read(message);
     let mut item = RedriveItem {
@@ -796,8 +796,8 @@ fn decide(
 
 /// Reads up to `max` messages of the dead-letter queue `queue`, from
 /// the head, and leaves them all in place.
-pub(crate) async fn look(
-    queue: &mut dyn DlqRun,
+async fn look<H: Send + 'static>(
+    queue: &mut dyn DeadLetterRun<Handle = H>,
     max: Option<usize>,
 ) -> Result<Vec<DlqRecord>, TransportError> {
     let looked = look_all(queue, max).await;
@@ -807,8 +807,8 @@ pub(crate) async fn look(
     Ok(records)
 }
 
-async fn look_all(
-    queue: &mut dyn DlqRun,
+async fn look_all<H: Send + 'static>(
+    queue: &mut dyn DeadLetterRun<Handle = H>,
     max: Option<usize>,
 ) -> Result<Vec<DlqRecord>, TransportError> {
     let depth = queue.depth().await?;

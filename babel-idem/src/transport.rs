@@ -150,15 +150,24 @@ impl<O: Default> Default for TransportBuilder<O> {
 impl<O> TransportBuilder<O> {
     /// How long connecting, and then each broker operation, may take
     /// (default 5 s).
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
+    pub fn timeout(self, timeout: Duration) -> Self {
+        TransportBuilder { timeout, ..self }
     }
 
     /// How many times a lost connection is re-opened, with backoff, before an
     /// operation fails (default 3). The next operation tries again.
-    pub fn reconnect_attempts(mut self, attempts: usize) -> Self {
-        self.reconnect_attempts = attempts;
+    pub fn reconnect_attempts(self, attempts: usize) -> Self {
+        TransportBuilder {
+            reconnect_attempts: attempts,
+            ..self
+        }
+    }
+
+    /// The builder with the binding's own options changed by `change`: what
+    /// each binding's setters are written with.
+    #[cfg(any(feature = "redis-transport", feature = "amqp-transport"))]
+    fn with_options(mut self, change: impl FnOnce(&mut O)) -> Self {
+        change(&mut self.options);
         self
     }
 }

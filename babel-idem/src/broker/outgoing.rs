@@ -85,41 +85,49 @@ pub type BatchOutcome = Vec<Result<(), TransportError>>;
 /// let error = PublishError::from(ProduceError::MissingId);
 /// assert!(error.to_string().contains("meta.id"));
 /// ```
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PublishError {
     /// The envelope does not encode; nothing was sent.
-    Envelope(ProduceError),
+    #[error("{0}")]
+    Envelope(#[from] ProduceError),
     /// The transport failed.
-    Transport(TransportError),
+    #[error("{0}")]
+    Transport(#[from] TransportError),
 }
 
-impl std::fmt::Display for PublishError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PublishError::Envelope(error) => error.fmt(f),
-            PublishError::Transport(error) => error.fmt(f),
+/// A batch's outcome in the messages' order: each message whose queue
+/// `check` refuses fails alone, before anything is sent; `send` publishes
+/// the others in one round trip and answers for each of them in order (a
+/// missing answer counts as taken). A `send` that fails fails the batch.
+#[cfg(any(feature = "redis-transport", feature = "amqp-transport"))]
+pub(crate) async fn publish_checked<'m, 'o, F>(
+    messages: &'m [Outgoing<'o>],
+    check: impl Fn(&str) -> Result<(), TransportError>,
+    send: impl FnOnce(Vec<&'m Outgoing<'o>>) -> F,
+) -> Result<BatchOutcome, TransportError>
+where
+    F: Future<Output = Result<BatchOutcome, TransportError>>,
+{
+    let mut outcomes: Vec<Option<Result<(), TransportError>>> = Vec::new();
+    let mut sendable = Vec::new();
+    for message in messages {
+        match check(message.queue) {
+            Err(error) => outcomes.push(Some(Err(error))),
+            Ok(()) => {
+                sendable.push(message);
+                outcomes.push(None);
+            }
         }
     }
-}
-
-impl std::error::Error for PublishError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            PublishError::Envelope(error) => Some(error),
-            PublishError::Transport(error) => Some(error),
+    if !sendable.is_empty() {
+        let mut answers = send(sendable).await?.into_iter();
+        for outcome in outcomes.iter_mut().filter(|outcome| outcome.is_none()) {
+            *outcome = answers.next();
         }
     }
-}
-
-impl From<ProduceError> for PublishError {
-    fn from(error: ProduceError) -> Self {
-        PublishError::Envelope(error)
-    }
-}
-
-impl From<TransportError> for PublishError {
-    fn from(error: TransportError) -> Self {
-        PublishError::Transport(error)
-    }
+    Ok(outcomes
+        .into_iter()
+        .map(|outcome| outcome.unwrap_or(Ok(())))
+        .collect())
 }

@@ -13,8 +13,9 @@
 use serde::Deserializer as _;
 use serde_json::value::RawValue;
 
+use super::RecordKind;
 use super::rewrite::MembersVisitor;
-use super::{Death, DlqMessage, RecordKind};
+use crate::broker::{DeadLetterMessage, Death};
 use crate::envelope::{DeadLetterReason, Envelope};
 
 /// The header the AMQP transport writes on a message it copied to the
@@ -42,7 +43,7 @@ pub(crate) struct Reading {
     pub(crate) payload: Option<Vec<u8>>,
 }
 
-pub(crate) fn read(message: &DlqMessage) -> Reading {
+pub(crate) fn read<H>(message: &DeadLetterMessage<H>) -> Reading {
     let header = |name: &str| {
         message
             .headers
@@ -287,22 +288,17 @@ fn base64_decode(text: &str) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::redrive::DlqHandle;
 
-    fn message(body: &[u8], headers: &[(&str, &str)], death: Option<Death>) -> DlqMessage {
-        #[cfg(feature = "redis-transport")]
-        let handle = DlqHandle::Redis(body.to_vec());
-        #[cfg(not(feature = "redis-transport"))]
-        let handle = DlqHandle::Amqp(1);
-        DlqMessage {
-            body: body.to_vec(),
-            headers: headers
-                .iter()
-                .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
-                .collect(),
-            death,
-            handle,
-        }
+    fn message(
+        body: &[u8],
+        headers: &[(&str, &str)],
+        death: Option<Death>,
+    ) -> DeadLetterMessage<()> {
+        let headers = headers
+            .iter()
+            .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+            .collect();
+        DeadLetterMessage::new(body.to_vec(), headers, ()).with_death(death)
     }
 
     const ENVELOPE: &[u8] = br#"{"job":"urn:babel:a:b","trace_id":"t","data":{},"meta":{"id":"1","queue":"meta-queue","schema_version":1},"attempts":2}"#;

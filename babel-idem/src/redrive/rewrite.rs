@@ -28,26 +28,17 @@ use serde::de::{MapAccess, Visitor};
 use serde_json::value::RawValue;
 
 /// Why a record cannot be rewritten into a redriven body.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum Unencodable {
     /// Not one JSON object that Python and serde_json both read.
+    #[error("the record is not one JSON object")]
     NotAnObject,
     /// No string `job` (nor `urn` alias) after the lenient decode.
+    #[error("the record has no string job or urn")]
     NoJob,
     /// A number overflows a float (Python would write `Infinity`).
+    #[error("a number in the record is too large for a float and would be written as Infinity")]
     InfiniteNumber,
-}
-
-impl fmt::Display for Unencodable {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Unencodable::NotAnObject => "the record is not one JSON object",
-            Unencodable::NoJob => "the record has no string job or urn",
-            Unencodable::InfiniteNumber => {
-                "a number in the record is too large for a float and would be written as Infinity"
-            }
-        })
-    }
 }
 
 /// The non-canonical keys the lenient decode drops: top-level `timestamp`,

@@ -195,17 +195,15 @@ impl TransportBuilder<AmqpOptions> {
     /// How many deliveries the broker pushes ahead of their acks (`basic.qos`
     /// per consumer; default 64, at least 1). Keep it at or above the
     /// consumer's concurrency, or handlers wait for deliveries.
-    pub fn prefetch(mut self, prefetch: u16) -> Self {
-        self.options.prefetch = prefetch.max(1);
-        self
+    pub fn prefetch(self, prefetch: u16) -> Self {
+        self.with_options(|options| options.prefetch = prefetch.max(1))
     }
 
     /// How long [`reserve`](Transport::reserve) waits for the broker to push
     /// a first delivery before it answers "empty" (default 200 ms). Longer
     /// saves idle polls; a graceful stop may wait this long once.
-    pub fn reserve_wait(mut self, wait: Duration) -> Self {
-        self.options.reserve_wait = wait;
-        self
+    pub fn reserve_wait(self, wait: Duration) -> Self {
+        self.with_options(|options| options.reserve_wait = wait)
     }
 
     /// The broker's delivery acknowledgement timeout (RabbitMQ's
@@ -229,17 +227,15 @@ impl TransportBuilder<AmqpOptions> {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn consumer_timeout(mut self, timeout: Duration) -> Self {
-        self.options.consumer_timeout = Some(timeout);
-        self
+    pub fn consumer_timeout(self, timeout: Duration) -> Self {
+        self.with_options(|options| options.consumer_timeout = Some(timeout))
     }
 
     /// The broker has no delivery acknowledgement timeout
     /// (`consumer_timeout = 0` or `undefined`): a delivery stays with its
     /// channel until it is settled.
-    pub fn no_consumer_timeout(mut self) -> Self {
-        self.options.consumer_timeout = None;
-        self
+    pub fn no_consumer_timeout(self) -> Self {
+        self.with_options(|options| options.consumer_timeout = None)
     }
 
     /// Connects to `url` (`amqp://user:password@host:port/vhost`, the vhost

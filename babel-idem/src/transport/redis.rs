@@ -189,17 +189,15 @@ impl TransportBuilder<RedisOptions> {
     /// default per-delivery timeout does not follow this); a worker that
     /// does not extend (another SDK's) must keep it above its longest
     /// handler run, as a reservation that lapses is delivered again.
-    pub fn retry_after(mut self, retry_after: Duration) -> Self {
-        self.options.retry_after = Some(retry_after);
-        self
+    pub fn retry_after(self, retry_after: Duration) -> Self {
+        self.with_options(|options| options.retry_after = Some(retry_after))
     }
 
     /// Reservations never lapse (deadline `+inf`, the Python SDK's
     /// `retry_after=None`): a crashed worker's deliveries stay in
     /// `:processing` until an operator moves them.
-    pub fn no_recovery(mut self) -> Self {
-        self.options.retry_after = None;
-        self
+    pub fn no_recovery(self) -> Self {
+        self.with_options(|options| options.retry_after = None)
     }
 
     /// Connects to `url` (`redis://[user:password@]host:port/db`, with the
@@ -472,18 +470,26 @@ impl RedisTransport {
         if self.connection.is_cluster() {
             return self.settle_by_queue(commands).await;
         }
+        self.settle_pipelined(commands).await
+    }
+
+    /// Sends `commands` in one [`settle_pipe`]: each settle's answer. A
+    /// restarted server has forgotten the script: the settles it refused
+    /// did not run, so the script is loaded and those are sent again.
+    async fn settle_pipelined(
+        &self,
+        commands: Vec<Cmd>,
+    ) -> Result<Vec<RedisResult<bool>>, RedisError> {
         let mut connection = self.connection.clone();
         let pipeline = settle_pipe(commands);
         let mut settled = settle_each(&pipeline, &mut connection).await?;
-        // A restarted server has forgotten the script: the settles it
-        // refused did not run, so load it and send those again.
         let forgotten: Vec<usize> = (0..settled.len())
             .filter(|&i| matches!(&settled[i], Err(error) if is_no_script(error)))
             .collect();
         if !forgotten.is_empty() {
             self.scripts.settle.load_async(&mut connection).await?;
-            let commands: Vec<&Cmd> = pipeline.cmd_iter().collect();
-            let again = settle_pipe(forgotten.iter().map(|&i| commands[i].clone()));
+            let sent: Vec<&Cmd> = pipeline.cmd_iter().collect();
+            let again = settle_pipe(forgotten.iter().map(|&i| sent[i].clone()));
             let answers = settle_each(&again, &mut connection).await?;
             for (i, answer) in forgotten.into_iter().zip(answers) {
                 settled[i] = answer;
@@ -512,26 +518,7 @@ impl RedisTransport {
         }
         let answers = crate::redis_client::join_all(queues.iter().map(|(_, indices)| {
             let share: Vec<Cmd> = indices.iter().map(|&i| commands[i].clone()).collect();
-            async move {
-                let mut connection = self.connection.clone();
-                let pipeline = settle_pipe(share);
-                let mut settled = settle_each(&pipeline, &mut connection).await?;
-                let forgotten: Vec<usize> = (0..settled.len())
-                    .filter(|&i| matches!(&settled[i], Err(error) if is_no_script(error)))
-                    .collect();
-                if !forgotten.is_empty() {
-                    self.scripts.settle.load_async(&mut connection).await?;
-                    let sent: Vec<&Cmd> = pipeline.cmd_iter().collect();
-                    let again = settle_pipe(forgotten.iter().map(|&i| sent[i].clone()));
-                    for (i, answer) in forgotten
-                        .into_iter()
-                        .zip(settle_each(&again, &mut connection).await?)
-                    {
-                        settled[i] = answer;
-                    }
-                }
-                Ok::<_, RedisError>(settled)
-            }
+            self.settle_pipelined(share)
         }))
         .await;
         let mut settled: Vec<Option<RedisResult<bool>>> = commands.iter().map(|_| None).collect();

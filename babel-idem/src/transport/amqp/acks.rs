@@ -333,6 +333,13 @@ mod tests {
         settle_on(window, log, tag, false)
     }
 
+    /// Waits for every settle of `handles`, each acked.
+    async fn all_sent(handles: impl IntoIterator<Item = tokio::task::JoinHandle<Acked>>) {
+        for handle in handles {
+            assert_eq!(handle.await.unwrap(), Acked::Sent);
+        }
+    }
+
     /// Settles `tag` on its own task; `channel_gone`: its ack finds the
     /// channel closed.
     fn settle_on(
@@ -374,9 +381,7 @@ mod tests {
     async fn deliveries_settled_in_one_turn_share_one_multiple_ack() {
         let (window, log) = window(1..=8);
         let settled: Vec<_> = (1..=8).map(|tag| settle(&window, &log, tag)).collect();
-        for handle in settled {
-            assert_eq!(handle.await.unwrap(), Acked::Sent);
-        }
+        all_sent(settled).await;
         assert_eq!(*log.lock().unwrap(), [(8, true)]);
         assert!(broker_accepts(1..=8, &log).is_empty());
     }
@@ -385,9 +390,7 @@ mod tests {
     async fn a_delivery_behind_a_running_one_is_acked_alone_after_the_wait() {
         let (window, log) = window(1..=3);
         let behind = [settle(&window, &log, 2), settle(&window, &log, 3)];
-        for handle in behind {
-            assert_eq!(handle.await.unwrap(), Acked::Sent);
-        }
+        all_sent(behind).await;
         assert_eq!(*log.lock().unwrap(), [(2, false), (3, false)]);
         // The run that 1 starts passes over them: its ack names 1 only.
         assert_eq!(settle(&window, &log, 1).await.unwrap(), Acked::Sent);
@@ -409,16 +412,12 @@ mod tests {
     async fn a_run_stops_at_the_first_running_delivery() {
         let (window, log) = window(1..=4);
         let first = [settle(&window, &log, 1), settle(&window, &log, 2)];
-        for handle in first {
-            assert_eq!(handle.await.unwrap(), Acked::Sent);
-        }
+        all_sent(first).await;
         assert_eq!(*log.lock().unwrap(), [(2, true)]);
         // 3 is still running: 4 may not be acked by a `multiple` ack yet.
         assert_eq!(broker_accepts(1..=4, &log), BTreeSet::from([3, 4]));
         let rest = [settle(&window, &log, 3), settle(&window, &log, 4)];
-        for handle in rest {
-            assert_eq!(handle.await.unwrap(), Acked::Sent);
-        }
+        all_sent(rest).await;
         assert!(broker_accepts(1..=4, &log).is_empty());
     }
 
@@ -445,9 +444,7 @@ mod tests {
                 }
                 settled.push(settle(&window, &log, tag));
             }
-            for handle in settled {
-                assert_eq!(handle.await.unwrap(), Acked::Sent);
-            }
+            all_sent(settled).await;
             assert!(broker_accepts(1..=40, &log).is_empty(), "{log:?}");
             acks += log.lock().unwrap().len();
         }

@@ -1,6 +1,6 @@
-//! The dead-letter queue operations of [`AmqpTransport`], for
-//! [`redrive`](crate::redrive): AMQP 0-9-1 has no way to read a message
-//! without taking it, so looking is get-then-requeue.
+//! The dead-letter queue operations of [`AmqpTransport`]
+//! ([`DeadLetters`]): AMQP 0-9-1 has no way to read a message without
+//! taking it, so looking is get-then-requeue.
 //!
 //! | operation | commands |
 //! |---|---|
@@ -18,7 +18,7 @@
 //! closed channel's unacked deliveries. One killed between the confirm and
 //! the ack leaves that message in both queues, with the same `meta.id`.
 //!
-//! On a quorum queue every requeue used to count: before RabbitMQ 4.3 a
+//! On a quorum queue before RabbitMQ 4.3 every requeue counts: a
 //! message returned by `basic.nack` (or by a closed channel) gets one more
 //! in its `x-delivery-count`, and a quorum queue with a delivery limit
 //! (RabbitMQ 4.0 to 4.2 set 20 by default) drops or dead-letters a message
@@ -41,123 +41,51 @@ use lapin::types::{AMQPValue, FieldTable};
 
 use super::session::Sessions;
 use super::{AmqpTransport, QUEUE_NAMES, properties};
-use crate::broker::{TransportError, TransportFuture};
-use crate::redrive::{
-    self, Death, DlqHandle, DlqMessage, DlqRecord, DlqRun, RedriveError, RedriveItem,
-    RedriveOptions, RedriveReport,
+use crate::broker::{
+    BoxedRun, DeadLetterMessage, DeadLetterRun, DeadLetters, Death, Outgoing, TransportError,
+    TransportFuture,
 };
 
 /// The header a quorum queue counts returns in.
 const DELIVERY_COUNT: &str = "x-delivery-count";
 
-impl AmqpTransport {
-    /// Redrives the dead-letter queue `dlq` by `options` (see
-    /// [`redrive`](crate::redrive) for the rules). A queue that does not
-    /// exist is [`RedriveError::MissingQueue`], and is not created.
-    ///
-    /// ```no_run
-    /// use babel_idem::redrive::{RedriveOptions, Selection};
-    /// use babel_idem::transport::AmqpTransport;
-    ///
-    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    /// let transport = AmqpTransport::connect("amqp://guest:guest@127.0.0.1:5672/%2f").await?;
-    /// let options = RedriveOptions::new().select(Selection::new().reason("rejected"));
-    /// let report = transport.redrive("orders.dlq", &options).await?;
-    /// println!("moved {}", report.moved);
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn redrive(
-        &self,
-        dlq: &str,
-        options: &RedriveOptions,
-    ) -> Result<RedriveReport, RedriveError> {
-        self.redrive_with(dlq, options, |_| {}).await
-    }
+/// A queue that does not exist opens no run, and is not created.
+impl DeadLetters for AmqpTransport {
+    type Handle = u64;
 
-    /// [`redrive`](Self::redrive), calling `on_item` for each message as it
-    /// is decided (for a progress bar).
-    ///
-    /// ```no_run
-    /// use babel_idem::redrive::RedriveOptions;
-    /// use babel_idem::transport::AmqpTransport;
-    ///
-    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    /// let transport = AmqpTransport::connect("amqp://guest:guest@127.0.0.1:5672/%2f").await?;
-    /// let mut seen = 0;
-    /// transport
-    ///     .redrive_with("orders.dlq", &RedriveOptions::new(), |_item| seen += 1)
-    ///     .await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn redrive_with(
-        &self,
-        dlq: &str,
-        options: &RedriveOptions,
-        mut on_item: impl FnMut(&RedriveItem) + Send,
-    ) -> Result<RedriveReport, RedriveError> {
-        let mut run = self.dead_letter_run(dlq).await?;
-        redrive::run(&mut run, dlq, options, &mut on_item).await
-    }
-
-    /// Reads up to `max` (all with `None`) messages of the dead-letter
-    /// queue `dlq` from its head and puts them back (see the module's rules
-    /// for what a look does to a quorum queue's delivery count).
-    ///
-    /// ```no_run
-    /// use babel_idem::transport::AmqpTransport;
-    ///
-    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    /// let transport = AmqpTransport::connect("amqp://guest:guest@127.0.0.1:5672/%2f").await?;
-    /// for record in transport.dead_letters("orders.dlq", Some(10)).await? {
-    ///     println!("{:?} {}", record.id, record.reason);
-    /// }
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn dead_letters(
-        &self,
-        dlq: &str,
-        max: Option<usize>,
-    ) -> Result<Vec<DlqRecord>, RedriveError> {
-        let mut run = self.dead_letter_run(dlq).await?;
-        Ok(redrive::look(&mut run, max).await?)
-    }
-
-    async fn dead_letter_run(&self, dlq: &str) -> Result<AmqpDlq, RedriveError> {
-        QUEUE_NAMES.check(dlq)?;
-        let timeout = self.sessions.timeout();
-        // A refused passive declare closes its channel: a throwaway one.
-        let (_, probe) = self.sessions.open_channel().await?;
-        let passive = QueueDeclareOptions {
-            passive: true,
-            ..QueueDeclareOptions::default()
-        };
-        let declared = within(
-            timeout,
-            probe.queue_declare(dlq.into(), passive, FieldTable::default()),
-        )
-        .await;
-        match declared {
-            Ok(Ok(_)) => {
-                let _ = within(timeout, probe.close(200, "babel-idem".into())).await;
+    fn open_dead_letters<'a>(&'a self, dlq: &'a str) -> TransportFuture<'a, Option<BoxedRun<u64>>> {
+        Box::pin(async move {
+            QUEUE_NAMES.check(dlq)?;
+            let timeout = self.sessions.timeout();
+            // A refused passive declare closes its channel: a throwaway one.
+            let (_, probe) = self.sessions.open_channel().await?;
+            let passive = QueueDeclareOptions {
+                passive: true,
+                ..QueueDeclareOptions::default()
+            };
+            let declared = within(
+                timeout,
+                probe.queue_declare(dlq.into(), passive, FieldTable::default()),
+            )
+            .await?;
+            match declared {
+                Ok(_) => {
+                    let _ = within(timeout, probe.close(200, "babel-idem".into())).await;
+                }
+                Err(error) if is_not_found(&error) => return Ok(None),
+                Err(error) => return Err(TransportError::Broker(Box::new(error))),
             }
-            Ok(Err(error)) if is_not_found(&error) => {
-                return Err(RedriveError::MissingQueue(dlq.to_owned()));
-            }
-            Ok(Err(error)) => return Err(TransportError::Broker(Box::new(error)).into()),
-            Err(elapsed) => return Err(elapsed.into()),
-        }
-        let (generation, channel) = self.sessions.open_channel().await?;
-        Ok(AmqpDlq {
-            sessions: Arc::clone(&self.sessions),
-            dlq: dlq.to_owned(),
-            generation,
-            channel,
-            timeout,
-            held: Vec::new(),
-            counted: HashMap::new(),
+            let (generation, channel) = self.sessions.open_channel().await?;
+            let run: BoxedRun<u64> = Box::new(AmqpDlq {
+                sessions: Arc::clone(&self.sessions),
+                dlq: dlq.to_owned(),
+                generation,
+                channel,
+                timeout,
+                held: Vec::new(),
+                counted: HashMap::new(),
+            });
+            Ok(Some(run))
         })
     }
 }
@@ -226,11 +154,11 @@ fn death(headers: &FieldTable) -> Option<Death> {
         Some(AMQPValue::Timestamp(seconds)) => seconds.checked_mul(1000),
         _ => None,
     };
-    Some(Death {
-        reason: text("reason").unwrap_or_default(),
-        queue: text("queue").unwrap_or_default(),
-        time_ms,
-    })
+    let death = Death::new(
+        text("reason").unwrap_or_default(),
+        text("queue").unwrap_or_default(),
+    );
+    Some(Death { time_ms, ..death })
 }
 
 fn field<'t>(table: &'t FieldTable, name: &str) -> Option<&'t AMQPValue> {
@@ -241,7 +169,10 @@ fn field<'t>(table: &'t FieldTable, name: &str) -> Option<&'t AMQPValue> {
         .map(|(_, value)| value)
 }
 
-impl DlqRun for AmqpDlq {
+impl DeadLetterRun for AmqpDlq {
+    /// The delivery tag of the unacked `basic.get`.
+    type Handle = u64;
+
     fn depth(&mut self) -> TransportFuture<'_, usize> {
         Box::pin(async move {
             let passive = QueueDeclareOptions {
@@ -261,7 +192,7 @@ impl DlqRun for AmqpDlq {
         })
     }
 
-    fn look(&mut self, max: usize) -> TransportFuture<'_, Vec<DlqMessage>> {
+    fn look(&mut self, max: usize) -> TransportFuture<'_, Vec<DeadLetterMessage<u64>>> {
         Box::pin(async move {
             let mut messages = Vec::with_capacity(max);
             for _ in 0..max {
@@ -283,12 +214,12 @@ impl DlqRun for AmqpDlq {
                     }
                     self.counted.insert(delivery.delivery_tag, copy);
                 }
-                messages.push(DlqMessage {
-                    headers: properties::as_strings(&delivery.properties),
-                    death: death(&headers),
-                    handle: DlqHandle::Amqp(delivery.delivery_tag),
-                    body: delivery.data,
-                });
+                let message = DeadLetterMessage::new(
+                    delivery.data,
+                    properties::as_strings(&delivery.properties),
+                    delivery.delivery_tag,
+                );
+                messages.push(message.with_death(death(&headers)));
             }
             Ok(messages)
         })
@@ -296,27 +227,20 @@ impl DlqRun for AmqpDlq {
 
     fn republish<'a>(
         &'a mut self,
-        message: DlqMessage,
-        target: &'a str,
-        body: &'a [u8],
-        headers: &'a [(String, String)],
+        message: DeadLetterMessage<u64>,
+        copy: Outgoing<'a>,
     ) -> TransportFuture<'a, bool> {
         Box::pin(async move {
-            #[allow(irrefutable_let_patterns, reason = "one variant per enabled transport")]
-            let DlqHandle::Amqp(tag) = message.handle else {
-                return Err(TransportError::Unsupported {
-                    operation: "republishing another transport's message",
-                });
-            };
+            let tag = message.handle;
             self.counted.remove(&tag);
-            let table = properties::table(headers);
+            let table = properties::table(copy.headers);
             // On the connection the delivery came on: once it is gone the
             // broker has put the delivery back, and a copy would be a second.
             // The original is acked only once a queue holds the copy.
             self.sessions
                 .publish(
-                    target,
-                    std::iter::once((body, &table)),
+                    copy.queue,
+                    std::iter::once((copy.body, &table)),
                     Some(self.generation),
                 )
                 .await?;
@@ -329,11 +253,8 @@ impl DlqRun for AmqpDlq {
         })
     }
 
-    fn put_back(&mut self, message: DlqMessage) {
-        #[allow(irrefutable_let_patterns, reason = "one variant per enabled transport")]
-        let DlqHandle::Amqp(tag) = message.handle else {
-            return;
-        };
+    fn put_back(&mut self, message: DeadLetterMessage<u64>) {
+        let tag = message.handle;
         let copy = self.counted.remove(&tag).map(|table| (message.body, table));
         self.held.push(Held { tag, copy });
     }

@@ -2,13 +2,12 @@
 //! [`Envelope`] with its producer span, and a batch across queues with one
 //! confirm round.
 
-use tracing::Instrument;
-
 use super::{AmqpTransport, properties};
-use crate::broker::TransportError;
-use crate::broker::{BatchOutcome, Outgoing, PublishError};
+use crate::broker::outgoing::publish_checked;
+use crate::broker::{
+    BatchOutcome, Outgoing, PublishError, Publisher, TransportError, TransportFuture,
+};
 use crate::envelope::Envelope;
-use crate::router::span;
 use crate::transport::Transport;
 
 impl AmqpTransport {
@@ -36,14 +35,7 @@ impl AmqpTransport {
     /// # }
     /// ```
     pub async fn publish_envelope(&self, envelope: &Envelope) -> Result<(), PublishError> {
-        let body = envelope.encode_for_publish()?;
-        let queue = envelope.destination();
-        let span = span::producer(envelope, queue);
-        let headers = span::trace_headers(&span);
-        self.publish_with_headers(queue, &body, &headers)
-            .instrument(span)
-            .await?;
-        Ok(())
+        Publisher::publish_envelope(self, envelope).await
     }
 
     /// Publishes every message of `messages`, each to its own queue, on one
@@ -73,31 +65,18 @@ impl AmqpTransport {
         &self,
         messages: &[Outgoing<'_>],
     ) -> Result<BatchOutcome, TransportError> {
-        let mut outcomes: Vec<Option<Result<(), TransportError>>> = Vec::new();
-        let mut sendable = Vec::new();
-        for message in messages {
-            match self.check_queue(message.queue) {
-                Err(error) => outcomes.push(Some(Err(error))),
-                Ok(()) => {
-                    sendable.push((
-                        message.queue,
-                        message.body,
-                        properties::table(message.headers),
-                    ));
-                    outcomes.push(None);
-                }
-            }
-        }
-        if !sendable.is_empty() {
-            let mut answers = self.sessions.publish_each(&sendable).await?.into_iter();
-            for outcome in outcomes.iter_mut().filter(|outcome| outcome.is_none()) {
-                *outcome = answers.next();
-            }
-        }
-        Ok(outcomes
-            .into_iter()
-            .map(|outcome| outcome.unwrap_or(Ok(())))
-            .collect())
+        let check = |queue: &str| Transport::check_queue(self, queue);
+        publish_checked(messages, check, |sendable| async move {
+            let sendable: Vec<_> = sendable
+                .iter()
+                .map(|message| {
+                    let table = properties::table(message.headers);
+                    (message.queue, message.body, table)
+                })
+                .collect();
+            self.sessions.publish_each(&sendable).await
+        })
+        .await
     }
 
     /// Whether the broker answers, on a publishing channel that works: after
@@ -112,19 +91,24 @@ impl AmqpTransport {
     }
 }
 
-impl crate::broker::Publisher for AmqpTransport {
+impl Publisher for AmqpTransport {
     fn check_queue(&self, queue: &str) -> Result<(), TransportError> {
         Transport::check_queue(self, queue)
     }
 
-    fn publish_envelope<'a>(&'a self, envelope: &'a Envelope) -> crate::broker::PublishFuture<'a> {
-        Box::pin(AmqpTransport::publish_envelope(self, envelope))
+    fn publish_body<'a>(
+        &'a self,
+        queue: &'a str,
+        body: &'a [u8],
+        headers: &'a [(String, String)],
+    ) -> TransportFuture<'a, ()> {
+        Box::pin(self.publish_with_headers(queue, body, headers))
     }
 
     fn publish_batch<'a>(
         &'a self,
         messages: &'a [Outgoing<'a>],
-    ) -> crate::broker::TransportFuture<'a, BatchOutcome> {
+    ) -> TransportFuture<'a, BatchOutcome> {
         Box::pin(AmqpTransport::publish_batch(self, messages))
     }
 }

@@ -1,6 +1,6 @@
-//! The dead-letter queue operations of [`RedisTransport`], for
-//! [`redrive`](crate::redrive): the list `<queue>.dlq` read and moved
-//! from, in the legacy layout.
+//! The dead-letter queue operations of [`RedisTransport`]
+//! ([`DeadLetters`]): the list `<queue>.dlq` read and moved from, in the
+//! legacy layout.
 //!
 //! | operation | commands |
 //! |---|---|
@@ -21,96 +21,31 @@ use ::redis::{RedisError, Script};
 
 use super::frame;
 use super::{QUEUE_NAMES, RedisTransport, broker};
-use crate::broker::{TransportError, TransportFuture};
-use crate::redrive::{
-    self, DlqHandle, DlqMessage, DlqRecord, DlqRun, RedriveError, RedriveItem, RedriveOptions,
-    RedriveReport,
+use crate::broker::{
+    BoxedRun, DeadLetterMessage, DeadLetterRun, DeadLetters, Outgoing, TransportError,
+    TransportFuture,
 };
 
-impl RedisTransport {
-    /// Redrives the dead-letter list `dlq` by `options` (see
-    /// [`redrive`](crate::redrive) for the rules): each selected record,
-    /// reset, goes back to its original queue (or the target), and leaves
-    /// `dlq` in the same step. A missing list is an empty queue.
-    ///
-    /// ```no_run
-    /// use babel_idem::redrive::RedriveOptions;
-    /// use babel_idem::transport::RedisTransport;
-    ///
-    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    /// let transport = RedisTransport::connect("redis://127.0.0.1:6379/0").await?;
-    /// let plan = transport.redrive("orders.dlq", &RedriveOptions::new().dry_run(true)).await?;
-    /// println!("{} would move", plan.would_move);
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn redrive(
-        &self,
-        dlq: &str,
-        options: &RedriveOptions,
-    ) -> Result<RedriveReport, RedriveError> {
-        self.redrive_with(dlq, options, |_| {}).await
-    }
+/// A missing list is an empty queue: a run always opens.
+impl DeadLetters for RedisTransport {
+    type Handle = Vec<u8>;
 
-    /// [`redrive`](Self::redrive), calling `on_item` for each message as it
-    /// is decided (for a progress bar).
-    ///
-    /// ```no_run
-    /// use babel_idem::redrive::RedriveOptions;
-    /// use babel_idem::transport::RedisTransport;
-    ///
-    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    /// let transport = RedisTransport::connect("redis://127.0.0.1:6379/0").await?;
-    /// let mut seen = 0;
-    /// transport
-    ///     .redrive_with("orders.dlq", &RedriveOptions::new(), |_item| seen += 1)
-    ///     .await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn redrive_with(
-        &self,
-        dlq: &str,
-        options: &RedriveOptions,
-        mut on_item: impl FnMut(&RedriveItem) + Send,
-    ) -> Result<RedriveReport, RedriveError> {
-        let mut run = self.dead_letter_run(dlq)?;
-        redrive::run(&mut run, dlq, options, &mut on_item).await
-    }
-
-    /// Reads up to `max` (all with `None`) records of the dead-letter list
-    /// `dlq` from its head, and changes nothing.
-    ///
-    /// ```no_run
-    /// use babel_idem::transport::RedisTransport;
-    ///
-    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    /// let transport = RedisTransport::connect("redis://127.0.0.1:6379/0").await?;
-    /// for record in transport.dead_letters("orders.dlq", Some(10)).await? {
-    ///     println!("{:?} {}", record.id, record.reason);
-    /// }
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn dead_letters(
-        &self,
-        dlq: &str,
-        max: Option<usize>,
-    ) -> Result<Vec<DlqRecord>, RedriveError> {
-        let mut run = self.dead_letter_run(dlq)?;
-        Ok(redrive::look(&mut run, max).await?)
-    }
-
-    fn dead_letter_run(&self, dlq: &str) -> Result<RedisDlq, TransportError> {
-        QUEUE_NAMES.check(dlq)?;
-        Ok(RedisDlq {
-            connection: self.connection.clone(),
-            dlq: dlq.to_owned(),
-            offset: 0,
-            script: Script::new(concat!(
-                include_str!("keys.lua"),
-                include_str!("redrive.lua")
-            )),
+    fn open_dead_letters<'a>(
+        &'a self,
+        dlq: &'a str,
+    ) -> TransportFuture<'a, Option<BoxedRun<Vec<u8>>>> {
+        Box::pin(async move {
+            QUEUE_NAMES.check(dlq)?;
+            let run: BoxedRun<Vec<u8>> = Box::new(RedisDlq {
+                connection: self.connection.clone(),
+                dlq: dlq.to_owned(),
+                offset: 0,
+                script: Script::new(concat!(
+                    include_str!("keys.lua"),
+                    include_str!("redrive.lua")
+                )),
+            });
+            Ok(Some(run))
         })
     }
 }
@@ -144,7 +79,10 @@ impl RedisDlq {
     }
 }
 
-impl DlqRun for RedisDlq {
+impl DeadLetterRun for RedisDlq {
+    /// The record as stored in the list.
+    type Handle = Vec<u8>;
+
     fn depth(&mut self) -> TransportFuture<'_, usize> {
         Box::pin(async move {
             self.list_type().await?;
@@ -156,7 +94,7 @@ impl DlqRun for RedisDlq {
         })
     }
 
-    fn look(&mut self, max: usize) -> TransportFuture<'_, Vec<DlqMessage>> {
+    fn look(&mut self, max: usize) -> TransportFuture<'_, Vec<DeadLetterMessage<Vec<u8>>>> {
         Box::pin(async move {
             if max == 0 {
                 return Ok(Vec::new());
@@ -173,12 +111,7 @@ impl DlqRun for RedisDlq {
                 .into_iter()
                 .map(|raw| {
                     let (body, headers) = frame::unframe(raw.clone());
-                    DlqMessage {
-                        body,
-                        headers,
-                        death: None,
-                        handle: DlqHandle::Redis(raw),
-                    }
+                    DeadLetterMessage::new(body, headers, raw)
                 })
                 .collect())
         })
@@ -186,24 +119,17 @@ impl DlqRun for RedisDlq {
 
     fn republish<'a>(
         &'a mut self,
-        message: DlqMessage,
-        target: &'a str,
-        body: &'a [u8],
-        headers: &'a [(String, String)],
+        message: DeadLetterMessage<Vec<u8>>,
+        copy: Outgoing<'a>,
     ) -> TransportFuture<'a, bool> {
         Box::pin(async move {
-            #[allow(irrefutable_let_patterns, reason = "one variant per enabled transport")]
-            let DlqHandle::Redis(raw) = message.handle else {
-                return Err(TransportError::Unsupported {
-                    operation: "republishing another transport's message",
-                });
-            };
+            let raw = message.handle;
             // A body that cannot be framed (not UTF-8) goes bare.
-            let value = frame::frame(body, headers).unwrap_or_else(|| body.to_vec());
+            let value = frame::frame(copy.body, copy.headers).unwrap_or_else(|| copy.body.to_vec());
             let moved: Result<i64, RedisError> = self
                 .script
                 .key(&self.dlq)
-                .key(target)
+                .key(copy.queue)
                 .arg(&raw)
                 .arg(&value)
                 .invoke_async(&mut self.connection)
@@ -216,7 +142,7 @@ impl DlqRun for RedisDlq {
         })
     }
 
-    fn put_back(&mut self, message: DlqMessage) {
+    fn put_back(&mut self, message: DeadLetterMessage<Vec<u8>>) {
         // Never taken: it is where it was.
         drop(message);
     }

@@ -4,12 +4,12 @@
 use ::redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 
 use super::{RedisTransport, broker, frame};
-use crate::broker::TransportError;
-use crate::broker::{BatchOutcome, Outgoing, PublishError};
+use crate::broker::outgoing::publish_checked;
+use crate::broker::{
+    BatchOutcome, Outgoing, PublishError, Publisher, TransportError, TransportFuture,
+};
 use crate::envelope::Envelope;
-use crate::router::span;
 use crate::transport::Transport;
-use tracing::Instrument;
 
 impl RedisTransport {
     /// Publishes `envelope` to its queue (`meta.queue`, else `default`) in
@@ -33,13 +33,7 @@ impl RedisTransport {
     /// # }
     /// ```
     pub async fn publish_envelope(&self, envelope: &Envelope) -> Result<(), PublishError> {
-        let body = envelope.encode_for_publish()?;
-        let queue = envelope.destination();
-        let span = span::producer(envelope, queue);
-        let headers = span::trace_headers(&span);
-        let value = frame::frame(&body, &headers).unwrap_or(body);
-        self.publish(queue, &value).instrument(span).await?;
-        Ok(())
+        Publisher::publish_envelope(self, envelope).await
     }
 
     /// Publishes every message of `messages` with one pipelined round trip
@@ -63,24 +57,17 @@ impl RedisTransport {
         &self,
         messages: &[Outgoing<'_>],
     ) -> Result<BatchOutcome, TransportError> {
-        let mut outcomes: Vec<Option<Result<(), TransportError>>> = Vec::new();
-        let mut pipeline = ::redis::pipe();
-        pipeline.ignore_errors();
-        let mut sent = 0;
-        for message in messages {
-            if let Err(error) = self.check_queue(message.queue) {
-                outcomes.push(Some(Err(error)));
-                continue;
+        let check = |queue: &str| Transport::check_queue(self, queue);
+        publish_checked(messages, check, |sendable| async move {
+            let mut pipeline = ::redis::pipe();
+            pipeline.ignore_errors();
+            for message in &sendable {
+                let framed = frame::frame(message.body, message.headers);
+                pipeline
+                    .cmd("RPUSH")
+                    .arg(message.queue)
+                    .arg(framed.as_deref().unwrap_or(message.body));
             }
-            let framed = frame::frame(message.body, message.headers);
-            pipeline
-                .cmd("RPUSH")
-                .arg(message.queue)
-                .arg(framed.as_deref().unwrap_or(message.body));
-            outcomes.push(None);
-            sent += 1;
-        }
-        if sent > 0 {
             let mut connection = self.connection.clone();
             let replies: Vec<RedisResult<Value>> = pipeline
                 .query_async(&mut connection)
@@ -96,20 +83,18 @@ impl RedisTransport {
                 return Err(broker(error.clone()));
             }
             let mut replies = replies.into_iter();
-            for outcome in outcomes.iter_mut().filter(|outcome| outcome.is_none()) {
-                *outcome = Some(match replies.next() {
+            Ok(sendable
+                .iter()
+                .map(|_| match replies.next() {
                     Some(Ok(_)) => Ok(()),
                     Some(Err(error)) => Err(broker(error)),
                     None => Err(TransportError::Broker(
                         "the pipeline's reply was cut short".into(),
                     )),
-                });
-            }
-        }
-        Ok(outcomes
-            .into_iter()
-            .map(|outcome| outcome.unwrap_or(Ok(())))
-            .collect())
+                })
+                .collect())
+        })
+        .await
     }
 }
 
@@ -132,19 +117,28 @@ fn is_server_state(error: &RedisError) -> bool {
         .is_some_and(|code| matches!(code, "BUSY" | "NOREPLICAS" | "OOM" | "MISCONF"))
 }
 
-impl crate::broker::Publisher for RedisTransport {
+impl Publisher for RedisTransport {
     fn check_queue(&self, queue: &str) -> Result<(), TransportError> {
         Transport::check_queue(self, queue)
     }
 
-    fn publish_envelope<'a>(&'a self, envelope: &'a Envelope) -> crate::broker::PublishFuture<'a> {
-        Box::pin(RedisTransport::publish_envelope(self, envelope))
+    fn publish_body<'a>(
+        &'a self,
+        queue: &'a str,
+        body: &'a [u8],
+        headers: &'a [(String, String)],
+    ) -> TransportFuture<'a, ()> {
+        Box::pin(async move {
+            // A body that cannot be framed (not UTF-8, no headers left) goes bare.
+            let framed = frame::frame(body, headers);
+            self.publish(queue, framed.as_deref().unwrap_or(body)).await
+        })
     }
 
     fn publish_batch<'a>(
         &'a self,
         messages: &'a [Outgoing<'a>],
-    ) -> crate::broker::TransportFuture<'a, BatchOutcome> {
+    ) -> TransportFuture<'a, BatchOutcome> {
         Box::pin(RedisTransport::publish_batch(self, messages))
     }
 }
