@@ -14,11 +14,11 @@ use std::time::{Duration, Instant};
 use super::timer::{self, Sleep};
 use super::{OnRememberFailure, body_starts, fence, mark_failed, marking, report, store_failed};
 use crate::key::DedupeKey;
-use crate::metrics::{self, Decision, Timed, claim_mode, timed};
 use crate::router::parked::{self, LastClaim};
 use crate::store::StoreFuture;
 use crate::store::{Claim, ClaimToken, StoreOperation};
 use crate::store::{ClaimStore, StoreError};
+use crate::telemetry::metrics::{self, Decision, Timed, claim_mode, timed};
 
 /// | state of the id | the guard |
 /// |---|---|

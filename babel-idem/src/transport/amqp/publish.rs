@@ -8,7 +8,7 @@ use super::{AmqpTransport, properties};
 use crate::broker::TransportError;
 use crate::broker::{BatchOutcome, Outgoing, PublishError};
 use crate::envelope::Envelope;
-use crate::router::span;
+use crate::telemetry::{carrier, span};
 use crate::transport::Transport;
 
 impl AmqpTransport {
@@ -39,7 +39,7 @@ impl AmqpTransport {
         let body = envelope.encode_for_publish()?;
         let queue = envelope.destination();
         let span = span::producer(envelope, queue);
-        let headers = span::trace_headers(&span);
+        let headers = carrier::trace_headers(&span);
         self.publish_with_headers(queue, &body, &headers)
             .instrument(span)
             .await?;

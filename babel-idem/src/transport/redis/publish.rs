@@ -7,7 +7,7 @@ use super::{RedisTransport, broker, frame};
 use crate::broker::TransportError;
 use crate::broker::{BatchOutcome, Outgoing, PublishError};
 use crate::envelope::Envelope;
-use crate::router::span;
+use crate::telemetry::{carrier, span};
 use crate::transport::Transport;
 use tracing::Instrument;
 
@@ -36,7 +36,7 @@ impl RedisTransport {
         let body = envelope.encode_for_publish()?;
         let queue = envelope.destination();
         let span = span::producer(envelope, queue);
-        let headers = span::trace_headers(&span);
+        let headers = carrier::trace_headers(&span);
         let value = frame::frame(&body, &headers).unwrap_or(body);
         self.publish(queue, &value).instrument(span).await?;
         Ok(())

@@ -70,7 +70,7 @@ impl Decision {
     /// `mark_failed`, `store_failed`, `parked`, `lost_claim`.
     ///
     /// ```
-    /// assert_eq!(babel_idem::metrics::Decision::FailOpen.as_str(), "fail_open");
+    /// assert_eq!(babel_idem::telemetry::metrics::Decision::FailOpen.as_str(), "fail_open");
     /// ```
     pub fn as_str(self) -> &'static str {
         match self {
@@ -153,10 +153,10 @@ impl GuardCounts {
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 /// let store = InMemoryStore::new();
 /// let env = Envelope::new("urn:babel:orders:created", json!({}));
-/// let before = babel_idem::metrics::counts();
+/// let before = babel_idem::telemetry::metrics::counts();
 /// guard(&store, &env, async { Ok::<(), StoreError>(()) }).await?;
 /// guard(&store, &env, async { Ok::<(), StoreError>(()) }).await?;
-/// let moved = babel_idem::metrics::counts().since(&before);
+/// let moved = babel_idem::telemetry::metrics::counts().since(&before);
 /// assert!(moved.ran >= 1 && moved.skipped >= 1);
 /// # Ok::<(), StoreError>(())
 /// # }).unwrap();
