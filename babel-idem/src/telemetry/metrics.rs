@@ -117,29 +117,30 @@ pub struct GuardCounts {
 impl GuardCounts {
     /// The counter of one decision.
     pub fn get(&self, decision: Decision) -> u64 {
-        match decision {
-            Decision::Ran => self.ran,
-            Decision::Skipped => self.skipped,
-            Decision::Failed => self.failed,
-            Decision::FailOpen => self.fail_open,
-            Decision::MarkFailed => self.mark_failed,
-            Decision::StoreFailed => self.store_failed,
-            Decision::Parked => self.parked,
-            Decision::LostClaim => self.lost_claim,
-        }
+        let mut counts = *self;
+        *counts.counter_mut(decision)
     }
 
     /// How the counters moved since an `earlier` snapshot.
     pub fn since(&self, earlier: &GuardCounts) -> GuardCounts {
-        GuardCounts {
-            ran: self.ran - earlier.ran,
-            skipped: self.skipped - earlier.skipped,
-            failed: self.failed - earlier.failed,
-            fail_open: self.fail_open - earlier.fail_open,
-            mark_failed: self.mark_failed - earlier.mark_failed,
-            store_failed: self.store_failed - earlier.store_failed,
-            parked: self.parked - earlier.parked,
-            lost_claim: self.lost_claim - earlier.lost_claim,
+        let mut moved = *self;
+        for decision in Decision::ALL {
+            *moved.counter_mut(decision) -= earlier.get(decision);
+        }
+        moved
+    }
+
+    /// The counter of `decision`, the one field each decision has.
+    fn counter_mut(&mut self, decision: Decision) -> &mut u64 {
+        match decision {
+            Decision::Ran => &mut self.ran,
+            Decision::Skipped => &mut self.skipped,
+            Decision::Failed => &mut self.failed,
+            Decision::FailOpen => &mut self.fail_open,
+            Decision::MarkFailed => &mut self.mark_failed,
+            Decision::StoreFailed => &mut self.store_failed,
+            Decision::Parked => &mut self.parked,
+            Decision::LostClaim => &mut self.lost_claim,
         }
     }
 }
@@ -169,26 +170,11 @@ pub fn counts() -> GuardCounts {
             *sum += counter.load(Ordering::Relaxed);
         }
     }
-    let [
-        ran,
-        skipped,
-        failed,
-        fail_open,
-        mark_failed,
-        store_failed,
-        parked,
-        lost_claim,
-    ] = sums;
-    GuardCounts {
-        ran,
-        skipped,
-        failed,
-        fail_open,
-        mark_failed,
-        store_failed,
-        parked,
-        lost_claim,
+    let mut snapshot = GuardCounts::default();
+    for (decision, sum) in Decision::ALL.into_iter().zip(sums) {
+        *snapshot.counter_mut(decision) = sum;
     }
+    snapshot
 }
 
 const DECISIONS: usize = Decision::ALL.len();
