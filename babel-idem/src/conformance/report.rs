@@ -130,6 +130,14 @@ impl Report {
         self.outcomes.push(outcome);
     }
 
+    /// The outcome of the binding `block`'s check, or why it does not apply.
+    pub(super) fn push_binding(&mut self, block: &str, checked: Result<CaseOutcome, &str>) {
+        match checked {
+            Ok(outcome) => self.push(outcome),
+            Err(why) => self.not_applicable(block, why),
+        }
+    }
+
     pub(super) fn not_applicable(&mut self, block: &str, why: &str) {
         self.not_applicable.push((block.to_owned(), why.to_owned()));
     }

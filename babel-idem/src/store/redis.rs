@@ -429,11 +429,9 @@ impl RedisStore {
     ) -> Result<T, StoreError> {
         // A clone shares the one multiplexed connection (per node, on a
         // cluster); it is how the client is meant to be used from many tasks.
-        let mut connection = self.connection.clone();
-        command
-            .query_async(&mut connection)
-            .await
-            .map_err(|e| failed(BACKEND, operation)(RedisCommandError::from(e)))
+        let connection = &mut self.connection.clone();
+        let reply = command.query_async(connection).await;
+        reply.map_err(command_failed(operation))
     }
 
     /// Sends a write: `command` alone, or, with
@@ -620,9 +618,7 @@ impl RedisStore {
             drop(probes);
             let mut replies = Vec::with_capacity(sent.len());
             for answer in sent {
-                let reply = answer
-                    .reply
-                    .map_err(|e| StoreError::new(operation, BACKEND, RedisCommandError::from(e)))?;
+                let reply = answer.reply.map_err(command_failed(operation))?;
                 if let (Some(durability), Some(replicas)) = (durability, answer.replicas) {
                     durability
                         .confirm(replicas)
@@ -781,9 +777,7 @@ impl Store for RedisStore {
                     pipeline
                         .query_async::<()>(&mut connection)
                         .await
-                        .map_err(|e| {
-                            failed(BACKEND, StoreOperation::Remember)(RedisCommandError::from(e))
-                        })
+                        .map_err(command_failed(StoreOperation::Remember))
                 }
             }
         })
@@ -846,6 +840,11 @@ enum RedisOpenError {
     Url(#[source] RedisError),
     #[error("could not set up the connection: {0}")]
     Client(#[source] RedisError),
+}
+
+/// The `map_err` adapter of a Redis command that failed while it ran `operation`.
+fn command_failed(operation: StoreOperation) -> impl FnOnce(RedisError) -> StoreError {
+    move |e| StoreError::new(operation, BACKEND, RedisCommandError::from(e))
 }
 
 /// A command failed; a cluster redirect is called out as the cause it is.

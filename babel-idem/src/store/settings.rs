@@ -588,6 +588,30 @@ macro_rules! sql_builder_setters {
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) use sql_builder_setters;
 
+/// The expiry methods of [`Admin`](crate::store::admin::Admin) both SQL
+/// stores answer with their settings' statements alone, over their `pool`
+/// and `settings` fields and their module's `BACKEND`.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+macro_rules! sql_expiry_admin {
+    () => {
+        fn count_expired(&self) -> StoreFuture<'_, u64> {
+            let count = &self.settings.sql.count_expired;
+            StoreFuture::new($crate::store::settings::run_count(
+                &self.pool, BACKEND, count,
+            ))
+        }
+
+        fn purge_expired(&self, limit: u32) -> StoreFuture<'_, u64> {
+            let purge = &self.settings.sql.purge_expired;
+            StoreFuture::new($crate::store::settings::run_purge(
+                &self.pool, BACKEND, purge, limit,
+            ))
+        }
+    };
+}
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) use sql_expiry_admin;
+
 /// The statements a SQL store runs, written out once for its table.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 #[derive(Debug, Clone)]

@@ -8,7 +8,7 @@ use std::collections::HashSet;
 
 use super::{BACKEND, PostgresStore, UnstorableId};
 use crate::store::admin::{Admin, IdState, StoreStats};
-use crate::store::settings::{run_count, run_purge, run_stats};
+use crate::store::settings::{run_count, run_purge, run_stats, sql_expiry_admin};
 use crate::store::{StoreError, StoreFuture, StoreOperation, failed};
 
 /// # Admin operations
@@ -132,22 +132,7 @@ impl Admin for PostgresStore {
         })
     }
 
-    fn count_expired(&self) -> StoreFuture<'_, u64> {
-        StoreFuture::new(run_count(
-            &self.pool,
-            BACKEND,
-            &self.settings.sql.count_expired,
-        ))
-    }
-
-    fn purge_expired(&self, limit: u32) -> StoreFuture<'_, u64> {
-        StoreFuture::new(run_purge(
-            &self.pool,
-            BACKEND,
-            &self.settings.sql.purge_expired,
-            limit,
-        ))
-    }
+    sql_expiry_admin!();
 
     fn count_finished_claims(&self) -> StoreFuture<'_, u64> {
         StoreFuture::new(async move {

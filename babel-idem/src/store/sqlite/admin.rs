@@ -10,7 +10,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
 
 use super::{BACKEND, SqliteStore, SqliteStoreBuilder, numbered};
 use crate::store::admin::{Admin, IdState, StoreStats};
-use crate::store::settings::{run_count, run_purge, run_stats};
+use crate::store::settings::{run_count, run_purge, run_stats, sql_expiry_admin};
 use crate::store::{Store, StoreError, StoreFuture, StoreOperation, failed};
 
 /// The most ids one statement binds: far under SQLite's parameter limit
@@ -228,22 +228,7 @@ impl Admin for SqliteStore {
         })
     }
 
-    fn count_expired(&self) -> StoreFuture<'_, u64> {
-        StoreFuture::new(run_count(
-            &self.pool,
-            BACKEND,
-            &self.settings.sql.count_expired,
-        ))
-    }
-
-    fn purge_expired(&self, limit: u32) -> StoreFuture<'_, u64> {
-        StoreFuture::new(run_purge(
-            &self.pool,
-            BACKEND,
-            &self.settings.sql.purge_expired,
-            limit,
-        ))
-    }
+    sql_expiry_admin!();
 
     fn count_finished_claims(&self) -> StoreFuture<'_, u64> {
         StoreFuture::new(async move {
