@@ -12,6 +12,36 @@ use crate::message::MessageId;
 /// stays the same wherever this module sits.
 const TARGET: &str = "babel_idem::router::span";
 
+/// A BabelQueue messaging span named `$name` (OpenTelemetry name
+/// `$otel_name`, kind `$kind`): `$operation` on `$queue` of `$envelope`,
+/// with the attributes every such span carries, then `$extra` fields.
+macro_rules! messaging_span {
+    (
+        $name:literal,
+        $otel_name:expr,
+        $kind:literal,
+        $operation:literal,
+        $queue:expr,
+        $envelope:expr
+        $(, $($extra:tt)+)?
+    ) => {
+        tracing::info_span!(
+            target: TARGET,
+            $name,
+            otel.name = %$otel_name,
+            otel.kind = $kind,
+            messaging.system = "babelqueue",
+            messaging.operation = $operation,
+            messaging.destination.name = $queue,
+            messaging.message.id = $envelope.message_id(),
+            messaging.message.conversation_id = $envelope.trace_id.as_str(),
+            // OpenTelemetry integers are i64 (a u64 would be exported as text).
+            messaging.babelqueue.attempts = i64::try_from($envelope.attempts).unwrap_or(i64::MAX),
+            $($($extra)+)?
+        )
+    };
+}
+
 /// Opens (but does not enter) the consumer span of one delivery from
 /// `transport_queue` (the queue the transport names, if any) whose transport
 /// headers `headers` lists. Its fields are computed only when a subscriber
@@ -30,19 +60,14 @@ where
         envelope.meta.queue.as_str()
     };
     // The last field's name is `metrics::DECISION_FIELD`, which the guard records.
-    let span = tracing::info_span!(
-        target: TARGET,
+    let span = messaging_span!(
         "babelqueue.process",
-        otel.name = %OperationName(queue),
-        otel.kind = "consumer",
-        messaging.system = "babelqueue",
-        messaging.operation = "process",
-        messaging.destination.name = queue,
-        messaging.message.id = envelope.message_id(),
-        messaging.message.conversation_id = envelope.trace_id.as_str(),
-        // OpenTelemetry integers are i64 (a u64 would be exported as text).
-        messaging.babelqueue.attempts = i64::try_from(envelope.attempts).unwrap_or(i64::MAX),
-        messaging.babelqueue.idempotency.decision = tracing::field::Empty,
+        OperationName(queue),
+        "consumer",
+        "process",
+        queue,
+        envelope,
+        messaging.babelqueue.idempotency.decision = tracing::field::Empty
     );
     #[cfg(feature = "opentelemetry")]
     super::carrier::continue_trace(&span, headers);
@@ -58,17 +83,13 @@ where
     allow(dead_code, reason = "only a broker binding publishes")
 )]
 pub(crate) fn producer(envelope: &Envelope, queue: &str) -> Span {
-    tracing::info_span!(
-        target: TARGET,
+    messaging_span!(
         "babelqueue.publish",
-        otel.name = %PublishName(envelope.urn()),
-        otel.kind = "producer",
-        messaging.system = "babelqueue",
-        messaging.operation = "publish",
-        messaging.destination.name = queue,
-        messaging.message.id = envelope.message_id(),
-        messaging.message.conversation_id = envelope.trace_id.as_str(),
-        messaging.babelqueue.attempts = i64::try_from(envelope.attempts).unwrap_or(i64::MAX),
+        PublishName(envelope.urn()),
+        "producer",
+        "publish",
+        queue,
+        envelope
     )
 }
 
