@@ -78,41 +78,23 @@ pub(crate) fn record_outbox(
 /// babel_idem::telemetry::metrics::describe();
 /// ```
 pub fn describe() {
-    ::metrics::describe_counter!(
-        DECISIONS_TOTAL,
-        ::metrics::Unit::Count,
-        "babel-idem guard decisions (ran, skipped, failed, fail_open, mark_failed, store_failed, parked, lost_claim)"
-    );
-    ::metrics::describe_histogram!(
-        STORE_DURATION_SECONDS,
-        ::metrics::Unit::Seconds,
-        "latency of the seen-set store calls a babel-idem guard awaited"
-    );
-    ::metrics::describe_counter!(
-        STORE_ERRORS_TOTAL,
-        ::metrics::Unit::Count,
-        "failed seen-set store calls a babel-idem guard awaited"
-    );
-    ::metrics::describe_gauge!(
-        OUTBOX_LAG_SECONDS,
-        ::metrics::Unit::Seconds,
-        "age of the oldest pending row of the outbox a babel-idem relay drains"
-    );
-    ::metrics::describe_gauge!(
-        OUTBOX_ROWS,
-        ::metrics::Unit::Count,
-        "rows of the outbox a babel-idem relay drains, by status"
-    );
-    ::metrics::describe_counter!(
-        OUTBOX_PUBLISHED_TOTAL,
-        ::metrics::Unit::Count,
-        "outbox rows a babel-idem relay published"
-    );
-    ::metrics::describe_counter!(
-        OUTBOX_REFUSED_TOTAL,
-        ::metrics::Unit::Count,
-        "refusals a babel-idem relay recorded on outbox rows"
-    );
+    use ::metrics::Unit::{Count, Seconds};
+    /// One registration per line: the `metrics` macro, the metric, its unit
+    /// and its description.
+    macro_rules! describe {
+        ($($kind:ident $name:ident $unit:ident $text:literal;)+) => {
+            $(::metrics::$kind!($name, $unit, $text);)+
+        };
+    }
+    describe! {
+        describe_counter DECISIONS_TOTAL Count "babel-idem guard decisions (ran, skipped, failed, fail_open, mark_failed, store_failed, parked, lost_claim)";
+        describe_histogram STORE_DURATION_SECONDS Seconds "latency of the seen-set store calls a babel-idem guard awaited";
+        describe_counter STORE_ERRORS_TOTAL Count "failed seen-set store calls a babel-idem guard awaited";
+        describe_gauge OUTBOX_LAG_SECONDS Seconds "age of the oldest pending row of the outbox a babel-idem relay drains";
+        describe_gauge OUTBOX_ROWS Count "rows of the outbox a babel-idem relay drains, by status";
+        describe_counter OUTBOX_PUBLISHED_TOTAL Count "outbox rows a babel-idem relay published";
+        describe_counter OUTBOX_REFUSED_TOTAL Count "refusals a babel-idem relay recorded on outbox rows";
+    }
 }
 
 thread_local! {
