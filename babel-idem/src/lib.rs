@@ -69,6 +69,7 @@ pub mod guard;
 pub mod guide;
 pub mod key;
 mod message;
+mod names;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub mod outbox;
 #[cfg(any(feature = "redis", feature = "redis-transport"))]

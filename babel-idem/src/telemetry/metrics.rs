@@ -65,30 +65,24 @@ impl Decision {
         Decision::Parked,
         Decision::LostClaim,
     ];
+}
 
+crate::names::named_variants! {
     /// The name used in tracing events: `ran`, `skipped`, `failed`, `fail_open`,
     /// `mark_failed`, `store_failed`, `parked`, `lost_claim`.
     ///
     /// ```
     /// assert_eq!(babel_idem::telemetry::metrics::Decision::FailOpen.as_str(), "fail_open");
     /// ```
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Decision::Ran => "ran",
-            Decision::Skipped => "skipped",
-            Decision::Failed => "failed",
-            Decision::FailOpen => "fail_open",
-            Decision::MarkFailed => "mark_failed",
-            Decision::StoreFailed => "store_failed",
-            Decision::Parked => "parked",
-            Decision::LostClaim => "lost_claim",
-        }
-    }
-}
-
-impl fmt::Display for Decision {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+    Decision {
+        Ran => "ran",
+        Skipped => "skipped",
+        Failed => "failed",
+        FailOpen => "fail_open",
+        MarkFailed => "mark_failed",
+        StoreFailed => "store_failed",
+        Parked => "parked",
+        LostClaim => "lost_claim",
     }
 }
 
