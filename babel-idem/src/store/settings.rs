@@ -612,6 +612,21 @@ macro_rules! sql_expiry_admin {
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) use sql_expiry_admin;
 
+/// `claims_table_exists` of both SQL stores, over their `has_table` and
+/// their settings' table name.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+macro_rules! sql_claims_table_exists {
+    () => {
+        /// Whether claim mode's table is there ([`migrate_claims`](Self::migrate_claims) made it).
+        pub async fn claims_table_exists(&self) -> Result<bool, StoreError> {
+            self.has_table(&format!("{}_claims", self.settings.table))
+                .await
+        }
+    };
+}
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) use sql_claims_table_exists;
+
 /// The statements a SQL store runs, written out once for its table.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 #[derive(Debug, Clone)]

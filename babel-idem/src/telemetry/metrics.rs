@@ -9,7 +9,6 @@
 //! go through the `metrics` facade: `DECISIONS_TOTAL`, `STORE_DURATION_SECONDS`,
 //! `STORE_ERRORS_TOTAL` and `describe`.
 
-use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
