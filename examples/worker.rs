@@ -70,8 +70,9 @@ use babel_idem::consumer::Failing;
 use babel_idem::router::Urn;
 use babel_idem::store::{Batched, ClaimStore};
 use babel_idem::store::{Cached, PostgresStore, RedisStore, SqliteStore};
+use babel_idem::telemetry::metrics;
 use babel_idem::transport::{AmqpTransport, RedisTransport, Transport};
-use babel_idem::{Consumer, Envelope, Router, StoreError, idempotent, metrics};
+use babel_idem::{Consumer, Envelope, Router, StoreError, idempotent};
 
 /// The URN the job handles unless `--urn` names another.
 const ORDER_CREATED: &str = "urn:babel:orders:created";

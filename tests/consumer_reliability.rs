@@ -17,9 +17,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use babel_idem::consumer::{DEFAULT_DELIVERY_TIMEOUT, Failing};
-use babel_idem::metrics::{self, Decision};
 use babel_idem::router::{Backoff, UnknownUrnStrategy};
 use babel_idem::store::{NotReplicated, RedisStore, ShortOfReplicas};
+use babel_idem::telemetry::metrics::{self, Decision};
 use babel_idem::transport::RedisTransport;
 use babel_idem::{ClaimStore, Consumer, Envelope, Guard, Router, Store, StoreError, run_once, urn};
 use redis::AsyncCommands;

@@ -15,8 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use babel_idem::guard::MessageOutcome;
-use babel_idem::metrics::Decision;
 use babel_idem::store::{Batched, Claim, ClaimToken, StoreFuture, StoreOperation};
+use babel_idem::telemetry::metrics::Decision;
 use babel_idem::{
     ClaimStore, Envelope, Guard, InMemoryStore, MessageId, OnRememberFailure, Store, StoreError,
 };

@@ -11,12 +11,12 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use babel_idem::guard::fence;
-use babel_idem::metrics::Decision;
 use babel_idem::router::ReleaseReason;
 use babel_idem::store::{Claim, ClaimToken, MAX_LEASE, StoreFuture, StoreOperation};
+use babel_idem::telemetry::metrics::{self, Decision};
 use babel_idem::{
     ClaimStore, Delivery, Disposition, Envelope, Guard, InMemoryStore, OnRememberFailure, Router,
-    Store, StoreError, metrics, run_once, urn,
+    Store, StoreError, run_once, urn,
 };
 use serde_json::json;
 

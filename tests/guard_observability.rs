@@ -4,7 +4,8 @@
 
 mod support;
 
-use babel_idem::{Envelope, InMemoryStore, StoreError, metrics, run_once};
+use babel_idem::telemetry::metrics;
+use babel_idem::{Envelope, InMemoryStore, StoreError, run_once};
 use serde_json::json;
 use support::{Captured, FailingStore, Failure};
 

@@ -11,8 +11,8 @@ mod support;
 use std::future::Future;
 use std::time::Duration;
 
-use babel_idem::metrics::{DECISIONS_TOTAL, STORE_DURATION_SECONDS, STORE_ERRORS_TOTAL};
 use babel_idem::store::{ClaimToken, StoreOperation};
+use babel_idem::telemetry::metrics::{DECISIONS_TOTAL, STORE_DURATION_SECONDS, STORE_ERRORS_TOTAL};
 use babel_idem::{ClaimStore, Envelope, Guard, InMemoryStore, StoreError, run_once};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use metrics_util::{CompositeKey, MetricKind};
@@ -259,7 +259,7 @@ fn describe_registers_each_metric_with_its_unit() {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     metrics::with_local_recorder(&recorder, || {
-        babel_idem::metrics::describe();
+        babel_idem::telemetry::metrics::describe();
         // A description is reported beside a metric that was recorded.
         metrics::counter!(DECISIONS_TOTAL).increment(0);
         metrics::histogram!(STORE_DURATION_SECONDS).record(0.0);

@@ -930,27 +930,39 @@ fn the_relay_records_the_outbox_lag_and_its_rows_by_status() {
         other => panic!("not a gauge: {other:?}"),
     };
     assert_eq!(
-        gauge(find(babel_idem::metrics::OUTBOX_ROWS, Some("published"))),
+        gauge(find(
+            babel_idem::telemetry::metrics::OUTBOX_ROWS,
+            Some("published")
+        )),
         3.0
     );
     assert_eq!(
-        gauge(find(babel_idem::metrics::OUTBOX_ROWS, Some("failed"))),
+        gauge(find(
+            babel_idem::telemetry::metrics::OUTBOX_ROWS,
+            Some("failed")
+        )),
         1.0
     );
     assert_eq!(
-        gauge(find(babel_idem::metrics::OUTBOX_ROWS, Some("pending"))),
+        gauge(find(
+            babel_idem::telemetry::metrics::OUTBOX_ROWS,
+            Some("pending")
+        )),
         0.0
     );
     assert_eq!(
-        gauge(find(babel_idem::metrics::OUTBOX_LAG_SECONDS, None)),
+        gauge(find(
+            babel_idem::telemetry::metrics::OUTBOX_LAG_SECONDS,
+            None
+        )),
         0.0
     );
     assert!(matches!(
-        find(babel_idem::metrics::OUTBOX_PUBLISHED_TOTAL, None),
+        find(babel_idem::telemetry::metrics::OUTBOX_PUBLISHED_TOTAL, None),
         &DebugValue::Counter(3)
     ));
     assert!(matches!(
-        find(babel_idem::metrics::OUTBOX_REFUSED_TOTAL, None),
+        find(babel_idem::telemetry::metrics::OUTBOX_REFUSED_TOTAL, None),
         &DebugValue::Counter(1)
     ));
 }

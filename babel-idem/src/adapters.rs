@@ -7,7 +7,7 @@
 //!
 //! The consumer span is opened by [`Router::dispatch`](crate::router::Router::dispatch)
 //! (W3C `traceparent` continuation with the feature `opentelemetry`), and the
-//! `metrics` facade is fed by [`metrics`](crate::metrics) (feature `metrics`):
+//! `metrics` facade is fed by [`metrics`](crate::telemetry::metrics) (feature `metrics`):
 //! both record where the delivery is dispatched and decided, not here.
 
 #[cfg(feature = "tower")]

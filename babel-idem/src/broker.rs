@@ -21,7 +21,7 @@ use std::pin::Pin;
 use tracing::Instrument;
 
 use crate::envelope::Envelope;
-use crate::router::span;
+use crate::telemetry::{carrier, span};
 
 mod dead_letters;
 pub(crate) mod outgoing;
@@ -87,7 +87,7 @@ pub trait Publisher: Send + Sync + 'static {
             let body = envelope.encode_for_publish()?;
             let queue = envelope.destination();
             let span = span::producer(envelope, queue);
-            let headers = span::trace_headers(&span);
+            let headers = carrier::trace_headers(&span);
             self.publish_body(queue, &body, &headers)
                 .instrument(span)
                 .await?;

@@ -184,27 +184,16 @@ pub fn run(dir: impl AsRef<Path>) -> Result<Report, ConformanceError> {
     for sequence in &sequences.cases {
         report.push(idempotency::run_sequence(sequence));
     }
-    if let Some(block) = manifest
-        .redis
-        .as_ref()
-        .and_then(|b| b.payload_identity.as_ref())
-    {
+    let redis = manifest.redis.as_ref();
+    if let Some(block) = redis.and_then(|b| b.payload_identity.as_ref()) {
         let bytes = fixture(dir, &manifest_path, &block.envelope_file)?;
-        match bindings::redis_payload_identity(block, &bytes) {
-            Ok(outcome) => report.push(outcome),
-            Err(why) => report.not_applicable("redis", why),
-        }
+        report.push_binding("redis", bindings::redis_payload_identity(block, &bytes));
     }
-    if let Some(block) = manifest
-        .rabbitmq
-        .as_ref()
-        .and_then(|b| b.property_projection.as_ref())
-    {
+    let rabbitmq = manifest.rabbitmq.as_ref();
+    if let Some(block) = rabbitmq.and_then(|b| b.property_projection.as_ref()) {
         let bytes = fixture(dir, &manifest_path, &block.envelope_file)?;
-        match bindings::rabbitmq_property_projection(block, &bytes) {
-            Ok(outcome) => report.push(outcome),
-            Err(why) => report.not_applicable("rabbitmq", why),
-        }
+        let outcome = bindings::rabbitmq_property_projection(block, &bytes);
+        report.push_binding("rabbitmq", outcome);
     }
     for block in bindings::other_blocks(&manifest.rest) {
         let why = bindings::NOT_IMPLEMENTED

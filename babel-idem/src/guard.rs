@@ -17,10 +17,10 @@ use std::time::Duration;
 
 use crate::key::DedupeKey;
 use crate::message::MessageId;
-use crate::metrics::{self, Decision};
 use crate::store::InvalidLease;
 use crate::store::claim::lease_millis;
 use crate::store::{ClaimStore, Store, StoreError};
+use crate::telemetry::metrics::{self, Decision};
 
 /// The answer of a store call: taken out of a future that already holds it
 /// (a store that answered in the call), awaited otherwise. The pending

@@ -24,37 +24,34 @@
 //! given here: the item with the feature, the published docs without it,
 //! so every page builds whatever the features.
 
-pub mod modes {
-    #![doc = include_str!("guide/modes.md")]
-    #![cfg_attr(
-        feature = "redis",
-        doc = "",
-        doc = "[wait_for_replicas]: crate::store::RedisStoreBuilder::wait_for_replicas"
-    )]
-    #![cfg_attr(
-        not(feature = "redis"),
-        doc = "",
-        doc = "[wait_for_replicas]: https://docs.rs/babel-idem/latest/babel_idem/store/struct.RedisStoreBuilder.html#method.wait_for_replicas"
-    )]
+/// One page of the guide: the module `$name` whose docs are `$file`. Links
+/// to items behind `$feature` are defined once for both builds: the item
+/// with the feature, its published docs (`$url`) without it.
+macro_rules! page {
+    ($name:ident, $file:literal $(, $feature:literal => [$($label:literal: $item:literal, $url:literal),+ $(,)?])?) => {
+        pub mod $name {
+            #![doc = include_str!($file)]
+            $(
+                #![cfg_attr(feature = $feature, doc = "", $(doc = concat!("[", $label, "]: ", $item)),+)]
+                #![cfg_attr(not(feature = $feature), doc = "", $(doc = concat!("[", $label, "]: ", $url)),+)]
+            )?
+        }
+    };
 }
 
-pub mod batches {
-    #![doc = include_str!("guide/batches.md")]
-    #![cfg_attr(
-        feature = "consumer",
-        doc = "",
-        doc = "[Consumer]: crate::consumer::Consumer",
-        doc = "[concurrency]: crate::consumer::ConsumerBuilder::concurrency",
-        doc = "[batch_store_calls]: crate::consumer::ConsumerBuilder::batch_store_calls"
-    )]
-    #![cfg_attr(
-        not(feature = "consumer"),
-        doc = "",
-        doc = "[Consumer]: https://docs.rs/babel-idem/latest/babel_idem/consumer/struct.Consumer.html",
-        doc = "[concurrency]: https://docs.rs/babel-idem/latest/babel_idem/consumer/struct.ConsumerBuilder.html#method.concurrency",
-        doc = "[batch_store_calls]: https://docs.rs/babel-idem/latest/babel_idem/consumer/struct.ConsumerBuilder.html#method.batch_store_calls"
-    )]
-}
+page!(modes, "guide/modes.md", "redis" => [
+    "wait_for_replicas": "crate::store::RedisStoreBuilder::wait_for_replicas",
+    "https://docs.rs/babel-idem/latest/babel_idem/store/struct.RedisStoreBuilder.html#method.wait_for_replicas",
+]);
+
+page!(batches, "guide/batches.md", "consumer" => [
+    "Consumer": "crate::consumer::Consumer",
+    "https://docs.rs/babel-idem/latest/babel_idem/consumer/struct.Consumer.html",
+    "concurrency": "crate::consumer::ConsumerBuilder::concurrency",
+    "https://docs.rs/babel-idem/latest/babel_idem/consumer/struct.ConsumerBuilder.html#method.concurrency",
+    "batch_store_calls": "crate::consumer::ConsumerBuilder::batch_store_calls",
+    "https://docs.rs/babel-idem/latest/babel_idem/consumer/struct.ConsumerBuilder.html#method.batch_store_calls",
+]);
 
 pub mod stores {
     #![doc = include_str!("guide/stores.md")]
@@ -76,32 +73,15 @@ pub mod stores {
     #![doc = include_str!("guide/stores-redis.md")]
 }
 
-pub mod consumers {
-    #![doc = include_str!("guide/consumers.md")]
-    #![cfg_attr(
-        feature = "consumer",
-        doc = "",
-        doc = "[batch_store_calls]: crate::consumer::ConsumerBuilder::batch_store_calls"
-    )]
-    #![cfg_attr(
-        not(feature = "consumer"),
-        doc = "",
-        doc = "[batch_store_calls]: https://docs.rs/babel-idem/latest/babel_idem/consumer/struct.ConsumerBuilder.html#method.batch_store_calls"
-    )]
-}
+page!(consumers, "guide/consumers.md", "consumer" => [
+    "batch_store_calls": "crate::consumer::ConsumerBuilder::batch_store_calls",
+    "https://docs.rs/babel-idem/latest/babel_idem/consumer/struct.ConsumerBuilder.html#method.batch_store_calls",
+]);
 
-pub mod replays {
-    #![doc = include_str!("guide/replays.md")]
-}
+page!(replays, "guide/replays.md");
 
-pub mod redrive {
-    #![doc = include_str!("guide/redrive.md")]
-}
+page!(redrive, "guide/redrive.md");
 
-pub mod outbox {
-    #![doc = include_str!("guide/outbox.md")]
-}
+page!(outbox, "guide/outbox.md");
 
-pub mod observability {
-    #![doc = include_str!("guide/observability.md")]
-}
+page!(observability, "guide/observability.md");

@@ -34,7 +34,7 @@
 //!
 //! The crate root holds what a handler author needs; everything else lives in
 //! its module ([`envelope`], [`guard`](mod@guard), [`key`], [`store`],
-//! [`router`], [`metrics`]):
+//! [`router`], [`telemetry`]):
 //!
 //! - [`Envelope`]: the BabelQueue v1 wire envelope, decoded and checked.
 //! - [`MessageId`]: where a message keeps its identity.
@@ -44,7 +44,8 @@
 //!   mode and transactional mode.
 //! - [`run_once`], [`Guard`], [`wrap`] and [`idempotent`]: the decision and the
 //!   ways to put it in front of a handler.
-//! - [`metrics`]: what the guards decided, counted.
+//! - [`telemetry`]: the consumer and producer spans, and
+//!   [`telemetry::metrics`]: what the guards decided, counted.
 //! - [`Router`], [`Urn`], [`urn!`] and [`routes!`]: handlers registered by
 //!   URN, raw deliveries dispatched to a [`Disposition`] a broker loop acts on.
 //! - [`adapters`]: the guard in other frameworks, such as a tower `Layer`
@@ -68,13 +69,14 @@ pub mod guard;
 pub mod guide;
 pub mod key;
 mod message;
-pub mod metrics;
+mod names;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub mod outbox;
 #[cfg(any(feature = "redis", feature = "redis-transport"))]
 mod redis_client;
 pub mod router;
 pub mod store;
+pub mod telemetry;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;

@@ -42,7 +42,6 @@ mod handler;
 pub(crate) mod parked;
 mod policy;
 mod routes;
-pub(crate) mod span;
 mod urn;
 
 pub use delivery::Delivery;

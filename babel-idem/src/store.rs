@@ -513,22 +513,36 @@ pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 /// let boxed: Box<dyn std::error::Error + Send + Sync> = err.into();
 /// assert!(boxed.source().is_some());
 /// ```
+#[derive(thiserror::Error)]
+#[error(transparent)]
 pub struct StoreError(Box<Failure>);
 
 /// What a [`StoreError`] says, behind one pointer: a `StoreError`, and a
 /// `Result<(), StoreError>`, are one word, and only a failure allocates.
-struct Failure {
-    operation: StoreOperation,
-    backend: &'static str,
-    source: BoxError,
+#[derive(Debug, thiserror::Error)]
+enum Failure {
+    /// A backend failed while it ran `operation`.
+    #[error("{backend} store: `{operation}` failed: {source}")]
+    Backend {
+        operation: StoreOperation,
+        backend: &'static str,
+        source: BoxError,
+    },
+    /// A refusal the claim-mode guard made itself (backend
+    /// [`claim::GUARD`]): no backend failed, so it reads as the refusal.
+    #[error("{source}")]
+    Guard {
+        operation: StoreOperation,
+        source: BoxError,
+    },
 }
 
 impl fmt::Debug for StoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("StoreError")
-            .field("operation", &self.0.operation)
-            .field("backend", &self.0.backend)
-            .field("source", &self.0.source)
+            .field("operation", &self.operation())
+            .field("backend", &self.backend())
+            .field("source", self.source_ref())
             .finish()
     }
 }
@@ -540,28 +554,47 @@ impl StoreError {
         backend: &'static str,
         source: impl Into<BoxError>,
     ) -> Self {
-        StoreError(Box::new(Failure {
-            operation,
-            backend,
-            source: source.into(),
+        let source = source.into();
+        StoreError(Box::new(if backend == claim::GUARD {
+            Failure::Guard { operation, source }
+        } else {
+            Failure::Backend {
+                operation,
+                backend,
+                source,
+            }
         }))
     }
 
     /// The operation that failed.
     pub fn operation(&self) -> StoreOperation {
-        self.0.operation
+        match *self.0 {
+            Failure::Backend { operation, .. } | Failure::Guard { operation, .. } => operation,
+        }
     }
 
     /// The backend that failed: `memory`, `sqlite`, `redis`, `postgres`, ...,
     /// or `guard` for a refusal a claim-mode guard made itself (a parked
     /// delivery, a lost claim, a lease out of range).
     pub fn backend(&self) -> &'static str {
-        self.0.backend
+        match *self.0 {
+            Failure::Backend { backend, .. } => backend,
+            Failure::Guard { .. } => claim::GUARD,
+        }
     }
 
     /// The backend's error, for downcasting.
     pub fn into_source(self) -> BoxError {
-        self.0.source
+        match *self.0 {
+            Failure::Backend { source, .. } | Failure::Guard { source, .. } => source,
+        }
+    }
+
+    /// The backend's error, borrowed.
+    pub(crate) fn source_ref(&self) -> &BoxError {
+        match &*self.0 {
+            Failure::Backend { source, .. } | Failure::Guard { source, .. } => source,
+        }
     }
 }
 
@@ -574,27 +607,6 @@ pub(crate) fn failed<E: Into<BoxError>>(
     operation: StoreOperation,
 ) -> impl FnOnce(E) -> StoreError {
     move |source| StoreError::new(operation, backend, source)
-}
-
-impl fmt::Display for StoreError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // A refusal made by the claim-mode guard itself is not a backend failure.
-        let Failure {
-            operation,
-            backend,
-            source,
-        } = &*self.0;
-        if *backend == claim::GUARD {
-            return fmt::Display::fmt(source, f);
-        }
-        write!(f, "{backend} store: `{operation}` failed: {source}")
-    }
-}
-
-impl StdError for StoreError {
-    fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        Some(&*self.0.source)
-    }
 }
 
 #[cfg(test)]

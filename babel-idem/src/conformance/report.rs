@@ -21,7 +21,7 @@ pub enum Block {
     Rabbitmq,
 }
 
-impl Block {
+crate::names::named_variants! {
     /// The block's place in the manifest: `cases`, `idempotency`,
     /// `idempotency.sequences`, `redis`, `rabbitmq`.
     ///
@@ -30,20 +30,12 @@ impl Block {
     ///
     /// assert_eq!(Block::Sequence.as_str(), "idempotency.sequences");
     /// ```
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Block::Envelope => "cases",
-            Block::DedupKey => "idempotency",
-            Block::Sequence => "idempotency.sequences",
-            Block::Redis => "redis",
-            Block::Rabbitmq => "rabbitmq",
-        }
-    }
-}
-
-impl fmt::Display for Block {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+    Block {
+        Envelope => "cases",
+        DedupKey => "idempotency",
+        Sequence => "idempotency.sequences",
+        Redis => "redis",
+        Rabbitmq => "rabbitmq",
     }
 }
 
@@ -128,6 +120,14 @@ pub struct Report {
 impl Report {
     pub(super) fn push(&mut self, outcome: CaseOutcome) {
         self.outcomes.push(outcome);
+    }
+
+    /// The outcome of the binding `block`'s check, or why it does not apply.
+    pub(super) fn push_binding(&mut self, block: &str, checked: Result<CaseOutcome, &str>) {
+        match checked {
+            Ok(outcome) => self.push(outcome),
+            Err(why) => self.not_applicable(block, why),
+        }
     }
 
     pub(super) fn not_applicable(&mut self, block: &str, why: &str) {

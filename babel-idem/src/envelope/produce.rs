@@ -2,8 +2,6 @@
 //! stores in an outbox, checked before they leave, and the envelopes a
 //! handler emits in answer to the one it received.
 
-use std::fmt;
-
 use serde_json::{Map, Value};
 
 use super::{Envelope, EnvelopeError};
@@ -26,13 +24,21 @@ const FORBIDDEN_META: [&str; 4] = ["max_retries", "attempts", "source", "ts"];
 /// let env = Envelope::new("urn:babel:orders:created", json!({})).without_id();
 /// assert!(matches!(env.encode_for_publish(), Err(ProduceError::MissingId)));
 /// ```
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ProduceError {
     /// The envelope has no `meta.id`: consumers could not tell a redelivery
     /// from a new message.
+    #[error(
+        "the envelope has no meta.id, so consumers could not deduplicate it; \
+         nothing was published"
+    )]
     MissingId,
     /// The envelope carries a key the contract forbids producers to write.
+    #[error(
+        "the envelope carries {pointer}, a key producers must not write \
+         (message-envelope.md §10); nothing was published"
+    )]
     ForbiddenKey {
         /// Where, as a JSON pointer (`/timestamp`, `/meta/ts`).
         pointer: String,
@@ -40,37 +46,11 @@ pub enum ProduceError {
     /// The encoded bytes would not decode as a valid envelope (a blank URN
     /// or `trace_id`, an unsupported `schema_version`); says which rule
     /// failed.
-    Invalid(EnvelopeError),
-}
-
-impl fmt::Display for ProduceError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ProduceError::MissingId => f.write_str(
-                "the envelope has no meta.id, so consumers could not deduplicate it; \
-                 nothing was published",
-            ),
-            ProduceError::ForbiddenKey { pointer } => write!(
-                f,
-                "the envelope carries {pointer}, a key producers must not write \
-                 (message-envelope.md §10); nothing was published"
-            ),
-            ProduceError::Invalid(error) => write!(
-                f,
-                "the envelope would not decode on the consumer side ({error}); \
-                 nothing was published"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for ProduceError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            ProduceError::Invalid(error) => Some(error),
-            ProduceError::MissingId | ProduceError::ForbiddenKey { .. } => None,
-        }
-    }
+    #[error(
+        "the envelope would not decode on the consumer side ({0}); \
+         nothing was published"
+    )]
+    Invalid(#[source] EnvelopeError),
 }
 
 impl Envelope {

@@ -14,9 +14,9 @@ use super::inflight::{InFlight, Running};
 use super::{Guard, SeenSet, mark_failed, report, store_failed};
 use crate::key::DedupeKey;
 use crate::message::MessageId;
-use crate::metrics::{Decision, timed};
 use crate::store::StoreOperation;
 use crate::store::{Store, StoreError};
+use crate::telemetry::metrics::{Decision, timed};
 
 /// What [`Guard::run_batch`] did with one message of the batch: the decision, and the
 /// result a single [`Guard::run`] would have returned for it.
@@ -108,7 +108,7 @@ impl<S: Store> Guard<S, SeenSet> {
     ///
     /// ```
     /// use babel_idem::{Envelope, Guard, InMemoryStore, MessageId};
-    /// use babel_idem::metrics::Decision;
+    /// use babel_idem::telemetry::metrics::Decision;
     /// use serde_json::json;
     ///
     /// #[derive(Debug)]
@@ -332,8 +332,8 @@ mod tests {
 
     use crate::envelope::Envelope;
     use crate::guard::Guard;
-    use crate::metrics::Decision;
     use crate::store::{InMemoryStore, StoreError};
+    use crate::telemetry::metrics::Decision;
 
     /// Per id: runs going on now, the most at once, runs in all.
     type Runs = Arc<Mutex<HashMap<String, (u32, u32, u32)>>>;

@@ -16,10 +16,10 @@ use super::outcome::Guarded;
 use super::timer::{self, Sleep};
 use super::{OnRememberFailure, fence, mark_failed, report, store_failed};
 use crate::key::DedupeKey;
-use crate::metrics::{self, Decision, Timed, claim_mode, timed};
 use crate::store::StoreFuture;
 use crate::store::{Claim, ClaimToken, StoreOperation};
 use crate::store::{ClaimStore, StoreError};
+use crate::telemetry::metrics::{self, Decision, Timed, claim_mode, timed};
 
 /// | state of the id | the guard |
 /// |---|---|

@@ -9,9 +9,9 @@ use pin_project_lite::pin_project;
 use super::context::{self, body_starts, marking};
 use super::{OnRememberFailure, mark_failed, report, store_failed};
 use crate::key::DedupeKey;
-use crate::metrics::{Decision, timed, timed_now};
 use crate::store::StoreOperation;
 use crate::store::{Store, StoreError};
+use crate::telemetry::metrics::{Decision, timed, timed_now};
 
 /// The decision itself; every public entry point ends here, returning this
 /// future as it is. It owns the key, so a caller's future does not borrow
@@ -261,9 +261,9 @@ mod tests {
     use crate::envelope::Envelope;
     use crate::guard::run_once;
     use crate::key::DedupeKey;
-    use crate::metrics::Timed;
     use crate::store::{InMemoryStore, Store, StoreError};
     use crate::store::{StoreFuture, StoreOperation};
+    use crate::telemetry::metrics::Timed;
 
     /// A store that answers `seen_now` with `answer`, and counts the calls
     /// that the guard must not make after such an answer: its `seen` is a

@@ -9,9 +9,9 @@ use super::context::body_starts;
 use super::{Guard, report, store_failed};
 use crate::key::DedupeKey;
 use crate::message::MessageId;
-use crate::metrics::Decision;
 use crate::store::{AsConnection, TransactionMisuse, TransactionalStore};
 use crate::store::{Store, StoreError};
+use crate::telemetry::metrics::Decision;
 
 /// Transactional mode, made by [`Guard::transactional`]: the mark is a row
 /// inserted on the handler's connection before the body runs, so it commits

@@ -11,8 +11,8 @@ use super::{
     headers_json, read_row, truncated,
 };
 use crate::envelope::Envelope;
-use crate::router::span;
 use crate::store::AsConnection;
+use crate::telemetry::carrier;
 
 /// The DDL, shipped as `postgres.sql` for users who run their own migrations.
 const DDL: &str = include_str!("postgres.sql");
@@ -177,7 +177,7 @@ impl PostgresOutbox {
         let t = &self.table;
         let connection = connection.as_connection();
         if self.headers {
-            let headers = headers_json(&span::trace_headers(&tracing::Span::current()));
+            let headers = headers_json(&carrier::trace_headers(&tracing::Span::current()));
             let insert = format!(
                 "WITH saved AS (
                      INSERT INTO {t} (queue, body, headers, created_at)

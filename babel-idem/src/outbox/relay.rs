@@ -865,9 +865,9 @@ impl Relay {
         }
         #[cfg(feature = "metrics")]
         {
-            ::metrics::counter!(crate::metrics::OUTBOX_PUBLISHED_TOTAL)
+            ::metrics::counter!(crate::telemetry::metrics::OUTBOX_PUBLISHED_TOTAL)
                 .increment(published.len() as u64);
-            ::metrics::counter!(crate::metrics::OUTBOX_REFUSED_TOTAL)
+            ::metrics::counter!(crate::telemetry::metrics::OUTBOX_REFUSED_TOTAL)
                 .increment(refused.len() as u64);
         }
         // The rows neither published nor refused wait: the broker did not
@@ -950,7 +950,12 @@ impl Relay {
             }
             *last = Some(Instant::now());
             if let Ok(stats) = self.stats().await {
-                crate::metrics::record_outbox(&stats);
+                crate::telemetry::metrics::record_outbox(
+                    stats.oldest_pending_age,
+                    stats.pending,
+                    stats.published,
+                    stats.failed,
+                );
             }
         }
         #[cfg(not(feature = "metrics"))]

@@ -13,8 +13,8 @@ use super::{
     headers_json, read_row, truncated,
 };
 use crate::envelope::Envelope;
-use crate::router::span;
 use crate::store::AsConnection;
+use crate::telemetry::carrier;
 
 /// The DDL, shipped as `sqlite.sql` for users who run their own migrations.
 const DDL: &str = include_str!("sqlite.sql");
@@ -173,7 +173,7 @@ impl SqliteOutbox {
         let queue = envelope.destination();
         let connection = connection.as_connection();
         let id = if self.headers {
-            let headers = headers_json(&span::trace_headers(&tracing::Span::current()));
+            let headers = headers_json(&carrier::trace_headers(&tracing::Span::current()));
             let insert = format!(
                 "INSERT INTO {} (queue, body, headers, created_at) VALUES (?1, ?2, ?3, {NOW}) RETURNING id",
                 self.table

@@ -119,40 +119,22 @@ pub(crate) async fn connect(
 }
 
 /// Building a cluster connection failed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub(crate) enum ClusterOpenError {
+    #[error("not a usable Redis Cluster URL: {0}")]
     Url(String),
-    Client(RedisError),
-    Unreachable(RedisError),
+    #[error("could not set up the cluster client: {0}")]
+    Client(#[source] RedisError),
+    #[error(
+        "no Redis Cluster answered at the URL's seed nodes (are they up, and \
+         started with cluster-enabled yes?): {0}"
+    )]
+    Unreachable(#[source] RedisError),
+    #[error(
+        "the Redis Cluster answered but its CLUSTER INFO is not cluster_state:ok \
+         (slots unassigned, or a master down with no replica to promote)"
+    )]
     NotOk,
-}
-
-impl std::fmt::Display for ClusterOpenError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ClusterOpenError::Url(reason) => write!(f, "not a usable Redis Cluster URL: {reason}"),
-            ClusterOpenError::Client(e) => write!(f, "could not set up the cluster client: {e}"),
-            ClusterOpenError::Unreachable(e) => write!(
-                f,
-                "no Redis Cluster answered at the URL's seed nodes (are they up, and \
-                 started with cluster-enabled yes?): {e}"
-            ),
-            ClusterOpenError::NotOk => write!(
-                f,
-                "the Redis Cluster answered but its CLUSTER INFO is not cluster_state:ok \
-                 (slots unassigned, or a master down with no replica to promote)"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for ClusterOpenError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            ClusterOpenError::Client(e) | ClusterOpenError::Unreachable(e) => Some(e),
-            ClusterOpenError::Url(_) | ClusterOpenError::NotOk => None,
-        }
-    }
 }
 
 /// The bytes a key's slot is computed from: its hash tag when it has a
@@ -294,34 +276,14 @@ impl SlotCache {
             masters: Vec::new(),
             master_of: vec![usize::MAX; usize::from(SLOTS)],
         };
-        for range in ranges {
-            let Value::Array(fields) = range else {
+        for range in &ranges {
+            let Some((start, end, master)) = slot_range(range) else {
                 continue;
             };
-            let (Some(start), Some(end), Some(Value::Array(master))) =
-                (fields.first(), fields.get(1), fields.get(2))
-            else {
-                continue;
-            };
-            let (Ok(start), Ok(end)) = (
-                usize::from_redis_value_ref(start),
-                usize::from_redis_value_ref(end),
-            ) else {
-                continue;
-            };
-            let (Some(host), Some(port)) = (master.first(), master.get(1)) else {
-                continue;
-            };
-            let (Ok(host), Ok(port)) = (
-                String::from_redis_value_ref(host),
-                u16::from_redis_value_ref(port),
-            ) else {
-                continue;
-            };
-            let index = match map.masters.iter().position(|m| *m == (host.clone(), port)) {
+            let index = match map.masters.iter().position(|m| *m == master) {
                 Some(index) => index,
                 None => {
-                    map.masters.push((host, port));
+                    map.masters.push(master);
                     map.masters.len() - 1
                 }
             };
@@ -333,6 +295,22 @@ impl SlotCache {
         self.set(Some(Arc::clone(&map)));
         Ok(map)
     }
+}
+
+/// One entry of `CLUSTER SLOTS`: its first and last slot and its master's
+/// `(host, port)`; none for an entry of another shape, which the map skips.
+fn slot_range(range: &Value) -> Option<(usize, usize, (String, u16))> {
+    let Value::Array(fields) = range else {
+        return None;
+    };
+    let start = usize::from_redis_value_ref(fields.first()?).ok()?;
+    let end = usize::from_redis_value_ref(fields.get(1)?).ok()?;
+    let Value::Array(master) = fields.get(2)? else {
+        return None;
+    };
+    let host = String::from_redis_value_ref(master.first()?).ok()?;
+    let port = u16::from_redis_value_ref(master.get(1)?).ok()?;
+    Some((start, end, (host, port)))
 }
 
 /// The master that serves `slot` (`host:port`) by the slot map `cache`

@@ -19,11 +19,11 @@ use tracing::Instrument;
 
 use crate::envelope::DeadLetterReason;
 use crate::envelope::{DeadLetter, Envelope, EnvelopeError};
+use crate::telemetry::span;
 
 use super::handler::HandlerFuture;
 use super::parked;
 use super::routes::Route;
-use super::span;
 use super::{
     DeadLettered, Delivery, DispatchError, Disposition, ReleaseReason, Retry, Router,
     UnknownUrnStrategy,
@@ -129,7 +129,7 @@ impl Router {
         };
 
         // The handler (and so its guard) runs in the delivery's consumer span.
-        let span = span::consumer(&envelope, &delivery);
+        let span = span::consumer(&envelope, delivery.queue(), || delivery.headers());
         let ((result, last), _) = context::ensure(run_catching_panics(route, envelope, delivery))
             .instrument(span)
             .await;

@@ -7,7 +7,6 @@
 //! done id.
 
 use std::cell::Cell;
-use std::error::Error as StdError;
 use std::fmt;
 use std::ops::Deref;
 use std::sync::Arc;
@@ -329,7 +328,11 @@ pub(crate) fn server_lease_ms(
 /// assert_eq!(refused.lease(), Duration::ZERO);
 /// assert!(refused.to_string().contains("at least 1 ms"));
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "claim lease {lease:?} is out of range: it must be at least 1 ms and at most {} ms",
+    MAX_LEASE.as_millis()
+)]
 pub struct InvalidLease {
     lease: Duration,
 }
@@ -340,19 +343,6 @@ impl InvalidLease {
         self.lease
     }
 }
-
-impl fmt::Display for InvalidLease {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "claim lease {:?} is out of range: it must be at least 1 ms and at most {} ms",
-            self.lease,
-            MAX_LEASE.as_millis()
-        )
-    }
-}
-
-impl StdError for InvalidLease {}
 
 /// A handler whose guard could not be built reports the bad lease as its
 /// store error: the handler does not run and the delivery is not acked.
@@ -367,36 +357,22 @@ pub(crate) const GUARD: &str = "guard";
 
 /// Why a claim-mode guard did not run or did not ack a delivery, though no
 /// store failed. Carried as the source of a [`StoreError`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 enum Refusal {
     /// Another owner holds a live claim on the id.
+    #[error(
+        "parked: another owner holds a live claim on this message{}",
+        .retry_after.map(|after| format!("; retry in {after:?}")).unwrap_or_default()
+    )]
     Parked { retry_after: Option<Duration> },
     /// The handler succeeded, but its claim's lease lapsed before the
     /// commit, whether or not another owner has claimed the id since.
+    #[error(
+        "lost claim: the handler succeeded but its lease lapsed before the commit \
+         (another owner may have claimed the message since); not marked done"
+    )]
     LostClaim,
 }
-
-impl fmt::Display for Refusal {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Refusal::Parked {
-                retry_after: Some(after),
-            } => write!(
-                f,
-                "parked: another owner holds a live claim on this message; retry in {after:?}"
-            ),
-            Refusal::Parked { retry_after: None } => {
-                f.write_str("parked: another owner holds a live claim on this message")
-            }
-            Refusal::LostClaim => f.write_str(
-                "lost claim: the handler succeeded but its lease lapsed before the commit \
-                 (another owner may have claimed the message since); not marked done",
-            ),
-        }
-    }
-}
-
-impl StdError for Refusal {}
 
 impl StoreError {
     /// A delivery the guard parked: another owner is running this id.
@@ -414,7 +390,7 @@ impl StoreError {
     }
 
     fn refusal(&self) -> Option<Refusal> {
-        self.0.source.downcast_ref::<Refusal>().copied()
+        self.source_ref().downcast_ref::<Refusal>().copied()
     }
 
     /// Whether a claim-mode guard parked this delivery: another owner holds a

@@ -761,6 +761,11 @@ mod tests {
     use super::uuid_table::MIN_SLOTS;
     use super::*;
 
+    /// The store `builder` makes; with no TTL it has nothing to refuse.
+    fn built(builder: InMemoryStoreBuilder) -> InMemoryStore {
+        builder.build().expect("no TTL to refuse")
+    }
+
     fn uuid(n: u64) -> String {
         format!("f1e2d3c4-b5a6-4789-90ab-{n:012x}")
     }
@@ -850,10 +855,7 @@ mod tests {
 
     #[test]
     fn tables_grow_and_drop_tombstones_without_losing_ids() {
-        let store = InMemoryStore::builder()
-            .shards(1)
-            .build()
-            .expect("no TTL to refuse");
+        let store = built(InMemoryStore::builder().shards(1));
         for n in 0..10_000 {
             store.insert(&uuid(n));
             if n % 3 == 0 {
@@ -879,10 +881,7 @@ mod tests {
 
     #[test]
     fn a_table_with_no_free_slot_is_rebuilt_rather_than_probed_for_ever() {
-        let store = InMemoryStore::builder()
-            .shards(1)
-            .build()
-            .expect("no TTL to refuse");
+        let store = built(InMemoryStore::builder().shards(1));
         // Fill every slot behind the writer's back, as a bookkeeping mistake would.
         let table = &store.shards[0].0.uuids;
         for n in 0..table.slots() as u64 {
@@ -908,10 +907,7 @@ mod tests {
 
     #[test]
     fn forgotten_entries_leave_the_insertion_order() {
-        let store = InMemoryStore::builder()
-            .capacity(1000)
-            .build()
-            .expect("no TTL to refuse");
+        let store = built(InMemoryStore::builder().capacity(1000));
         store.insert("pinned");
         for n in 0..10_000 {
             store.insert(&uuid(n));
@@ -930,10 +926,7 @@ mod tests {
 
     #[test]
     fn dropping_forgotten_entries_keeps_the_eviction_order() {
-        let store = InMemoryStore::builder()
-            .capacity(40)
-            .build()
-            .expect("no TTL to refuse");
+        let store = built(InMemoryStore::builder().capacity(40));
         for n in 0..40 {
             store.insert(&uuid(n));
         }
@@ -956,10 +949,7 @@ mod tests {
 
     #[test]
     fn capacity_evicts_the_oldest_first() {
-        let store = InMemoryStore::builder()
-            .capacity(3)
-            .build()
-            .expect("no TTL to refuse");
+        let store = built(InMemoryStore::builder().capacity(3));
         for id in ["a", &uuid(1), "c", &uuid(2)] {
             store.insert(id);
         }
@@ -972,10 +962,7 @@ mod tests {
 
     #[test]
     fn forget_then_remember_again_keeps_the_fresh_entry_in_order() {
-        let store = InMemoryStore::builder()
-            .capacity(2)
-            .build()
-            .expect("no TTL to refuse");
+        let store = built(InMemoryStore::builder().capacity(2));
         store.insert(&uuid(1));
         store.insert("b");
         store.remove(&uuid(1));
@@ -1004,10 +991,7 @@ mod tests {
 
     #[test]
     fn concurrent_readers_see_every_id_a_writer_has_remembered() {
-        let store = InMemoryStore::builder()
-            .shards(2)
-            .build()
-            .expect("no TTL to refuse");
+        let store = built(InMemoryStore::builder().shards(2));
         let written = std::sync::atomic::AtomicU64::new(0);
         std::thread::scope(|scope| {
             scope.spawn(|| {

@@ -1,7 +1,6 @@
 //! [`PostgresStore`]: a seen-set shared by a fleet, in PostgreSQL (feature `postgres`).
 //! The commands, the layout and the limits are documented on the type.
 
-use std::error::Error as StdError;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -425,9 +424,14 @@ fn is_index_limit(error: &sqlx::Error) -> bool {
 }
 
 /// An id this store cannot keep in a PostgreSQL `TEXT` primary key.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 enum UnstorableId {
+    #[error("the message id contains a NUL character, which PostgreSQL TEXT cannot store")]
     ContainsNul,
+    #[error(
+        "the message id ({bytes} bytes) is too long for the primary-key index \
+         (about 2.7 KB after compression)"
+    )]
     TooLong { bytes: usize, source: sqlx::Error },
 }
 
@@ -437,30 +441,6 @@ impl UnstorableId {
             return Err(UnstorableId::ContainsNul);
         }
         Ok(())
-    }
-}
-
-impl fmt::Display for UnstorableId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            UnstorableId::ContainsNul => f.write_str(
-                "the message id contains a NUL character, which PostgreSQL TEXT cannot store",
-            ),
-            UnstorableId::TooLong { bytes, .. } => write!(
-                f,
-                "the message id ({bytes} bytes) is too long for the primary-key index \
-                 (about 2.7 KB after compression)"
-            ),
-        }
-    }
-}
-
-impl StdError for UnstorableId {
-    fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        match self {
-            UnstorableId::ContainsNul => None,
-            UnstorableId::TooLong { source, .. } => Some(source),
-        }
     }
 }
 

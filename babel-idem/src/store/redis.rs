@@ -429,11 +429,9 @@ impl RedisStore {
     ) -> Result<T, StoreError> {
         // A clone shares the one multiplexed connection (per node, on a
         // cluster); it is how the client is meant to be used from many tasks.
-        let mut connection = self.connection.clone();
-        command
-            .query_async(&mut connection)
-            .await
-            .map_err(|e| failed(BACKEND, operation)(RedisCommandError::from(e)))
+        let connection = &mut self.connection.clone();
+        let reply = command.query_async(connection).await;
+        reply.map_err(command_failed(operation))
     }
 
     /// Sends a write: `command` alone, or, with
@@ -620,9 +618,7 @@ impl RedisStore {
             drop(probes);
             let mut replies = Vec::with_capacity(sent.len());
             for answer in sent {
-                let reply = answer
-                    .reply
-                    .map_err(|e| StoreError::new(operation, BACKEND, RedisCommandError::from(e)))?;
+                let reply = answer.reply.map_err(command_failed(operation))?;
                 if let (Some(durability), Some(replicas)) = (durability, answer.replicas) {
                     durability
                         .confirm(replicas)
@@ -781,9 +777,7 @@ impl Store for RedisStore {
                     pipeline
                         .query_async::<()>(&mut connection)
                         .await
-                        .map_err(|e| {
-                            failed(BACKEND, StoreOperation::Remember)(RedisCommandError::from(e))
-                        })
+                        .map_err(command_failed(StoreOperation::Remember))
                 }
             }
         })
@@ -819,95 +813,67 @@ const CLUSTER_UNSUPPORTED: &str = "a Redis Cluster needs a redis+cluster://host:
      is one standalone server (or the primary behind a proxy or Sentinel)";
 
 /// Building the store failed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 enum RedisOpenError {
+    #[error(
+        "Redis key prefix {0:?} is refused: it must end with ':', be 2 to \
+         {MAX_PREFIX_LEN} printable ASCII characters starting with a letter or digit, \
+         hold no space or glob character (* ? [ ] \\), and not nest with the Go SDK's \
+         {DEFAULT_PREFIX:?} (one store's key would be another's id)"
+    )]
     Prefix(String),
     #[cfg_attr(feature = "redis-cluster", allow(dead_code))]
+    #[error("{CLUSTER_UNSUPPORTED} ({0})")]
     Cluster(&'static str),
     #[cfg(feature = "redis-cluster")]
-    ClusterOpen(crate::redis_client::cluster::ClusterOpenError),
+    #[error("{0}")]
+    ClusterOpen(#[source] crate::redis_client::cluster::ClusterOpenError),
     #[cfg(feature = "redis-cluster")]
+    #[error(
+        "Redis key prefix {0:?} is refused on a Redis Cluster: it holds '{{' or \
+         '}}', and the store's own hash tags must be the only ones in its keys"
+    )]
     ClusterPrefix(String),
+    #[error("{0}")]
     Durability(&'static str),
-    Url(RedisError),
-    Client(RedisError),
+    #[error("not a usable Redis URL: {0}")]
+    Url(#[source] RedisError),
+    #[error("could not set up the connection: {0}")]
+    Client(#[source] RedisError),
 }
 
-impl fmt::Display for RedisOpenError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RedisOpenError::Prefix(prefix) => write!(
-                f,
-                "Redis key prefix {prefix:?} is refused: it must end with ':', be 2 to \
-                 {MAX_PREFIX_LEN} printable ASCII characters starting with a letter or digit, \
-                 hold no space or glob character (* ? [ ] \\), and not nest with the Go SDK's \
-                 {DEFAULT_PREFIX:?} (one store's key would be another's id)"
-            ),
-            RedisOpenError::Cluster(reason) => write!(f, "{CLUSTER_UNSUPPORTED} ({reason})"),
-            #[cfg(feature = "redis-cluster")]
-            RedisOpenError::ClusterOpen(e) => fmt::Display::fmt(e, f),
-            #[cfg(feature = "redis-cluster")]
-            RedisOpenError::ClusterPrefix(prefix) => write!(
-                f,
-                "Redis key prefix {prefix:?} is refused on a Redis Cluster: it holds '{{' or \
-                 '}}', and the store's own hash tags must be the only ones in its keys"
-            ),
-            RedisOpenError::Durability(reason) => f.write_str(reason),
-            RedisOpenError::Url(e) => write!(f, "not a usable Redis URL: {e}"),
-            RedisOpenError::Client(e) => write!(f, "could not set up the connection: {e}"),
-        }
-    }
-}
-
-impl StdError for RedisOpenError {
-    fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        match self {
-            RedisOpenError::Prefix(_)
-            | RedisOpenError::Cluster(_)
-            | RedisOpenError::Durability(_) => None,
-            #[cfg(feature = "redis-cluster")]
-            RedisOpenError::ClusterPrefix(_) => None,
-            #[cfg(feature = "redis-cluster")]
-            RedisOpenError::ClusterOpen(e) => Some(e),
-            RedisOpenError::Url(e) | RedisOpenError::Client(e) => Some(e),
-        }
-    }
+/// The `map_err` adapter of a Redis command that failed while it ran `operation`.
+fn command_failed(operation: StoreOperation) -> impl FnOnce(RedisError) -> StoreError {
+    move |e| StoreError::new(operation, BACKEND, RedisCommandError::from(e))
 }
 
 /// A command failed; a cluster redirect is called out as the cause it is.
-#[derive(Debug)]
-struct RedisCommandError(RedisError);
+#[derive(Debug, thiserror::Error)]
+enum RedisCommandError {
+    /// The server redirected the command to another cluster node.
+    #[error(
+        "the server answered with a Redis Cluster redirection ({0}): on a cluster the \
+         slot moved while the call ran, and the next call finds it; a redis:// URL \
+         is one server and cannot follow it ({CLUSTER_UNSUPPORTED})"
+    )]
+    Redirected(#[source] RedisError),
+    /// Any other failure, as the client reported it.
+    #[error("{0}")]
+    Failed(#[source] RedisError),
+}
 
 impl From<RedisError> for RedisCommandError {
     fn from(error: RedisError) -> Self {
-        RedisCommandError(error)
-    }
-}
-
-impl fmt::Display for RedisCommandError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if matches!(
-            self.0.kind(),
+            error.kind(),
             ::redis::ErrorKind::Server(
                 ::redis::ServerErrorKind::Moved | ::redis::ServerErrorKind::Ask
             )
         ) {
-            write!(
-                f,
-                "the server answered with a Redis Cluster redirection ({}): on a cluster the \
-                 slot moved while the call ran, and the next call finds it; a redis:// URL \
-                 is one server and cannot follow it ({CLUSTER_UNSUPPORTED})",
-                self.0
-            )
+            RedisCommandError::Redirected(error)
         } else {
-            fmt::Display::fmt(&self.0, f)
+            RedisCommandError::Failed(error)
         }
-    }
-}
-
-impl StdError for RedisCommandError {
-    fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        Some(&self.0)
     }
 }
 

@@ -5,8 +5,6 @@
 //! Every builder calls these, so a setting means the same thing, and is
 //! refused with the same words, whichever backend it is given to.
 
-use std::error::Error as StdError;
-use std::fmt;
 use std::ops::Range;
 use std::time::Duration;
 
@@ -43,23 +41,14 @@ pub(crate) fn optional_ttl_millis(ttl: Option<Duration>) -> Result<Option<i64>, 
 }
 
 /// A TTL outside 1 ms ..= [`MAX_TTL`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "TTL {ttl:?} is out of range: it must be at least 1 ms and at most 36500 days \
+     (about 100 years); for ids that never expire, set no TTL"
+)]
 pub(crate) struct InvalidTtl {
     ttl: Duration,
 }
-
-impl fmt::Display for InvalidTtl {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "TTL {:?} is out of range: it must be at least 1 ms and at most 36500 days \
-             (about 100 years); for ids that never expire, set no TTL",
-            self.ttl
-        )
-    }
-}
-
-impl StdError for InvalidTtl {}
 
 /// `text` with every secret `url` may carry replaced by `***`: what an
 /// error message, a log line or an output line may say about a store or
@@ -258,7 +247,8 @@ fn is_scheme(text: &str) -> bool {
     not(any(feature = "redis", feature = "postgres")),
     allow(dead_code, reason = "only the server stores take URLs")
 )]
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("the URL {url:?} cannot be used: {reason}")]
 pub(crate) struct InvalidUrl {
     url: String,
     reason: &'static str,
@@ -277,14 +267,6 @@ impl InvalidUrl {
         })
     }
 }
-
-impl fmt::Display for InvalidUrl {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "the URL {:?} cannot be used: {}", self.url, self.reason)
-    }
-}
-
-impl StdError for InvalidUrl {}
 
 /// Every text of `url` that some reading of it takes for a secret, the
 /// longest first; see [`redact_url_secrets`]. Never an empty string.
@@ -432,39 +414,28 @@ fn io_enabled() -> bool {
 
 /// The current thread has no Tokio runtime a store can run on.
 #[cfg(any(feature = "sqlite", feature = "redis", feature = "postgres"))]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum RuntimeUnfit {
+    #[error(
+        "no Tokio runtime is running: build this store inside one \
+         (for example in `#[tokio::main]`)"
+    )]
     NoRuntime,
+    #[error(
+        "the Tokio runtime has no time driver, which the store's client needs \
+         for its timeouts: build the runtime with `enable_time()` (or `enable_all()`)"
+    )]
     TimersDisabled,
     #[cfg_attr(
         not(any(feature = "redis", feature = "postgres")),
         allow(dead_code, reason = "only the server stores ask for sockets")
     )]
+    #[error(
+        "the Tokio runtime has no I/O driver, which the store's client needs \
+         for its connections: build the runtime with `enable_io()` (or `enable_all()`)"
+    )]
     IoDisabled,
 }
-
-#[cfg(any(feature = "sqlite", feature = "redis", feature = "postgres"))]
-impl fmt::Display for RuntimeUnfit {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            RuntimeUnfit::NoRuntime => {
-                "no Tokio runtime is running: build this store inside one \
-                 (for example in `#[tokio::main]`)"
-            }
-            RuntimeUnfit::TimersDisabled => {
-                "the Tokio runtime has no time driver, which the store's client needs \
-                 for its timeouts: build the runtime with `enable_time()` (or `enable_all()`)"
-            }
-            RuntimeUnfit::IoDisabled => {
-                "the Tokio runtime has no I/O driver, which the store's client needs \
-                 for its connections: build the runtime with `enable_io()` (or `enable_all()`)"
-            }
-        })
-    }
-}
-
-#[cfg(any(feature = "sqlite", feature = "redis", feature = "postgres"))]
-impl StdError for RuntimeUnfit {}
 
 /// The table the SQL stores use unless told otherwise; the Go SDK's name.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -506,27 +477,18 @@ pub(crate) fn checked_table_name(name: &str) -> Result<&str, InvalidTableName> {
 
 /// A table name that is not a plain SQL identifier of at most 48 characters.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "table name {name:?} is not a plain identifier of at most {max} characters: \
+     it must match [A-Za-z_][A-Za-z0-9_]{{0,{rest}}}, so that its index \
+     `<table>{suffix}` fits PostgreSQL's 63-byte identifiers",
+    max = MAX_TABLE_LEN,
+    rest = MAX_TABLE_LEN - 1,
+    suffix = INDEX_SUFFIX,
+)]
 pub(crate) struct InvalidTableName {
     name: String,
 }
-
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-impl fmt::Display for InvalidTableName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "table name {:?} is not a plain identifier of at most {MAX_TABLE_LEN} characters: \
-             it must match [A-Za-z_][A-Za-z0-9_]{{0,{}}}, so that its index \
-             `<table>{INDEX_SUFFIX}` fits PostgreSQL's 63-byte identifiers",
-            self.name,
-            MAX_TABLE_LEN - 1,
-        )
-    }
-}
-
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-impl StdError for InvalidTableName {}
 
 /// The checked settings of a SQL store, and the statements it runs.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -625,6 +587,45 @@ macro_rules! sql_builder_setters {
 }
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) use sql_builder_setters;
+
+/// The expiry methods of [`Admin`](crate::store::admin::Admin) both SQL
+/// stores answer with their settings' statements alone, over their `pool`
+/// and `settings` fields and their module's `BACKEND`.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+macro_rules! sql_expiry_admin {
+    () => {
+        fn count_expired(&self) -> StoreFuture<'_, u64> {
+            let count = &self.settings.sql.count_expired;
+            StoreFuture::new($crate::store::settings::run_count(
+                &self.pool, BACKEND, count,
+            ))
+        }
+
+        fn purge_expired(&self, limit: u32) -> StoreFuture<'_, u64> {
+            let purge = &self.settings.sql.purge_expired;
+            StoreFuture::new($crate::store::settings::run_purge(
+                &self.pool, BACKEND, purge, limit,
+            ))
+        }
+    };
+}
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) use sql_expiry_admin;
+
+/// `claims_table_exists` of both SQL stores, over their `has_table` and
+/// their settings' table name.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+macro_rules! sql_claims_table_exists {
+    () => {
+        /// Whether claim mode's table is there ([`migrate_claims`](Self::migrate_claims) made it).
+        pub async fn claims_table_exists(&self) -> Result<bool, StoreError> {
+            self.has_table(&format!("{}_claims", self.settings.table))
+                .await
+        }
+    };
+}
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) use sql_claims_table_exists;
 
 /// The statements a SQL store runs, written out once for its table.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]

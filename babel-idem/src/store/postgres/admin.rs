@@ -8,7 +8,9 @@ use std::collections::HashSet;
 
 use super::{BACKEND, PostgresStore, UnstorableId};
 use crate::store::admin::{Admin, IdState, StoreStats};
-use crate::store::settings::{run_count, run_purge, run_stats};
+use crate::store::settings::{
+    run_count, run_purge, run_stats, sql_claims_table_exists, sql_expiry_admin,
+};
 use crate::store::{StoreError, StoreFuture, StoreOperation, failed};
 
 /// # Admin operations
@@ -44,17 +46,13 @@ use crate::store::{StoreError, StoreFuture, StoreOperation, failed};
 /// # }
 /// ```
 impl PostgresStore {
+    sql_claims_table_exists!();
+
     /// Whether the store's table is there, on the connection's search
     /// path. Fails when the server cannot be reached or refuses the login:
     /// the first round trip an operator's tool makes.
     pub async fn table_exists(&self) -> Result<bool, StoreError> {
         self.has_table(&self.settings.table).await
-    }
-
-    /// Whether claim mode's table is there ([`migrate_claims`](Self::migrate_claims) made it).
-    pub async fn claims_table_exists(&self) -> Result<bool, StoreError> {
-        self.has_table(&format!("{}_claims", self.settings.table))
-            .await
     }
 
     async fn has_table(&self, name: &str) -> Result<bool, StoreError> {
@@ -132,22 +130,7 @@ impl Admin for PostgresStore {
         })
     }
 
-    fn count_expired(&self) -> StoreFuture<'_, u64> {
-        StoreFuture::new(run_count(
-            &self.pool,
-            BACKEND,
-            &self.settings.sql.count_expired,
-        ))
-    }
-
-    fn purge_expired(&self, limit: u32) -> StoreFuture<'_, u64> {
-        StoreFuture::new(run_purge(
-            &self.pool,
-            BACKEND,
-            &self.settings.sql.purge_expired,
-            limit,
-        ))
-    }
+    sql_expiry_admin!();
 
     fn count_finished_claims(&self) -> StoreFuture<'_, u64> {
         StoreFuture::new(async move {

@@ -7,11 +7,11 @@ use std::sync::LazyLock;
 use ::redis::{FromRedisValue, Script};
 
 use super::claim::ClaimKeys;
-use super::{BACKEND, RedisCommandError, RedisStore};
+use super::{RedisStore, command_failed};
 #[cfg(feature = "redis-cluster")]
 use crate::redis_client::join_all;
 use crate::store::admin::{Admin, IdState, StoreStats};
-use crate::store::{StoreError, StoreFuture, StoreOperation, failed};
+use crate::store::{StoreError, StoreFuture, StoreOperation};
 
 /// How many keys one `SCAN` step asks for.
 const SCAN_COUNT: usize = 1_000;
@@ -100,14 +100,7 @@ impl RedisStore {
                 i64::from_redis_value(value).map_err(|e| super::parse_failed(operation, e))
             })
             .collect::<Result<Vec<i64>, StoreError>>()?;
-        Ok(counts
-            .chunks(per_id)
-            .map(|found| match found {
-                [done, ..] if *done > 0 => IdState::Done,
-                [_, claimed] if *claimed > 0 => IdState::Claimed,
-                _ => IdState::Absent,
-            })
-            .collect())
+        Ok(states_from_counts(&counts, per_id))
     }
 
     /// The states of `ids` in one pipeline (one server).
@@ -142,14 +135,7 @@ impl RedisStore {
         }
         let counts: Vec<i64> = self.pipelined(StoreOperation::Seen, &pipeline).await?;
         let per_id = if beside { 2 } else { 1 };
-        Ok(counts
-            .chunks(per_id)
-            .map(|found| match found {
-                [done, ..] if *done > 0 => IdState::Done,
-                [_, claimed] if *claimed > 0 => IdState::Claimed,
-                _ => IdState::Absent,
-            })
-            .collect())
+        Ok(states_from_counts(&counts, per_id))
     }
 
     /// Runs `pipeline`, answering one value per command.
@@ -158,12 +144,23 @@ impl RedisStore {
         operation: StoreOperation,
         pipeline: &::redis::Pipeline,
     ) -> Result<T, StoreError> {
-        let mut connection = self.connection.clone();
-        pipeline
-            .query_async(&mut connection)
-            .await
-            .map_err(|e| failed(BACKEND, operation)(RedisCommandError::from(e)))
+        let connection = &mut self.connection.clone();
+        let reply = pipeline.query_async(connection).await;
+        reply.map_err(command_failed(operation))
     }
+}
+
+/// The states of ids from their `EXISTS` counts, `per_id` a row: the done
+/// key's, then (two a row) the claim key's; done wins over claimed.
+fn states_from_counts(counts: &[i64], per_id: usize) -> Vec<IdState> {
+    counts
+        .chunks(per_id)
+        .map(|found| match found {
+            [done, ..] if *done > 0 => IdState::Done,
+            [_, claimed] if *claimed > 0 => IdState::Claimed,
+            _ => IdState::Absent,
+        })
+        .collect()
 }
 
 /// `expired` is always 0 in `stats` (an expired key is gone) and Redis
@@ -194,9 +191,11 @@ impl Admin for RedisStore {
                 command
             };
             #[cfg(feature = "redis-cluster")]
-            if let Some((connection, masters)) = self.cluster_masters().await.map_err(|e| {
-                failed(BACKEND, StoreOperation::Maintenance)(RedisCommandError::from(e))
-            })? {
+            if let Some((connection, masters)) = self
+                .cluster_masters()
+                .await
+                .map_err(command_failed(StoreOperation::Maintenance))?
+            {
                 // Each master holds its slots' keys; a replica's are copies.
                 let counts = join_all(masters.iter().map(|(host, port)| {
                     let mut connection = connection.clone();
@@ -224,9 +223,7 @@ impl Admin for RedisStore {
                 .await;
                 let mut marks = 0;
                 for count in counts {
-                    marks += count.map_err(|e| {
-                        failed(BACKEND, StoreOperation::Maintenance)(RedisCommandError::from(e))
-                    })?;
+                    marks += count.map_err(command_failed(StoreOperation::Maintenance))?;
                 }
                 return Ok(StoreStats {
                     marks,

@@ -41,9 +41,11 @@ impl RedisStoreBuilder {
         _reason: &'static str,
     ) -> Result<RedisStore, StoreError> {
         let settings = self.checked_for_cluster()?;
-        let connection = client::connect_lazy(url, self.timeout, self.reconnect_attempts)
-            .map_err(|e| open_failed(RedisOpenError::ClusterOpen(e)))?;
-        Ok(settings.with(Connection::cluster(connection)))
+        settings.on_cluster(client::connect_lazy(
+            url,
+            self.timeout,
+            self.reconnect_attempts,
+        ))
     }
 
     pub(super) async fn cluster_eager(
@@ -52,10 +54,7 @@ impl RedisStoreBuilder {
         _reason: &'static str,
     ) -> Result<RedisStore, StoreError> {
         let settings = self.checked_for_cluster()?;
-        let connection = client::connect(url, self.timeout, self.reconnect_attempts)
-            .await
-            .map_err(|e| open_failed(RedisOpenError::ClusterOpen(e)))?;
-        Ok(settings.with(Connection::cluster(connection)))
+        settings.on_cluster(client::connect(url, self.timeout, self.reconnect_attempts).await)
     }
 
     /// [`checked`](Self::checked), and a prefix with no `{` or `}`: the
@@ -67,6 +66,18 @@ impl RedisStoreBuilder {
             )));
         }
         self.checked()
+    }
+}
+
+impl super::RedisSettings {
+    /// The store over `connection`, the cluster connection just opened, or
+    /// the open failure it is.
+    fn on_cluster(
+        self,
+        connection: Result<ClusterConnection, client::ClusterOpenError>,
+    ) -> Result<RedisStore, StoreError> {
+        let connection = connection.map_err(|e| open_failed(RedisOpenError::ClusterOpen(e)))?;
+        Ok(self.with(Connection::cluster(connection)))
     }
 }
 
@@ -109,7 +120,10 @@ pub(super) fn fence_key(fence: &[u8], done_key: &[u8]) -> Vec<u8> {
 /// first key, indices in order within a group.
 pub(super) fn slot_groups<K: AsRef<[u8]>>(keys: &[K]) -> Vec<Vec<usize>> {
     let mut groups: Vec<Vec<usize>> = Vec::new();
-    let mut group_of = hashbrown::HashMap::<u16, usize>::with_capacity(keys.len());
+    let mut group_of = hashbrown::HashMap::<u16, usize, _>::with_capacity_and_hasher(
+        keys.len(),
+        foldhash::fast::RandomState::default(),
+    );
     for (i, key) in keys.iter().enumerate() {
         let group = *group_of.entry(slot(key.as_ref())).or_insert_with(|| {
             groups.push(Vec::new());

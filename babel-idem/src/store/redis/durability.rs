@@ -15,8 +15,6 @@
 //! time goes through to see whether a replica came back.
 
 use std::collections::HashMap;
-use std::error::Error as StdError;
-use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -94,7 +92,11 @@ impl Durability {
 ///     std::error::Error::source(error)?.downcast_ref::<NotReplicated>()
 /// }
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the write reached {acknowledged} of the {wanted} replica(s) waited for within {timeout:?}: \
+     the master has it, but a failover now could lose it"
+)]
 pub struct NotReplicated {
     /// The replicas that acknowledged the write.
     pub acknowledged: u32,
@@ -103,19 +105,6 @@ pub struct NotReplicated {
     /// How long it waited.
     pub timeout: Duration,
 }
-
-impl fmt::Display for NotReplicated {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "the write reached {} of the {} replica(s) waited for within {:?}: \
-             the master has it, but a failover now could lose it",
-            self.acknowledged, self.wanted, self.timeout
-        )
-    }
-}
-
-impl StdError for NotReplicated {}
 
 /// How long a master short of replicas is refused writes at first, and at
 /// most: the pause doubles with each probe write it fails too.
@@ -141,7 +130,12 @@ const SHORT_PAUSE: (Duration, Duration) = (Duration::from_secs(1), Duration::fro
 ///     std::error::Error::source(error)?.downcast_ref::<ShortOfReplicas>()
 /// }
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "not sent: {} confirmed a recent write to fewer than {wanted} replica(s); \
+     its writes fail at once, and one is tried again in {retry_in:?}",
+    master_name(.master)
+)]
 #[non_exhaustive]
 pub struct ShortOfReplicas {
     /// The master, `host:port` on a cluster; empty for the one server.
@@ -152,22 +146,13 @@ pub struct ShortOfReplicas {
     pub retry_in: Duration,
 }
 
-impl fmt::Display for ShortOfReplicas {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let master = match self.master.as_str() {
-            "" => "the server",
-            master => master,
-        };
-        write!(
-            f,
-            "not sent: {master} confirmed a recent write to fewer than {} replica(s); \
-             its writes fail at once, and one is tried again in {:?}",
-            self.wanted, self.retry_in
-        )
+/// How a message names `master`: `""` is the one server.
+fn master_name(master: &str) -> &str {
+    match master {
+        "" => "the server",
+        master => master,
     }
 }
-
-impl StdError for ShortOfReplicas {}
 
 /// The masters found short of replicas, by address (`""`: the one server).
 #[derive(Debug, Default)]

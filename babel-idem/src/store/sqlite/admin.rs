@@ -10,7 +10,9 @@ use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
 
 use super::{BACKEND, SqliteStore, SqliteStoreBuilder, numbered};
 use crate::store::admin::{Admin, IdState, StoreStats};
-use crate::store::settings::{run_count, run_purge, run_stats};
+use crate::store::settings::{
+    run_count, run_purge, run_stats, sql_claims_table_exists, sql_expiry_admin,
+};
 use crate::store::{Store, StoreError, StoreFuture, StoreOperation, failed};
 
 /// The most ids one statement binds: far under SQLite's parameter limit
@@ -108,6 +110,8 @@ impl SqliteStoreBuilder {
 }
 
 impl SqliteStore {
+    sql_claims_table_exists!();
+
     /// Whether the store's table is there (a database that was never
     /// migrated has none). Fails when the database cannot be opened.
     ///
@@ -126,12 +130,6 @@ impl SqliteStore {
     /// ```
     pub async fn table_exists(&self) -> Result<bool, StoreError> {
         self.has_table(&self.settings.table).await
-    }
-
-    /// Whether claim mode's table is there ([`migrate_claims`](Self::migrate_claims) made it).
-    pub async fn claims_table_exists(&self) -> Result<bool, StoreError> {
-        self.has_table(&format!("{}_claims", self.settings.table))
-            .await
     }
 
     async fn has_table(&self, name: &str) -> Result<bool, StoreError> {
@@ -228,22 +226,7 @@ impl Admin for SqliteStore {
         })
     }
 
-    fn count_expired(&self) -> StoreFuture<'_, u64> {
-        StoreFuture::new(run_count(
-            &self.pool,
-            BACKEND,
-            &self.settings.sql.count_expired,
-        ))
-    }
-
-    fn purge_expired(&self, limit: u32) -> StoreFuture<'_, u64> {
-        StoreFuture::new(run_purge(
-            &self.pool,
-            BACKEND,
-            &self.settings.sql.purge_expired,
-            limit,
-        ))
-    }
+    sql_expiry_admin!();
 
     fn count_finished_claims(&self) -> StoreFuture<'_, u64> {
         StoreFuture::new(async move {

@@ -9,7 +9,6 @@
 //! go through the `metrics` facade: `DECISIONS_TOTAL`, `STORE_DURATION_SECONDS`,
 //! `STORE_ERRORS_TOTAL` and `describe`.
 
-use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -65,30 +64,24 @@ impl Decision {
         Decision::Parked,
         Decision::LostClaim,
     ];
+}
 
+crate::names::named_variants! {
     /// The name used in tracing events: `ran`, `skipped`, `failed`, `fail_open`,
     /// `mark_failed`, `store_failed`, `parked`, `lost_claim`.
     ///
     /// ```
-    /// assert_eq!(babel_idem::metrics::Decision::FailOpen.as_str(), "fail_open");
+    /// assert_eq!(babel_idem::telemetry::metrics::Decision::FailOpen.as_str(), "fail_open");
     /// ```
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Decision::Ran => "ran",
-            Decision::Skipped => "skipped",
-            Decision::Failed => "failed",
-            Decision::FailOpen => "fail_open",
-            Decision::MarkFailed => "mark_failed",
-            Decision::StoreFailed => "store_failed",
-            Decision::Parked => "parked",
-            Decision::LostClaim => "lost_claim",
-        }
-    }
-}
-
-impl fmt::Display for Decision {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+    Decision {
+        Ran => "ran",
+        Skipped => "skipped",
+        Failed => "failed",
+        FailOpen => "fail_open",
+        MarkFailed => "mark_failed",
+        StoreFailed => "store_failed",
+        Parked => "parked",
+        LostClaim => "lost_claim",
     }
 }
 
@@ -117,29 +110,30 @@ pub struct GuardCounts {
 impl GuardCounts {
     /// The counter of one decision.
     pub fn get(&self, decision: Decision) -> u64 {
-        match decision {
-            Decision::Ran => self.ran,
-            Decision::Skipped => self.skipped,
-            Decision::Failed => self.failed,
-            Decision::FailOpen => self.fail_open,
-            Decision::MarkFailed => self.mark_failed,
-            Decision::StoreFailed => self.store_failed,
-            Decision::Parked => self.parked,
-            Decision::LostClaim => self.lost_claim,
-        }
+        let mut counts = *self;
+        *counts.counter_mut(decision)
     }
 
     /// How the counters moved since an `earlier` snapshot.
     pub fn since(&self, earlier: &GuardCounts) -> GuardCounts {
-        GuardCounts {
-            ran: self.ran - earlier.ran,
-            skipped: self.skipped - earlier.skipped,
-            failed: self.failed - earlier.failed,
-            fail_open: self.fail_open - earlier.fail_open,
-            mark_failed: self.mark_failed - earlier.mark_failed,
-            store_failed: self.store_failed - earlier.store_failed,
-            parked: self.parked - earlier.parked,
-            lost_claim: self.lost_claim - earlier.lost_claim,
+        let mut moved = *self;
+        for decision in Decision::ALL {
+            *moved.counter_mut(decision) -= earlier.get(decision);
+        }
+        moved
+    }
+
+    /// The counter of `decision`, the one field each decision has.
+    fn counter_mut(&mut self, decision: Decision) -> &mut u64 {
+        match decision {
+            Decision::Ran => &mut self.ran,
+            Decision::Skipped => &mut self.skipped,
+            Decision::Failed => &mut self.failed,
+            Decision::FailOpen => &mut self.fail_open,
+            Decision::MarkFailed => &mut self.mark_failed,
+            Decision::StoreFailed => &mut self.store_failed,
+            Decision::Parked => &mut self.parked,
+            Decision::LostClaim => &mut self.lost_claim,
         }
     }
 }
@@ -153,10 +147,10 @@ impl GuardCounts {
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 /// let store = InMemoryStore::new();
 /// let env = Envelope::new("urn:babel:orders:created", json!({}));
-/// let before = babel_idem::metrics::counts();
+/// let before = babel_idem::telemetry::metrics::counts();
 /// run_once(&store, &env, async { Ok::<(), StoreError>(()) }).await?;
 /// run_once(&store, &env, async { Ok::<(), StoreError>(()) }).await?;
-/// let moved = babel_idem::metrics::counts().since(&before);
+/// let moved = babel_idem::telemetry::metrics::counts().since(&before);
 /// assert!(moved.ran >= 1 && moved.skipped >= 1);
 /// # Ok::<(), StoreError>(())
 /// # }).unwrap();
@@ -169,26 +163,11 @@ pub fn counts() -> GuardCounts {
             *sum += counter.load(Ordering::Relaxed);
         }
     }
-    let [
-        ran,
-        skipped,
-        failed,
-        fail_open,
-        mark_failed,
-        store_failed,
-        parked,
-        lost_claim,
-    ] = sums;
-    GuardCounts {
-        ran,
-        skipped,
-        failed,
-        fail_open,
-        mark_failed,
-        store_failed,
-        parked,
-        lost_claim,
+    let mut snapshot = GuardCounts::default();
+    for (decision, sum) in Decision::ALL.into_iter().zip(sums) {
+        *snapshot.counter_mut(decision) = sum;
     }
+    snapshot
 }
 
 const DECISIONS: usize = Decision::ALL.len();

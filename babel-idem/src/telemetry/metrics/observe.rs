@@ -5,7 +5,7 @@
 //! With the feature off, [`timed`] and [`claim_mode`] are the identity and
 //! inline away, so the guard's code is what it was.
 
-use crate::metrics::Decision;
+use crate::telemetry::metrics::Decision;
 
 /// The consumer span's field that carries the guard's decision (the span is
 /// opened by [`Router::dispatch`](crate::router::Router::dispatch)).

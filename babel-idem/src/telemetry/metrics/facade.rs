@@ -12,10 +12,10 @@ use std::time::Instant;
 
 use ::metrics::{Key, Label, Level, Metadata};
 
-use crate::metrics::Decision;
 use crate::store::StoreError;
 use crate::store::StoreFuture;
 use crate::store::StoreOperation;
+use crate::telemetry::metrics::Decision;
 
 /// Counter: one per guard decision, labelled `decision` ([`Decision::as_str`])
 /// and `mode` (`seen_set` or `claim`).
@@ -46,19 +46,25 @@ pub const OUTBOX_PUBLISHED_TOTAL: &str = "babel_idem_outbox_published_total";
 /// Counter: refusals a relay recorded on rows (each an attempt).
 pub const OUTBOX_REFUSED_TOTAL: &str = "babel_idem_outbox_refused_total";
 
-/// Records an outbox's lag and counts by status.
+/// Records an outbox's lag (the age of its oldest pending row, none when no
+/// row is pending) and its rows by status.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 #[cfg_attr(
     not(any(feature = "redis-transport", feature = "amqp-transport")),
     allow(dead_code, reason = "only the relay records the outbox")
 )]
-pub(crate) fn record_outbox(stats: &crate::outbox::OutboxStats) {
-    let lag = stats.oldest_pending_age.unwrap_or_default().as_secs_f64();
+pub(crate) fn record_outbox(
+    oldest_pending_age: Option<std::time::Duration>,
+    pending: u64,
+    published: u64,
+    failed: u64,
+) {
+    let lag = oldest_pending_age.unwrap_or_default().as_secs_f64();
     ::metrics::gauge!(OUTBOX_LAG_SECONDS).set(lag);
     for (status, count) in [
-        ("pending", stats.pending),
-        ("published", stats.published),
-        ("failed", stats.failed),
+        ("pending", pending),
+        ("published", published),
+        ("failed", failed),
     ] {
         ::metrics::gauge!(OUTBOX_ROWS, "status" => status).set(count as f64);
     }
@@ -69,44 +75,26 @@ pub(crate) fn record_outbox(stats: &crate::outbox::OutboxStats) {
 /// once after installing the recorder; recording works without it.
 ///
 /// ```
-/// babel_idem::metrics::describe();
+/// babel_idem::telemetry::metrics::describe();
 /// ```
 pub fn describe() {
-    ::metrics::describe_counter!(
-        DECISIONS_TOTAL,
-        ::metrics::Unit::Count,
-        "babel-idem guard decisions (ran, skipped, failed, fail_open, mark_failed, store_failed, parked, lost_claim)"
-    );
-    ::metrics::describe_histogram!(
-        STORE_DURATION_SECONDS,
-        ::metrics::Unit::Seconds,
-        "latency of the seen-set store calls a babel-idem guard awaited"
-    );
-    ::metrics::describe_counter!(
-        STORE_ERRORS_TOTAL,
-        ::metrics::Unit::Count,
-        "failed seen-set store calls a babel-idem guard awaited"
-    );
-    ::metrics::describe_gauge!(
-        OUTBOX_LAG_SECONDS,
-        ::metrics::Unit::Seconds,
-        "age of the oldest pending row of the outbox a babel-idem relay drains"
-    );
-    ::metrics::describe_gauge!(
-        OUTBOX_ROWS,
-        ::metrics::Unit::Count,
-        "rows of the outbox a babel-idem relay drains, by status"
-    );
-    ::metrics::describe_counter!(
-        OUTBOX_PUBLISHED_TOTAL,
-        ::metrics::Unit::Count,
-        "outbox rows a babel-idem relay published"
-    );
-    ::metrics::describe_counter!(
-        OUTBOX_REFUSED_TOTAL,
-        ::metrics::Unit::Count,
-        "refusals a babel-idem relay recorded on outbox rows"
-    );
+    use ::metrics::Unit::{Count, Seconds};
+    /// One registration per line: the `metrics` macro, the metric, its unit
+    /// and its description.
+    macro_rules! describe {
+        ($($kind:ident $name:ident $unit:ident $text:literal;)+) => {
+            $(::metrics::$kind!($name, $unit, $text);)+
+        };
+    }
+    describe! {
+        describe_counter DECISIONS_TOTAL Count "babel-idem guard decisions (ran, skipped, failed, fail_open, mark_failed, store_failed, parked, lost_claim)";
+        describe_histogram STORE_DURATION_SECONDS Seconds "latency of the seen-set store calls a babel-idem guard awaited";
+        describe_counter STORE_ERRORS_TOTAL Count "failed seen-set store calls a babel-idem guard awaited";
+        describe_gauge OUTBOX_LAG_SECONDS Seconds "age of the oldest pending row of the outbox a babel-idem relay drains";
+        describe_gauge OUTBOX_ROWS Count "rows of the outbox a babel-idem relay drains, by status";
+        describe_counter OUTBOX_PUBLISHED_TOTAL Count "outbox rows a babel-idem relay published";
+        describe_counter OUTBOX_REFUSED_TOTAL Count "refusals a babel-idem relay recorded on outbox rows";
+    }
 }
 
 thread_local! {
