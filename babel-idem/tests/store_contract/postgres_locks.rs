@@ -1,5 +1,4 @@
 //! What a PostgreSQL test reads of the server's own state.
-#![allow(unreachable_pub)]
 
 /// How many statements whose text names `table` wait on a lock right now
 /// (`pg_stat_activity`): how a test sees a concurrent statement block on a

@@ -3,7 +3,6 @@
 //! - `BABEL_IDEM_REDIS_URL`, `BABEL_IDEM_REDIS_CLUSTER_URL`, `BABEL_IDEM_POSTGRES_URL`:
 //!   the servers to test against. Unset: the test prints a visible `skipped:` line and passes.
 //! - `BABEL_IDEM_REQUIRE_SERVERS=1` (CI): an unset URL is a failure instead.
-#![allow(unreachable_pub)]
 
 use std::env;
 
