@@ -6,7 +6,7 @@
 //! 1. babel-idem: `Consumer` + `RedisTransport` + a guarded no-op handler,
 //!    once with a round trip per store call and once with the store in
 //!    [`Batched`], where the calls that meet share one;
-//! 2. the Python SDK's worker (`babelqueue` 1.24, `tests/python/consumer_peer.py`)
+//! 2. the Python SDK's worker (`babelqueue` 1.24, `babel-idem/tests/python/consumer_peer.py`)
 //!    with the same seen-set layout;
 //! 3. the raw-Redis ceiling: the commands the batched worker issues (sweep,
 //!    reserve, `MGET`, `SET NX` in `MULTI`/`EXEC`, settle) with the same
@@ -219,7 +219,7 @@ async fn bench_python(
     let (before, cpu_before) = (server_stats(raw).await, cpu_seconds(true));
     let seconds = run_python(
         python,
-        "tests/python/consumer_peer.py",
+        "babel-idem/tests/python/consumer_peer.py",
         &[
             "consume",
             url,

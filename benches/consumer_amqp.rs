@@ -7,7 +7,7 @@
 //!    prefetch 1, 64 and 512 (the consumer's concurrency = the prefetch),
 //!    the seen-set in `store::Batched`;
 //! 2. the Python SDK's worker (`babelqueue` 1.24 `PikaTransport`, which
-//!    polls with `basic.get`; `tests/python/amqp_peer.py`), same seen-set;
+//!    polls with `basic.get`; `babel-idem/tests/python/amqp_peer.py`), same seen-set;
 //! 3. the raw ceiling at each prefetch: the same broker and Redis commands
 //!    with the same clients (`basic.consume`, one `MGET` and one
 //!    `MULTI`/`SET NX`/`EXEC` per batch of ready deliveries, one `basic.ack`
@@ -261,7 +261,7 @@ async fn bench_python(url: &str, redis_url: &str, python: &Path, count: usize) -
     let cpu_before = cpu_seconds(true);
     let seconds = run_python(
         python,
-        "tests/python/amqp_peer.py",
+        "babel-idem/tests/python/amqp_peer.py",
         &[
             "consume",
             url,

@@ -1,7 +1,7 @@
 //! The redrive benchmark: a dead-letter list of 10,000 records on a real
 //! Redis moved back to work, by babel-idem (`Redrive::redrive` on a `RedisTransport`) and
 //! by the Python SDK's `redrive` (`babelqueue` 1.24, through
-//! `tests/python/consumer_peer.py`, timed inside the Python process), one
+//! `babel-idem/tests/python/consumer_peer.py`, timed inside the Python process), one
 //! after the other on the same server, on identical lists.
 //!
 //! Reported: messages/s of each and babel-idem's throughput over Python's.
@@ -111,7 +111,7 @@ fn main() {
     let output = Command::new(python)
         .arg(concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/tests/python/consumer_peer.py"
+            "/babel-idem/tests/python/consumer_peer.py"
         ))
         .args(["redrive", &url, &dlq, "--to", &target])
         .output()

@@ -319,7 +319,8 @@ async fn python_bodies(python: &Path, url: &str, count: usize) -> Vec<Vec<u8>> {
         "bench-sbs-py-{}",
         &uuid::Uuid::new_v4().simple().to_string()[..8]
     );
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/consumer_peer.py");
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("babel-idem/tests/python/consumer_peer.py");
     let output = Command::new(python)
         .arg(script)
         .args(["publish", url, &queue, &(count - redeliveries).to_string()])

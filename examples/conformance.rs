@@ -2,10 +2,10 @@
 //! `manifest.json` beside its fixtures) and prints one line per case.
 //!
 //! ```text
-//! cargo run --features redis-transport,amqp-transport --example conformance -- tests/fixtures/conformance
+//! cargo run --features redis-transport,amqp-transport --example conformance -- babel-idem/tests/fixtures/conformance
 //! ```
 //!
-//! `tests/fixtures/conformance` holds this repository's own cases; the
+//! `babel-idem/tests/fixtures/conformance` holds this repository's own cases; the
 //! upstream BabelQueue suite's folder is passed the same way. The `redis`
 //! and `rabbitmq` blocks are checked when their transport's feature is on;
 //! every block of a binding babel-idem lacks is listed as `n/a`.
@@ -21,7 +21,7 @@ use babel_idem::conformance;
 fn main() -> ExitCode {
     let Some(dir) = std::env::args_os().nth(1).map(PathBuf::from) else {
         eprintln!(
-            "usage: conformance <folder with manifest.json>   (this repository's own: tests/fixtures/conformance)"
+            "usage: conformance <folder with manifest.json>   (this repository's own: babel-idem/tests/fixtures/conformance)"
         );
         return ExitCode::from(2);
     };

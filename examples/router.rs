@@ -3,12 +3,12 @@
 //! with each.
 //!
 //! ```text
-//! cargo run --example router                      # built-in deliveries + tests/fixtures/conformance
+//! cargo run --example router                      # built-in deliveries + babel-idem/tests/fixtures/conformance
 //! cargo run --example router -- path/to/conformance
 //! ```
 //!
 //! The conformance folder is the first argument, else this repository's own
-//! fixtures (`tests/fixtures/conformance`); the upstream BabelQueue suite's
+//! fixtures (`babel-idem/tests/fixtures/conformance`); the upstream BabelQueue suite's
 //! folder can be passed the same way. When the folder has no manifest only
 //! the built-in deliveries run.
 
@@ -136,6 +136,6 @@ fn conformance_dir() -> PathBuf {
         .nth(1)
         .map(PathBuf::from)
         .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/conformance")
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("babel-idem/tests/fixtures/conformance")
         })
 }

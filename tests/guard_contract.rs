@@ -1,6 +1,7 @@
 //! Every row of the contract table (see `babel_idem::guide::modes`), driven through `guard`,
 //! `Guard` and `wrap` over a real `InMemoryStore`.
 
+#[path = "../babel-idem/tests/support/mod.rs"]
 mod support;
 
 use std::future::Future;

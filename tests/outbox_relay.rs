@@ -14,8 +14,11 @@
     feature = "amqp-transport"
 ))]
 
+#[path = "../babel-idem/tests/consumer_support/mod.rs"]
 mod consumer_support;
+#[path = "../babel-idem/tests/outbox_support/mod.rs"]
 mod outbox_support;
+#[path = "../babel-idem/tests/store_contract/mod.rs"]
 mod store_contract;
 
 use std::collections::HashMap;

@@ -3,6 +3,7 @@
 //! across shards.
 
 #[macro_use]
+#[path = "../babel-idem/tests/store_contract/mod.rs"]
 mod store_contract;
 
 use std::alloc::{GlobalAlloc, Layout, System};

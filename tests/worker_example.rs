@@ -15,7 +15,9 @@
     feature = "postgres"
 ))]
 
+#[path = "../babel-idem/tests/consumer_support/mod.rs"]
 mod consumer_support;
+#[path = "../babel-idem/tests/store_contract/mod.rs"]
 mod store_contract;
 
 use std::path::{Path, PathBuf};

@@ -23,7 +23,7 @@ use sqlx::Connection;
     unreachable_pub,
     reason = "the shared helpers, public for the root package's tests; this file uses some"
 )]
-#[path = "../../tests/store_contract/servers.rs"]
+#[path = "../../babel-idem/tests/store_contract/servers.rs"]
 mod servers;
 
 use servers::{POSTGRES_URL, REDIS_URL, server_url, unique_suffix};

@@ -22,7 +22,7 @@ use serde_json::{Value, json};
     unreachable_pub,
     reason = "the shared helpers, public for the root package's tests; this file uses some"
 )]
-#[path = "../../tests/store_contract/servers.rs"]
+#[path = "../../babel-idem/tests/store_contract/servers.rs"]
 mod servers;
 
 use servers::{REDIS_URL, server_url, unique_suffix};

@@ -14,9 +14,10 @@
 //!   (commit) or runs (rollback).
 #![cfg(feature = "postgres")]
 
+#[allow(unreachable_pub)]
 #[path = "store_contract/postgres_locks.rs"]
 mod postgres_locks;
-#[allow(dead_code)]
+#[allow(dead_code, unreachable_pub)]
 #[path = "store_contract/servers.rs"]
 mod servers;
 

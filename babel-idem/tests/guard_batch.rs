@@ -20,7 +20,7 @@ use babel_idem::telemetry::metrics::Decision;
 use babel_idem::{
     ClaimStore, Envelope, Guard, InMemoryStore, MessageId, OnRememberFailure, Store, StoreError,
 };
-#[cfg(any(feature = "redis", feature = "postgres"))]
+#[cfg(any(feature = "redis", feature = "postgres", feature = "sqlite"))]
 use store_contract::Backend;
 use store_contract::{DeliveryError, envelope};
 

@@ -5,7 +5,7 @@
 //! below into a `#[tokio::test]`. A fixture whose server is not configured
 //! returns `None` and the test prints a `skipped:` line (or fails, with
 //! `BABEL_IDEM_REQUIRE_SERVERS=1`).
-#![allow(dead_code, unused_imports)]
+#![allow(dead_code, unused_imports, unreachable_pub)]
 
 #[macro_use]
 pub mod admin;
@@ -126,13 +126,23 @@ pub fn envelope(id: &str) -> Envelope {
     Envelope::new("urn:babel:orders:created", json!({"order_id": 1042})).with_id(id)
 }
 
+/// `babel-idem/tests`, whose fixtures and Python peers the suites read, from
+/// whichever package's test includes this module: babel-idem's own tests,
+/// or the workspace root's (which run the CLI and the examples).
+pub fn library_tests_dir() -> PathBuf {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    match env!("CARGO_PKG_NAME") {
+        "babel-idem" => manifest.join("tests"),
+        _ => manifest.join("babel-idem/tests"),
+    }
+}
+
 /// The conformance folders whose idempotency sequences every store replays:
 /// this repository's own fixtures, and the upstream BabelQueue suite when
 /// `BABEL_IDEM_CONFORMANCE_DIR` names its folder (a visible line says when
 /// it does not).
 fn conformance_dirs() -> Vec<PathBuf> {
-    let mut dirs =
-        vec![PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/conformance")];
+    let mut dirs = vec![library_tests_dir().join("fixtures/conformance")];
     match std::env::var_os("BABEL_IDEM_CONFORMANCE_DIR") {
         Some(dir) => dirs.push(PathBuf::from(dir)),
         None => {

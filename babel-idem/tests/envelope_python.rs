@@ -17,7 +17,7 @@
 
 mod envelope_gen;
 #[path = "store_contract/servers.rs"]
-#[allow(dead_code)]
+#[allow(dead_code, unreachable_pub)]
 mod servers;
 
 use std::io::Write;

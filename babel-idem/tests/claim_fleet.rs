@@ -491,7 +491,7 @@ mod redis_fleet {
         format!("bqfleet:{run}:")
     }
 
-    pub struct RedisBoard {
+    pub(crate) struct RedisBoard {
         connection: ConnectionManager,
         base: String,
         run_starts: Script,
@@ -505,7 +505,7 @@ mod redis_fleet {
         }
     }
 
-    pub async fn open(url: &str, run: &str) -> (RedisStore, RedisBoard) {
+    pub(crate) async fn open(url: &str, run: &str) -> (RedisStore, RedisBoard) {
         let client = redis::Client::open(url).expect("a Redis URL");
         let config = ConnectionManagerConfig::new().set_response_timeout(Some(RESPONSE_TIMEOUT));
         let connection = ConnectionManager::new_with_config(client, config)
@@ -658,7 +658,7 @@ mod redis_fleet {
         }
     }
 
-    pub struct RedisFleet {
+    pub(crate) struct RedisFleet {
         url: String,
         run: String,
         store: RedisStore,
@@ -823,12 +823,12 @@ mod postgres_fleet {
         format!("bqfleet_{run}")
     }
 
-    pub struct PgBoard {
+    pub(crate) struct PgBoard {
         pool: PgPool,
         table: String,
     }
 
-    pub async fn open(url: &str, run: &str) -> (PostgresStore, PgBoard) {
+    pub(crate) async fn open(url: &str, run: &str) -> (PostgresStore, PgBoard) {
         let pool = PgPoolOptions::new()
             .max_connections(10)
             .connect(url)
@@ -975,7 +975,7 @@ mod postgres_fleet {
         }
     }
 
-    pub struct PgFleet {
+    pub(crate) struct PgFleet {
         url: String,
         run: String,
         store: PostgresStore,

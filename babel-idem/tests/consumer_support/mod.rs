@@ -2,7 +2,7 @@
 //! the checks of what it sent, received and wrote, patience, the recording
 //! and the effect counting routers, the shared seen-set and parked-claim
 //! scenarios, the start-up errors. A module of the test crates that `mod` it.
-#![allow(dead_code)]
+#![allow(dead_code, unreachable_pub)]
 
 #[cfg(feature = "amqp-transport")]
 pub mod amqp_queue;
@@ -52,12 +52,13 @@ pub fn python(test: &str) -> Option<PathBuf> {
     }
 }
 
-/// Runs one subcommand of the peer `tests/python/<script>` to its end (on a
-/// blocking thread, so a Rust worker can run beside it); its JSON answer.
+/// Runs one subcommand of the peer `babel-idem/tests/python/<script>` to its
+/// end (on a blocking thread, so a Rust worker can run beside it); its JSON
+/// answer.
 pub async fn peer(python: &Path, script: &str, args: Vec<String>, stdin: Option<Value>) -> Value {
     let python = python.to_path_buf();
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/python")
+    let script = crate::store_contract::library_tests_dir()
+        .join("python")
         .join(script);
     tokio::task::spawn_blocking(move || {
         let mut child = Command::new(&python)

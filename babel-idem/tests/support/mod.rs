@@ -1,5 +1,5 @@
 //! Test doubles shared by the integration tests.
-#![allow(dead_code)]
+#![allow(dead_code, unreachable_pub)]
 
 use std::io;
 use std::sync::{Arc, Mutex};

@@ -1,6 +1,6 @@
 //! Generators shared by the envelope property tests (`envelope_props.rs`,
 //! `envelope_python.rs`).
-#![allow(dead_code)]
+#![allow(dead_code, unreachable_pub)]
 
 use proptest::collection::vec;
 use proptest::prelude::*;

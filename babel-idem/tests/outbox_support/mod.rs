@@ -1,7 +1,7 @@
 //! What the producer tests share: a queue on the test's broker (Redis or
 //! RabbitMQ) with a unique name, read back as it sits there and deleted on
 //! drop.
-#![allow(dead_code)]
+#![allow(dead_code, unreachable_pub)]
 
 #[cfg(all(feature = "sqlite", feature = "postgres"))]
 pub mod db;
