@@ -69,7 +69,7 @@ pub mod guide;
 pub mod key;
 mod message;
 pub mod metrics;
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
+#[cfg(feature = "outbox")]
 pub mod outbox;
 #[cfg(any(feature = "redis", feature = "redis-transport"))]
 mod redis_client;

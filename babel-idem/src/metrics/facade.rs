@@ -47,11 +47,7 @@ pub const OUTBOX_PUBLISHED_TOTAL: &str = "babel_idem_outbox_published_total";
 pub const OUTBOX_REFUSED_TOTAL: &str = "babel_idem_outbox_refused_total";
 
 /// Records an outbox's lag and counts by status.
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-#[cfg_attr(
-    not(any(feature = "redis-transport", feature = "amqp-transport")),
-    allow(dead_code, reason = "only the relay records the outbox")
-)]
+#[cfg(feature = "outbox")]
 pub(crate) fn record_outbox(stats: &crate::outbox::OutboxStats) {
     let lag = stats.oldest_pending_age.unwrap_or_default().as_secs_f64();
     ::metrics::gauge!(OUTBOX_LAG_SECONDS).set(lag);

@@ -96,8 +96,7 @@ impl fmt::Display for PublishName<'_> {
     not(any(
         feature = "redis-transport",
         feature = "amqp-transport",
-        feature = "sqlite",
-        feature = "postgres"
+        all(feature = "outbox", any(feature = "sqlite", feature = "postgres"))
     )),
     allow(dead_code, reason = "only a producer carries a trace context")
 )]
@@ -135,8 +134,7 @@ pub(crate) fn trace_headers(span: &Span) -> Vec<(String, String)> {
     not(any(
         feature = "redis-transport",
         feature = "amqp-transport",
-        feature = "sqlite",
-        feature = "postgres"
+        all(feature = "outbox", any(feature = "sqlite", feature = "postgres"))
     )),
     allow(dead_code, reason = "only a producer carries a trace context")
 )]

@@ -103,10 +103,6 @@ impl AmqpTransport {
     /// Whether the broker answers, on a publishing channel that works: after
     /// a batch failed, tells a broker that closed the channel over one of
     /// its messages from a broker that cannot be reached.
-    #[cfg_attr(
-        not(any(feature = "sqlite", feature = "postgres")),
-        allow(dead_code, reason = "only the outbox relay asks")
-    )]
     pub(crate) async fn reachable(&self) -> bool {
         self.sessions.reachable().await
     }
@@ -126,5 +122,11 @@ impl crate::broker::Publisher for AmqpTransport {
         messages: &'a [Outgoing<'a>],
     ) -> crate::broker::TransportFuture<'a, BatchOutcome> {
         Box::pin(AmqpTransport::publish_batch(self, messages))
+    }
+
+    fn refused_while_reachable(
+        &self,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + '_>> {
+        Box::pin(self.reachable())
     }
 }

@@ -1,0 +1,229 @@
+//! What a SQL outbox does the same on every database: its settings, `save`,
+//! the operator's counts and clean-ups, written once over sqlx's database
+//! type; each backend gives the statements' dialect ([`Dialect`]).
+
+use std::time::Duration;
+
+use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Type};
+
+use super::{DEFAULT_TABLE, OutboxError, OutboxStats, checked_table, database, headers_json};
+use crate::envelope::Envelope;
+use crate::router::span;
+
+/// What differs between the databases in the statements [`SqlTable`] runs.
+pub(super) struct Dialect {
+    /// The seconds the row has waited since `created_at`, as a float.
+    pub(super) age_seconds: &'static str,
+    /// A `published_at` older than the first parameter, in seconds.
+    pub(super) published_before: &'static str,
+    /// The second parameter.
+    pub(super) second: &'static str,
+    /// What the purge's inner `SELECT` ends with, to pass rows others hold.
+    pub(super) skip_locked: &'static str,
+    /// The `save` statement for `table`, with or without the `headers`
+    /// column: binds the queue, the body and (with headers) the headers'
+    /// JSON; returns the row's id.
+    pub(super) insert: fn(table: &str, headers: bool) -> String,
+    /// Whether `error` says the table is missing.
+    pub(super) missing_table: fn(&sqlx::Error) -> bool,
+}
+
+/// How many rows a statement changed, whatever the database.
+pub(super) trait RowsAffected {
+    /// The count.
+    fn rows(&self) -> u64;
+}
+
+/// An outbox table on a pool of `DB`: the name, whether `save` writes
+/// `headers`, and the dialect of its statements.
+pub(super) struct SqlTable<DB: Database> {
+    pub(super) pool: Pool<DB>,
+    pub(super) name: String,
+    pub(super) headers: bool,
+    dialect: &'static Dialect,
+}
+
+impl<DB: Database> Clone for SqlTable<DB> {
+    fn clone(&self) -> Self {
+        SqlTable {
+            pool: self.pool.clone(),
+            name: self.name.clone(),
+            headers: self.headers,
+            dialect: self.dialect,
+        }
+    }
+}
+
+impl<DB: Database> std::fmt::Debug for SqlTable<DB> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlTable")
+            .field("table", &self.name)
+            .field("headers", &self.headers)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<DB: Database> SqlTable<DB> {
+    /// The table `babelqueue_outbox` on `pool`, with `headers`.
+    pub(super) fn new(pool: Pool<DB>, dialect: &'static Dialect) -> Self {
+        SqlTable {
+            pool,
+            name: DEFAULT_TABLE.to_owned(),
+            headers: true,
+            dialect,
+        }
+    }
+
+    /// The same table under another name, checked.
+    pub(super) fn renamed(mut self, table: &str) -> Result<Self, OutboxError> {
+        self.name = checked_table(table)?;
+        Ok(self)
+    }
+
+    /// `error`, or [`OutboxError::MissingTable`] when it says the table is missing.
+    pub(super) fn missing_or(&self, error: sqlx::Error, operation: &'static str) -> OutboxError {
+        if (self.dialect.missing_table)(&error) {
+            OutboxError::MissingTable {
+                table: self.name.clone(),
+            }
+        } else {
+            database(operation)(error)
+        }
+    }
+}
+
+impl<DB> SqlTable<DB>
+where
+    DB: Database,
+    DB::QueryResult: RowsAffected,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> i64: Type<DB> + Encode<'q, DB> + Decode<'q, DB>,
+    for<'q> f64: Type<DB> + Encode<'q, DB> + Decode<'q, DB>,
+    for<'q> &'q str: Type<DB> + Encode<'q, DB>,
+    for<'q> Option<String>: Type<DB> + Encode<'q, DB>,
+    usize: ColumnIndex<DB::Row>,
+{
+    /// Writes `envelope` on `connection` (see the outboxes' `save`).
+    pub(super) async fn save(
+        &self,
+        connection: &mut DB::Connection,
+        envelope: &Envelope,
+    ) -> Result<i64, OutboxError> {
+        let body = envelope.encode_for_publish()?;
+        let body = String::from_utf8_lossy(&body);
+        let insert = (self.dialect.insert)(&self.name, self.headers);
+        let mut query = sqlx::query_scalar::<_, i64>(&insert)
+            .bind(envelope.destination())
+            .bind(&*body);
+        if self.headers {
+            query = query.bind(headers_json(&span::trace_headers(&tracing::Span::current())));
+        }
+        query
+            .fetch_one(&mut *connection)
+            .await
+            .map_err(|error| self.missing_or(error, "save"))
+    }
+
+    /// How many rows each status holds, and the age of the oldest pending row.
+    pub(super) async fn stats(&self) -> Result<OutboxStats, OutboxError> {
+        let (t, age) = (&self.name, self.dialect.age_seconds);
+        let query = format!(
+            "SELECT
+                 (SELECT count(*) FROM {t} WHERE status = 'pending'),
+                 (SELECT count(*) FROM {t} WHERE status = 'published'),
+                 (SELECT count(*) FROM {t} WHERE status = 'failed'),
+                 (SELECT {age} FROM {t} WHERE status = 'pending' ORDER BY id LIMIT 1)"
+        );
+        let mut connection = self.connection("stats").await?;
+        let (pending, published, failed, age): (i64, i64, i64, Option<f64>) =
+            sqlx::query_as(&query)
+                .fetch_one(&mut *connection)
+                .await
+                .map_err(|error| self.missing_or(error, "stats"))?;
+        Ok(OutboxStats {
+            pending: pending as u64,
+            published: published as u64,
+            failed: failed as u64,
+            oldest_pending_age: age.map(|age| Duration::from_secs_f64(age.max(0.0))),
+        })
+    }
+
+    /// Makes every `'failed'` row pending again (see `retry_failed`).
+    pub(super) async fn retry_failed(&self, dry_run: bool) -> Result<u64, OutboxError> {
+        let t = &self.name;
+        let mut connection = self.connection("retry-failed").await?;
+        let result = if dry_run {
+            let count = format!("SELECT count(*) FROM {t} WHERE status = 'failed'");
+            sqlx::query_scalar::<_, i64>(&count)
+                .fetch_one(&mut *connection)
+                .await
+                .map(|n| n as u64)
+        } else {
+            let retry = format!(
+                "UPDATE {t} SET status = 'pending', attempts = 0, failed_at = NULL
+                 WHERE status = 'failed'"
+            );
+            sqlx::query(&retry)
+                .execute(&mut *connection)
+                .await
+                .map(|done| done.rows())
+        };
+        result.map_err(|error| self.missing_or(error, "retry-failed"))
+    }
+
+    /// Deletes the rows published longer than `older_than` ago, `batch` at
+    /// a time (see `purge_published`).
+    pub(super) async fn purge_published(
+        &self,
+        older_than: Duration,
+        batch: u32,
+        dry_run: bool,
+    ) -> Result<u64, OutboxError> {
+        let (t, dialect) = (&self.name, self.dialect);
+        let old = format!("status = 'published' AND {}", dialect.published_before);
+        let seconds = older_than.as_secs_f64();
+        let failed = |error| self.missing_or(error, "purge-published");
+        if dry_run {
+            let count = format!("SELECT count(*) FROM {t} WHERE {old}");
+            let mut connection = self.connection("purge-published").await?;
+            return sqlx::query_scalar::<_, i64>(&count)
+                .bind(seconds)
+                .fetch_one(&mut *connection)
+                .await
+                .map(|n| n as u64)
+                .map_err(failed);
+        }
+        let delete = format!(
+            "DELETE FROM {t} WHERE id IN (
+                 SELECT id FROM {t} WHERE {old} ORDER BY id LIMIT {}{})",
+            dialect.second, dialect.skip_locked
+        );
+        let batch = batch.max(1);
+        let mut deleted = 0;
+        // Each statement is its own short transaction, on a connection
+        // taken for it alone.
+        loop {
+            let mut connection = self.connection("purge-published").await?;
+            let done = sqlx::query(&delete)
+                .bind(seconds)
+                .bind(i64::from(batch))
+                .execute(&mut *connection)
+                .await
+                .map_err(failed)?
+                .rows();
+            deleted += done;
+            if done < u64::from(batch) {
+                return Ok(deleted);
+            }
+        }
+    }
+
+    /// A connection of the pool, for one operation.
+    async fn connection(
+        &self,
+        operation: &'static str,
+    ) -> Result<sqlx::pool::PoolConnection<DB>, OutboxError> {
+        self.pool.acquire().await.map_err(database(operation))
+    }
+}
