@@ -842,9 +842,7 @@ async fn migrations_run_at_once_by_a_fleet_all_succeed() {
         let mut runs = Vec::new();
         for _ in 0..8 {
             let source = db.source().await;
-            runs.push(tokio::spawn(async move {
-                source.migrate().await
-            }));
+            runs.push(tokio::spawn(async move { source.migrate().await }));
         }
         for run in runs {
             run.await.unwrap().unwrap();

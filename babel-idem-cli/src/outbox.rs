@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use babel_idem::outbox::{
-    OutboxError, OutboxSource, PostgresOutbox, Relay, RelayError, RelaySink, SqliteOutbox,
+    OutboxError, OutboxSource, PostgresOutbox, Relay, RelayError, RelaySink, RelaySource,
+    SqliteOutbox,
 };
 use babel_idem::transport::{AmqpTransport, RedisTransport, TransportError};
 use clap::{Args, Subcommand};
@@ -270,7 +271,7 @@ pub(crate) async fn relay(
         ),
         (None, None) => return Err(CliError::usage("relay needs --redis URL or --amqp URL")),
     };
-    let relay = Relay::builder(Arc::clone(&opened), sink)
+    let relay = Relay::builder(RelaySource::shared(Arc::clone(&opened)), sink)
         .batch_size(args.batch)
         .max_attempts(args.max_attempts)
         .max_body_bytes(args.max_body)
@@ -387,7 +388,8 @@ pub(crate) async fn outbox(
 ) -> Result<Exit, CliError> {
     match command {
         OutboxCommand::Stats(target) => {
-            let (place, opened) = open(&target.url, target.outbox_table.as_deref(), timeout).await?;
+            let (place, opened) =
+                open(&target.url, target.outbox_table.as_deref(), timeout).await?;
             let stats = opened.stats().await.map_err(|e| outbox_failed(&place, e))?;
             let lag = stats.oldest_pending_age.map(|age| age.as_secs_f64());
             out.emit(
@@ -409,43 +411,54 @@ pub(crate) async fn outbox(
                     })
                 },
             );
-            Ok(Exit::Ok)
         }
         OutboxCommand::RetryFailed(target) => {
-            let (place, opened) = open(&target.url, target.outbox_table.as_deref(), timeout).await?;
-            let count = opened
-                .retry_failed(dry_run)
-                .await
-                .map_err(|e| outbox_failed(&place, e))?;
-            out.emit(
-                || match dry_run {
-                    true => format!("would make {count} failed rows pending (dry run)"),
-                    false => format!("made {count} failed rows pending"),
-                },
-                || json!({ "retried": count, "dry_run": dry_run }),
+            let (place, opened) =
+                open(&target.url, target.outbox_table.as_deref(), timeout).await?;
+            let count = opened.retry_failed(dry_run).await;
+            let count = count.map_err(|e| outbox_failed(&place, e))?;
+            let verbs = ("make", "made");
+            emit_count(
+                out,
+                ("retried", count),
+                dry_run,
+                verbs,
+                "failed rows pending",
             );
-            Ok(Exit::Ok)
         }
         OutboxCommand::PurgePublished {
             target,
             older_than,
             batch,
         } => {
-            let (place, opened) = open(&target.url, target.outbox_table.as_deref(), timeout).await?;
-            let count = opened
-                .purge_published(older_than, batch, dry_run)
-                .await
-                .map_err(|e| outbox_failed(&place, e))?;
-            out.emit(
-                || match dry_run {
-                    true => format!("would delete {count} published rows (dry run)"),
-                    false => format!("deleted {count} published rows"),
-                },
-                || json!({ "purged": count, "dry_run": dry_run }),
-            );
-            Ok(Exit::Ok)
+            let (place, opened) =
+                open(&target.url, target.outbox_table.as_deref(), timeout).await?;
+            let count = opened.purge_published(older_than, batch, dry_run).await;
+            let count = count.map_err(|e| outbox_failed(&place, e))?;
+            let verbs = ("delete", "deleted");
+            emit_count(out, ("purged", count), dry_run, verbs, "published rows");
         }
     }
+    Ok(Exit::Ok)
+}
+
+/// Prints how many rows a command changed (`key` in JSON), or with
+/// `dry_run` would change: "would {verb} {count} {rows} (dry run)", else
+/// "{done} {count} {rows}".
+fn emit_count(
+    out: &mut Output,
+    (key, count): (&str, u64),
+    dry_run: bool,
+    (verb, done): (&str, &str),
+    rows: &str,
+) {
+    out.emit(
+        || match dry_run {
+            true => format!("would {verb} {count} {rows} (dry run)"),
+            false => format!("{done} {count} {rows}"),
+        },
+        || json!({ key: count, "dry_run": dry_run }),
+    );
 }
 
 /// `migrate URL --outbox`: creates the outbox table (and the SQLite file);

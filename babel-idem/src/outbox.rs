@@ -293,7 +293,8 @@ pub trait Wakeup: Send {
     fn wait(&mut self, poll: Duration) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
 }
 
-/// The poll alone.
+/// The poll alone: an idle relay with notifications off, or on an outbox
+/// nothing wakes.
 struct PollOnly;
 
 impl Wakeup for PollOnly {
@@ -335,7 +336,11 @@ impl Lease {
 
 impl std::fmt::Debug for Lease {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0.is_some() { "Lease(held)" } else { "Lease(none)" })
+        f.write_str(if self.0.is_some() {
+            "Lease(held)"
+        } else {
+            "Lease(none)"
+        })
     }
 }
 
@@ -391,7 +396,10 @@ impl Batch {
 
     /// The batch of rows read by [`PendingRow::read`], held by `lease`.
     #[cfg(any(feature = "sqlite", feature = "postgres"))]
-    fn read(rows: impl IntoIterator<Item = Result<PendingRow, (i64, String)>>, lease: Lease) -> Self {
+    fn read(
+        rows: impl IntoIterator<Item = Result<PendingRow, (i64, String)>>,
+        lease: Lease,
+    ) -> Self {
         let mut batch = Batch::new(Vec::new(), Vec::new(), lease);
         for row in rows {
             match row {

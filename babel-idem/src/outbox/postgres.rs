@@ -8,10 +8,9 @@ use std::time::Duration;
 use sqlx::postgres::{PgListener, PgPool, PgQueryResult};
 use sqlx::{PgConnection, Postgres, Transaction};
 
-use super::sql::{Dialect, RowsAffected, SqlTable};
+use super::sql::{Dialect, RowsAffected, SqlOutbox, SqlTable, Take};
 use super::{
-    Backoff, Batch, DEFAULT_TABLE, Lease, Marks, OutboxError, OutboxFuture, OutboxSource,
-    OutboxStats, PendingRow, Wakeup, database,
+    Batch, DEFAULT_TABLE, Lease, Marks, OutboxError, OutboxStats, PendingRow, Wakeup, database,
 };
 use crate::envelope::Envelope;
 use crate::store::AsConnection;
@@ -226,24 +225,6 @@ impl PostgresOutbox {
         purge.await
     }
 
-    /// Whether the table exists and has the `headers` column.
-    async fn probe(&self) -> Result<bool, OutboxError> {
-        let columns: Vec<String> = sqlx::query_scalar(
-            "SELECT column_name::text FROM information_schema.columns
-             WHERE table_schema = current_schema() AND table_name = $1",
-        )
-        .bind(self.table())
-        .fetch_all(self.pool())
-        .await
-        .map_err(database("open"))?;
-        if columns.is_empty() {
-            return Err(OutboxError::MissingTable {
-                table: self.table().to_owned(),
-            });
-        }
-        Ok(columns.iter().any(|column| column == "headers"))
-    }
-
     /// A listener on the channel `save` notifies.
     async fn listen(&self) -> Result<PgListener, OutboxError> {
         let mut listener = PgListener::connect_with(self.pool())
@@ -255,29 +236,45 @@ impl PostgresOutbox {
             .map_err(database("listen"))?;
         Ok(listener)
     }
+}
+
+/// What PostgreSQL does its own way.
+impl SqlOutbox for PostgresOutbox {
+    type Db = Postgres;
+
+    fn sql(&self) -> &SqlTable<Postgres> {
+        &self.table
+    }
+
+    async fn create(&self) -> Result<(), OutboxError> {
+        self.migrate().await
+    }
+
+    async fn columns(&self) -> Result<Vec<String>, OutboxError> {
+        sqlx::query_scalar(
+            "SELECT column_name::text FROM information_schema.columns
+             WHERE table_schema = current_schema() AND table_name = $1",
+        )
+        .bind(self.table())
+        .fetch_all(self.pool())
+        .await
+        .map_err(database("open"))
+    }
 
     /// Begins the relay's transaction and takes up to `limit` pending rows
     /// past their backoff, oldest first, locked against the other relays;
     /// the batch's lease is the transaction. The rows of a batch still
     /// being marked stay locked until their mark commits, and `SKIP LOCKED`
     /// passes them by.
-    async fn take(
-        &self,
-        limit: u32,
-        backoff: Backoff,
-        with_headers: bool,
-    ) -> Result<Batch, OutboxError> {
-        let headers = if with_headers {
-            "headers::text"
-        } else {
-            "NULL::text"
-        };
-        let take = format!(
+    async fn take_batch(&self, take: Take<'_>) -> Result<Batch, OutboxError> {
+        let headers = take.headers.then_some("headers::text");
+        let select = format!(
             "SELECT id, queue::text, body, attempts::int8, {headers} FROM {t}
              WHERE status = 'pending'
                AND (failed_at IS NULL
                     OR failed_at <= {NOW} - make_interval(secs => LEAST(attempts * $2, $3)))
              ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
+            headers = headers.unwrap_or("NULL::text"),
             t = self.table()
         );
         // The transaction only marks rows: a mark lost to a server crash
@@ -289,32 +286,33 @@ impl PostgresOutbox {
             .await
             .map_err(database("take"))?;
         type Columns = (i64, Option<String>, Option<String>, i64, Option<String>);
-        let rows: Vec<Columns> = sqlx::query_as(&take)
-            .bind(i64::from(limit))
-            .bind(backoff.step.as_secs_f64())
-            .bind(backoff.cap.as_secs_f64())
+        let rows: Vec<Columns> = sqlx::query_as(&select)
+            .bind(take.limit)
+            .bind(take.step)
+            .bind(take.cap)
             .fetch_all(&mut *tx)
             .await
             .map_err(|error| self.table.missing_or(error, "take"))?;
-        let rows = rows.into_iter().map(|(id, queue, body, attempts, headers)| {
-            PendingRow::read(
-                id,
-                queue.map(String::into_bytes),
-                body.map(String::into_bytes),
-                attempts,
-                headers.map(String::into_bytes),
-            )
-        });
+        let rows = rows
+            .into_iter()
+            .map(|(id, queue, body, attempts, headers)| {
+                PendingRow::read(
+                    id,
+                    queue.map(String::into_bytes),
+                    body.map(String::into_bytes),
+                    attempts,
+                    headers.map(String::into_bytes),
+                )
+            });
         Ok(Batch::read(rows, Lease::new(tx)))
     }
 
     /// Records the relay's outcome (see [`Marks`]) in the transaction that
-    /// took the rows, and commits it.
-    async fn finish(
-        &self,
-        mut tx: Transaction<'static, Postgres>,
-        marks: Marks<'_>,
-    ) -> Result<(), OutboxError> {
+    /// took the rows (the lease), and commits it.
+    async fn finish(&self, lease: Lease, marks: Marks<'_>) -> Result<(), OutboxError> {
+        let Some(mut tx) = lease.into_held::<Transaction<'static, Postgres>>() else {
+            return Ok(());
+        };
         let t = self.table();
         // One statement for the whole batch: each id with no error is
         // published; each id with its error spends an attempt, and one the
@@ -357,67 +355,14 @@ impl PostgresOutbox {
         }
         tx.commit().await.map_err(database("mark"))
     }
-}
-
-impl OutboxSource for PostgresOutbox {
-    fn table(&self) -> &str {
-        PostgresOutbox::table(self)
-    }
-
-    fn migrate(&self) -> OutboxFuture<'_, ()> {
-        Box::pin(PostgresOutbox::migrate(self))
-    }
-
-    fn stats(&self) -> OutboxFuture<'_, OutboxStats> {
-        Box::pin(self.table.stats())
-    }
-
-    fn retry_failed(&self, dry_run: bool) -> OutboxFuture<'_, u64> {
-        Box::pin(self.table.retry_failed(dry_run))
-    }
-
-    fn purge_published(
-        &self,
-        older_than: Duration,
-        batch: u32,
-        dry_run: bool,
-    ) -> OutboxFuture<'_, u64> {
-        Box::pin(self.table.purge_published(older_than, batch, dry_run))
-    }
-
-    fn has_headers(&self) -> OutboxFuture<'_, bool> {
-        Box::pin(self.probe())
-    }
-
-    fn take<'a>(
-        &'a self,
-        limit: u32,
-        backoff: Backoff,
-        headers: bool,
-        _in_flight: &'a [i64],
-    ) -> OutboxFuture<'a, Batch> {
-        Box::pin(PostgresOutbox::take(self, limit, backoff, headers))
-    }
-
-    fn mark<'a>(&'a self, lease: Lease, marks: Marks<'a>) -> OutboxFuture<'a, ()> {
-        Box::pin(async move {
-            match lease.into_held::<Transaction<'static, Postgres>>() {
-                Some(tx) => self.finish(tx, marks).await,
-                None => Ok(()),
-            }
-        })
-    }
 
     /// `LISTEN` on the channel `save` notifies; the poll alone while the
     /// listener cannot be opened.
-    fn wakeup(&self) -> Pin<Box<dyn Future<Output = Box<dyn Wakeup>> + Send + '_>> {
-        Box::pin(async move {
-            let wake = match self.listen().await {
-                Ok(listener) => Listen::Listening(Box::new(listener)),
-                Err(_) => Listen::Polling(self.clone()),
-            };
-            Box::new(wake) as Box<dyn Wakeup>
-        })
+    async fn wake(&self) -> Box<dyn Wakeup> {
+        match self.listen().await {
+            Ok(listener) => Box::new(Listen::Listening(Box::new(listener))),
+            Err(_) => Box::new(Listen::Polling(self.clone())),
+        }
     }
 }
 

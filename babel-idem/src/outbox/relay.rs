@@ -11,7 +11,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{Backoff, Batch, Marks, OutboxError, OutboxSource, OutboxStats, PendingRow, Wakeup};
+use super::{
+    Backoff, Batch, Marks, OutboxError, OutboxSource, OutboxStats, PendingRow, PollOnly, Wakeup,
+};
 use crate::broker::{BatchOutcome, Outgoing, Publisher, TransportError};
 
 /// The family's batch: rows taken, published and marked at a time.
@@ -23,8 +25,8 @@ pub const DEFAULT_MAX_PUBLISH_ATTEMPTS: u32 = 10;
 pub const DEFAULT_MAX_BODY: usize = 16 * 1024 * 1024;
 
 /// The outbox a [`Relay`] drains: any [`OutboxSource`], made by `From` of
-/// one (or of an `Arc<dyn OutboxSource>` chosen at run time); it derefs to
-/// the outbox.
+/// one (or by [`shared`](RelaySource::shared) of an `Arc<dyn OutboxSource>`
+/// chosen at run time); it derefs to the outbox.
 ///
 /// ```
 /// use babel_idem::outbox::{RelaySource, SqliteOutbox};
@@ -44,8 +46,9 @@ impl<S: OutboxSource> From<S> for RelaySource {
     }
 }
 
-impl From<Arc<dyn OutboxSource>> for RelaySource {
-    fn from(outbox: Arc<dyn OutboxSource>) -> Self {
+impl RelaySource {
+    /// The source for an outbox already shared, chosen at run time.
+    pub fn shared(outbox: Arc<dyn OutboxSource>) -> Self {
         RelaySource(outbox)
     }
 }
@@ -490,10 +493,10 @@ impl Relay {
         until_empty: bool,
     ) -> Result<RelayReport, RelayError> {
         let mut shutdown = std::pin::pin!(shutdown);
-        let mut wake = if self.settings.notifications {
+        let mut wake: Box<dyn Wakeup> = if self.settings.notifications {
             self.settings.source.wakeup().await
         } else {
-            Box::new(Sleep)
+            Box::new(PollOnly)
         };
         let mut total = RelayReport::default();
         let mut outages = 0u32;
@@ -824,13 +827,4 @@ fn poll_now<F: Future + ?Sized>(shutdown: &mut std::pin::Pin<&mut F>) -> bool {
     let waker = std::task::Waker::noop();
     let mut context = std::task::Context::from_waker(waker);
     shutdown.as_mut().poll(&mut context).is_ready()
-}
-
-/// An idle relay with notifications off: the poll alone.
-struct Sleep;
-
-impl Wakeup for Sleep {
-    fn wait(&mut self, poll: Duration) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send + '_>> {
-        Box::pin(tokio::time::sleep(poll))
-    }
 }

@@ -2,11 +2,16 @@
 //! the operator's counts and clean-ups, written once over sqlx's database
 //! type; each backend gives the statements' dialect ([`Dialect`]).
 
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Type};
 
-use super::{DEFAULT_TABLE, OutboxError, OutboxStats, checked_table, database, headers_json};
+use super::{
+    Backoff, Batch, DEFAULT_TABLE, Lease, Marks, OutboxError, OutboxFuture, OutboxSource,
+    OutboxStats, Wakeup, checked_table, database, headers_json,
+};
 use crate::envelope::Envelope;
 use crate::router::span;
 
@@ -29,14 +34,14 @@ pub(super) struct Dialect {
 }
 
 /// How many rows a statement changed, whatever the database.
-pub(super) trait RowsAffected {
+pub trait RowsAffected {
     /// The count.
     fn rows(&self) -> u64;
 }
 
 /// An outbox table on a pool of `DB`: the name, whether `save` writes
 /// `headers`, and the dialect of its statements.
-pub(super) struct SqlTable<DB: Database> {
+pub struct SqlTable<DB: Database> {
     pub(super) pool: Pool<DB>,
     pub(super) name: String,
     pub(super) headers: bool,
@@ -117,7 +122,9 @@ where
             .bind(envelope.destination())
             .bind(&*body);
         if self.headers {
-            query = query.bind(headers_json(&span::trace_headers(&tracing::Span::current())));
+            query = query.bind(headers_json(
+                &span::trace_headers(&tracing::Span::current()),
+            ));
         }
         query
             .fetch_one(&mut *connection)
@@ -227,3 +234,146 @@ where
         self.pool.acquire().await.map_err(database(operation))
     }
 }
+
+/// What the relay asks of [`SqlOutbox::take_batch`], as the statements
+/// bind it.
+pub struct Take<'a> {
+    /// The most rows.
+    pub(super) limit: i64,
+    /// The backoff's step, in seconds.
+    pub(super) step: f64,
+    /// The backoff's cap, in seconds.
+    pub(super) cap: f64,
+    /// Whether the `headers` column is read.
+    pub(super) headers: bool,
+    /// The rows whose mark may still be committing.
+    pub(super) in_flight: &'a [i64],
+}
+
+/// An outbox whose shared statements [`SqlTable`] runs: what its database
+/// does its own way. Every such outbox is an [`OutboxSource`].
+pub trait SqlOutbox: Clone + Send + Sync + 'static {
+    /// The database.
+    type Db: Database;
+
+    /// The table and its pool.
+    fn sql(&self) -> &SqlTable<Self::Db>;
+
+    /// See [`OutboxSource::migrate`].
+    fn create(&self) -> impl Future<Output = Result<(), OutboxError>> + Send;
+
+    /// The table's column names; empty when it does not exist.
+    fn columns(&self) -> impl Future<Output = Result<Vec<String>, OutboxError>> + Send;
+
+    /// See [`OutboxSource::take`].
+    fn take_batch(&self, take: Take<'_>)
+    -> impl Future<Output = Result<Batch, OutboxError>> + Send;
+
+    /// See [`OutboxSource::mark`].
+    fn finish(
+        &self,
+        lease: Lease,
+        marks: Marks<'_>,
+    ) -> impl Future<Output = Result<(), OutboxError>> + Send;
+
+    /// See [`OutboxSource::wakeup`].
+    fn wake(&self) -> impl Future<Output = Box<dyn Wakeup>> + Send;
+}
+
+impl<T> OutboxSource for T
+where
+    T: SqlOutbox,
+    SqlTable<T::Db>: SqlOperations,
+{
+    fn table(&self) -> &str {
+        &self.sql().name
+    }
+
+    fn migrate(&self) -> OutboxFuture<'_, ()> {
+        Box::pin(self.create())
+    }
+
+    fn stats(&self) -> OutboxFuture<'_, OutboxStats> {
+        self.sql().stats_boxed()
+    }
+
+    fn retry_failed(&self, dry_run: bool) -> OutboxFuture<'_, u64> {
+        self.sql().retry_failed_boxed(dry_run)
+    }
+
+    fn purge_published(&self, age: Duration, batch: u32, dry: bool) -> OutboxFuture<'_, u64> {
+        self.sql().purge_boxed(age, batch, dry)
+    }
+
+    fn has_headers(&self) -> OutboxFuture<'_, bool> {
+        Box::pin(async move {
+            let columns = self.columns().await?;
+            if columns.is_empty() {
+                return Err(OutboxError::MissingTable {
+                    table: self.sql().name.clone(),
+                });
+            }
+            Ok(columns.iter().any(|column| column == "headers"))
+        })
+    }
+
+    fn take<'a>(
+        &'a self,
+        limit: u32,
+        backoff: Backoff,
+        headers: bool,
+        in_flight: &'a [i64],
+    ) -> OutboxFuture<'a, Batch> {
+        let take = Take {
+            limit: i64::from(limit),
+            step: backoff.step.as_secs_f64(),
+            cap: backoff.cap.as_secs_f64(),
+            headers,
+            in_flight,
+        };
+        Box::pin(self.take_batch(take))
+    }
+
+    fn mark<'a>(&'a self, lease: Lease, marks: Marks<'a>) -> OutboxFuture<'a, ()> {
+        Box::pin(self.finish(lease, marks))
+    }
+
+    fn wakeup(&self) -> Pin<Box<dyn Future<Output = Box<dyn Wakeup>> + Send + '_>> {
+        Box::pin(self.wake())
+    }
+}
+
+/// The shared operations as boxed futures, for a table whose database
+/// sqlx drives (the bounds of [`SqlTable`]'s statements, stated once).
+pub trait SqlOperations {
+    /// [`SqlTable::stats`], boxed.
+    fn stats_boxed(&self) -> OutboxFuture<'_, OutboxStats>;
+    /// [`SqlTable::retry_failed`], boxed.
+    fn retry_failed_boxed(&self, dry_run: bool) -> OutboxFuture<'_, u64>;
+    /// [`SqlTable::purge_published`], boxed.
+    fn purge_boxed(&self, age: Duration, batch: u32, dry: bool) -> OutboxFuture<'_, u64>;
+}
+
+/// [`SqlOperations`] for the tables of `$db`.
+macro_rules! sql_operations {
+    ($db:ty) => {
+        impl SqlOperations for SqlTable<$db> {
+            fn stats_boxed(&self) -> OutboxFuture<'_, OutboxStats> {
+                Box::pin(self.stats())
+            }
+
+            fn retry_failed_boxed(&self, dry_run: bool) -> OutboxFuture<'_, u64> {
+                Box::pin(self.retry_failed(dry_run))
+            }
+
+            fn purge_boxed(&self, age: Duration, batch: u32, dry: bool) -> OutboxFuture<'_, u64> {
+                Box::pin(self.purge_published(age, batch, dry))
+            }
+        }
+    };
+}
+
+#[cfg(feature = "sqlite")]
+sql_operations!(sqlx::Sqlite);
+#[cfg(feature = "postgres")]
+sql_operations!(sqlx::Postgres);

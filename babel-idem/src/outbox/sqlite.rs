@@ -10,10 +10,9 @@ use sqlx::sqlite::{SqlitePool, SqliteQueryResult};
 use sqlx::{Sqlite, SqliteConnection};
 use tokio::sync::Notify;
 
-use super::sql::{Dialect, RowsAffected, SqlTable};
+use super::sql::{Dialect, RowsAffected, SqlOutbox, SqlTable, Take};
 use super::{
-    Backoff, Batch, DEFAULT_TABLE, Lease, Marks, OutboxError, OutboxFuture, OutboxSource,
-    OutboxStats, PendingRow, Wakeup, database,
+    Batch, DEFAULT_TABLE, Lease, Marks, OutboxError, OutboxStats, PendingRow, Wakeup, database,
 };
 use crate::envelope::Envelope;
 use crate::store::AsConnection;
@@ -183,7 +182,10 @@ impl SqliteOutbox {
     where
         C: AsConnection<SqliteConnection> + ?Sized,
     {
-        let id = self.table.save(connection.as_connection(), envelope).await?;
+        let id = self
+            .table
+            .save(connection.as_connection(), envelope)
+            .await?;
         self.wake.notify_one();
         Ok(id)
     }
@@ -209,24 +211,28 @@ impl SqliteOutbox {
         batch: u32,
         dry_run: bool,
     ) -> Result<u64, OutboxError> {
-        self.table
-            .purge_published(older_than, batch, dry_run)
-            .await
+        self.table.purge_published(older_than, batch, dry_run).await
+    }
+}
+
+/// What SQLite does its own way.
+impl SqlOutbox for SqliteOutbox {
+    type Db = Sqlite;
+
+    fn sql(&self) -> &SqlTable<Sqlite> {
+        &self.table
     }
 
-    /// Whether the table exists and has the `headers` column.
-    async fn probe(&self) -> Result<bool, OutboxError> {
-        let columns: Vec<String> = sqlx::query_scalar("SELECT name FROM pragma_table_info(?1)")
+    async fn create(&self) -> Result<(), OutboxError> {
+        self.migrate().await
+    }
+
+    async fn columns(&self) -> Result<Vec<String>, OutboxError> {
+        sqlx::query_scalar("SELECT name FROM pragma_table_info(?1)")
             .bind(self.table())
             .fetch_all(self.pool())
             .await
-            .map_err(database("open"))?;
-        if columns.is_empty() {
-            return Err(OutboxError::MissingTable {
-                table: self.table().to_owned(),
-            });
-        }
-        Ok(columns.iter().any(|column| column == "headers"))
+            .map_err(database("open"))
     }
 
     /// Up to `limit` pending rows, oldest first, past their backoff, but
@@ -235,19 +241,10 @@ impl SqliteOutbox {
     /// type), so one row that is not text cannot fail the whole read: it
     /// comes back among the unreadable rows. A single relay drains a SQLite
     /// outbox, so the batch's lease holds nothing.
-    async fn take(
-        &self,
-        limit: u32,
-        backoff: Backoff,
-        with_headers: bool,
-        in_flight: &[i64],
-    ) -> Result<Batch, OutboxError> {
-        let headers = if with_headers {
-            "CAST(headers AS BLOB)"
-        } else {
-            "NULL"
-        };
-        let take = format!(
+    async fn take_batch(&self, take: Take<'_>) -> Result<Batch, OutboxError> {
+        let headers = take.headers.then_some("CAST(headers AS BLOB)");
+        let headers = headers.unwrap_or("NULL");
+        let select = format!(
             "SELECT id, CAST(queue AS BLOB), CAST(body AS BLOB),
                     ifnull(CAST(attempts AS INTEGER), 0), {headers} FROM {}
              WHERE status = 'pending'
@@ -257,28 +254,26 @@ impl SqliteOutbox {
              ORDER BY id LIMIT ?1",
             self.table()
         );
-        let in_flight = serde_json::Value::from(in_flight.to_vec()).to_string();
+        let in_flight = serde_json::Value::from(take.in_flight.to_vec()).to_string();
         type Columns = (i64, Option<Vec<u8>>, Option<Vec<u8>>, i64, Option<Vec<u8>>);
-        let rows: Vec<Columns> = sqlx::query_as(&take)
-            .bind(i64::from(limit))
-            .bind(backoff.step.as_secs_f64())
-            .bind(backoff.cap.as_secs_f64())
+        let rows: Vec<Columns> = sqlx::query_as(&select)
+            .bind(take.limit)
+            .bind(take.step)
+            .bind(take.cap)
             .bind(in_flight)
             .fetch_all(self.pool())
             .await
             .map_err(|error| self.table.missing_or(error, "take"))?;
         let rows = rows
             .into_iter()
-            .map(|(id, queue, body, attempts, headers)| {
-                PendingRow::read(id, queue, body, attempts, headers)
-            });
+            .map(|row| PendingRow::read(row.0, row.1, row.2, row.3, row.4));
         Ok(Batch::read(rows, Lease::none()))
     }
 
     /// Records the relay's outcome (see [`Marks`]): the published rows
     /// alone in one statement, with failures in one `BEGIN IMMEDIATE`
     /// transaction.
-    async fn finish(&self, marks: Marks<'_>) -> Result<(), OutboxError> {
+    async fn finish(&self, _lease: Lease, marks: Marks<'_>) -> Result<(), OutboxError> {
         let t = self.table();
         let mark = format!(
             "UPDATE {t} SET status = 'published', published_at = {NOW}
@@ -324,59 +319,13 @@ impl SqliteOutbox {
         }
         tx.commit().await.map_err(database("mark"))
     }
-}
-
-impl OutboxSource for SqliteOutbox {
-    fn table(&self) -> &str {
-        SqliteOutbox::table(self)
-    }
-
-    fn migrate(&self) -> OutboxFuture<'_, ()> {
-        Box::pin(SqliteOutbox::migrate(self))
-    }
-
-    fn stats(&self) -> OutboxFuture<'_, OutboxStats> {
-        Box::pin(self.table.stats())
-    }
-
-    fn retry_failed(&self, dry_run: bool) -> OutboxFuture<'_, u64> {
-        Box::pin(self.table.retry_failed(dry_run))
-    }
-
-    fn purge_published(
-        &self,
-        older_than: Duration,
-        batch: u32,
-        dry_run: bool,
-    ) -> OutboxFuture<'_, u64> {
-        Box::pin(self.table.purge_published(older_than, batch, dry_run))
-    }
-
-    fn has_headers(&self) -> OutboxFuture<'_, bool> {
-        Box::pin(self.probe())
-    }
-
-    fn take<'a>(
-        &'a self,
-        limit: u32,
-        backoff: Backoff,
-        headers: bool,
-        in_flight: &'a [i64],
-    ) -> OutboxFuture<'a, Batch> {
-        Box::pin(SqliteOutbox::take(self, limit, backoff, headers, in_flight))
-    }
-
-    fn mark<'a>(&'a self, _lease: Lease, marks: Marks<'a>) -> OutboxFuture<'a, ()> {
-        Box::pin(self.finish(marks))
-    }
 
     /// A `save` of this process wakes the relay.
-    fn wakeup(&self) -> Pin<Box<dyn Future<Output = Box<dyn Wakeup>> + Send + '_>> {
-        let wakeup = LocalWake {
+    async fn wake(&self) -> Box<dyn Wakeup> {
+        Box::new(LocalWake {
             notify: Arc::clone(&self.wake),
             burst: 0,
-        };
-        Box::pin(std::future::ready(Box::new(wakeup) as Box<dyn Wakeup>))
+        })
     }
 }
 
@@ -444,21 +393,24 @@ mod tests {
         let (outbox, dir) = outbox("locked").await;
         let writer = outbox.pool().begin_with("BEGIN IMMEDIATE").await.unwrap();
         let error = outbox
-            .finish(marks(&[1], &[(2, "refused".to_owned())], &[], 3))
+            .finish(
+                Lease::none(),
+                marks(&[1], &[(2, "refused".to_owned())], &[], 3),
+            )
             .await
             .unwrap_err();
         assert!(error.is_outage(), "{error}");
         writer.rollback().await.unwrap();
         outbox
-            .finish(marks(&[1], &[(2, "refused".to_owned())], &[], 3))
+            .finish(
+                Lease::none(),
+                marks(&[1], &[(2, "refused".to_owned())], &[], 3),
+            )
             .await
             .expect("the lock is gone");
 
         let missing = outbox.clone().with_table("not_there").unwrap();
-        let error = missing
-            .take(10, test_backoff(), true, &[])
-            .await
-            .unwrap_err();
+        let error = missing.take_batch(test_take()).await.unwrap_err();
         assert!(matches!(error, OutboxError::MissingTable { .. }), "{error}");
         assert!(!error.is_outage(), "{error}");
         outbox.pool().close().await;
@@ -483,7 +435,7 @@ mod tests {
                 .await
                 .unwrap();
         }
-        let taken = outbox.take(10, test_backoff(), true, &[]).await.unwrap();
+        let taken = outbox.take_batch(test_take()).await.unwrap();
         let ids: Vec<i64> = taken.rows.iter().map(|row| row.id).collect();
         assert_eq!(ids, [1, 3]);
         assert_eq!(taken.rows[1].headers, [("a".to_owned(), "b".to_owned())]);
@@ -492,7 +444,7 @@ mod tests {
 
         // Failed at once, whatever the attempts left.
         outbox
-            .finish(marks(&[1, 3], &[], &taken.unreadable, 10))
+            .finish(Lease::none(), marks(&[1, 3], &[], &taken.unreadable, 10))
             .await
             .unwrap();
         let stats = outbox.stats().await.unwrap();
@@ -501,8 +453,14 @@ mod tests {
         let _ = std::fs::remove_dir_all(dir);
     }
 
-    fn test_backoff() -> Backoff {
-        Backoff::default()
+    fn test_take() -> Take<'static> {
+        Take {
+            limit: 10,
+            step: 0.05,
+            cap: 5.0,
+            headers: true,
+            in_flight: &[],
+        }
     }
 
     fn marks<'a>(
