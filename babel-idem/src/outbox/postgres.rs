@@ -8,7 +8,7 @@ use std::time::Duration;
 use sqlx::postgres::{PgListener, PgPool, PgQueryResult};
 use sqlx::{PgConnection, Postgres, Transaction};
 
-use super::sql::{Dialect, RowsAffected, SqlOutbox, SqlTable, Take};
+use super::sql::{Dialect, RowsAffected, SqlOutbox, SqlTable, Take, operator_methods};
 use super::{
     Batch, DEFAULT_TABLE, Lease, Marks, OutboxError, OutboxStats, PendingRow, Wakeup, database,
 };
@@ -198,32 +198,7 @@ impl PostgresOutbox {
         self.table.save(connection.as_connection(), envelope).await
     }
 
-    /// How many rows each status holds, and the age of the oldest pending
-    /// row (the database's clock).
-    pub async fn stats(&self) -> Result<OutboxStats, OutboxError> {
-        self.table.stats().await
-    }
-
-    /// Makes every `'failed'` row pending again, with its attempts back to
-    /// 0 (its `last_error` stays); how many. With `dry_run`, only counts
-    /// them; in one statement either way.
-    pub async fn retry_failed(&self, dry_run: bool) -> Result<u64, OutboxError> {
-        self.table.retry_failed(dry_run).await
-    }
-
-    /// Deletes the rows published longer than `older_than` ago, `batch`
-    /// rows per statement (each its own short transaction, skipping rows
-    /// another transaction holds), until none is left; how many. Pending
-    /// and failed rows are never touched. With `dry_run`, only counts them.
-    pub async fn purge_published(
-        &self,
-        older_than: Duration,
-        batch: u32,
-        dry_run: bool,
-    ) -> Result<u64, OutboxError> {
-        let purge = self.table.purge_published(older_than, batch, dry_run);
-        purge.await
-    }
+    operator_methods!();
 
     /// A listener on the channel `save` notifies.
     async fn listen(&self) -> Result<PgListener, OutboxError> {

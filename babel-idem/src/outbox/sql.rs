@@ -354,6 +354,42 @@ pub trait SqlOperations {
     fn purge_boxed(&self, age: Duration, batch: u32, dry: bool) -> OutboxFuture<'_, u64>;
 }
 
+/// The operator's counts and clean-ups as an outbox's inherent methods,
+/// the same on every database (inside `impl` of a type whose `table`
+/// field is its [`SqlTable`]).
+macro_rules! operator_methods {
+    () => {
+        /// How many rows each status holds, and the age of the oldest
+        /// pending row (by the database's clock).
+        pub async fn stats(&self) -> Result<OutboxStats, OutboxError> {
+            self.table.stats().await
+        }
+
+        /// Makes every `'failed'` row pending again, with its attempts back
+        /// to 0 (its `last_error` stays), in one statement; how many. With
+        /// `dry_run`, only counts them.
+        pub async fn retry_failed(&self, dry_run: bool) -> Result<u64, OutboxError> {
+            self.table.retry_failed(dry_run).await
+        }
+
+        /// Deletes the rows published longer than `older_than` ago, `batch`
+        /// rows per statement (each its own short write; on PostgreSQL
+        /// skipping rows another transaction holds), until none is left;
+        /// how many. Pending and failed rows are never touched. With
+        /// `dry_run`, only counts them.
+        pub async fn purge_published(
+            &self,
+            older_than: std::time::Duration,
+            batch: u32,
+            dry_run: bool,
+        ) -> Result<u64, OutboxError> {
+            let purge = self.table.purge_published(older_than, batch, dry_run);
+            purge.await
+        }
+    };
+}
+pub(super) use operator_methods;
+
 /// [`SqlOperations`] for the tables of `$db`.
 macro_rules! sql_operations {
     ($db:ty) => {

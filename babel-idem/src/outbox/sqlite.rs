@@ -10,7 +10,7 @@ use sqlx::sqlite::{SqlitePool, SqliteQueryResult};
 use sqlx::{Sqlite, SqliteConnection};
 use tokio::sync::Notify;
 
-use super::sql::{Dialect, RowsAffected, SqlOutbox, SqlTable, Take};
+use super::sql::{Dialect, RowsAffected, SqlOutbox, SqlTable, Take, operator_methods};
 use super::{
     Batch, DEFAULT_TABLE, Lease, Marks, OutboxError, OutboxStats, PendingRow, Wakeup, database,
 };
@@ -190,29 +190,7 @@ impl SqliteOutbox {
         Ok(id)
     }
 
-    /// How many rows each status holds, and the age of the oldest pending row.
-    pub async fn stats(&self) -> Result<OutboxStats, OutboxError> {
-        self.table.stats().await
-    }
-
-    /// Makes every `'failed'` row pending again, with its attempts back to
-    /// 0 (its `last_error` stays); how many. With `dry_run`, only counts them.
-    pub async fn retry_failed(&self, dry_run: bool) -> Result<u64, OutboxError> {
-        self.table.retry_failed(dry_run).await
-    }
-
-    /// Deletes the rows published longer than `older_than` ago, `batch`
-    /// rows per statement (each its own short write), until none is left;
-    /// how many. Pending and failed rows are never touched. With
-    /// `dry_run`, only counts them.
-    pub async fn purge_published(
-        &self,
-        older_than: Duration,
-        batch: u32,
-        dry_run: bool,
-    ) -> Result<u64, OutboxError> {
-        self.table.purge_published(older_than, batch, dry_run).await
-    }
+    operator_methods!();
 }
 
 /// What SQLite does its own way.
