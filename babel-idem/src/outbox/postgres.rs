@@ -9,9 +9,7 @@ use sqlx::postgres::{PgListener, PgPool, PgQueryResult};
 use sqlx::{PgConnection, Postgres, Transaction};
 
 use super::sql::{Dialect, RowsAffected, SqlOutbox, SqlTable, Take, operator_methods};
-use super::{
-    Batch, DEFAULT_TABLE, Lease, Marks, OutboxError, OutboxStats, PendingRow, Wakeup, database,
-};
+use super::{Batch, Lease, Marks, OutboxError, OutboxStats, PendingRow, Wakeup, database};
 use crate::envelope::Envelope;
 use crate::store::AsConnection;
 
@@ -168,7 +166,6 @@ impl PostgresOutbox {
     /// it at once: it runs in a transaction that first takes an advisory
     /// lock named after the table, so migrations run one after another.
     pub async fn migrate(&self) -> Result<(), OutboxError> {
-        let ddl = DDL.replace(DEFAULT_TABLE, self.table());
         let lock = format!("babel-idem migrate outbox {}", self.table());
         let mut tx = self.pool().begin().await.map_err(database("migrate"))?;
         sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
@@ -176,10 +173,7 @@ impl PostgresOutbox {
             .execute(&mut *tx)
             .await
             .map_err(database("migrate"))?;
-        sqlx::Executor::execute(&mut *tx, &*ddl)
-            .await
-            .map_err(database("migrate"))?;
-        tx.commit().await.map_err(database("migrate"))
+        self.table.create_in(tx, DDL).await
     }
 
     /// Writes `envelope` to the outbox on `connection`, inside whatever

@@ -132,6 +132,20 @@ where
             .map_err(|error| self.missing_or(error, "save"))
     }
 
+    /// Runs `ddl`, written for the default table, for this table in `tx`
+    /// (which holds what keeps concurrent migrations apart), and commits.
+    pub(super) async fn create_in(
+        &self,
+        mut tx: sqlx::Transaction<'_, DB>,
+        ddl: &str,
+    ) -> Result<(), OutboxError> {
+        let ddl = ddl.replace(DEFAULT_TABLE, &self.name);
+        sqlx::Executor::execute(&mut *tx, &*ddl)
+            .await
+            .map_err(database("migrate"))?;
+        tx.commit().await.map_err(database("migrate"))
+    }
+
     /// How many rows each status holds, and the age of the oldest pending row.
     pub(super) async fn stats(&self) -> Result<OutboxStats, OutboxError> {
         let (t, age) = (&self.name, self.dialect.age_seconds);

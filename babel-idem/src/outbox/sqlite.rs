@@ -11,9 +11,7 @@ use sqlx::{Sqlite, SqliteConnection};
 use tokio::sync::Notify;
 
 use super::sql::{Dialect, RowsAffected, SqlOutbox, SqlTable, Take, operator_methods};
-use super::{
-    Batch, DEFAULT_TABLE, Lease, Marks, OutboxError, OutboxStats, PendingRow, Wakeup, database,
-};
+use super::{Batch, Lease, Marks, OutboxError, OutboxStats, PendingRow, Wakeup, database};
 use crate::envelope::Envelope;
 use crate::store::AsConnection;
 
@@ -158,16 +156,10 @@ impl SqliteOutbox {
     /// run it at once: it runs in a `BEGIN IMMEDIATE` transaction, so each
     /// waits for the write lock and then finds the table made or makes it.
     pub async fn migrate(&self) -> Result<(), OutboxError> {
-        let ddl = DDL.replace(DEFAULT_TABLE, self.table());
-        let mut tx = self
-            .pool()
-            .begin_with("BEGIN IMMEDIATE")
+        let tx = self.pool().begin_with("BEGIN IMMEDIATE").await;
+        self.table
+            .create_in(tx.map_err(database("migrate"))?, DDL)
             .await
-            .map_err(database("migrate"))?;
-        sqlx::Executor::execute(&mut *tx, &*ddl)
-            .await
-            .map_err(database("migrate"))?;
-        tx.commit().await.map_err(database("migrate"))
     }
 
     /// Writes `envelope` to the outbox on `connection`, inside whatever
