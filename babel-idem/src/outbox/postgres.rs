@@ -109,15 +109,9 @@ impl RowsAffected for PgQueryResult {
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct PostgresOutbox {
     table: SqlTable<Postgres>,
-}
-
-impl std::fmt::Debug for PostgresOutbox {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("PostgresOutbox").field(&self.table).finish()
-    }
 }
 
 impl PostgresOutbox {

@@ -235,45 +235,45 @@ pub struct RelayBuilder {
 impl RelayBuilder {
     /// Rows taken, published and marked at a time (default 100, the
     /// family's; at least 1).
-    pub fn batch_size(mut self, batch: u32) -> Self {
-        self.batch = batch.max(1);
-        self
+    pub fn batch_size(self, batch: u32) -> Self {
+        self.with(|relay| relay.batch = batch.max(1))
     }
 
     /// The wait after a refusal, per attempt so far (default 50 ms), and
     /// its cap (default 5 s): the family's backoff. The same steps pace the
     /// relay while the broker or the database is out: the step times the
     /// outages in a row, at most the cap.
-    pub fn backoff(mut self, step: Duration, cap: Duration) -> Self {
-        self.backoff = Backoff { step, cap };
-        self
+    pub fn backoff(self, step: Duration, cap: Duration) -> Self {
+        self.with(|relay| relay.backoff = Backoff { step, cap })
     }
 
     /// After how many refusals a row is set `'failed'` (default 10; at
     /// least 1). `babel-idem outbox retry-failed` makes such rows pending.
-    pub fn max_attempts(mut self, attempts: u32) -> Self {
-        self.max_attempts = attempts.max(1);
-        self
+    pub fn max_attempts(self, attempts: u32) -> Self {
+        self.with(|relay| relay.max_attempts = attempts.max(1))
     }
 
     /// The largest body the relay publishes, in bytes (default 16 MiB); a
     /// larger one is refused like a row the broker refused.
-    pub fn max_body_bytes(mut self, bytes: usize) -> Self {
-        self.max_body = bytes;
-        self
+    pub fn max_body_bytes(self, bytes: usize) -> Self {
+        self.with(|relay| relay.max_body = bytes)
     }
 
     /// How long [`run`](Relay::run) waits for a wake-up before it looks
     /// again (default 1 s): the latency for rows other processes write.
-    pub fn poll_interval(mut self, poll: Duration) -> Self {
-        self.poll = poll;
-        self
+    pub fn poll_interval(self, poll: Duration) -> Self {
+        self.with(|relay| relay.poll = poll)
     }
 
     /// Whether an idle relay waits for `save`'s wake-up (PostgreSQL's
     /// `LISTEN`, SQLite's in-process signal) or only polls (default `true`).
-    pub fn notifications(mut self, on: bool) -> Self {
-        self.notifications = on;
+    pub fn notifications(self, on: bool) -> Self {
+        self.with(|relay| relay.notifications = on)
+    }
+
+    /// This builder with `change` made to it.
+    fn with(mut self, change: impl FnOnce(&mut Self)) -> Self {
+        change(&mut self);
         self
     }
 

@@ -96,16 +96,10 @@ impl RowsAffected for SqliteQueryResult {
 /// # Ok::<(), anyhow::Error>(())
 /// # }).unwrap();
 /// ```
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct SqliteOutbox {
     table: SqlTable<Sqlite>,
     wake: Arc<Notify>,
-}
-
-impl std::fmt::Debug for SqliteOutbox {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("SqliteOutbox").field(&self.table).finish()
-    }
 }
 
 impl SqliteOutbox {
