@@ -422,8 +422,9 @@ enum Pass {
 }
 
 impl Relay {
-    /// Configures a relay from `source` to `sink`: a [`SqliteOutbox`] or
-    /// `PostgresOutbox`, and a `RedisTransport` or `AmqpTransport`.
+    /// Configures a relay from `source` to `sink`: any [`OutboxSource`]
+    /// (`SqliteOutbox`, `PostgresOutbox`) and any [`Publisher`]
+    /// (`RedisTransport`, `AmqpTransport`).
     pub fn builder(source: impl Into<RelaySource>, sink: impl Into<RelaySink>) -> RelayBuilder {
         RelayBuilder {
             source: source.into(),
