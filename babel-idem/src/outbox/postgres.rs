@@ -40,6 +40,8 @@ static POSTGRES: Dialect = Dialect {
              SELECT id, pg_notify('{t}', '')::text FROM saved"
         )
     },
+    columns: "SELECT column_name::text FROM information_schema.columns
+              WHERE table_schema = current_schema() AND table_name = $1",
     missing_table: |error| {
         error
             .as_database_error()
@@ -211,17 +213,6 @@ impl SqlOutbox for PostgresOutbox {
 
     async fn create(&self) -> Result<(), OutboxError> {
         self.migrate().await
-    }
-
-    async fn columns(&self) -> Result<Vec<String>, OutboxError> {
-        sqlx::query_scalar(
-            "SELECT column_name::text FROM information_schema.columns
-             WHERE table_schema = current_schema() AND table_name = $1",
-        )
-        .bind(self.table())
-        .fetch_all(self.pool())
-        .await
-        .map_err(database("open"))
     }
 
     /// Begins the relay's transaction and takes up to `limit` pending rows

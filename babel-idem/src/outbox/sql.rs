@@ -29,6 +29,9 @@ pub(super) struct Dialect {
     /// column: binds the queue, the body and (with headers) the headers'
     /// JSON; returns the row's id.
     pub(super) insert: fn(table: &str, headers: bool) -> String,
+    /// The names of the columns of the table named by the first parameter
+    /// (none when it does not exist).
+    pub(super) columns: &'static str,
     /// Whether `error` says the table is missing.
     pub(super) missing_table: fn(&sqlx::Error) -> bool,
 }
@@ -107,6 +110,7 @@ where
     for<'q> f64: Type<DB> + Encode<'q, DB> + Decode<'q, DB>,
     for<'q> &'q str: Type<DB> + Encode<'q, DB>,
     for<'q> Option<String>: Type<DB> + Encode<'q, DB>,
+    for<'q> String: Type<DB> + Decode<'q, DB>,
     usize: ColumnIndex<DB::Row>,
 {
     /// Writes `envelope` on `connection` (see the outboxes' `save`).
@@ -144,6 +148,16 @@ where
             .await
             .map_err(database("migrate"))?;
         tx.commit().await.map_err(database("migrate"))
+    }
+
+    /// The table's column names; none when it does not exist.
+    pub(super) async fn columns(&self) -> Result<Vec<String>, OutboxError> {
+        let mut connection = self.connection("open").await?;
+        sqlx::query_scalar::<_, String>(self.dialect.columns)
+            .bind(self.name.as_str())
+            .fetch_all(&mut *connection)
+            .await
+            .map_err(database("open"))
     }
 
     /// How many rows each status holds, and the age of the oldest pending row.
@@ -276,9 +290,6 @@ pub trait SqlOutbox: Clone + Send + Sync + 'static {
     /// See [`OutboxSource::migrate`].
     fn create(&self) -> impl Future<Output = Result<(), OutboxError>> + Send;
 
-    /// The table's column names; empty when it does not exist.
-    fn columns(&self) -> impl Future<Output = Result<Vec<String>, OutboxError>> + Send;
-
     /// See [`OutboxSource::take`].
     fn take_batch(&self, take: Take<'_>)
     -> impl Future<Output = Result<Batch, OutboxError>> + Send;
@@ -321,7 +332,7 @@ where
 
     fn has_headers(&self) -> OutboxFuture<'_, bool> {
         Box::pin(async move {
-            let columns = self.columns().await?;
+            let columns = self.sql().columns_boxed().await?;
             if columns.is_empty() {
                 return Err(OutboxError::MissingTable {
                     table: self.sql().name.clone(),
@@ -360,6 +371,8 @@ where
 /// The shared operations as boxed futures, for a table whose database
 /// sqlx drives (the bounds of [`SqlTable`]'s statements, stated once).
 pub trait SqlOperations {
+    /// [`SqlTable::columns`], boxed.
+    fn columns_boxed(&self) -> OutboxFuture<'_, Vec<String>>;
     /// [`SqlTable::stats`], boxed.
     fn stats_boxed(&self) -> OutboxFuture<'_, OutboxStats>;
     /// [`SqlTable::retry_failed`], boxed.
@@ -408,6 +421,10 @@ pub(super) use operator_methods;
 macro_rules! sql_operations {
     ($db:ty) => {
         impl SqlOperations for SqlTable<$db> {
+            fn columns_boxed(&self) -> OutboxFuture<'_, Vec<String>> {
+                Box::pin(self.columns())
+            }
+
             fn stats_boxed(&self) -> OutboxFuture<'_, OutboxStats> {
                 Box::pin(self.stats())
             }

@@ -37,6 +37,7 @@ static SQLITE: Dialect = Dialect {
             "INSERT INTO {table} (queue, body, created_at) VALUES (?1, ?2, {NOW}) RETURNING id"
         ),
     },
+    columns: "SELECT name FROM pragma_table_info(?1)",
     missing_table: |error| error.to_string().contains("no such table"),
 };
 
@@ -189,14 +190,6 @@ impl SqlOutbox for SqliteOutbox {
 
     async fn create(&self) -> Result<(), OutboxError> {
         self.migrate().await
-    }
-
-    async fn columns(&self) -> Result<Vec<String>, OutboxError> {
-        sqlx::query_scalar("SELECT name FROM pragma_table_info(?1)")
-            .bind(self.table())
-            .fetch_all(self.pool())
-            .await
-            .map_err(database("open"))
     }
 
     /// Up to `limit` pending rows, oldest first, past their backoff, but
