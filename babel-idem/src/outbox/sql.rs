@@ -275,6 +275,10 @@ pub struct Take<'a> {
     /// Whether the `headers` column is read.
     pub(super) headers: bool,
     /// The rows whose mark may still be committing.
+    #[cfg_attr(
+        not(feature = "sqlite"),
+        allow(dead_code, reason = "PostgreSQL's row locks pass those rows by")
+    )]
     pub(super) in_flight: &'a [i64],
 }
 
