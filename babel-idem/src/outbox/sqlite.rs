@@ -188,10 +188,6 @@ impl SqlOutbox for SqliteOutbox {
         &self.table
     }
 
-    async fn create(&self) -> Result<(), OutboxError> {
-        self.migrate().await
-    }
-
     /// Up to `limit` pending rows, oldest first, past their backoff, but
     /// none of `in_flight` (rows published whose mark may not have
     /// committed yet). Each column is read as SQLite holds it (bytes, any
@@ -283,6 +279,10 @@ impl SqlOutbox for SqliteOutbox {
             notify: Arc::clone(&self.wake),
             burst: 0,
         })
+    }
+
+    async fn create(&self) -> Result<(), OutboxError> {
+        self.migrate().await
     }
 }
 
