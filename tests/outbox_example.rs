@@ -9,6 +9,7 @@
 //! them the tests print `skipped:`, and with `BABEL_IDEM_REQUIRE_SERVERS=1`
 //! fail.
 #![cfg(all(
+    feature = "outbox",
     feature = "sqlite",
     feature = "postgres",
     feature = "redis-transport",

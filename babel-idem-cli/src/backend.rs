@@ -282,12 +282,17 @@ fn cannot_reach(target: &Target, error: StoreError) -> CliError {
 /// The error and its causes, `: `-separated: a connection failure's reason
 /// (refused, password) is often only in a source.
 fn source_chain(error: &StoreError) -> String {
-    let mut text = error.to_string();
-    let mut source = std::error::Error::source(error);
     // The store error's own text already ends with its direct source.
-    if let Some(direct) = source {
-        source = direct.source();
-    }
+    let direct = std::error::Error::source(error);
+    with_causes(error.to_string(), direct.and_then(|direct| direct.source()))
+}
+
+/// `text` followed by `source` and its own sources, each `: `-separated,
+/// leaving out a cause whose text `text` already holds.
+pub(crate) fn with_causes(
+    mut text: String,
+    mut source: Option<&(dyn std::error::Error + 'static)>,
+) -> String {
     while let Some(cause) = source {
         let cause_text = cause.to_string();
         if !text.contains(&cause_text) {

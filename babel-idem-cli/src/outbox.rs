@@ -2,10 +2,11 @@
 //! broker; `outbox stats | retry-failed | purge-published` look after it;
 //! `migrate URL --outbox` creates its table.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use babel_idem::outbox::{
-    OutboxError, OutboxStats, PostgresOutbox, Relay, RelayError, RelaySink, RelaySource,
+    OutboxError, OutboxSource, PostgresOutbox, Relay, RelayError, RelaySink, RelaySource,
     SqliteOutbox,
 };
 use babel_idem::transport::{AmqpTransport, RedisTransport, TransportError};
@@ -15,6 +16,7 @@ use sqlx::postgres::PgPoolOptions;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
 use crate::args::BrokerArgs;
+use crate::backend::with_causes;
 use crate::exit::{CliError, Exit};
 use crate::output::Output;
 use crate::target::Target;
@@ -92,41 +94,53 @@ pub(crate) struct OutboxTarget {
     pub outbox_table: Option<String>,
 }
 
-/// An outbox the CLI opened.
-enum Opened {
-    Sqlite(SqliteOutbox),
-    Postgres(PostgresOutbox),
+/// What the CLI opens an outbox for: its pool and connection options.
+#[derive(Clone, Copy, PartialEq)]
+enum Purpose {
+    /// The relay and the operator's commands, on an outbox that exists.
+    Use,
+    /// `migrate --outbox`: one connection, and a SQLite file made if missing.
+    Migrate,
 }
 
-/// Opens the outbox `url` names, checking that its table is there.
-async fn open(url: &str, table: Option<&str>, timeout: Duration) -> Result<Opened, CliError> {
-    let target = Target::parse(url)?;
-    let opened = match &target {
+/// The outbox `target` names, on a lazy pool (nothing is reached yet).
+fn outbox_at(
+    target: &Target,
+    table: Option<&str>,
+    timeout: Duration,
+    purpose: Purpose,
+) -> Result<Arc<dyn OutboxSource>, CliError> {
+    let (sqlite_connections, postgres_connections) = match purpose {
+        Purpose::Use => (2, 4),
+        Purpose::Migrate => (1, 1),
+    };
+    Ok(match target {
         Target::Sqlite(path) => {
-            if !path.exists() {
-                return Err(not_migrated(&target, "no SQLite database at this path"));
-            }
-            // The relay's own connections: in WAL mode `NORMAL` syncs at
-            // checkpoints, not at each commit; a mark a power loss takes
-            // back publishes its row again (at least once, as always).
-            let options = SqliteConnectOptions::new()
+            let mut options = SqliteConnectOptions::new()
                 .filename(path)
                 .journal_mode(SqliteJournalMode::Wal)
-                .synchronous(SqliteSynchronous::Normal)
                 .busy_timeout(timeout);
+            options = match purpose {
+                // The relay's own connections: in WAL mode `NORMAL` syncs
+                // at checkpoints, not at each commit; a mark a power loss
+                // takes back publishes its row again (at least once, as
+                // always).
+                Purpose::Use => options.synchronous(SqliteSynchronous::Normal),
+                Purpose::Migrate => options.create_if_missing(true),
+            };
             let pool = SqlitePoolOptions::new()
-                .max_connections(2)
+                .max_connections(sqlite_connections)
                 .acquire_timeout(timeout)
                 .connect_lazy_with(options);
             let mut outbox = SqliteOutbox::new(pool);
             if let Some(table) = table {
                 outbox = outbox.with_table(table).map_err(usage)?;
             }
-            Opened::Sqlite(outbox)
+            Arc::new(outbox)
         }
         Target::Postgres(url) => {
             let pool = PgPoolOptions::new()
-                .max_connections(4)
+                .max_connections(postgres_connections)
                 .acquire_timeout(timeout)
                 .connect_lazy(url)
                 .map_err(|e| CliError::usage(format!("{}: {e}", target.display())))?;
@@ -134,36 +148,38 @@ async fn open(url: &str, table: Option<&str>, timeout: Duration) -> Result<Opene
             if let Some(table) = table {
                 outbox = outbox.with_table(table).map_err(usage)?;
             }
-            Opened::Postgres(outbox)
+            Arc::new(outbox)
         }
         Target::Redis(_) => {
-            return Err(CliError::usage(
-                "an outbox lives in SQL: use sqlite://PATH or postgres://...",
-            ));
+            return Err(CliError::usage(match purpose {
+                Purpose::Use => "an outbox lives in SQL: use sqlite://PATH or postgres://...",
+                Purpose::Migrate => {
+                    "--outbox needs a SQL store: an outbox lives in sqlite://PATH or postgres://..."
+                }
+            }));
         }
-    };
+    })
+}
+
+/// Opens the outbox `url` names, checking that its table is there.
+async fn open(
+    url: &str,
+    table: Option<&str>,
+    timeout: Duration,
+) -> Result<(Target, Arc<dyn OutboxSource>), CliError> {
+    let target = Target::parse(url)?;
+    if let Target::Sqlite(path) = &target
+        && !path.exists()
+    {
+        return Err(not_migrated(&target, "no SQLite database at this path"));
+    }
+    let outbox = outbox_at(&target, table, timeout, Purpose::Use)?;
     // Reaches the database and checks the table.
-    opened
+    outbox
         .stats()
         .await
         .map_err(|e| outbox_failed(&target, e))?;
-    Ok(opened)
-}
-
-impl Opened {
-    async fn stats(&self) -> Result<OutboxStats, OutboxError> {
-        match self {
-            Opened::Sqlite(outbox) => outbox.stats().await,
-            Opened::Postgres(outbox) => outbox.stats().await,
-        }
-    }
-
-    fn source(&self) -> RelaySource {
-        match self {
-            Opened::Sqlite(outbox) => outbox.clone().into(),
-            Opened::Postgres(outbox) => outbox.clone().into(),
-        }
-    }
+    Ok((target, outbox))
 }
 
 fn usage(error: OutboxError) -> CliError {
@@ -206,17 +222,7 @@ fn not_migrated(target: &Target, what: &str) -> CliError {
 
 /// The error and its causes, `: `-separated.
 fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
+    with_causes(error.to_string(), error.source())
 }
 
 /// `babel-idem relay`: drains the outbox to the broker until SIGTERM (or
@@ -229,10 +235,9 @@ pub(crate) async fn relay(
     dry_run: bool,
     out: &mut Output,
 ) -> Result<Exit, CliError> {
-    let opened = open(&args.outbox, args.outbox_table.as_deref(), timeout).await?;
+    let (target, opened) = open(&args.outbox, args.outbox_table.as_deref(), timeout).await?;
     if dry_run {
         // Publishes nothing: says what a run would take.
-        let target = Target::parse(&args.outbox)?;
         let stats = opened
             .stats()
             .await
@@ -266,8 +271,7 @@ pub(crate) async fn relay(
         ),
         (None, None) => return Err(CliError::usage("relay needs --redis URL or --amqp URL")),
     };
-    let target = Target::parse(&args.outbox)?;
-    let relay = Relay::builder(opened.source(), sink)
+    let relay = Relay::builder(RelaySource::shared(Arc::clone(&opened)), sink)
         .batch_size(args.batch)
         .max_attempts(args.max_attempts)
         .max_body_bytes(args.max_body)
@@ -384,8 +388,8 @@ pub(crate) async fn outbox(
 ) -> Result<Exit, CliError> {
     match command {
         OutboxCommand::Stats(target) => {
-            let place = Target::parse(&target.url)?;
-            let opened = open(&target.url, target.outbox_table.as_deref(), timeout).await?;
+            let (place, opened) =
+                open(&target.url, target.outbox_table.as_deref(), timeout).await?;
             let stats = opened.stats().await.map_err(|e| outbox_failed(&place, e))?;
             let lag = stats.oldest_pending_age.map(|age| age.as_secs_f64());
             out.emit(
@@ -407,49 +411,54 @@ pub(crate) async fn outbox(
                     })
                 },
             );
-            Ok(Exit::Ok)
         }
         OutboxCommand::RetryFailed(target) => {
-            let place = Target::parse(&target.url)?;
-            let opened = open(&target.url, target.outbox_table.as_deref(), timeout).await?;
-            let count = match &opened {
-                Opened::Sqlite(outbox) => outbox.retry_failed(dry_run).await,
-                Opened::Postgres(outbox) => outbox.retry_failed(dry_run).await,
-            }
-            .map_err(|e| outbox_failed(&place, e))?;
-            out.emit(
-                || match dry_run {
-                    true => format!("would make {count} failed rows pending (dry run)"),
-                    false => format!("made {count} failed rows pending"),
-                },
-                || json!({ "retried": count, "dry_run": dry_run }),
+            let (place, opened) =
+                open(&target.url, target.outbox_table.as_deref(), timeout).await?;
+            let count = opened.retry_failed(dry_run).await;
+            let count = count.map_err(|e| outbox_failed(&place, e))?;
+            let verbs = ("make", "made");
+            emit_count(
+                out,
+                ("retried", count),
+                dry_run,
+                verbs,
+                "failed rows pending",
             );
-            Ok(Exit::Ok)
         }
         OutboxCommand::PurgePublished {
             target,
             older_than,
             batch,
         } => {
-            let place = Target::parse(&target.url)?;
-            let opened = open(&target.url, target.outbox_table.as_deref(), timeout).await?;
-            let count = match &opened {
-                Opened::Sqlite(outbox) => outbox.purge_published(older_than, batch, dry_run).await,
-                Opened::Postgres(outbox) => {
-                    outbox.purge_published(older_than, batch, dry_run).await
-                }
-            }
-            .map_err(|e| outbox_failed(&place, e))?;
-            out.emit(
-                || match dry_run {
-                    true => format!("would delete {count} published rows (dry run)"),
-                    false => format!("deleted {count} published rows"),
-                },
-                || json!({ "purged": count, "dry_run": dry_run }),
-            );
-            Ok(Exit::Ok)
+            let (place, opened) =
+                open(&target.url, target.outbox_table.as_deref(), timeout).await?;
+            let count = opened.purge_published(older_than, batch, dry_run).await;
+            let count = count.map_err(|e| outbox_failed(&place, e))?;
+            let verbs = ("delete", "deleted");
+            emit_count(out, ("purged", count), dry_run, verbs, "published rows");
         }
     }
+    Ok(Exit::Ok)
+}
+
+/// Prints how many rows a command changed (`key` in JSON), or with
+/// `dry_run` would change: "would {verb} {count} {rows} (dry run)", else
+/// "{done} {count} {rows}".
+fn emit_count(
+    out: &mut Output,
+    (key, count): (&str, u64),
+    dry_run: bool,
+    (verb, done): (&str, &str),
+    rows: &str,
+) {
+    out.emit(
+        || match dry_run {
+            true => format!("would {verb} {count} {rows} (dry run)"),
+            false => format!("{done} {count} {rows}"),
+        },
+        || json!({ key: count, "dry_run": dry_run }),
+    );
 }
 
 /// `migrate URL --outbox`: creates the outbox table (and the SQLite file);
@@ -461,49 +470,15 @@ pub(crate) async fn migrate(
     dry_run: bool,
 ) -> Result<(String, bool), CliError> {
     let target = Target::parse(url)?;
-    let outbox = match &target {
-        Target::Sqlite(path) => {
-            if dry_run && !path.exists() {
-                let table = table.unwrap_or(babel_idem::outbox::DEFAULT_TABLE);
-                return Ok((table.to_owned(), true));
-            }
-            let options = SqliteConnectOptions::new()
-                .filename(path)
-                .create_if_missing(true)
-                .journal_mode(SqliteJournalMode::Wal)
-                .busy_timeout(timeout);
-            let pool = SqlitePoolOptions::new()
-                .max_connections(1)
-                .acquire_timeout(timeout)
-                .connect_lazy_with(options);
-            let mut outbox = SqliteOutbox::new(pool);
-            if let Some(table) = table {
-                outbox = outbox.with_table(table).map_err(usage)?;
-            }
-            Opened::Sqlite(outbox)
-        }
-        Target::Postgres(url) => {
-            let pool = PgPoolOptions::new()
-                .max_connections(1)
-                .acquire_timeout(timeout)
-                .connect_lazy(url)
-                .map_err(|e| CliError::usage(format!("{}: {e}", target.display())))?;
-            let mut outbox = PostgresOutbox::new(pool);
-            if let Some(table) = table {
-                outbox = outbox.with_table(table).map_err(usage)?;
-            }
-            Opened::Postgres(outbox)
-        }
-        Target::Redis(_) => {
-            return Err(CliError::usage(
-                "--outbox needs a SQL store: an outbox lives in sqlite://PATH or postgres://...",
-            ));
-        }
-    };
-    let name = match &outbox {
-        Opened::Sqlite(outbox) => outbox.table().to_owned(),
-        Opened::Postgres(outbox) => outbox.table().to_owned(),
-    };
+    if let Target::Sqlite(path) = &target
+        && dry_run
+        && !path.exists()
+    {
+        let table = table.unwrap_or(babel_idem::outbox::DEFAULT_TABLE);
+        return Ok((table.to_owned(), true));
+    }
+    let outbox = outbox_at(&target, table, timeout, Purpose::Migrate)?;
+    let name = outbox.table().to_owned();
     if dry_run {
         let missing = match outbox.stats().await {
             Ok(_) => false,
@@ -512,11 +487,10 @@ pub(crate) async fn migrate(
         };
         return Ok((name, missing));
     }
-    match &outbox {
-        Opened::Sqlite(outbox) => outbox.migrate().await,
-        Opened::Postgres(outbox) => outbox.migrate().await,
-    }
-    .map_err(|e| outbox_failed(&target, e))?;
+    outbox
+        .migrate()
+        .await
+        .map_err(|e| outbox_failed(&target, e))?;
     Ok((name, false))
 }
 

@@ -94,6 +94,17 @@ pub trait Publisher: Send + Sync + 'static {
             Ok(())
         })
     }
+
+    /// After [`publish_batch`](Self::publish_batch) failed as a whole with
+    /// a refusal ([`TransportError::is_refusal`]): whether the broker still
+    /// answers, so that it refused one message of the batch (RabbitMQ
+    /// closes the channel over one message) and publishing parts of the
+    /// batch again finds which. The default, `false`, is for a broker whose
+    /// [`BatchOutcome`] reports each refusal on its own (a Redis pipeline):
+    /// a whole batch failing there is an outage, and no message is blamed.
+    fn refused_while_reachable(&self) -> Pin<Box<dyn Future<Output = bool> + Send + '_>> {
+        Box::pin(std::future::ready(false))
+    }
 }
 
 /// Why a transport operation failed.

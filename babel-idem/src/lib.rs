@@ -70,7 +70,7 @@ pub mod guide;
 pub mod key;
 mod message;
 mod names;
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
+#[cfg(feature = "outbox")]
 pub mod outbox;
 #[cfg(any(feature = "redis", feature = "redis-transport"))]
 mod redis_client;

@@ -8,6 +8,7 @@
 //! tests print `skipped:`, and with `BABEL_IDEM_REQUIRE_SERVERS=1` fail.
 //! Every queue has a unique name and is deleted when its test ends.
 #![cfg(all(
+    feature = "outbox",
     feature = "amqp-transport",
     feature = "redis",
     feature = "sqlite",

@@ -1,18 +1,17 @@
 //! [`PostgresOutbox`]: the outbox table in a PostgreSQL database (feature
 //! `postgres`). Every statement it runs is on this page.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
-use sqlx::postgres::{PgListener, PgPool};
+use sqlx::postgres::{PgListener, PgPool, PgQueryResult};
 use sqlx::{PgConnection, Postgres, Transaction};
 
-use super::{
-    Backoff, DEFAULT_TABLE, OutboxError, OutboxStats, TakenRows, checked_table, database,
-    headers_json, read_row, truncated,
-};
+use super::sql::{Dialect, RowsAffected, SqlOutbox, SqlTable, Take, operator_methods};
+use super::{Batch, Lease, Marks, OutboxError, OutboxStats, PendingRow, Wakeup, database};
 use crate::envelope::Envelope;
 use crate::store::AsConnection;
-use crate::telemetry::carrier;
 
 /// The DDL, shipped as `postgres.sql` for users who run their own migrations.
 const DDL: &str = include_str!("postgres.sql");
@@ -20,6 +19,42 @@ const DDL: &str = include_str!("postgres.sql");
 /// Now, as the table writes times: UTC, without a time zone (the family's
 /// `TIMESTAMP`).
 const NOW: &str = "(now() AT TIME ZONE 'UTC')";
+
+/// PostgreSQL's statements where they differ from SQLite's.
+static POSTGRES: Dialect = Dialect {
+    age_seconds: "EXTRACT(EPOCH FROM (now() AT TIME ZONE 'UTC') - created_at)::float8",
+    published_before: "published_at < (now() AT TIME ZONE 'UTC') - make_interval(secs => $1)",
+    second: "$2",
+    skip_locked: " FOR UPDATE SKIP LOCKED",
+    // The same statement notifies the relays, which PostgreSQL delivers at
+    // commit.
+    insert: |t, headers| {
+        let (columns, values) = match headers {
+            true => ("queue, body, headers", "$1, $2, $3::jsonb"),
+            false => ("queue, body", "$1, $2"),
+        };
+        format!(
+            "WITH saved AS (
+                 INSERT INTO {t} ({columns}, created_at)
+                 VALUES ({values}, {NOW}) RETURNING id)
+             SELECT id, pg_notify('{t}', '')::text FROM saved"
+        )
+    },
+    columns: "SELECT column_name::text FROM information_schema.columns
+              WHERE table_schema = current_schema() AND table_name = $1",
+    missing_table: |error| {
+        error
+            .as_database_error()
+            .and_then(|error| error.code())
+            .is_some_and(|code| code == "42P01")
+    },
+};
+
+impl RowsAffected for PgQueryResult {
+    fn rows(&self) -> u64 {
+        self.rows_affected()
+    }
+}
 
 /// An outbox in a PostgreSQL database: `save` writes a message inside the
 /// caller's transaction; a `Relay` publishes it once that commits.
@@ -76,29 +111,16 @@ const NOW: &str = "(now() AT TIME ZONE 'UTC')";
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct PostgresOutbox {
-    pool: PgPool,
-    table: String,
-    headers: bool,
-}
-
-impl std::fmt::Debug for PostgresOutbox {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PostgresOutbox")
-            .field("table", &self.table)
-            .field("headers", &self.headers)
-            .finish_non_exhaustive()
-    }
+    table: SqlTable<Postgres>,
 }
 
 impl PostgresOutbox {
     /// The outbox table `babelqueue_outbox` on `pool`.
     pub fn new(pool: PgPool) -> Self {
         PostgresOutbox {
-            pool,
-            table: DEFAULT_TABLE.to_owned(),
-            headers: true,
+            table: SqlTable::new(pool, &POSTGRES),
         }
     }
 
@@ -112,26 +134,27 @@ impl PostgresOutbox {
     /// assert!(outbox.with_table("orders-outbox").is_err());
     /// # });
     /// ```
-    pub fn with_table(mut self, table: &str) -> Result<Self, OutboxError> {
-        self.table = checked_table(table)?;
-        Ok(self)
+    pub fn with_table(self, table: &str) -> Result<Self, OutboxError> {
+        let table = self.table.renamed(table)?;
+        Ok(PostgresOutbox { table })
     }
 
     /// For a table made with the family's DDL alone: `save` writes no
     /// `headers` column (the producer's `traceparent` is not kept).
-    pub fn without_headers(mut self) -> Self {
-        self.headers = false;
-        self
+    pub fn without_headers(self) -> Self {
+        let mut table = self.table;
+        table.headers = false;
+        PostgresOutbox { table }
     }
 
     /// The pool the outbox runs on.
     pub fn pool(&self) -> &PgPool {
-        &self.pool
+        &self.table.pool
     }
 
     /// The table the outbox uses.
     pub fn table(&self) -> &str {
-        &self.table
+        &self.table.name
     }
 
     /// Creates the table and its index if they are missing (`postgres.sql`
@@ -139,23 +162,14 @@ impl PostgresOutbox {
     /// it at once: it runs in a transaction that first takes an advisory
     /// lock named after the table, so migrations run one after another.
     pub async fn migrate(&self) -> Result<(), OutboxError> {
-        let ddl = DDL.replace(DEFAULT_TABLE, &self.table);
-        let lock = format!("babel-idem migrate outbox {}", self.table);
-        self.run_ddl(&lock, &ddl).await
-    }
-
-    /// Runs `ddl` in a transaction holding the advisory lock named `lock`.
-    async fn run_ddl(&self, lock: &str, ddl: &str) -> Result<(), OutboxError> {
-        let mut tx = self.pool.begin().await.map_err(database("migrate"))?;
+        let lock = format!("babel-idem migrate outbox {}", self.table());
+        let mut tx = self.pool().begin().await.map_err(database("migrate"))?;
         sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
             .bind(lock)
             .execute(&mut *tx)
             .await
             .map_err(database("migrate"))?;
-        sqlx::Executor::execute(&mut *tx, ddl)
-            .await
-            .map_err(database("migrate"))?;
-        tx.commit().await.map_err(database("migrate"))
+        self.table.create_in(tx, DDL).await
     }
 
     /// Writes `envelope` to the outbox on `connection`, inside whatever
@@ -171,268 +185,104 @@ impl PostgresOutbox {
     where
         C: AsConnection<PgConnection> + ?Sized,
     {
-        let body = envelope.encode_for_publish()?;
-        let body = String::from_utf8_lossy(&body);
-        let queue = envelope.destination();
-        let t = &self.table;
-        let connection = connection.as_connection();
-        if self.headers {
-            let headers = headers_json(&carrier::trace_headers(&tracing::Span::current()));
-            let insert = format!(
-                "WITH saved AS (
-                     INSERT INTO {t} (queue, body, headers, created_at)
-                     VALUES ($1, $2, $3::jsonb, {NOW}) RETURNING id)
-                 SELECT id, pg_notify('{t}', '')::text FROM saved"
-            );
-            sqlx::query_scalar::<_, i64>(&insert)
-                .bind(queue)
-                .bind(&*body)
-                .bind(headers)
-                .fetch_one(&mut *connection)
-                .await
-        } else {
-            let insert = format!(
-                "WITH saved AS (
-                     INSERT INTO {t} (queue, body, created_at)
-                     VALUES ($1, $2, {NOW}) RETURNING id)
-                 SELECT id, pg_notify('{t}', '')::text FROM saved"
-            );
-            sqlx::query_scalar::<_, i64>(&insert)
-                .bind(queue)
-                .bind(&*body)
-                .fetch_one(&mut *connection)
-                .await
-        }
-        .map_err(|error| self.missing_or(error, "save"))
+        self.table.save(connection.as_connection(), envelope).await
     }
 
-    /// How many rows each status holds, and the age of the oldest pending row.
-    pub async fn stats(&self) -> Result<OutboxStats, OutboxError> {
-        let t = &self.table;
-        let query = format!(
-            "SELECT
-                 (SELECT count(*) FROM {t} WHERE status = 'pending'),
-                 (SELECT count(*) FROM {t} WHERE status = 'published'),
-                 (SELECT count(*) FROM {t} WHERE status = 'failed'),
-                 (SELECT EXTRACT(EPOCH FROM {NOW} - created_at)::float8
-                    FROM {t} WHERE status = 'pending' ORDER BY id LIMIT 1)"
-        );
-        let (pending, published, failed, age): (i64, i64, i64, Option<f64>) =
-            sqlx::query_as(&query)
-                .fetch_one(&self.pool)
-                .await
-                .map_err(|error| self.missing_or(error, "stats"))?;
-        Ok(OutboxStats {
-            pending: pending as u64,
-            published: published as u64,
-            failed: failed as u64,
-            oldest_pending_age: age.map(|age| Duration::from_secs_f64(age.max(0.0))),
-        })
-    }
-
-    /// Makes every `'failed'` row pending again, with its attempts back to
-    /// 0 (its `last_error` stays); how many. With `dry_run`, only counts them.
-    pub async fn retry_failed(&self, dry_run: bool) -> Result<u64, OutboxError> {
-        let t = &self.table;
-        let result = if dry_run {
-            let count = format!("SELECT count(*) FROM {t} WHERE status = 'failed'");
-            sqlx::query_scalar::<_, i64>(&count)
-                .fetch_one(&self.pool)
-                .await
-                .map(|n| n as u64)
-        } else {
-            let retry = format!(
-                "UPDATE {t} SET status = 'pending', attempts = 0, failed_at = NULL
-                 WHERE status = 'failed'"
-            );
-            sqlx::query(&retry)
-                .execute(&self.pool)
-                .await
-                .map(|done| done.rows_affected())
-        };
-        result.map_err(|error| self.missing_or(error, "retry-failed"))
-    }
-
-    /// Deletes the rows published longer than `older_than` ago, `batch`
-    /// rows per statement (each its own short transaction, skipping rows
-    /// another transaction holds), until none is left; how many. Pending
-    /// and failed rows are never touched. With `dry_run`, only counts them.
-    pub async fn purge_published(
-        &self,
-        older_than: Duration,
-        batch: u32,
-        dry_run: bool,
-    ) -> Result<u64, OutboxError> {
-        let t = &self.table;
-        let old =
-            format!("status = 'published' AND published_at < {NOW} - make_interval(secs => $1)");
-        let seconds = older_than.as_secs_f64();
-        if dry_run {
-            let count = format!("SELECT count(*) FROM {t} WHERE {old}");
-            return sqlx::query_scalar::<_, i64>(&count)
-                .bind(seconds)
-                .fetch_one(&self.pool)
-                .await
-                .map(|n| n as u64)
-                .map_err(|error| self.missing_or(error, "purge-published"));
-        }
-        let delete = format!(
-            "DELETE FROM {t} WHERE id IN (
-                 SELECT id FROM {t} WHERE {old} ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)"
-        );
-        let batch = batch.max(1);
-        let mut deleted = 0;
-        loop {
-            let done = sqlx::query(&delete)
-                .bind(seconds)
-                .bind(i64::from(batch))
-                .execute(&self.pool)
-                .await
-                .map_err(|error| self.missing_or(error, "purge-published"))?
-                .rows_affected();
-            deleted += done;
-            if done < u64::from(batch) {
-                return Ok(deleted);
-            }
-        }
-    }
-
-    /// `error`, or [`OutboxError::MissingTable`] when it says the table is missing.
-    fn missing_or(&self, error: sqlx::Error, operation: &'static str) -> OutboxError {
-        let missing = error
-            .as_database_error()
-            .and_then(|error| error.code())
-            .is_some_and(|code| code == "42P01");
-        if missing {
-            OutboxError::MissingTable {
-                table: self.table.clone(),
-            }
-        } else {
-            database(operation)(error)
-        }
-    }
-}
-
-/// What the relay does on a PostgreSQL outbox.
-#[cfg_attr(
-    not(any(feature = "redis-transport", feature = "amqp-transport")),
-    allow(dead_code, reason = "only the relay takes rows")
-)]
-impl PostgresOutbox {
-    /// Whether the table exists and has the `headers` column.
-    pub(super) async fn probe(&self) -> Result<bool, OutboxError> {
-        let columns: Vec<String> = sqlx::query_scalar(
-            "SELECT column_name::text FROM information_schema.columns
-             WHERE table_schema = current_schema() AND table_name = $1",
-        )
-        .bind(&self.table)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(database("open"))?;
-        if columns.is_empty() {
-            return Err(OutboxError::MissingTable {
-                table: self.table.clone(),
-            });
-        }
-        Ok(columns.iter().any(|column| column == "headers"))
-    }
+    operator_methods!();
 
     /// A listener on the channel `save` notifies.
-    pub(super) async fn listen(&self) -> Result<PgListener, OutboxError> {
-        let mut listener = PgListener::connect_with(&self.pool)
+    async fn listen(&self) -> Result<PgListener, OutboxError> {
+        let mut listener = PgListener::connect_with(self.pool())
             .await
             .map_err(database("listen"))?;
         listener
-            .listen(&self.table)
+            .listen(self.table())
             .await
             .map_err(database("listen"))?;
         Ok(listener)
     }
+}
+
+/// What PostgreSQL does its own way.
+impl SqlOutbox for PostgresOutbox {
+    type Db = Postgres;
+
+    fn sql(&self) -> &SqlTable<Postgres> {
+        &self.table
+    }
+
+    async fn create(&self) -> Result<(), OutboxError> {
+        self.migrate().await
+    }
 
     /// Begins the relay's transaction and takes up to `limit` pending rows
-    /// past their backoff, oldest first, locked against the other relays.
-    pub(super) async fn take(
-        &self,
-        limit: u32,
-        backoff: Backoff,
-        with_headers: bool,
-    ) -> Result<(Transaction<'static, Postgres>, TakenRows), OutboxError> {
-        let headers = if with_headers {
-            "headers::text"
-        } else {
-            "NULL::text"
-        };
-        let take = format!(
+    /// past their backoff, oldest first, locked against the other relays;
+    /// the batch's lease is the transaction. The rows of a batch still
+    /// being marked stay locked until their mark commits, and `SKIP LOCKED`
+    /// passes them by.
+    async fn take_batch(&self, take: Take<'_>) -> Result<Batch, OutboxError> {
+        let headers = take.headers.then_some("headers::text");
+        let select = format!(
             "SELECT id, queue::text, body, attempts::int8, {headers} FROM {t}
              WHERE status = 'pending'
                AND (failed_at IS NULL
                     OR failed_at <= {NOW} - make_interval(secs => LEAST(attempts * $2, $3)))
              ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
-            t = self.table
+            headers = headers.unwrap_or("NULL::text"),
+            t = self.table()
         );
         // The transaction only marks rows: a mark lost to a server crash
         // publishes its row again (at least once, as always), so its commit
         // need not wait for the disk.
         let mut tx = self
-            .pool
+            .pool()
             .begin_with("BEGIN; SET LOCAL synchronous_commit = off")
             .await
             .map_err(database("take"))?;
         type Columns = (i64, Option<String>, Option<String>, i64, Option<String>);
-        let rows: Vec<Columns> = sqlx::query_as(&take)
-            .bind(i64::from(limit))
-            .bind(backoff.step.as_secs_f64())
-            .bind(backoff.cap.as_secs_f64())
+        let rows: Vec<Columns> = sqlx::query_as(&select)
+            .bind(take.limit)
+            .bind(take.step)
+            .bind(take.cap)
             .fetch_all(&mut *tx)
             .await
-            .map_err(|error| self.missing_or(error, "take"))?;
+            .map_err(|error| self.table.missing_or(error, "take"))?;
         let rows = rows
             .into_iter()
             .map(|(id, queue, body, attempts, headers)| {
-                read_row(
+                PendingRow::read(
                     id,
                     queue.map(String::into_bytes),
                     body.map(String::into_bytes),
                     attempts,
                     headers.map(String::into_bytes),
                 )
-            })
-            .collect();
-        Ok((tx, rows))
+            });
+        Ok(Batch::read(rows, Lease::new(tx)))
     }
 
-    /// Records the relay's outcome in the transaction that took the rows,
-    /// and commits it: `published` rows marked published, each of
-    /// `refused` with its attempt, error and failure time (and `'failed'`
-    /// once it reached `max_attempts`), each of `unreadable` likewise and
-    /// `'failed'` at once.
-    pub(super) async fn finish(
-        &self,
-        mut tx: Transaction<'static, Postgres>,
-        published: &[i64],
-        refused: &[(i64, String)],
-        unreadable: &[(i64, String)],
-        max_attempts: u32,
-    ) -> Result<(), OutboxError> {
-        let t = &self.table;
+    /// Records the relay's outcome (see [`Marks`]) in the transaction that
+    /// took the rows (the lease), and commits it.
+    async fn finish(&self, lease: Lease, marks: Marks<'_>) -> Result<(), OutboxError> {
+        let Some(mut tx) = lease.into_held::<Transaction<'static, Postgres>>() else {
+            return Ok(());
+        };
+        let t = self.table();
         // One statement for the whole batch: each id with no error is
         // published; each id with its error spends an attempt, and one the
         // relay could not read is failed at once (trying it again cannot
         // help).
-        let failures = refused.len() + unreadable.len();
+        let published = marks.published;
+        let failures = marks.refused.len() + marks.unreadable.len();
         let mut ids = Vec::with_capacity(published.len() + failures);
         let mut errors: Vec<Option<String>> = Vec::with_capacity(ids.capacity());
         let mut unreadables: Vec<bool> = Vec::with_capacity(ids.capacity());
         ids.extend_from_slice(published);
         errors.resize(published.len(), None);
         unreadables.resize(published.len(), false);
-        let failed = refused
-            .iter()
-            .map(|failure| (failure, false))
-            .chain(unreadable.iter().map(|failure| (failure, true)));
-        for ((id, error), unreadable) in failed {
-            ids.push(*id);
-            errors.push(Some(truncated(error)));
+        for (id, error, unreadable) in marks.failures() {
+            ids.push(id);
+            errors.push(Some(error));
             unreadables.push(unreadable);
         }
         if !ids.is_empty() {
@@ -451,12 +301,50 @@ impl PostgresOutbox {
             sqlx::query(&mark)
                 .bind(&ids)
                 .bind(&errors)
-                .bind(i64::from(max_attempts))
+                .bind(i64::from(marks.max_attempts))
                 .bind(&unreadables)
                 .execute(&mut *tx)
                 .await
                 .map_err(database("mark"))?;
         }
         tx.commit().await.map_err(database("mark"))
+    }
+
+    /// `LISTEN` on the channel `save` notifies; the poll alone while the
+    /// listener cannot be opened.
+    async fn wake(&self) -> Box<dyn Wakeup> {
+        match self.listen().await {
+            Ok(listener) => Box::new(Listen::Listening(Box::new(listener))),
+            Err(_) => Box::new(Listen::Polling(self.clone())),
+        }
+    }
+}
+
+/// A relay's idle wait on PostgreSQL.
+enum Listen {
+    /// Woken by `save`'s `NOTIFY`.
+    Listening(Box<PgListener>),
+    /// The listener was lost: the poll alone, until it is opened again.
+    Polling(PostgresOutbox),
+}
+
+impl Wakeup for Listen {
+    fn wait(&mut self, poll: Duration) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(async move {
+            match self {
+                Listen::Listening(listener) => {
+                    if let Ok(Err(_)) = tokio::time::timeout(poll, listener.recv()).await {
+                        // The listener reconnects on its next `recv`; poll meanwhile.
+                        tokio::time::sleep(poll.min(Duration::from_millis(100))).await;
+                    }
+                }
+                Listen::Polling(outbox) => {
+                    tokio::time::sleep(poll).await;
+                    if let Ok(listener) = outbox.listen().await {
+                        *self = Listen::Listening(Box::new(listener));
+                    }
+                }
+            }
+        })
     }
 }

@@ -1,30 +1,32 @@
-//! [`Relay`]: drains an outbox's pending rows to Redis or RabbitMQ (with
-//! `redis-transport` or `amqp-transport`).
+//! [`Relay`]: drains an outbox's pending rows to a broker.
+//!
+//! The relay holds its outbox and its broker as trait objects
+//! ([`OutboxSource`], [`Publisher`]) rather than as type parameters: the
+//! programs that run one (the CLI, a worker configured by URL) pick the
+//! database and the broker at run time, and one compiled relay serves every
+//! pair; what the indirection costs is a virtual call per batch, beside a
+//! database and a broker round trip.
 
-use std::fmt;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-#[cfg(feature = "postgres")]
-use super::postgres::PostgresOutbox;
-#[cfg(feature = "sqlite")]
-use super::sqlite::SqliteOutbox;
-use super::{Backoff, OutboxError, OutboxStats, PendingRow};
-use crate::broker::{BatchOutcome, Outgoing, TransportError};
-#[cfg(feature = "amqp-transport")]
-use crate::transport::AmqpTransport;
-#[cfg(feature = "redis-transport")]
-use crate::transport::RedisTransport;
+use super::{
+    Backoff, Batch, Marks, OutboxError, OutboxSource, OutboxStats, PendingRow, PollOnly, Wakeup,
+};
+use crate::broker::{BatchOutcome, Outgoing, Publisher, TransportError};
 
 /// The family's batch: rows taken, published and marked at a time.
 pub const DEFAULT_BATCH: u32 = 100;
 /// How many refusals turn a row `'failed'` by default.
-pub const DEFAULT_MAX_ATTEMPTS: u32 = 10;
+pub const DEFAULT_MAX_PUBLISH_ATTEMPTS: u32 = 10;
 /// The largest body the relay publishes by default: RabbitMQ's default
 /// `max_message_size` (16 MiB).
 pub const DEFAULT_MAX_BODY: usize = 16 * 1024 * 1024;
 
-/// The outbox a [`Relay`] drains: made by `From` of either outbox.
+/// The outbox a [`Relay`] drains: any [`OutboxSource`], made by `From` of
+/// one (or by [`shared`](RelaySource::shared) of an `Arc<dyn OutboxSource>`
+/// chosen at run time); it derefs to the outbox.
 ///
 /// ```
 /// use babel_idem::outbox::{RelaySource, SqliteOutbox};
@@ -32,35 +34,41 @@ pub const DEFAULT_MAX_BODY: usize = 16 * 1024 * 1024;
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 /// let pool = sqlx::sqlite::SqlitePoolOptions::new().connect_lazy("sqlite::memory:").unwrap();
 /// let source = RelaySource::from(SqliteOutbox::new(pool));
-/// assert!(matches!(source, RelaySource::Sqlite(_)));
+/// assert_eq!(source.table(), "babelqueue_outbox");
 /// # });
 /// ```
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub enum RelaySource {
-    /// A SQLite outbox (one relay at a time).
-    #[cfg(feature = "sqlite")]
-    Sqlite(SqliteOutbox),
-    /// A PostgreSQL outbox (any number of relays at once).
-    #[cfg(feature = "postgres")]
-    Postgres(PostgresOutbox),
-}
+#[derive(Clone)]
+pub struct RelaySource(Arc<dyn OutboxSource>);
 
-#[cfg(feature = "sqlite")]
-impl From<SqliteOutbox> for RelaySource {
-    fn from(outbox: SqliteOutbox) -> Self {
-        RelaySource::Sqlite(outbox)
+impl<S: OutboxSource> From<S> for RelaySource {
+    fn from(outbox: S) -> Self {
+        RelaySource(Arc::new(outbox))
     }
 }
 
-#[cfg(feature = "postgres")]
-impl From<PostgresOutbox> for RelaySource {
-    fn from(outbox: PostgresOutbox) -> Self {
-        RelaySource::Postgres(outbox)
+impl RelaySource {
+    /// The source for an outbox already shared, chosen at run time.
+    pub fn shared(outbox: Arc<dyn OutboxSource>) -> Self {
+        RelaySource(outbox)
     }
 }
 
-/// The broker a [`Relay`] publishes to: made by `From` of either transport.
+impl std::ops::Deref for RelaySource {
+    type Target = dyn OutboxSource;
+
+    fn deref(&self) -> &Self::Target {
+        &*self.0
+    }
+}
+
+impl std::fmt::Debug for RelaySource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("RelaySource").field(&self.0.table()).finish()
+    }
+}
+
+/// The broker a [`Relay`] publishes to: any [`Publisher`], made by `From`
+/// of one (or of an `Arc<dyn Publisher>` chosen at run time).
 ///
 /// ```no_run
 /// use babel_idem::outbox::RelaySink;
@@ -72,52 +80,27 @@ impl From<PostgresOutbox> for RelaySource {
 /// # }
 /// ```
 #[derive(Clone)]
-#[non_exhaustive]
-pub enum RelaySink {
-    /// The BabelQueue Redis layout: an `RPUSH` per row, one pipeline a batch.
-    #[cfg(feature = "redis-transport")]
-    Redis(RedisTransport),
-    /// RabbitMQ: persistent publishes on a confirm channel, one confirm
-    /// round a batch.
-    #[cfg(feature = "amqp-transport")]
-    Amqp(AmqpTransport),
-}
+pub struct RelaySink(Arc<dyn Publisher>);
 
-impl fmt::Debug for RelaySink {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            #[cfg(feature = "redis-transport")]
-            RelaySink::Redis(_) => f.write_str("RelaySink::Redis"),
-            #[cfg(feature = "amqp-transport")]
-            RelaySink::Amqp(_) => f.write_str("RelaySink::Amqp"),
-        }
+impl<P: Publisher> From<P> for RelaySink {
+    fn from(publisher: P) -> Self {
+        RelaySink(Arc::new(publisher))
     }
 }
 
-#[cfg(feature = "redis-transport")]
-impl From<RedisTransport> for RelaySink {
-    fn from(transport: RedisTransport) -> Self {
-        RelaySink::Redis(transport)
+impl From<Arc<dyn Publisher>> for RelaySink {
+    fn from(publisher: Arc<dyn Publisher>) -> Self {
+        RelaySink(publisher)
     }
 }
 
-#[cfg(feature = "amqp-transport")]
-impl From<AmqpTransport> for RelaySink {
-    fn from(transport: AmqpTransport) -> Self {
-        RelaySink::Amqp(transport)
+impl std::fmt::Debug for RelaySink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RelaySink")
     }
 }
 
 impl RelaySink {
-    async fn publish(&self, messages: &[Outgoing<'_>]) -> Result<BatchOutcome, TransportError> {
-        match self {
-            #[cfg(feature = "redis-transport")]
-            RelaySink::Redis(transport) => transport.publish_batch(messages).await,
-            #[cfg(feature = "amqp-transport")]
-            RelaySink::Amqp(transport) => transport.publish_batch(messages).await,
-        }
-    }
-
     /// Publishes `messages`; when the batch fails as a whole with a
     /// refusal while the broker still answers (RabbitMQ closes the channel
     /// over one message, such as a body over its `max_message_size`),
@@ -129,11 +112,11 @@ impl RelaySink {
         &self,
         messages: &[Outgoing<'_>],
     ) -> Result<BatchOutcome, TransportError> {
-        let error = match self.publish(messages).await {
+        let error = match self.0.publish_batch(messages).await {
             Ok(outcome) => return Ok(outcome),
             Err(error) => error,
         };
-        if !error.is_refusal() || !self.refused_while_reachable().await {
+        if !error.is_refusal() || !self.0.refused_while_reachable().await {
             return Err(error);
         }
         if messages.len() == 1 {
@@ -143,18 +126,6 @@ impl RelaySink {
         let mut outcome = Box::pin(self.publish_isolating(left)).await?;
         outcome.extend(Box::pin(self.publish_isolating(right)).await?);
         Ok(outcome)
-    }
-
-    /// After a failed batch: whether the broker still answers, so that the
-    /// failure was its refusal of something in the batch. A Redis pipeline
-    /// reports each refusal on its own, so its failures are outages.
-    async fn refused_while_reachable(&self) -> bool {
-        match self {
-            #[cfg(feature = "redis-transport")]
-            RelaySink::Redis(_) => false,
-            #[cfg(feature = "amqp-transport")]
-            RelaySink::Amqp(transport) => transport.reachable().await,
-        }
     }
 }
 
@@ -172,42 +143,18 @@ impl RelaySink {
 /// let error = RelayError::from(OutboxError::MissingTable { table: "babelqueue_outbox".into() });
 /// assert!(error.to_string().contains("babel-idem migrate URL --outbox"));
 /// ```
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RelayError {
     /// The outbox failed (a missing table names `babel-idem migrate`); from
     /// `run` and `drain`, never a database outage, which they wait out.
-    Outbox(OutboxError),
+    #[error("{0}")]
+    Outbox(#[from] OutboxError),
     /// The broker could not be reached, or took none of the batch's rows
     /// through no fault of theirs (each returned or held back): no row was
     /// marked, and no row spent an attempt.
-    Broker(TransportError),
-}
-
-impl fmt::Display for RelayError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RelayError::Outbox(error) => error.fmt(f),
-            RelayError::Broker(error) => {
-                write!(f, "{error} (the rows stay pending; no attempt was counted)")
-            }
-        }
-    }
-}
-
-impl std::error::Error for RelayError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            RelayError::Outbox(error) => Some(error),
-            RelayError::Broker(error) => Some(error),
-        }
-    }
-}
-
-impl From<OutboxError> for RelayError {
-    fn from(error: OutboxError) -> Self {
-        RelayError::Outbox(error)
-    }
+    #[error("{0} (the rows stay pending; no attempt was counted)")]
+    Broker(#[source] TransportError),
 }
 
 /// What a relay did: rows published, refused (an attempt recorded) and
@@ -288,57 +235,52 @@ pub struct RelayBuilder {
 impl RelayBuilder {
     /// Rows taken, published and marked at a time (default 100, the
     /// family's; at least 1).
-    pub fn batch_size(mut self, batch: u32) -> Self {
-        self.batch = batch.max(1);
-        self
+    pub fn batch_size(self, batch: u32) -> Self {
+        self.with(|relay| relay.batch = batch.max(1))
     }
 
     /// The wait after a refusal, per attempt so far (default 50 ms), and
     /// its cap (default 5 s): the family's backoff. The same steps pace the
     /// relay while the broker or the database is out: the step times the
     /// outages in a row, at most the cap.
-    pub fn backoff(mut self, step: Duration, cap: Duration) -> Self {
-        self.backoff = Backoff { step, cap };
-        self
+    pub fn backoff(self, step: Duration, cap: Duration) -> Self {
+        self.with(|relay| relay.backoff = Backoff { step, cap })
     }
 
     /// After how many refusals a row is set `'failed'` (default 10; at
     /// least 1). `babel-idem outbox retry-failed` makes such rows pending.
-    pub fn max_attempts(mut self, attempts: u32) -> Self {
-        self.max_attempts = attempts.max(1);
-        self
+    pub fn max_attempts(self, attempts: u32) -> Self {
+        self.with(|relay| relay.max_attempts = attempts.max(1))
     }
 
     /// The largest body the relay publishes, in bytes (default 16 MiB); a
     /// larger one is refused like a row the broker refused.
-    pub fn max_body_bytes(mut self, bytes: usize) -> Self {
-        self.max_body = bytes;
-        self
+    pub fn max_body_bytes(self, bytes: usize) -> Self {
+        self.with(|relay| relay.max_body = bytes)
     }
 
     /// How long [`run`](Relay::run) waits for a wake-up before it looks
     /// again (default 1 s): the latency for rows other processes write.
-    pub fn poll_interval(mut self, poll: Duration) -> Self {
-        self.poll = poll;
-        self
+    pub fn poll_interval(self, poll: Duration) -> Self {
+        self.with(|relay| relay.poll = poll)
     }
 
     /// Whether an idle relay waits for `save`'s wake-up (PostgreSQL's
     /// `LISTEN`, SQLite's in-process signal) or only polls (default `true`).
-    pub fn notifications(mut self, on: bool) -> Self {
-        self.notifications = on;
+    pub fn notifications(self, on: bool) -> Self {
+        self.with(|relay| relay.notifications = on)
+    }
+
+    /// This builder with `change` made to it.
+    fn with(mut self, change: impl FnOnce(&mut Self)) -> Self {
+        change(&mut self);
         self
     }
 
     /// Checks that the outbox table exists (and whether it has the
     /// `headers` column), and makes the relay.
     pub async fn build(self) -> Result<Relay, RelayError> {
-        let headers = match &self.source {
-            #[cfg(feature = "sqlite")]
-            RelaySource::Sqlite(outbox) => outbox.probe().await?,
-            #[cfg(feature = "postgres")]
-            RelaySource::Postgres(outbox) => outbox.probe().await?,
-        };
+        let headers = self.source.has_headers().await?;
         Ok(Relay {
             settings: self,
             headers,
@@ -446,32 +388,6 @@ pub struct Relay {
     headers: bool,
 }
 
-/// Rows a relay took: on PostgreSQL with the transaction that holds them
-/// locked until it marks them.
-struct Taken {
-    rows: Vec<PendingRow>,
-    /// Rows that cannot be published as they stand, each with why: they
-    /// are marked `'failed'` with the batch.
-    unreadable: Vec<(i64, String)>,
-    #[cfg(feature = "postgres")]
-    tx: Option<sqlx::Transaction<'static, sqlx::Postgres>>,
-}
-
-impl Taken {
-    /// Every row taken, readable or not.
-    fn len(&self) -> usize {
-        self.rows.len() + self.unreadable.len()
-    }
-
-    /// The ids of every row taken.
-    fn ids(&self) -> Vec<i64> {
-        let readable = self.rows.iter().map(|row| row.id);
-        readable
-            .chain(self.unreadable.iter().map(|(id, _)| *id))
-            .collect()
-    }
-}
-
 /// A settled batch whose mark is still to commit, and what it did: the
 /// report counts only once the mark committed, so the totals a relay
 /// returns are the rows its marks recorded.
@@ -482,7 +398,7 @@ struct InFlight {
 
 /// A batch the broker settled: what it accepted and what it refused.
 struct Settled {
-    taken: Taken,
+    taken: Batch,
     published: Vec<i64>,
     refused: Vec<(i64, String)>,
 }
@@ -506,18 +422,16 @@ enum Pass {
 }
 
 impl Relay {
-    /// Configures a relay from `source` to `sink`: a [`SqliteOutbox`] or
-    /// `PostgresOutbox`, and a `RedisTransport` or `AmqpTransport`.
+    /// Configures a relay from `source` to `sink`: any [`OutboxSource`]
+    /// (`SqliteOutbox`, `PostgresOutbox`) and any [`Publisher`]
+    /// (`RedisTransport`, `AmqpTransport`).
     pub fn builder(source: impl Into<RelaySource>, sink: impl Into<RelaySink>) -> RelayBuilder {
         RelayBuilder {
             source: source.into(),
             sink: sink.into(),
             batch: DEFAULT_BATCH,
-            backoff: Backoff {
-                step: Duration::from_millis(50),
-                cap: Duration::from_secs(5),
-            },
-            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            backoff: Backoff::default(),
+            max_attempts: DEFAULT_MAX_PUBLISH_ATTEMPTS,
             max_body: DEFAULT_MAX_BODY,
             poll: Duration::from_secs(1),
             notifications: true,
@@ -580,10 +494,10 @@ impl Relay {
         until_empty: bool,
     ) -> Result<RelayReport, RelayError> {
         let mut shutdown = std::pin::pin!(shutdown);
-        let mut wake = if self.settings.notifications {
-            Wake::new(&self.settings.source).await?
+        let mut wake: Box<dyn Wakeup> = if self.settings.notifications {
+            self.settings.source.wakeup().await
         } else {
-            Wake::Sleep
+            Box::new(PollOnly)
         };
         let mut total = RelayReport::default();
         let mut outages = 0u32;
@@ -708,12 +622,7 @@ impl Relay {
 
     /// The outbox's counts by status and its lag.
     pub async fn stats(&self) -> Result<OutboxStats, RelayError> {
-        Ok(match &self.settings.source {
-            #[cfg(feature = "sqlite")]
-            RelaySource::Sqlite(outbox) => outbox.stats().await?,
-            #[cfg(feature = "postgres")]
-            RelaySource::Postgres(outbox) => outbox.stats().await?,
-        })
+        Ok(self.settings.source.stats().await?)
     }
 
     /// One batch, taken, published and marked before it returns.
@@ -733,35 +642,13 @@ impl Relay {
     /// may still be committing), and publishes it.
     async fn step(&self, in_flight: &[i64]) -> Result<Step, RelayError> {
         let settings = &self.settings;
-        let taken = match &settings.source {
-            #[cfg(feature = "sqlite")]
-            RelaySource::Sqlite(outbox) => {
-                let taken = outbox
-                    .take(settings.batch, settings.backoff, self.headers, in_flight)
-                    .await?;
-                Taken {
-                    rows: taken.rows,
-                    unreadable: taken.unreadable,
-                    #[cfg(feature = "postgres")]
-                    tx: None,
-                }
-            }
-            #[cfg(feature = "postgres")]
-            RelaySource::Postgres(outbox) => {
-                // The rows of `in_flight` stay locked until their mark
-                // commits, and `SKIP LOCKED` passes them by.
-                let _ = in_flight;
-                let (tx, taken) = outbox
-                    .take(settings.batch, settings.backoff, self.headers)
-                    .await?;
-                Taken {
-                    rows: taken.rows,
-                    unreadable: taken.unreadable,
-                    tx: Some(tx),
-                }
-            }
-        };
-        if taken.len() == 0 {
+        // On PostgreSQL the rows of `in_flight` stay locked until their
+        // mark commits, and the take passes them by.
+        let taken = settings
+            .source
+            .take(settings.batch, settings.backoff, self.headers, in_flight)
+            .await?;
+        if taken.is_empty() {
             return Ok(Step::Empty);
         }
         for (id, reason) in &taken.unreadable {
@@ -783,35 +670,13 @@ impl Relay {
     /// published, each refusal an attempt, each unreadable row `'failed'`.
     async fn mark(&self, settled: Settled) -> Result<(), RelayError> {
         let settings = &self.settings;
-        let unreadable = &settled.taken.unreadable;
-        match &settings.source {
-            #[cfg(feature = "sqlite")]
-            RelaySource::Sqlite(outbox) => {
-                outbox
-                    .finish(
-                        &settled.published,
-                        &settled.refused,
-                        unreadable,
-                        settings.max_attempts,
-                    )
-                    .await?
-            }
-            #[cfg(feature = "postgres")]
-            RelaySource::Postgres(outbox) => {
-                if let Some(tx) = settled.taken.tx {
-                    outbox
-                        .finish(
-                            tx,
-                            &settled.published,
-                            &settled.refused,
-                            unreadable,
-                            settings.max_attempts,
-                        )
-                        .await?
-                }
-            }
-        }
-        Ok(())
+        let marks = Marks {
+            published: &settled.published,
+            refused: &settled.refused,
+            unreadable: &settled.taken.unreadable,
+            max_attempts: settings.max_attempts,
+        };
+        Ok(settings.source.mark(settled.taken.lease, marks).await?)
     }
 
     /// Marks `batch`, if any; what it did, once the mark committed (a mark
@@ -968,75 +833,4 @@ fn poll_now<F: Future + ?Sized>(shutdown: &mut std::pin::Pin<&mut F>) -> bool {
     let waker = std::task::Waker::noop();
     let mut context = std::task::Context::from_waker(waker);
     shutdown.as_mut().poll(&mut context).is_ready()
-}
-
-/// How many short looks follow a local wake-up (1, 2, 4, ... 64 ms apart).
-#[cfg(feature = "sqlite")]
-const LOCAL_BURST: u32 = 6;
-
-/// How an idle relay learns that rows were written.
-enum Wake {
-    /// Notifications off: the poll alone.
-    Sleep,
-    #[cfg(feature = "sqlite")]
-    Local {
-        notify: std::sync::Arc<tokio::sync::Notify>,
-        /// Short looks left after the last wake-up.
-        burst: u32,
-    },
-    #[cfg(feature = "postgres")]
-    Listen(Box<sqlx::postgres::PgListener>),
-    /// The listener was lost: the poll alone, until it is opened again.
-    #[cfg(feature = "postgres")]
-    Poll(PostgresOutbox),
-}
-
-impl Wake {
-    async fn new(source: &RelaySource) -> Result<Wake, RelayError> {
-        Ok(match source {
-            #[cfg(feature = "sqlite")]
-            RelaySource::Sqlite(outbox) => Wake::Local {
-                notify: outbox.wake(),
-                burst: 0,
-            },
-            #[cfg(feature = "postgres")]
-            RelaySource::Postgres(outbox) => match outbox.listen().await {
-                Ok(listener) => Wake::Listen(Box::new(listener)),
-                Err(_) => Wake::Poll(outbox.clone()),
-            },
-        })
-    }
-
-    /// Waits for a wake-up or `poll`, whichever comes first.
-    async fn wait(&mut self, poll: Duration) {
-        match self {
-            Wake::Sleep => tokio::time::sleep(poll).await,
-            #[cfg(feature = "sqlite")]
-            Wake::Local { notify, burst } => {
-                // `save` runs inside a transaction that commits after it:
-                // after a wake-up, look again at short, growing intervals.
-                if *burst > 0 {
-                    *burst -= 1;
-                    let delay = Duration::from_millis(1 << (LOCAL_BURST - *burst));
-                    tokio::time::sleep(delay.min(poll)).await;
-                } else if tokio::time::timeout(poll, notify.notified()).await.is_ok() {
-                    *burst = LOCAL_BURST;
-                }
-            }
-            #[cfg(feature = "postgres")]
-            Wake::Listen(listener) => {
-                if let Ok(Err(_)) = tokio::time::timeout(poll, listener.recv()).await {
-                    // The listener reconnects on its next `recv`; poll meanwhile.
-                    tokio::time::sleep(poll.min(Duration::from_millis(100))).await;
-                }
-            }
-            #[cfg(feature = "postgres")]
-            Wake::Poll(outbox) => {
-                tokio::time::sleep(poll).await;
-                if let Ok(listener) = outbox.listen().await {
-                    *self = Wake::Listen(Box::new(listener));
-                }
-            }
-        }
-    }
 }

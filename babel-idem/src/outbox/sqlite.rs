@@ -1,20 +1,19 @@
 //! [`SqliteOutbox`]: the outbox table in a SQLite database (feature
 //! `sqlite`). Every statement it runs is on this page.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::SqliteConnection;
-use sqlx::sqlite::SqlitePool;
+use sqlx::sqlite::{SqlitePool, SqliteQueryResult};
+use sqlx::{Sqlite, SqliteConnection};
 use tokio::sync::Notify;
 
-use super::{
-    Backoff, DEFAULT_TABLE, OutboxError, OutboxStats, TakenRows, checked_table, database,
-    headers_json, read_row, truncated,
-};
+use super::sql::{Dialect, RowsAffected, SqlOutbox, SqlTable, Take, operator_methods};
+use super::{Batch, Lease, Marks, OutboxError, OutboxStats, PendingRow, Wakeup, database};
 use crate::envelope::Envelope;
 use crate::store::AsConnection;
-use crate::telemetry::carrier;
 
 /// The DDL, shipped as `sqlite.sql` for users who run their own migrations.
 const DDL: &str = include_str!("sqlite.sql");
@@ -22,6 +21,31 @@ const DDL: &str = include_str!("sqlite.sql");
 /// Now, as the table writes times: UTC text with milliseconds, which sorts
 /// with the family's `YYYY-MM-DD HH:MM:SS`.
 const NOW: &str = "strftime('%Y-%m-%d %H:%M:%f', 'now')";
+
+/// SQLite's statements where they differ from PostgreSQL's.
+static SQLITE: Dialect = Dialect {
+    age_seconds: "(julianday('now') - julianday(created_at)) * 86400.0",
+    published_before: "published_at < \
+                       strftime('%Y-%m-%d %H:%M:%f', 'now', printf('-%.3f seconds', ?1))",
+    second: "?2",
+    skip_locked: "",
+    insert: |table, headers| match headers {
+        true => format!(
+            "INSERT INTO {table} (queue, body, headers, created_at) VALUES (?1, ?2, ?3, {NOW}) RETURNING id"
+        ),
+        false => format!(
+            "INSERT INTO {table} (queue, body, created_at) VALUES (?1, ?2, {NOW}) RETURNING id"
+        ),
+    },
+    columns: "SELECT name FROM pragma_table_info(?1)",
+    missing_table: |error| error.to_string().contains("no such table"),
+};
+
+impl RowsAffected for SqliteQueryResult {
+    fn rows(&self) -> u64 {
+        self.rows_affected()
+    }
+}
 
 /// An outbox in a SQLite database: `save` writes a message inside the
 /// caller's transaction; a `Relay` publishes it once that commits.
@@ -73,30 +97,17 @@ const NOW: &str = "strftime('%Y-%m-%d %H:%M:%f', 'now')";
 /// # Ok::<(), anyhow::Error>(())
 /// # }).unwrap();
 /// ```
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct SqliteOutbox {
-    pool: SqlitePool,
-    table: String,
-    headers: bool,
+    table: SqlTable<Sqlite>,
     wake: Arc<Notify>,
-}
-
-impl std::fmt::Debug for SqliteOutbox {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SqliteOutbox")
-            .field("table", &self.table)
-            .field("headers", &self.headers)
-            .finish_non_exhaustive()
-    }
 }
 
 impl SqliteOutbox {
     /// The outbox table `babelqueue_outbox` on `pool`.
     pub fn new(pool: SqlitePool) -> Self {
         SqliteOutbox {
-            pool,
-            table: DEFAULT_TABLE.to_owned(),
-            headers: true,
+            table: SqlTable::new(pool, &SQLITE),
             wake: Arc::new(Notify::new()),
         }
     }
@@ -111,26 +122,28 @@ impl SqliteOutbox {
     /// assert!(outbox.with_table("no spaces").is_err());
     /// # });
     /// ```
-    pub fn with_table(mut self, table: &str) -> Result<Self, OutboxError> {
-        self.table = checked_table(table)?;
-        Ok(self)
+    pub fn with_table(self, table: &str) -> Result<Self, OutboxError> {
+        Ok(SqliteOutbox {
+            table: self.table.renamed(table)?,
+            ..self
+        })
     }
 
     /// For a table made with the family's DDL alone: `save` writes no
     /// `headers` column (the producer's `traceparent` is not kept).
     pub fn without_headers(mut self) -> Self {
-        self.headers = false;
+        self.table.headers = false;
         self
     }
 
     /// The pool the outbox runs on.
     pub fn pool(&self) -> &SqlitePool {
-        &self.pool
+        &self.table.pool
     }
 
     /// The table the outbox uses.
     pub fn table(&self) -> &str {
-        &self.table
+        &self.table.name
     }
 
     /// Creates the table and its index if they are missing (`sqlite.sql`
@@ -138,22 +151,10 @@ impl SqliteOutbox {
     /// run it at once: it runs in a `BEGIN IMMEDIATE` transaction, so each
     /// waits for the write lock and then finds the table made or makes it.
     pub async fn migrate(&self) -> Result<(), OutboxError> {
-        let ddl = DDL.replace(DEFAULT_TABLE, &self.table);
-        self.run_ddl(&ddl).await
-    }
-
-    /// Runs `ddl` under the write lock: `BEGIN IMMEDIATE` takes it before
-    /// the first statement, so concurrent migrations run one after another.
-    async fn run_ddl(&self, ddl: &str) -> Result<(), OutboxError> {
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
+        let tx = self.pool().begin_with("BEGIN IMMEDIATE").await;
+        self.table
+            .create_in(tx.map_err(database("migrate"))?, DDL)
             .await
-            .map_err(database("migrate"))?;
-        sqlx::Executor::execute(&mut *tx, ddl)
-            .await
-            .map_err(database("migrate"))?;
-        tx.commit().await.map_err(database("migrate"))
     }
 
     /// Writes `envelope` to the outbox on `connection`, inside whatever
@@ -168,189 +169,35 @@ impl SqliteOutbox {
     where
         C: AsConnection<SqliteConnection> + ?Sized,
     {
-        let body = envelope.encode_for_publish()?;
-        let body = String::from_utf8_lossy(&body);
-        let queue = envelope.destination();
-        let connection = connection.as_connection();
-        let id = if self.headers {
-            let headers = headers_json(&carrier::trace_headers(&tracing::Span::current()));
-            let insert = format!(
-                "INSERT INTO {} (queue, body, headers, created_at) VALUES (?1, ?2, ?3, {NOW}) RETURNING id",
-                self.table
-            );
-            sqlx::query_scalar::<_, i64>(&insert)
-                .bind(queue)
-                .bind(&*body)
-                .bind(headers)
-                .fetch_one(&mut *connection)
-                .await
-        } else {
-            let insert = format!(
-                "INSERT INTO {} (queue, body, created_at) VALUES (?1, ?2, {NOW}) RETURNING id",
-                self.table
-            );
-            sqlx::query_scalar::<_, i64>(&insert)
-                .bind(queue)
-                .bind(&*body)
-                .fetch_one(&mut *connection)
-                .await
-        }
-        .map_err(|error| self.missing_or(error, "save"))?;
+        let id = self
+            .table
+            .save(connection.as_connection(), envelope)
+            .await?;
         self.wake.notify_one();
         Ok(id)
     }
 
-    /// How many rows each status holds, and the age of the oldest pending row.
-    pub async fn stats(&self) -> Result<OutboxStats, OutboxError> {
-        let t = &self.table;
-        let query = format!(
-            "SELECT
-                 (SELECT count(*) FROM {t} WHERE status = 'pending'),
-                 (SELECT count(*) FROM {t} WHERE status = 'published'),
-                 (SELECT count(*) FROM {t} WHERE status = 'failed'),
-                 (SELECT (julianday('now') - julianday(created_at)) * 86400.0
-                    FROM {t} WHERE status = 'pending' ORDER BY id LIMIT 1)"
-        );
-        let (pending, published, failed, age): (i64, i64, i64, Option<f64>) =
-            sqlx::query_as(&query)
-                .fetch_one(&self.pool)
-                .await
-                .map_err(|error| self.missing_or(error, "stats"))?;
-        Ok(OutboxStats {
-            pending: pending as u64,
-            published: published as u64,
-            failed: failed as u64,
-            oldest_pending_age: age.map(|age| Duration::from_secs_f64(age.max(0.0))),
-        })
-    }
-
-    /// Makes every `'failed'` row pending again, with its attempts back to
-    /// 0 (its `last_error` stays); how many. With `dry_run`, only counts them.
-    pub async fn retry_failed(&self, dry_run: bool) -> Result<u64, OutboxError> {
-        let t = &self.table;
-        let result = if dry_run {
-            let count = format!("SELECT count(*) FROM {t} WHERE status = 'failed'");
-            sqlx::query_scalar::<_, i64>(&count)
-                .fetch_one(&self.pool)
-                .await
-                .map(|n| n as u64)
-        } else {
-            let retry = format!(
-                "UPDATE {t} SET status = 'pending', attempts = 0, failed_at = NULL
-                 WHERE status = 'failed'"
-            );
-            sqlx::query(&retry)
-                .execute(&self.pool)
-                .await
-                .map(|done| done.rows_affected())
-        };
-        result.map_err(|error| self.missing_or(error, "retry-failed"))
-    }
-
-    /// Deletes the rows published longer than `older_than` ago, `batch`
-    /// rows per statement (each its own short write), until none is left;
-    /// how many. Pending and failed rows are never touched. With
-    /// `dry_run`, only counts them.
-    pub async fn purge_published(
-        &self,
-        older_than: Duration,
-        batch: u32,
-        dry_run: bool,
-    ) -> Result<u64, OutboxError> {
-        let t = &self.table;
-        let old = "status = 'published' AND published_at < \
-                   strftime('%Y-%m-%d %H:%M:%f', 'now', printf('-%.3f seconds', ?1))";
-        let seconds = older_than.as_secs_f64();
-        if dry_run {
-            let count = format!("SELECT count(*) FROM {t} WHERE {old}");
-            return sqlx::query_scalar::<_, i64>(&count)
-                .bind(seconds)
-                .fetch_one(&self.pool)
-                .await
-                .map(|n| n as u64)
-                .map_err(|error| self.missing_or(error, "purge-published"));
-        }
-        let delete = format!(
-            "DELETE FROM {t} WHERE id IN (SELECT id FROM {t} WHERE {old} ORDER BY id LIMIT ?2)"
-        );
-        let batch = batch.max(1);
-        let mut deleted = 0;
-        loop {
-            let done = sqlx::query(&delete)
-                .bind(seconds)
-                .bind(i64::from(batch))
-                .execute(&self.pool)
-                .await
-                .map_err(|error| self.missing_or(error, "purge-published"))?
-                .rows_affected();
-            deleted += done;
-            if done < u64::from(batch) {
-                return Ok(deleted);
-            }
-        }
-    }
-
-    /// The table's columns; empty when it does not exist.
-    async fn columns(&self) -> Result<Vec<String>, OutboxError> {
-        sqlx::query_scalar("SELECT name FROM pragma_table_info(?1)")
-            .bind(&self.table)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(database("open"))
-    }
-
-    /// `error`, or [`OutboxError::MissingTable`] when it says the table is missing.
-    fn missing_or(&self, error: sqlx::Error, operation: &'static str) -> OutboxError {
-        if error.to_string().contains("no such table") {
-            OutboxError::MissingTable {
-                table: self.table.clone(),
-            }
-        } else {
-            database(operation)(error)
-        }
-    }
+    operator_methods!();
 }
 
-/// What the relay does on a SQLite outbox.
-#[cfg_attr(
-    not(any(feature = "redis-transport", feature = "amqp-transport")),
-    allow(dead_code, reason = "only the relay takes rows")
-)]
-impl SqliteOutbox {
-    /// Whether the table exists and has the `headers` column.
-    pub(super) async fn probe(&self) -> Result<bool, OutboxError> {
-        let columns = self.columns().await?;
-        if columns.is_empty() {
-            return Err(OutboxError::MissingTable {
-                table: self.table.clone(),
-            });
-        }
-        Ok(columns.iter().any(|column| column == "headers"))
-    }
+/// What SQLite does its own way.
+impl SqlOutbox for SqliteOutbox {
+    type Db = Sqlite;
 
-    /// Wakes when a `save` of this process wrote a row.
-    pub(super) fn wake(&self) -> Arc<Notify> {
-        Arc::clone(&self.wake)
+    fn sql(&self) -> &SqlTable<Sqlite> {
+        &self.table
     }
 
     /// Up to `limit` pending rows, oldest first, past their backoff, but
     /// none of `in_flight` (rows published whose mark may not have
     /// committed yet). Each column is read as SQLite holds it (bytes, any
     /// type), so one row that is not text cannot fail the whole read: it
-    /// comes back among the unreadable rows.
-    pub(super) async fn take(
-        &self,
-        limit: u32,
-        backoff: Backoff,
-        with_headers: bool,
-        in_flight: &[i64],
-    ) -> Result<TakenRows, OutboxError> {
-        let headers = if with_headers {
-            "CAST(headers AS BLOB)"
-        } else {
-            "NULL"
-        };
-        let take = format!(
+    /// comes back among the unreadable rows. A single relay drains a SQLite
+    /// outbox, so the batch's lease holds nothing.
+    async fn take_batch(&self, take: Take<'_>) -> Result<Batch, OutboxError> {
+        let headers = take.headers.then_some("CAST(headers AS BLOB)");
+        let headers = headers.unwrap_or("NULL");
+        let select = format!(
             "SELECT id, CAST(queue AS BLOB), CAST(body AS BLOB),
                     ifnull(CAST(attempts AS INTEGER), 0), {headers} FROM {}
              WHERE status = 'pending'
@@ -358,58 +205,49 @@ impl SqliteOutbox {
                     printf('-%.3f seconds', min(attempts * ?2, ?3))))
                AND id NOT IN (SELECT value FROM json_each(?4))
              ORDER BY id LIMIT ?1",
-            self.table
+            self.table()
         );
-        let in_flight = serde_json::Value::from(in_flight.to_vec()).to_string();
+        let in_flight = serde_json::Value::from(take.in_flight.to_vec()).to_string();
         type Columns = (i64, Option<Vec<u8>>, Option<Vec<u8>>, i64, Option<Vec<u8>>);
-        let rows: Vec<Columns> = sqlx::query_as(&take)
-            .bind(i64::from(limit))
-            .bind(backoff.step.as_secs_f64())
-            .bind(backoff.cap.as_secs_f64())
+        let rows: Vec<Columns> = sqlx::query_as(&select)
+            .bind(take.limit)
+            .bind(take.step)
+            .bind(take.cap)
             .bind(in_flight)
-            .fetch_all(&self.pool)
+            .fetch_all(self.pool())
             .await
-            .map_err(|error| self.missing_or(error, "take"))?;
-        Ok(rows
+            .map_err(|error| self.table.missing_or(error, "take"))?;
+        let rows = rows
             .into_iter()
-            .map(|(id, queue, body, attempts, headers)| {
-                read_row(id, queue, body, attempts, headers)
-            })
-            .collect())
+            .map(|row| PendingRow::read(row.0, row.1, row.2, row.3, row.4));
+        Ok(Batch::read(rows, Lease::none()))
     }
 
-    /// Records the relay's outcome: `published` rows marked published,
-    /// each of `refused` with its attempt, error and failure time (and
-    /// `'failed'` once it reached `max_attempts`), each of `unreadable`
-    /// likewise and `'failed'` at once, in one transaction.
-    pub(super) async fn finish(
-        &self,
-        published: &[i64],
-        refused: &[(i64, String)],
-        unreadable: &[(i64, String)],
-        max_attempts: u32,
-    ) -> Result<(), OutboxError> {
-        let t = &self.table;
+    /// Records the relay's outcome (see [`Marks`]): the published rows
+    /// alone in one statement, with failures in one `BEGIN IMMEDIATE`
+    /// transaction.
+    async fn finish(&self, _lease: Lease, marks: Marks<'_>) -> Result<(), OutboxError> {
+        let t = self.table();
         let mark = format!(
             "UPDATE {t} SET status = 'published', published_at = {NOW}
              WHERE id IN (SELECT value FROM json_each(?1)) AND status = 'pending'"
         );
-        let ids = serde_json::Value::from(published.to_vec()).to_string();
-        if refused.is_empty() && unreadable.is_empty() {
+        let ids = serde_json::Value::from(marks.published.to_vec()).to_string();
+        if marks.refused.is_empty() && marks.unreadable.is_empty() {
             // One statement is its own transaction.
             sqlx::query(&mark)
                 .bind(ids)
-                .execute(&self.pool)
+                .execute(self.pool())
                 .await
                 .map_err(database("mark published"))?;
             return Ok(());
         }
         let mut tx = self
-            .pool
+            .pool()
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(database("mark"))?;
-        if !published.is_empty() {
+        if !marks.published.is_empty() {
             sqlx::query(&mark)
                 .bind(ids)
                 .execute(&mut *tx)
@@ -422,21 +260,57 @@ impl SqliteOutbox {
                  status = CASE WHEN ?4 OR attempts + 1 >= ?3 THEN 'failed' ELSE status END
              WHERE id = ?1"
         );
-        let failures = refused
-            .iter()
-            .map(|failure| (failure, false))
-            .chain(unreadable.iter().map(|failure| (failure, true)));
-        for ((id, error), unreadable) in failures {
+        for (id, error, unreadable) in marks.failures() {
             sqlx::query(&refuse)
                 .bind(id)
-                .bind(truncated(error))
-                .bind(i64::from(max_attempts))
+                .bind(error)
+                .bind(i64::from(marks.max_attempts))
                 .bind(unreadable)
                 .execute(&mut *tx)
                 .await
                 .map_err(database("mark failed"))?;
         }
         tx.commit().await.map_err(database("mark"))
+    }
+
+    /// A `save` of this process wakes the relay.
+    async fn wake(&self) -> Box<dyn Wakeup> {
+        Box::new(LocalWake {
+            notify: Arc::clone(&self.wake),
+            burst: 0,
+        })
+    }
+
+    async fn create(&self) -> Result<(), OutboxError> {
+        self.migrate().await
+    }
+}
+
+/// How many short looks follow a local wake-up (1, 2, 4, ... 64 ms apart).
+const LOCAL_BURST: u32 = 6;
+
+/// Wakes on a `save` of this process, then looks again at short, growing
+/// intervals: `save` runs inside a transaction that commits after it.
+struct LocalWake {
+    notify: Arc<Notify>,
+    /// Short looks left after the last wake-up.
+    burst: u32,
+}
+
+impl Wakeup for LocalWake {
+    fn wait(&mut self, poll: Duration) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(async move {
+            if self.burst > 0 {
+                self.burst -= 1;
+                let delay = Duration::from_millis(1 << (LOCAL_BURST - self.burst));
+                tokio::time::sleep(delay.min(poll)).await;
+            } else if tokio::time::timeout(poll, self.notify.notified())
+                .await
+                .is_ok()
+            {
+                self.burst = LOCAL_BURST;
+            }
+        })
     }
 }
 
@@ -476,21 +350,24 @@ mod tests {
         let (outbox, dir) = outbox("locked").await;
         let writer = outbox.pool().begin_with("BEGIN IMMEDIATE").await.unwrap();
         let error = outbox
-            .finish(&[1], &[(2, "refused".to_owned())], &[], 3)
+            .finish(
+                Lease::none(),
+                marks(&[1], &[(2, "refused".to_owned())], &[], 3),
+            )
             .await
             .unwrap_err();
         assert!(error.is_outage(), "{error}");
         writer.rollback().await.unwrap();
         outbox
-            .finish(&[1], &[(2, "refused".to_owned())], &[], 3)
+            .finish(
+                Lease::none(),
+                marks(&[1], &[(2, "refused".to_owned())], &[], 3),
+            )
             .await
             .expect("the lock is gone");
 
         let missing = outbox.clone().with_table("not_there").unwrap();
-        let error = missing
-            .take(10, test_backoff(), true, &[])
-            .await
-            .unwrap_err();
+        let error = missing.take_batch(test_take()).await.unwrap_err();
         assert!(matches!(error, OutboxError::MissingTable { .. }), "{error}");
         assert!(!error.is_outage(), "{error}");
         outbox.pool().close().await;
@@ -515,7 +392,7 @@ mod tests {
                 .await
                 .unwrap();
         }
-        let taken = outbox.take(10, test_backoff(), true, &[]).await.unwrap();
+        let taken = outbox.take_batch(test_take()).await.unwrap();
         let ids: Vec<i64> = taken.rows.iter().map(|row| row.id).collect();
         assert_eq!(ids, [1, 3]);
         assert_eq!(taken.rows[1].headers, [("a".to_owned(), "b".to_owned())]);
@@ -524,7 +401,7 @@ mod tests {
 
         // Failed at once, whatever the attempts left.
         outbox
-            .finish(&[1, 3], &[], &taken.unreadable, 10)
+            .finish(Lease::none(), marks(&[1, 3], &[], &taken.unreadable, 10))
             .await
             .unwrap();
         let stats = outbox.stats().await.unwrap();
@@ -533,10 +410,27 @@ mod tests {
         let _ = std::fs::remove_dir_all(dir);
     }
 
-    fn test_backoff() -> Backoff {
-        Backoff {
-            step: Duration::from_millis(50),
-            cap: Duration::from_secs(5),
+    fn test_take() -> Take<'static> {
+        Take {
+            limit: 10,
+            step: 0.05,
+            cap: 5.0,
+            headers: true,
+            in_flight: &[],
+        }
+    }
+
+    fn marks<'a>(
+        published: &'a [i64],
+        refused: &'a [(i64, String)],
+        unreadable: &'a [(i64, String)],
+        max_attempts: u32,
+    ) -> Marks<'a> {
+        Marks {
+            published,
+            refused,
+            unreadable,
+            max_attempts,
         }
     }
 }

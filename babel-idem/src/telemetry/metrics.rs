@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 mod facade;
 mod observe;
 
-#[cfg(all(feature = "metrics", any(feature = "sqlite", feature = "postgres")))]
+#[cfg(all(feature = "metrics", feature = "outbox"))]
 pub(crate) use facade::record_outbox;
 #[cfg(feature = "metrics")]
 pub use facade::{

@@ -426,7 +426,7 @@ pub fn producer() -> &'static Path {
                 "--example",
                 "outbox_producer",
                 "--features",
-                "sqlite,postgres",
+                "outbox,sqlite,postgres",
             ],
         )
     })

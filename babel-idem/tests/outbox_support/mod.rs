@@ -3,7 +3,7 @@
 //! drop.
 #![allow(dead_code, unreachable_pub)]
 
-#[cfg(all(feature = "sqlite", feature = "postgres"))]
+#[cfg(all(feature = "outbox", feature = "sqlite", feature = "postgres"))]
 pub mod db;
 
 use std::time::Duration;

@@ -48,11 +48,7 @@ pub const OUTBOX_REFUSED_TOTAL: &str = "babel_idem_outbox_refused_total";
 
 /// Records an outbox's lag (the age of its oldest pending row, none when no
 /// row is pending) and its rows by status.
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-#[cfg_attr(
-    not(any(feature = "redis-transport", feature = "amqp-transport")),
-    allow(dead_code, reason = "only the relay records the outbox")
-)]
+#[cfg(feature = "outbox")]
 pub(crate) fn record_outbox(
     oldest_pending_age: Option<std::time::Duration>,
     pending: u64,

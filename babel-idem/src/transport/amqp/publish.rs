@@ -82,10 +82,6 @@ impl AmqpTransport {
     /// Whether the broker answers, on a publishing channel that works: after
     /// a batch failed, tells a broker that closed the channel over one of
     /// its messages from a broker that cannot be reached.
-    #[cfg_attr(
-        not(any(feature = "sqlite", feature = "postgres")),
-        allow(dead_code, reason = "only the outbox relay asks")
-    )]
     pub(crate) async fn reachable(&self) -> bool {
         self.sessions.reachable().await
     }
@@ -110,5 +106,11 @@ impl Publisher for AmqpTransport {
         messages: &'a [Outgoing<'a>],
     ) -> TransportFuture<'a, BatchOutcome> {
         Box::pin(AmqpTransport::publish_batch(self, messages))
+    }
+
+    fn refused_while_reachable(
+        &self,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + '_>> {
+        Box::pin(self.reachable())
     }
 }
