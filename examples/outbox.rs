@@ -37,6 +37,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use babel_idem::broker::Publisher;
 use babel_idem::outbox::{PostgresOutbox, Relay, SqliteOutbox};
 use babel_idem::router::Backoff;
 use babel_idem::store::{PostgresStore, SqliteStore};

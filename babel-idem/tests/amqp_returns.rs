@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 #[cfg(feature = "redrive")]
+use babel_idem::broker::Publisher;
 use babel_idem::envelope::{DeadLetter, DeadLetterReason};
 use babel_idem::outbox::{Relay, RelayError};
 #[cfg(feature = "redrive")]

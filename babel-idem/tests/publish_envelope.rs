@@ -10,6 +10,7 @@ mod outbox_support;
 mod store_contract;
 
 use babel_idem::Envelope;
+use babel_idem::broker::Publisher;
 use babel_idem::envelope::ProduceError;
 use babel_idem::transport::{AmqpTransport, Outgoing, PublishError, RedisTransport};
 use outbox_support::{AMQP_URL, Broker};

@@ -100,9 +100,10 @@ where
 /// assert_eq!(error.to_string(), "gateway timeout");
 /// assert_eq!(error.error_type(), "std::io::error::Error");
 /// ```
+#[derive(Debug)]
 pub struct HandlerError {
-    error: BoxError,
     error_type: &'static str,
+    error: BoxError,
 }
 
 impl HandlerError {
@@ -127,15 +128,6 @@ impl HandlerError {
     /// Takes the error out.
     pub fn into_inner(self) -> BoxError {
         self.error
-    }
-}
-
-impl fmt::Debug for HandlerError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("HandlerError")
-            .field("error_type", &self.error_type)
-            .field("error", &self.error)
-            .finish()
     }
 }
 

@@ -113,6 +113,10 @@ pub enum Claim {
 /// `claim` signature reads the same short way.
 pub(crate) type ClaimFuture<'a> = StoreFuture<'a, Claim>;
 
+/// What a [`ClaimStore::renew`] implementation returns: whether the caller
+/// still held the claim, once the store answers.
+pub(crate) type RenewFuture<'a> = StoreFuture<'a, bool>;
+
 /// A SQL claim's answer for an id that is not done: won with the `fence`
 /// the statement drew, else held, with the ms it read as left on the live
 /// lease (no wait to suggest when it read none, or a lease just lapsed).

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use foldhash::fast::RandomState;
 
 use super::InMemoryStore;
-use crate::store::claim::lease_millis;
+use crate::store::claim::{ClaimFuture, RenewFuture, lease_millis};
 use crate::store::{Claim, ClaimStore, ClaimToken, StoreError, StoreFuture, StoreOperation};
 
 const SHARDS: usize = 16;
@@ -178,12 +178,7 @@ fn checked(lease: Duration, operation: StoreOperation) -> Result<Duration, Store
 /// Claims are in-process: every operation completes before it returns, with
 /// no allocation beyond the record of a first claim.
 impl ClaimStore for InMemoryStore {
-    fn claim<'a>(
-        &'a self,
-        id: &'a str,
-        owner: ClaimToken,
-        lease: Duration,
-    ) -> StoreFuture<'a, Claim> {
+    fn claim<'a>(&'a self, id: &'a str, owner: ClaimToken, lease: Duration) -> ClaimFuture<'a> {
         let lease = checked(lease, StoreOperation::Claim);
         StoreFuture::ready(lease.map(|lease| self.claim_now(id, owner, lease)))
     }
@@ -196,12 +191,7 @@ impl ClaimStore for InMemoryStore {
         StoreFuture::ready(Ok(self.release_now(id, owner)))
     }
 
-    fn renew<'a>(
-        &'a self,
-        id: &'a str,
-        owner: ClaimToken,
-        lease: Duration,
-    ) -> StoreFuture<'a, bool> {
+    fn renew<'a>(&'a self, id: &'a str, owner: ClaimToken, lease: Duration) -> RenewFuture<'a> {
         let lease = checked(lease, StoreOperation::Renew);
         StoreFuture::ready(lease.map(|lease| self.renew_now(id, owner, lease)))
     }

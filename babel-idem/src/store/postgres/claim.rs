@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 use sqlx::PgPool;
 
 use super::{BACKEND, PostgresStore, UnstorableId, is_index_limit};
-use crate::store::claim::{Claim, ClaimStore, ClaimToken, server_lease_ms, won_or_held};
+use crate::store::claim::{
+    Claim, ClaimFuture, ClaimStore, ClaimToken, RenewFuture, server_lease_ms, won_or_held,
+};
 use crate::store::settings::{DEFAULT_TABLE, run_purge};
 use crate::store::{StoreError, StoreFuture, StoreOperation};
 
@@ -433,12 +435,7 @@ pub(super) fn failure(operation: StoreOperation, id: &str, error: sqlx::Error) -
 /// claim with a [`StoreError`] saying so: the guard then does not run the
 /// handler.
 impl ClaimStore for PostgresStore {
-    fn claim<'a>(
-        &'a self,
-        id: &'a str,
-        owner: ClaimToken,
-        lease: Duration,
-    ) -> StoreFuture<'a, Claim> {
+    fn claim<'a>(&'a self, id: &'a str, owner: ClaimToken, lease: Duration) -> ClaimFuture<'a> {
         StoreFuture::new(async move {
             let operation = StoreOperation::Claim;
             let lease_ms = server_lease_ms(BACKEND, operation, lease)?;
@@ -530,12 +527,7 @@ impl ClaimStore for PostgresStore {
         })
     }
 
-    fn renew<'a>(
-        &'a self,
-        id: &'a str,
-        owner: ClaimToken,
-        lease: Duration,
-    ) -> StoreFuture<'a, bool> {
+    fn renew<'a>(&'a self, id: &'a str, owner: ClaimToken, lease: Duration) -> RenewFuture<'a> {
         StoreFuture::new(async move {
             let operation = StoreOperation::Renew;
             let lease_ms = server_lease_ms(BACKEND, operation, lease)?;

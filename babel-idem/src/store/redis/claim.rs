@@ -21,7 +21,9 @@ use ::redis::{Cmd, ErrorKind, FromRedisValue, RedisWrite, Script, ServerErrorKin
 
 use super::{BACKEND, RedisCommandError, RedisStore, RedisStoreBuilder};
 use crate::store::batch::{claim_each, commit_each};
-use crate::store::claim::{Claim, ClaimStore, ClaimToken, server_lease_ms};
+use crate::store::claim::{
+    Claim, ClaimFuture, ClaimStore, ClaimToken, RenewFuture, server_lease_ms,
+};
 use crate::store::{StoreError, StoreFuture, StoreOperation};
 
 /// The PHP SDK's default key prefix (`bq:idem:`, not the Go SDK's `bq:idemp:`).
@@ -339,12 +341,7 @@ fn claim_from_reply(reply: i64) -> Claim {
 ///
 /// Any id works: keys are binary safe.
 impl ClaimStore for RedisStore {
-    fn claim<'a>(
-        &'a self,
-        id: &'a str,
-        owner: ClaimToken,
-        lease: Duration,
-    ) -> StoreFuture<'a, Claim> {
+    fn claim<'a>(&'a self, id: &'a str, owner: ClaimToken, lease: Duration) -> ClaimFuture<'a> {
         StoreFuture::new(async move {
             let operation = StoreOperation::Claim;
             let lease_ms = server_lease_ms(BACKEND, operation, lease)?;
@@ -427,12 +424,7 @@ impl ClaimStore for RedisStore {
         })
     }
 
-    fn renew<'a>(
-        &'a self,
-        id: &'a str,
-        owner: ClaimToken,
-        lease: Duration,
-    ) -> StoreFuture<'a, bool> {
+    fn renew<'a>(&'a self, id: &'a str, owner: ClaimToken, lease: Duration) -> RenewFuture<'a> {
         StoreFuture::new(async move {
             let operation = StoreOperation::Renew;
             let lease_ms = server_lease_ms(BACKEND, operation, lease)?;

@@ -11,7 +11,9 @@ use super::{
     BACKEND, CACHED_BATCH, MAX_VARIABLES, NOW_MS, SqliteStore, mark_many_sql, numbered, variables,
 };
 use crate::store::admin::IdState;
-use crate::store::claim::{Claim, ClaimStore, ClaimToken, server_lease_ms, won_or_held};
+use crate::store::claim::{
+    Claim, ClaimFuture, ClaimStore, ClaimToken, RenewFuture, server_lease_ms, won_or_held,
+};
 use crate::store::settings::DEFAULT_TABLE;
 use crate::store::{StoreError, StoreFuture, StoreOperation, failed};
 
@@ -161,12 +163,7 @@ fn look_many_sql(table: &str, count: usize) -> String {
 /// marks the ids whose holder committed in one statement. A batch that
 /// fails changes nothing.
 impl ClaimStore for SqliteStore {
-    fn claim<'a>(
-        &'a self,
-        id: &'a str,
-        owner: ClaimToken,
-        lease: Duration,
-    ) -> StoreFuture<'a, Claim> {
+    fn claim<'a>(&'a self, id: &'a str, owner: ClaimToken, lease: Duration) -> ClaimFuture<'a> {
         StoreFuture::new(async move {
             let operation = StoreOperation::Claim;
             let lease_ms = server_lease_ms(BACKEND, operation, lease)?;
@@ -380,12 +377,7 @@ impl ClaimStore for SqliteStore {
         })
     }
 
-    fn renew<'a>(
-        &'a self,
-        id: &'a str,
-        owner: ClaimToken,
-        lease: Duration,
-    ) -> StoreFuture<'a, bool> {
+    fn renew<'a>(&'a self, id: &'a str, owner: ClaimToken, lease: Duration) -> RenewFuture<'a> {
         StoreFuture::new(async move {
             let operation = StoreOperation::Renew;
             let lease_ms = server_lease_ms(BACKEND, operation, lease)?;

@@ -1,43 +1,12 @@
-//! Publishing on the RabbitMQ binding beyond one queue's bodies: an
-//! [`Envelope`] with its producer span, and a batch across queues with one
-//! confirm round.
+//! Publishing on the RabbitMQ binding: its [`Publisher`] operations, a
+//! batch across queues with one confirm round.
 
 use super::{AmqpTransport, properties};
 use crate::broker::outgoing::publish_checked;
-use crate::broker::{
-    BatchOutcome, Outgoing, PublishError, Publisher, TransportError, TransportFuture,
-};
-use crate::envelope::Envelope;
+use crate::broker::{BatchOutcome, Outgoing, Publisher, TransportError, TransportFuture};
 use crate::transport::Transport;
 
 impl AmqpTransport {
-    /// Publishes `envelope` to its queue (`meta.queue`, else `default`) in
-    /// the canonical encoding
-    /// ([`Envelope::encode_for_publish`]), with the contract's properties
-    /// and headers, inside a PRODUCER span `publish <urn>`, and waits for
-    /// the broker's confirm; with the feature `opentelemetry` the span's
-    /// W3C `traceparent` travels in the AMQP header table. An envelope that
-    /// does not encode is refused before anything is sent. A message no
-    /// queue took fails with [`TransportError::Unroutable`] (its queue was
-    /// deleted since this connection declared it; the next publish declares
-    /// it again), a nack with [`TransportError::Backpressure`].
-    ///
-    /// ```no_run
-    /// use babel_idem::Envelope;
-    /// use babel_idem::transport::AmqpTransport;
-    /// use serde_json::json;
-    ///
-    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    /// let transport = AmqpTransport::connect("amqp://guest:guest@127.0.0.1:5672/%2f").await?;
-    /// let env = Envelope::new("urn:babel:orders:created", json!({"order_id": 7})).with_queue("orders");
-    /// transport.publish_envelope(&env).await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn publish_envelope(&self, envelope: &Envelope) -> Result<(), PublishError> {
-        Publisher::publish_envelope(self, envelope).await
-    }
-
     /// Publishes every message of `messages`, each to its own queue, on one
     /// confirm channel, then waits for all the confirms at once: one round
     /// trip for the batch. See [`BatchOutcome`] for what the answer says; a

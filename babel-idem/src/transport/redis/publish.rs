@@ -1,41 +1,14 @@
-//! Publishing on the Redis binding beyond single bodies: an [`Envelope`]
-//! with its producer span, and a batch in one pipelined round trip.
+//! Publishing on the Redis binding: its [`Publisher`] operations, a body
+//! with headers and a batch in one pipelined round trip.
 
 use ::redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 
 use super::{RedisTransport, broker, frame};
 use crate::broker::outgoing::publish_checked;
-use crate::broker::{
-    BatchOutcome, Outgoing, PublishError, Publisher, TransportError, TransportFuture,
-};
-use crate::envelope::Envelope;
+use crate::broker::{BatchOutcome, Outgoing, Publisher, TransportError, TransportFuture};
 use crate::transport::Transport;
 
 impl RedisTransport {
-    /// Publishes `envelope` to its queue (`meta.queue`, else `default`) in
-    /// the canonical encoding
-    /// ([`Envelope::encode_for_publish`]), inside a PRODUCER span `publish
-    /// <urn>`; with the feature `opentelemetry` the span's W3C
-    /// `traceparent` travels in a `__bq_frame` frame beside the body, as
-    /// the Python SDK's `publish_with_headers` writes it. An envelope that
-    /// does not encode is refused before anything is sent.
-    ///
-    /// ```no_run
-    /// use babel_idem::Envelope;
-    /// use babel_idem::transport::RedisTransport;
-    /// use serde_json::json;
-    ///
-    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    /// let transport = RedisTransport::connect("redis://127.0.0.1:6379/0").await?;
-    /// let env = Envelope::new("urn:babel:orders:created", json!({"order_id": 7})).with_queue("orders");
-    /// transport.publish_envelope(&env).await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn publish_envelope(&self, envelope: &Envelope) -> Result<(), PublishError> {
-        Publisher::publish_envelope(self, envelope).await
-    }
-
     /// Publishes every message of `messages` with one pipelined round trip
     /// (an `RPUSH` each, framed when it has headers); see [`BatchOutcome`]
     /// for what the answer says. A queue name the layout cannot hold fails
