@@ -1,7 +1,9 @@
-//! The contracts a broker binding implements besides consuming, and the
-//! types they share: what the outbox relay, the consumer's retries and
+//! The contracts a broker binding implements, and the types they share:
+//! what the consumer, the outbox relay, the consumer's retries and
 //! dead-lettering, and redrive call, whatever broker is underneath.
 //!
+//! - [`Transport`]: reserves deliveries from a queue and carries out the
+//!   [`Settlement`] the consumer chose for each.
 //! - [`Publisher`]: publishes one [`Envelope`] or a batch of [`Outgoing`]
 //!   messages; the envelope's encoding and producer span are written once,
 //!   here, over the broker's own write of one body.
@@ -23,9 +25,11 @@ use tracing::Instrument;
 use crate::envelope::Envelope;
 use crate::telemetry::{carrier, span};
 
+mod consume;
 mod dead_letters;
 pub(crate) mod outgoing;
 
+pub use self::consume::{Reserved, Settlement, Transport};
 pub use self::dead_letters::{
     BoxedRun, DeadLetterMessage, DeadLetterRun, DeadLetters, Death, ErasedDeadLetters,
     ErasedHandle, ErasedRun,

@@ -84,9 +84,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use crate::broker::Transport;
 use crate::broker::TransportError;
 use crate::router::Router;
-use crate::transport::Transport;
 
 pub use replay::{HEADER_REPLAY_BYPASS, bypass_external_effects, is_replay};
 

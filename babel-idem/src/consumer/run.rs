@@ -12,11 +12,11 @@ use tokio::sync::{AcquireError, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use crate::broker::{Reserved, Settlement, Transport};
 use crate::envelope::{DeadLetterReason, Envelope};
 use crate::guard::context::{self, DeliveryContext, HandlerSlot, StoreBatches};
 use crate::guard::inflight::{InFlight, Running};
 use crate::router::{Delivery, Disposition, ReleaseReason, Router};
-use crate::transport::{Reserved, Settlement, Transport};
 
 use super::handoff::Slot;
 use super::outage::{Failure, Outage};

@@ -4,12 +4,12 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
+use crate::broker::Settlement;
 use crate::broker::TransportError;
 use crate::envelope::DeadLetter;
 use crate::envelope::DeadLetterReason;
 use crate::router::DispatchError;
 use crate::router::Disposition;
-use crate::transport::Settlement;
 
 use super::outage::Outage;
 use super::poison::poison_record;

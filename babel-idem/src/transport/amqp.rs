@@ -21,8 +21,9 @@ use lapin::uri::{AMQPScheme, AMQPUri};
 
 use self::acks::{AckWindow, Acked};
 use self::session::{Connector, Sessions};
+use super::TransportBuilder;
 use super::binding::QueueNames;
-use super::{Reserved, Settlement, Transport, TransportBuilder};
+use crate::broker::{Reserved, Settlement, Transport};
 use crate::broker::{TransportError, TransportFuture};
 
 /// The queue names AMQP can carry: at most 255 bytes (a short string), no

@@ -2,7 +2,7 @@
 //! appends a body, and URLs kept out of error messages without their
 //! password.
 
-use super::Settlement;
+use crate::broker::Settlement;
 use crate::broker::TransportError;
 use crate::store::{check_url_credentials, redact_url_secrets};
 
@@ -83,8 +83,8 @@ fn redact(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::{QueueNames, redact};
+    use crate::broker::Settlement;
     use crate::broker::TransportError;
-    use crate::transport::Settlement;
 
     #[test]
     fn a_refused_queue_name_says_which_rule_it_broke() {

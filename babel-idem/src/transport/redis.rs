@@ -18,8 +18,9 @@ use self::token::Tokens;
 use crate::coalesce::Coalescer;
 use crate::redis_client::Connection;
 
+use super::TransportBuilder;
 use super::binding::QueueNames;
-use super::{Reserved, Settlement, Transport, TransportBuilder};
+use crate::broker::{Reserved, Settlement, Transport};
 use crate::broker::{TransportError, TransportFuture};
 
 /// How long a reservation lasts before the sweep takes it back: the Python

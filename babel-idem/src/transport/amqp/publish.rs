@@ -2,9 +2,9 @@
 //! batch across queues with one confirm round.
 
 use super::{AmqpTransport, properties};
+use crate::broker::Transport;
 use crate::broker::outgoing::publish_checked;
 use crate::broker::{BatchOutcome, Outgoing, Publisher, TransportError, TransportFuture};
-use crate::transport::Transport;
 
 impl AmqpTransport {
     /// Publishes every message of `messages`, each to its own queue, on one

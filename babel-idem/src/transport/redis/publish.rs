@@ -4,9 +4,9 @@
 use ::redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 
 use super::{RedisTransport, broker, frame};
+use crate::broker::Transport;
 use crate::broker::outgoing::publish_checked;
 use crate::broker::{BatchOutcome, Outgoing, Publisher, TransportError, TransportFuture};
-use crate::transport::Transport;
 
 impl RedisTransport {
     /// Publishes every message of `messages` with one pipelined round trip
