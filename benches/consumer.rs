@@ -251,12 +251,20 @@ async fn bench_raw(raw: &mut ConnectionManager, count: usize) -> Figures {
     let queue = Arc::new(format!("bench-consumer-raw-{run}"));
     let prefix = Arc::new(format!("bench-consumer-raw-{run}:bq:idemp:"));
     fill(raw, &queue, &bodies(&queue, count, &run)).await;
+    // The transport's scripts as it loads them: the layout's shared
+    // functions (keys.lua) before each one's body.
+    macro_rules! layout_script {
+        ($file:literal) => {
+            redis::Script::new(concat!(
+                include_str!("../babel-idem/src/transport/redis/keys.lua"),
+                include_str!(concat!("../babel-idem/src/transport/redis/", $file))
+            ))
+        };
+    }
     let scripts = Arc::new([
-        redis::Script::new(include_str!("../babel-idem/src/transport/redis/sweep.lua")),
-        redis::Script::new(include_str!(
-            "../babel-idem/src/transport/redis/reserve.lua"
-        )),
-        redis::Script::new(include_str!("../babel-idem/src/transport/redis/settle.lua")),
+        layout_script!("sweep.lua"),
+        layout_script!("reserve.lua"),
+        layout_script!("settle.lua"),
     ]);
     for script in scripts.iter() {
         script.prepare_invoke().load_async(raw).await.unwrap();
