@@ -252,32 +252,19 @@ impl fmt::Debug for RouterBuilder {
 }
 
 /// Why a router could not be built.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum RouterError {
     /// Two handlers were registered for one URN.
+    #[error("{urn} is routed to more than one handler")]
     DuplicateUrn {
         /// The URN registered twice.
         urn: Urn,
     },
     /// `max_attempts(0)`: a message needs at least one attempt.
+    #[error("max_attempts must be at least 1: a message needs one attempt")]
     ZeroMaxAttempts,
 }
-
-impl fmt::Display for RouterError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RouterError::DuplicateUrn { urn } => {
-                write!(f, "{urn} is routed to more than one handler")
-            }
-            RouterError::ZeroMaxAttempts => {
-                f.write_str("max_attempts must be at least 1: a message needs one attempt")
-            }
-        }
-    }
-}
-
-impl std::error::Error for RouterError {}
 
 #[cfg(all(test, feature = "consumer"))]
 mod tests {
