@@ -14,10 +14,17 @@
 //!   binding, legacy layout, byte-compatible with the Python SDK.
 //! - `AmqpTransport` (feature `amqp-transport`): the BabelQueue RabbitMQ
 //!   (AMQP 0-9-1) binding, byte-compatible with the Python SDK.
+//! - `KafkaTransport` (feature `kafka-transport`, module `kafka`): the
+//!   BabelQueue Apache Kafka binding, byte-compatible with the Python SDK,
+//!   with its retry tiers and their re-injector.
 
 use std::time::Duration;
 
-#[cfg(any(feature = "redis-transport", feature = "amqp-transport"))]
+#[cfg(any(
+    feature = "redis-transport",
+    feature = "amqp-transport",
+    feature = "kafka-transport"
+))]
 mod binding;
 
 // The broker contract's types, where a transport's user looks for them.
@@ -38,6 +45,12 @@ pub(crate) mod amqp;
 
 #[cfg(feature = "amqp-transport")]
 pub use self::amqp::{AmqpHandle, AmqpOptions, AmqpTransport, AmqpTransportBuilder};
+
+#[cfg(feature = "kafka-transport")]
+pub mod kafka;
+
+#[cfg(feature = "kafka-transport")]
+pub use self::kafka::{KafkaOptions, KafkaTransport, KafkaTransportBuilder};
 
 /// Configures a transport before it connects: the settings every broker
 /// binding shares, and the binding's own (`O`: `RedisOptions` for
@@ -64,7 +77,11 @@ pub use self::amqp::{AmqpHandle, AmqpOptions, AmqpTransport, AmqpTransportBuilde
 /// ```
 #[derive(Debug, Clone)]
 #[cfg_attr(
-    not(any(feature = "redis-transport", feature = "amqp-transport")),
+    not(any(
+        feature = "redis-transport",
+        feature = "amqp-transport",
+        feature = "kafka-transport"
+    )),
     allow(dead_code, reason = "only a broker binding reads its settings")
 )]
 pub struct TransportBuilder<O> {
@@ -102,7 +119,11 @@ impl<O> TransportBuilder<O> {
 
     /// The builder with the binding's own options changed by `change`: what
     /// each binding's setters are written with.
-    #[cfg(any(feature = "redis-transport", feature = "amqp-transport"))]
+    #[cfg(any(
+        feature = "redis-transport",
+        feature = "amqp-transport",
+        feature = "kafka-transport"
+    ))]
     fn with_options(mut self, change: impl FnOnce(&mut O)) -> Self {
         change(&mut self.options);
         self

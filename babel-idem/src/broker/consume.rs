@@ -79,6 +79,11 @@ pub struct Reserved<H> {
     pub body: Vec<u8>,
     /// The transport headers that came with it, in the order given.
     pub headers: Vec<(String, String)>,
+    /// The attempts made before this delivery, when the broker counts them
+    /// itself (Kafka's `bq-attempts` header): dispatch counts with them
+    /// instead of the body's `attempts`. `None` when the body's count is
+    /// the only one (Redis, RabbitMQ).
+    pub attempts: Option<u64>,
     /// The transport's handle, for [`Transport::settle`].
     pub handle: H,
 }

@@ -100,7 +100,11 @@ pub enum PublishError {
 /// `check` refuses fails alone, before anything is sent; `send` publishes
 /// the others in one round trip and answers for each of them in order (a
 /// missing answer counts as taken). A `send` that fails fails the batch.
-#[cfg(any(feature = "redis-transport", feature = "amqp-transport"))]
+#[cfg(any(
+    feature = "redis-transport",
+    feature = "amqp-transport",
+    feature = "kafka-transport"
+))]
 pub(crate) async fn publish_checked<'m, 'o, F>(
     messages: &'m [Outgoing<'o>],
     check: impl Fn(&str) -> Result<(), TransportError>,

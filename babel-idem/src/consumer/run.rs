@@ -359,6 +359,7 @@ async fn handle<T: Transport>(
     let Reserved {
         body,
         headers,
+        attempts,
         handle,
     } = reserved;
     let decided = async {
@@ -377,7 +378,7 @@ async fn handle<T: Transport>(
         }
         .expect("the consumer never closes its semaphore");
         let mut slot = Some(permit);
-        let decided = decide(&shared, body, headers, &mut slot, Fate(Some(&tally))).await;
+        let decided = decide(&shared, body, headers, attempts, &mut slot, Fate(Some(&tally))).await;
         (decided, slot)
     };
     let ((outcome, settlement), mut slot) = kept_alive(&shared, &handle, decided).await;
@@ -402,6 +403,7 @@ async fn decide<T: Transport>(
     shared: &Shared<T>,
     body: Vec<u8>,
     headers: Vec<(String, String)>,
+    attempts: Option<u64>,
     slot: &mut Option<OwnedSemaphorePermit>,
     mut fate: Fate<'_>,
 ) -> (Outcome, Settlement) {
@@ -433,8 +435,12 @@ async fn decide<T: Transport>(
     };
 
     let replay = replay::marks_replay(headers.iter().map(|(n, v)| (n.as_str(), v.as_str())));
+    let counted = match attempts {
+        Some(attempts) => Delivery::new().with_attempts(attempts),
+        None => Delivery::new(),
+    };
     let delivery = headers.into_iter().fold(
-        Delivery::new().with_queue(queue),
+        counted.with_queue(queue),
         |delivery, (name, value)| delivery.with_header(name, value),
     );
     // The delivery's hold on its handler slot, which its guards reach

@@ -393,6 +393,7 @@ impl AmqpTransport {
                     handle.headers = properties::out_of_band(&delivery.properties);
                     reserved.push(Reserved {
                         headers: properties::as_strings(&delivery.properties),
+                        attempts: None,
                         handle,
                         body: delivery.data,
                     });

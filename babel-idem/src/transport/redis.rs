@@ -424,6 +424,7 @@ impl RedisTransport {
                 Reserved {
                     body,
                     headers: headers.clone(),
+                    attempts: None,
                     handle: RedisHandle {
                         queue: Arc::clone(&queue),
                         raw,
