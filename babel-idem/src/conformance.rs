@@ -25,10 +25,18 @@
 //!   bytes.
 //! - `rabbitmq.property_projection` (feature `amqp-transport`): the AMQP
 //!   properties and native-typed headers the RabbitMQ binding publishes the
-//!   envelope with equal the block's, each of them. Both binding blocks are
-//!   checked offline, against the encoding and projection the transports
-//!   publish with; the live round trips are the transports' own tests.
-//! - Any other block (`kafka`, `sqs`, `payload_schema`, ...), or a binding
+//!   envelope with equal the block's, each of them.
+//! - `kafka.property_projection` and `kafka.attempts_reconciliation`
+//!   (feature `kafka-transport`): the `bq-` record headers the Kafka
+//!   binding writes beside the envelope equal the block's, with the record
+//!   timestamp from `meta.created_at`; and each reconciliation case's
+//!   `bq-attempts` header (or its absence) gives the attempts dispatch
+//!   counts with, the header authoritative over the body.
+//!
+//!   The binding blocks are checked offline, against the encoding and
+//!   projection the transports publish with; the live round trips are the
+//!   transports' own tests.
+//! - Any other block (`sqs`, `payload_schema`, ...), or a binding
 //!   block in a build without its feature: reported as not applicable,
 //!   with why ([`Report::skipped_blocks`]).
 //!
@@ -194,6 +202,16 @@ pub fn run(dir: impl AsRef<Path>) -> Result<Report, ConformanceError> {
         let bytes = fixture(dir, &manifest_path, &block.envelope_file)?;
         let outcome = bindings::rabbitmq_property_projection(block, &bytes);
         report.push_binding("rabbitmq", outcome);
+    }
+    if let Some(block) = manifest.kafka.as_ref() {
+        if let Some(projection) = block.property_projection.as_ref() {
+            let bytes = fixture(dir, &manifest_path, &projection.envelope_file)?;
+            let outcome = bindings::kafka_property_projection(projection, &bytes);
+            report.push_binding("kafka", outcome);
+        }
+        for case in block.attempts_reconciliation.iter().flat_map(|b| &b.cases) {
+            report.push_binding("kafka", bindings::kafka_attempts_reconciliation(case));
+        }
     }
     for block in bindings::other_blocks(&manifest.rest) {
         let why = bindings::NOT_IMPLEMENTED

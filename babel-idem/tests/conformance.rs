@@ -19,30 +19,47 @@ fn manifest_of(dir: &Path) -> Value {
     serde_json::from_str(&text).expect("manifest is JSON")
 }
 
+/// The binding blocks the runner checks.
+const BINDINGS: [&str; 3] = ["redis", "rabbitmq", "kafka"];
+
+/// How many outcomes the binding block `block` of `manifest` gives when
+/// its binding is built: one per static check, one per `kafka`
+/// reconciliation case.
+fn binding_outcomes(manifest: &Value, block: &str) -> usize {
+    let block = &manifest[block];
+    let checks = ["payload_identity", "property_projection"]
+        .iter()
+        .filter(|check| block[**check].is_object())
+        .count();
+    let reconciliations = block["attempts_reconciliation"]["cases"]
+        .as_array()
+        .map_or(0, Vec::len);
+    checks + reconciliations
+}
+
 /// How many outcomes a full run of `manifest` must report: each envelope
-/// case, the dedupe key, each sequence, and one per binding block of a
-/// binding this build has. A runner that skipped one would not match.
+/// case, the dedupe key, each sequence, and every outcome of a binding
+/// block. A runner that skipped one would not match.
 fn case_count(manifest: &Value) -> usize {
     let cases = manifest["cases"].as_array().map_or(0, Vec::len);
     let sequences = manifest["idempotency"]["sequences"]["cases"]
         .as_array()
         .map_or(0, Vec::len);
-    let bindings = [
-        ("redis", "payload_identity"),
-        ("rabbitmq", "property_projection"),
-    ]
-    .iter()
-    .filter(|(block, check)| manifest[block][check].is_object())
-    .count();
+    let bindings: usize = BINDINGS
+        .iter()
+        .map(|block| binding_outcomes(manifest, block))
+        .sum();
     cases + 1 + sequences + bindings
 }
 
-/// The binding blocks this build reports as not applicable.
-fn bindings_left_out(report: &Report) -> usize {
+/// The outcomes of the binding blocks this build reports as not
+/// applicable.
+fn bindings_left_out(report: &Report, manifest: &Value) -> usize {
     report
         .skipped_blocks()
-        .filter(|(block, _)| matches!(*block, "redis" | "rabbitmq"))
-        .count()
+        .filter(|(block, _)| BINDINGS.contains(block))
+        .map(|(block, _)| binding_outcomes(manifest, block))
+        .sum()
 }
 
 fn assert_all_pass(dir: &Path) -> Report {
@@ -50,7 +67,7 @@ fn assert_all_pass(dir: &Path) -> Report {
     println!("{report}");
     let manifest = manifest_of(dir);
     assert_eq!(
-        report.outcomes().len() + bindings_left_out(&report),
+        report.outcomes().len() + bindings_left_out(&report, &manifest),
         case_count(&manifest)
     );
     assert_eq!(report.failed(), 0, "failures:\n{report}");
@@ -83,6 +100,9 @@ fn own_fixtures_all_pass() {
     let mut blocks = vec![Block::Envelope, Block::DedupKey, Block::Sequence];
     if cfg!(all(feature = "redis-transport", feature = "amqp-transport")) {
         blocks.extend([Block::Redis, Block::Rabbitmq]);
+    }
+    if cfg!(feature = "kafka-transport") {
+        blocks.push(Block::Kafka);
     }
     for block in blocks {
         assert!(
@@ -193,10 +213,16 @@ fn sequence_mut<'a>(manifest: &'a mut Value, name: &str) -> &'a mut Value {
 
 /// The failure reason of `name`, asserting it failed.
 fn failure<'a>(report: &'a Report, name: &str) -> &'a str {
+    failure_in(report, None, name)
+}
+
+/// The failure reason of `name` of `block` (any block when `None`),
+/// asserting it failed.
+fn failure_in<'a>(report: &'a Report, block: Option<Block>, name: &str) -> &'a str {
     let outcome = report
         .outcomes()
         .iter()
-        .find(|outcome| outcome.name == name)
+        .find(|outcome| outcome.name == name && block.is_none_or(|block| outcome.block == block))
         .unwrap_or_else(|| panic!("{name} is not in the report"));
     assert!(!outcome.passed, "{name} passed but must fail:\n{report}");
     outcome.reason.as_deref().unwrap_or_default()
@@ -220,29 +246,66 @@ fn a_projection_that_differs_fails_the_rabbitmq_block() {
     assert!(reason.contains("property app_id"), "{reason}");
 }
 
+/// The Kafka projection is compared header by header, and a header the
+/// binding writes beyond the block's fails it too; a reconciliation case
+/// that expects the body's count over the header's fails.
+#[cfg(feature = "kafka-transport")]
+#[test]
+fn a_projection_or_reconciliation_that_differs_fails_the_kafka_block() {
+    let scratch = Scratch::new("kafka");
+    scratch.edit_manifest(|manifest| {
+        let headers = &mut manifest["kafka"]["property_projection"]["headers"];
+        headers["bq-source-lang"] = json!("go");
+        headers.as_object_mut().unwrap().remove("bq-attempts");
+        manifest["kafka"]["attempts_reconciliation"]["cases"][0]["expected_attempts"] = json!(7);
+    });
+    let report = conformance::run(&scratch.0).unwrap();
+    let reason = failure_in(&report, Some(Block::Kafka), "property_projection");
+    assert!(reason.contains("header bq-source-lang"), "{reason}");
+    assert!(reason.contains("header bq-attempts: written"), "{reason}");
+    let reason = failure(
+        &report,
+        "attempts_reconciliation/header-zero-overrides-body",
+    );
+    assert!(reason.contains("dispatched with 0, expected 7"), "{reason}");
+}
+
+/// Without the Kafka binding its block is named as not applicable, once,
+/// however many cases it holds.
+#[cfg(not(feature = "kafka-transport"))]
+#[test]
+fn the_kafka_block_without_its_binding_is_listed_once_as_not_applicable() {
+    let report = conformance::run(own_fixtures()).unwrap();
+    let kafka: Vec<(&str, &str)> = report
+        .skipped_blocks()
+        .filter(|(block, _)| *block == "kafka")
+        .collect();
+    assert_eq!(kafka, [("kafka", "built without the feature kafka-transport")]);
+}
+
 /// A block of a binding babel-idem lacks is named in the report as not
 /// applicable, never passed and never an error.
 #[test]
 fn a_block_of_a_binding_babel_idem_lacks_is_listed_as_not_applicable() {
     let scratch = Scratch::new("not_applicable");
     scratch.edit_manifest(|manifest| {
-        manifest["kafka"] = json!({"property_projection": {"headers": {}}});
+        manifest["sqs"] = json!({"property_projection": {"attributes": {}}});
         manifest["mqtt"] = json!({});
     });
     let report = conformance::run(&scratch.0).unwrap();
     let skipped: Vec<(&str, &str)> = report.skipped_blocks().collect();
-    assert!(skipped.contains(&("kafka", "babel-idem has no Apache Kafka binding")));
+    assert!(skipped.contains(&("sqs", "babel-idem has no Amazon SQS binding")));
     assert!(skipped.contains(&("mqtt", "a block this runner does not know")));
     let text = report.to_string();
     assert!(
-        text.contains("n/a kafka: babel-idem has no Apache Kafka binding"),
+        text.contains("n/a sqs: babel-idem has no Amazon SQS binding"),
         "{text}"
     );
     assert!(
         report
             .outcomes()
             .iter()
-            .all(|outcome| outcome.name != "kafka")
+            .all(|outcome| outcome.name != "sqs")
     );
     assert!(report.is_success());
 }
@@ -274,9 +337,10 @@ fn a_broken_manifest_is_reported_case_by_case() {
     println!("{report}");
     assert!(!report.is_success());
     assert_eq!(report.failed(), 12, "{report}");
+    let own = manifest_of(&own_fixtures());
     assert_eq!(
-        report.outcomes().len() + bindings_left_out(&report),
-        case_count(&manifest_of(&own_fixtures()))
+        report.outcomes().len() + bindings_left_out(&report, &own),
+        case_count(&own)
     );
 
     assert!(failure(&report, "duplicate-delivery-runs-once").contains("1 effects, expected 2"));
@@ -450,8 +514,9 @@ fn a_manifest_with_empty_blocks_is_not_a_success() {
         manifest["cases"] = json!([]);
         manifest["idempotency"]["sequences"]["cases"] = json!([]);
         let blocks = manifest.as_object_mut().unwrap();
-        blocks.remove("redis");
-        blocks.remove("rabbitmq");
+        for binding in BINDINGS {
+            blocks.remove(binding);
+        }
     });
     let report = conformance::run(&scratch.0).unwrap();
     // Only the dedupe key is left to check; it still passes.

@@ -1,5 +1,6 @@
-//! The broker-binding blocks: `redis` (payload identity) and `rabbitmq`
-//! (property projection), checked offline against the encoding and the
+//! The broker-binding blocks: `redis` (payload identity), `rabbitmq`
+//! (property projection) and `kafka` (header projection, attempts
+//! reconciliation), checked offline against the encoding and the
 //! projection the transports publish with. The live round trips are the
 //! transports' own tests; these lock what the suite states statically.
 //!
@@ -8,16 +9,15 @@
 
 use serde_json::{Map, Value};
 
-use super::manifest::{PayloadIdentity, PropertyProjection};
+use super::manifest::{KafkaProjection, PayloadIdentity, PropertyProjection, ReconciliationCase};
 use super::report::CaseOutcome;
 
 /// The blocks of the upstream suite that name a broker binding or a layer
 /// babel-idem does not implement, with what a report says of each.
-pub(super) const NOT_IMPLEMENTED: [(&str, &str); 6] = [
+pub(super) const NOT_IMPLEMENTED: [(&str, &str); 5] = [
     ("sqs", "babel-idem has no Amazon SQS binding"),
     ("asb", "babel-idem has no Azure Service Bus binding"),
     ("pulsar", "babel-idem has no Apache Pulsar binding"),
-    ("kafka", "babel-idem has no Apache Kafka binding"),
     ("artemis", "babel-idem has no ActiveMQ Artemis binding"),
     (
         "payload_schema",
@@ -151,6 +151,99 @@ pub(super) fn rabbitmq_property_projection(
     _: &[u8],
 ) -> Result<CaseOutcome, &'static str> {
     Err("built without the feature amqp-transport")
+}
+
+/// `kafka.property_projection`: the headers the binding writes beside the
+/// envelope equal the block's, each of them, and no `bq-` header beyond
+/// them; the record timestamp is `meta.created_at`.
+#[cfg(feature = "kafka-transport")]
+pub(super) fn kafka_property_projection(
+    expected: &KafkaProjection,
+    envelope: &[u8],
+) -> Result<CaseOutcome, &'static str> {
+    use crate::transport::kafka::headers;
+
+    let written = headers::projection(envelope);
+    let mut problems = Vec::new();
+    for (name, want) in &expected.headers {
+        let got = written.iter().find(|(key, _)| key == name).map(|(_, v)| v);
+        match (got, want.as_str()) {
+            (Some(got), Some(want)) if got == want => {}
+            _ => problems.push(format!("header {name}: expected {want}, written {got:?}")),
+        }
+    }
+    for (name, value) in &written {
+        if !expected.headers.contains_key(*name) {
+            problems.push(format!("header {name}: written ({value:?}) but not in the block"));
+        }
+    }
+    let created_at = serde_json::from_slice::<Value>(envelope)
+        .ok()
+        .and_then(|envelope| envelope.pointer("/meta/created_at").and_then(Value::as_i64));
+    if created_at.is_some() && headers::timestamp(envelope) != created_at {
+        problems.push(format!(
+            "record timestamp: expected meta.created_at {created_at:?}, written {:?}",
+            headers::timestamp(envelope)
+        ));
+    }
+    Ok(CaseOutcome::from_problems(
+        super::report::Block::Kafka,
+        "property_projection",
+        problems,
+    ))
+}
+
+/// Without the Kafka binding: why the block is not applicable.
+#[cfg(not(feature = "kafka-transport"))]
+pub(super) fn kafka_property_projection(
+    _: &KafkaProjection,
+    _: &[u8],
+) -> Result<CaseOutcome, &'static str> {
+    Err("built without the feature kafka-transport")
+}
+
+/// One `kafka.attempts_reconciliation` case: a record whose body says
+/// `body_attempts` and whose `bq-attempts` header (absent when `null`)
+/// says `header_attempts` is dispatched with `expected_attempts`. Runs the
+/// binding's own path: the header read into the reservation, and dispatch
+/// counting with it over the body's.
+#[cfg(feature = "kafka-transport")]
+pub(super) fn kafka_attempts_reconciliation(
+    case: &ReconciliationCase,
+) -> Result<CaseOutcome, &'static str> {
+    use crate::router::Delivery;
+    use crate::transport::kafka::headers;
+
+    let header = case.header_attempts.map(|n| n.to_string());
+    let record_headers = header
+        .as_deref()
+        .map(|value| (headers::ATTEMPTS, value.as_bytes()));
+    let counted = match headers::attempts(record_headers.into_iter()) {
+        Some(attempts) => Delivery::new().with_attempts(attempts),
+        None => Delivery::new(),
+    };
+    let dispatched = counted.transport_attempts().unwrap_or(case.body_attempts);
+    let problems = if dispatched == case.expected_attempts {
+        Vec::new()
+    } else {
+        vec![format!(
+            "body {} with header {:?}: dispatched with {dispatched}, expected {}",
+            case.body_attempts, case.header_attempts, case.expected_attempts
+        )]
+    };
+    Ok(CaseOutcome::from_problems(
+        super::report::Block::Kafka,
+        &format!("attempts_reconciliation/{}", case.name),
+        problems,
+    ))
+}
+
+/// Without the Kafka binding: why the block is not applicable.
+#[cfg(not(feature = "kafka-transport"))]
+pub(super) fn kafka_attempts_reconciliation(
+    _: &ReconciliationCase,
+) -> Result<CaseOutcome, &'static str> {
+    Err("built without the feature kafka-transport")
 }
 
 /// The names of a manifest's top-level blocks that this runner does not

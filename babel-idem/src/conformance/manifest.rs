@@ -1,6 +1,6 @@
 //! The parts of a conformance `manifest.json` this runner reads: the envelope
 //! `cases`, the `idempotency` block and the blocks of the bindings
-//! babel-idem implements (`redis`, `rabbitmq`). The names of the other
+//! babel-idem implements (`redis`, `rabbitmq`, `kafka`). The names of the other
 //! top-level blocks are kept, so the report can list each as not applicable.
 
 use serde::{Deserialize, Deserializer};
@@ -18,6 +18,9 @@ pub(super) struct Manifest {
     /// The RabbitMQ binding's block; absent in manifests older than it.
     #[serde(default)]
     pub(super) rabbitmq: Option<RabbitmqBlock>,
+    /// The Kafka binding's block; absent in manifests older than it.
+    #[serde(default)]
+    pub(super) kafka: Option<KafkaBlock>,
     /// Every other top-level key: the prose, and the blocks of bindings
     /// this runner reports as not applicable.
     #[serde(flatten)]
@@ -41,6 +44,48 @@ pub(super) struct PayloadIdentity {
 #[derive(Debug, Deserialize)]
 pub(super) struct RabbitmqBlock {
     pub(super) property_projection: Option<PropertyProjection>,
+}
+
+/// `kafka`: the Kafka binding's header projection and its attempts
+/// reconciliation.
+#[derive(Debug, Deserialize)]
+pub(super) struct KafkaBlock {
+    pub(super) property_projection: Option<KafkaProjection>,
+    pub(super) attempts_reconciliation: Option<Reconciliation>,
+}
+
+/// `kafka.property_projection`: the `bq-` record headers (UTF-8 text) a
+/// producer writes beside the envelope.
+#[derive(Debug, Deserialize)]
+#[cfg_attr(
+    not(feature = "kafka-transport"),
+    allow(dead_code, reason = "only the Kafka binding compares them")
+)]
+pub(super) struct KafkaProjection {
+    pub(super) envelope_file: String,
+    #[serde(default)]
+    pub(super) headers: Map<String, Value>,
+}
+
+/// `kafka.attempts_reconciliation`: the attempts a consumer counts with,
+/// from the body's and the `bq-attempts` header's.
+#[derive(Debug, Deserialize)]
+pub(super) struct Reconciliation {
+    #[serde(default)]
+    pub(super) cases: Vec<ReconciliationCase>,
+}
+
+/// One reconciliation case; a `null` `header_attempts` is an absent header.
+#[derive(Debug, Deserialize)]
+#[cfg_attr(
+    not(feature = "kafka-transport"),
+    allow(dead_code, reason = "only the Kafka binding reconciles")
+)]
+pub(super) struct ReconciliationCase {
+    pub(super) name: String,
+    pub(super) body_attempts: u64,
+    pub(super) header_attempts: Option<u64>,
+    pub(super) expected_attempts: u64,
 }
 
 /// `rabbitmq.property_projection`: the AMQP properties and native-typed

@@ -19,11 +19,15 @@ pub enum Block {
     /// `rabbitmq.property_projection`: the AMQP properties and headers the
     /// RabbitMQ binding publishes an envelope with.
     Rabbitmq,
+    /// `kafka.property_projection` and `kafka.attempts_reconciliation`:
+    /// the `bq-` headers the Kafka binding writes, and the attempts it
+    /// reads back from them.
+    Kafka,
 }
 
 crate::names::named_variants! {
     /// The block's place in the manifest: `cases`, `idempotency`,
-    /// `idempotency.sequences`, `redis`, `rabbitmq`.
+    /// `idempotency.sequences`, `redis`, `rabbitmq`, `kafka`.
     ///
     /// ```
     /// use babel_idem::conformance::Block;
@@ -36,6 +40,7 @@ crate::names::named_variants! {
         Sequence => "idempotency.sequences",
         Redis => "redis",
         Rabbitmq => "rabbitmq",
+        Kafka => "kafka",
     }
 }
 
@@ -130,8 +135,12 @@ impl Report {
         }
     }
 
+    /// Records `block` as not applicable, once however many of its cases
+    /// say so.
     pub(super) fn not_applicable(&mut self, block: &str, why: &str) {
-        self.not_applicable.push((block.to_owned(), why.to_owned()));
+        if !self.not_applicable.iter().any(|(name, _)| name == block) {
+            self.not_applicable.push((block.to_owned(), why.to_owned()));
+        }
     }
 
     /// The manifest's blocks that were not checked, by name, each with why
