@@ -7,9 +7,9 @@
 # apt-get where the machine lacks it. Returns non-zero (and says why) when the
 # peer cannot be had.
 
-# The SDK and the Redis and AMQP (pika, the `amqp` extra) clients it drives, pinned: the interop
-# tests compare bytes.
-BABEL_IDEM_PYTHON_SDK=("babelqueue[redis,amqp]==1.24.0" "redis==8.1.0" "pika==1.4.4")
+# The SDK and the Redis, AMQP (pika, the `amqp` extra) and Kafka (confluent-kafka, the `kafka`
+# extra) clients it drives, pinned: the interop tests compare bytes.
+BABEL_IDEM_PYTHON_SDK=("babelqueue[redis,amqp,kafka]==1.24.0" "redis==8.1.0" "pika==1.4.4" "confluent-kafka==2.16.2")
 
 babel_idem_python_say() { printf 'python peer: %s\n' "$*" >&2; }
 
@@ -25,7 +25,7 @@ babel_idem_python() {
   if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv" || return 1
   fi
-  if ! "$venv/bin/python" -m pip show -q babelqueue pika >/dev/null 2>&1 \
+  if ! "$venv/bin/python" -m pip show -q babelqueue pika confluent-kafka >/dev/null 2>&1 \
     || [ "$("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("babelqueue"))')" != "1.24.0" ]; then
     babel_idem_python_say "installing ${BABEL_IDEM_PYTHON_SDK[*]} into $venv"
     "$venv/bin/python" -m pip install -q --disable-pip-version-check "${BABEL_IDEM_PYTHON_SDK[@]}" || return 1

@@ -1,8 +1,9 @@
 # shellcheck shell=bash
-# Makes sure Redis, PostgreSQL, RabbitMQ (and faketime, for the clock-skew tests) are installed, running and
-# answering, then exports what the store and transport tests read:
+# Makes sure Redis, PostgreSQL, RabbitMQ, a Kafka-protocol broker (tansu) and faketime (for the
+# clock-skew tests) are installed, running and answering, then exports what the store and
+# transport tests read:
 #   BABEL_IDEM_REDIS_URL, BABEL_IDEM_REDIS_CLUSTER_URL, BABEL_IDEM_POSTGRES_URL,
-#   BABEL_IDEM_AMQP_URL, BABEL_IDEM_REQUIRE_SERVERS=1
+#   BABEL_IDEM_AMQP_URL, BABEL_IDEM_KAFKA_URL, BABEL_IDEM_REQUIRE_SERVERS=1
 #
 # Sourced by .ci/run (as root, CI=true): `source .ci/servers.sh`. It only
 # defines functions and calls one, so the caller's shell options stay as
@@ -162,14 +163,46 @@ babel_idem_servers_rabbitmq() {
   export BABEL_IDEM_AMQP_URL="amqp://guest:guest@127.0.0.1:5672/%2f"
 }
 
+# tansu, an Apache-Kafka-protocol broker, pinned; built once from crates.io into /usr/local
+# (about 20 minutes on 2 cores) and reused wherever it is on the PATH. Memory storage: a
+# restart empties it, and every test makes topics of its own.
+BABEL_IDEM_TANSU_VERSION=0.6.0
+BABEL_IDEM_KAFKA_PORT=9092
+
+babel_idem_kafka_answers() {
+  tansu topic list --broker "tcp://127.0.0.1:$BABEL_IDEM_KAFKA_PORT" >/dev/null 2>&1
+}
+
+babel_idem_servers_kafka() {
+  if ! command -v tansu >/dev/null 2>&1; then
+    babel_idem_servers_say "installing tansu $BABEL_IDEM_TANSU_VERSION (cargo install, once)"
+    cargo install --quiet --locked tansu --version "$BABEL_IDEM_TANSU_VERSION" \
+      --features dynostore --root /usr/local || return 1
+  fi
+  if ! babel_idem_kafka_answers; then
+    babel_idem_servers_say "starting tansu on 127.0.0.1:$BABEL_IDEM_KAFKA_PORT (memory storage)"
+    mkdir -p /var/log/tansu
+    setsid nohup tansu broker \
+      --listener-url "tcp://127.0.0.1:$BABEL_IDEM_KAFKA_PORT" \
+      --advertised-listener-url "tcp://127.0.0.1:$BABEL_IDEM_KAFKA_PORT" \
+      --storage-engine memory://tansu/ >/var/log/tansu/tansu.log 2>&1 </dev/null &
+  fi
+  babel_idem_servers_wait babel_idem_kafka_answers || {
+    babel_idem_servers_say "tansu does not answer; its log: /var/log/tansu/tansu.log"
+    return 1
+  }
+  export BABEL_IDEM_KAFKA_URL="kafka://127.0.0.1:$BABEL_IDEM_KAFKA_PORT"
+}
+
 babel_idem_servers() {
   babel_idem_servers_install || { babel_idem_servers_say "could not install the servers"; return 1; }
   babel_idem_servers_redis || return 1
   babel_idem_servers_redis_cluster || return 1
   babel_idem_servers_postgres || return 1
   babel_idem_servers_rabbitmq || return 1
+  babel_idem_servers_kafka || return 1
   export BABEL_IDEM_REQUIRE_SERVERS=1
-  babel_idem_servers_say "Redis at $BABEL_IDEM_REDIS_URL, Redis Cluster at $BABEL_IDEM_REDIS_CLUSTER_URL, PostgreSQL at ${BABEL_IDEM_POSTGRES_URL/:postgres@/:***@}, RabbitMQ at ${BABEL_IDEM_AMQP_URL/:guest@/:***@}"
+  babel_idem_servers_say "Redis at $BABEL_IDEM_REDIS_URL, Redis Cluster at $BABEL_IDEM_REDIS_CLUSTER_URL, PostgreSQL at ${BABEL_IDEM_POSTGRES_URL/:postgres@/:***@}, RabbitMQ at ${BABEL_IDEM_AMQP_URL/:guest@/:***@}, Kafka (tansu) at $BABEL_IDEM_KAFKA_URL"
 }
 
 babel_idem_servers
