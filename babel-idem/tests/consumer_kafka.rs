@@ -1,0 +1,399 @@
+//! `Consumer` + `KafkaTransport` against a real Kafka-protocol broker, with
+//! the BabelQueue Python SDK (pinned by `.ci/python.sh`, `kafka` extra:
+//! confluent-kafka, the same librdkafka) as the peer producer, consumer and
+//! re-injector.
+//!
+//! Environment: `BABEL_IDEM_KAFKA_URL` (the shared broker),
+//! `BABEL_IDEM_PYTHON` (the peer's virtualenv python),
+//! `BABEL_IDEM_REDIS_URL` for the effects; without them a test prints
+//! `skipped:`, and with `BABEL_IDEM_REQUIRE_SERVERS=1` it fails instead.
+//! Every test makes topics and a consumer group of its own (unique names);
+//! the topics are deleted when it ends. The outage test stops a Redis of its
+//! own, never the shared one.
+#![cfg(all(feature = "kafka-transport", feature = "redis", feature = "sqlite"))]
+
+mod consumer_support;
+mod store_contract;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use babel_idem::broker::Publisher;
+use babel_idem::store::RedisStore;
+use babel_idem::transport::KafkaTransport;
+use babel_idem::transport::kafka::RetryTiers;
+use babel_idem::{Consumer, Delivery, Envelope, InMemoryStore, Router, run_once, urn};
+use consumer_support::kafka_topic::{KAFKA_URL, Record, Topic};
+use consumer_support::{
+    QUIET, SeenLog, URN, assert_poison_records_as_python_writes, effect_router,
+    envelope_with_id, eventually, peer, python, python_publishes, recording_router,
+    run_until_idle, seen_as_python_sent,
+};
+use redis::AsyncCommands;
+use serde_json::{Value, json};
+use store_contract::servers::{REDIS_URL, server_url, unique_suffix};
+use store_contract::spawned::OwnRedis;
+
+/// The Python peer of these tests: `tests/python/kafka_peer.py`.
+const PEER: &str = "kafka_peer.py";
+
+/// The broker, or `None` after a `skipped:` line.
+fn broker(test: &str) -> Option<String> {
+    server_url(KAFKA_URL, test)
+}
+
+/// A transport in a consumer group of the test's own.
+async fn transport(url: &str, tiers: RetryTiers) -> (KafkaTransport, String) {
+    let group = format!("bi-group-{}", unique_suffix());
+    let transport = KafkaTransport::builder()
+        .group(&group)
+        .retry_tiers(tiers)
+        .connect(url)
+        .await
+        .expect("connect the transport");
+    (transport, group)
+}
+
+/// Checks that `group` committed every partition of `topic` to its end.
+async fn assert_all_committed(topic: &Topic, group: &str) {
+    let positions = topic.committed_and_ends(group).await;
+    for (partition, (committed, end)) in positions.iter().enumerate() {
+        if *end > 0 {
+            assert_eq!(
+                *committed,
+                Some(*end),
+                "partition {partition}: committed {committed:?}, end {end}"
+            );
+        }
+    }
+}
+
+/// The `bq-` headers of `record`, by name.
+fn bq_headers(record: &Record) -> HashMap<String, String> {
+    record
+        .headers
+        .iter()
+        .filter(|(name, _)| name.starts_with("bq-"))
+        .map(|(name, value)| (name.clone(), String::from_utf8(value.clone()).unwrap()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_publishes_and_babel_idem_consumes_ids_urns_data_and_headers() {
+    let test = "python_publishes_and_babel_idem_consumes_ids_urns_data_and_headers";
+    let (Some(url), Some(python)) = (broker(test), python(test)) else {
+        return;
+    };
+    let topic = Topic::new(&url, 3, 0).await;
+    let sent = python_publishes(&python, PEER, &url, &topic.name, 20).await;
+    let written = topic.records(&topic.name).await;
+    assert_eq!(written.len(), 20);
+
+    let (transport, group) = transport(&url, RetryTiers::none()).await;
+    let log = SeenLog::default();
+    let consumer = Consumer::builder(recording_router(Arc::clone(&log), false), transport, &topic.name)
+        .concurrency(4)
+        .build()
+        .unwrap();
+    let report = run_until_idle(&consumer, QUIET).await;
+    assert_eq!(report.acked, 20, "{report:?}");
+
+    let seen = log.lock().unwrap().clone();
+    let seen = seen_as_python_sent(&sent, &seen);
+    // The record headers reach the handler as they were written: the bq-
+    // projection Python wrote, beside the traceparent.
+    for record in &written {
+        let id = record.header("bq-message-id").unwrap();
+        let delivery = seen.iter().find(|s| s.id == id).unwrap();
+        for (name, value) in bq_headers(record) {
+            assert_eq!(delivery.headers.get(&name), Some(&value), "{name} of {id}");
+        }
+        assert_eq!(delivery.attempts, 0);
+    }
+    assert_all_committed(&topic, &group).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_body_gets_the_same_value_headers_and_timestamp_from_python_and_babel_idem() {
+    let test = "the_same_body_gets_the_same_value_headers_and_timestamp_from_python_and_babel_idem";
+    let (Some(url), Some(python)) = (broker(test), python(test)) else {
+        return;
+    };
+    let ours = Topic::new(&url, 1, 0).await;
+    let theirs = Topic::new(&url, 1, 0).await;
+    let bodies: Vec<String> = (0..5)
+        .map(|n| {
+            let mut envelope = envelope_with_id(&format!("same-{n}"), &ours.name, n);
+            envelope.attempts = n;
+            String::from_utf8(envelope.to_vec()).unwrap()
+        })
+        .chain([
+            // A foreign producer's attempts that is no count: no bq-attempts.
+            r#"{"job":"urn:babel:interop:created","trace_id":"t","data":{},"attempts":"x","meta":{"id":"f-1","schema_version":1,"created_at":1796000000000}}"#.to_owned(),
+        ])
+        .collect();
+    let (transport, _) = transport(&url, RetryTiers::none()).await;
+    for body in &bodies {
+        transport
+            .publish_body(&ours.name, body.as_bytes(), &[])
+            .await
+            .unwrap();
+    }
+    peer(
+        &python,
+        PEER,
+        vec!["publish-body".into(), url.clone(), theirs.name.clone()],
+        Some(json!({ "bodies": bodies })),
+    )
+    .await;
+    let ours = ours.records(&ours.name).await;
+    let theirs = theirs.records(&theirs.name).await;
+    assert_eq!(ours.len(), bodies.len());
+    assert_eq!(theirs.len(), bodies.len());
+    for (ours, theirs) in ours.iter().zip(&theirs) {
+        assert_eq!(ours.value, theirs.value, "the value is the body byte for byte");
+        assert_eq!(ours.headers, theirs.headers, "the same headers, in the same order");
+        assert_eq!(ours.timestamp, theirs.timestamp, "the timestamp is meta.created_at");
+        assert_eq!((&ours.key, &theirs.key), (&None, &None));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn babel_idem_publishes_and_python_consumes_each_envelope_once() {
+    let test = "babel_idem_publishes_and_python_consumes_each_envelope_once";
+    let (Some(url), Some(python)) = (broker(test), python(test)) else {
+        return;
+    };
+    let topic = Topic::new(&url, 2, 0).await;
+    let (transport, _) = transport(&url, RetryTiers::none()).await;
+    let envelopes: Vec<Envelope> = (0..10)
+        .map(|n| envelope_with_id(&format!("to-python-{n}"), &topic.name, n))
+        .collect();
+    for envelope in &envelopes {
+        transport.publish_envelope(envelope).await.unwrap();
+    }
+    let group = format!("bi-py-{}", unique_suffix());
+    let out = peer(
+        &python,
+        PEER,
+        ["consume", &url, &topic.name, "2.0", "--group", &group]
+            .map(str::to_owned)
+            .to_vec(),
+        None,
+    )
+    .await;
+    let received = out["received"].as_array().unwrap();
+    assert_eq!(received.len(), 10, "{out}");
+    for envelope in &envelopes {
+        let id = envelope.meta.id.as_deref().unwrap();
+        let got = received.iter().find(|r| r["id"] == id).unwrap();
+        assert_eq!(got["urn"], URN);
+        assert_eq!(got["data"], Value::Object(envelope.data.clone()));
+        assert_eq!(got["lang"], "rust");
+        assert_eq!(got["attempts"], 0);
+    }
+}
+
+/// A router whose handler fails the first attempt of every id and succeeds
+/// the second; what each run saw (`id`, `Delivery::attempts`).
+fn fails_once_router(runs: Arc<Mutex<Vec<(String, u64)>>>) -> Router {
+    Router::builder()
+        .route(urn!("urn:babel:interop:created"), move |env: Envelope, delivery: Delivery| {
+            let attempts = delivery.attempts();
+            runs.lock()
+                .unwrap()
+                .push((env.meta.id.clone().unwrap_or_default(), attempts));
+            async move {
+                if attempts == 0 {
+                    return Err(std::io::Error::other("the first attempt fails"));
+                }
+                Ok(())
+            }
+        })
+        .max_attempts(3)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_waits_on_its_tier_topic_and_pythons_reinjector_brings_it_back() {
+    let test = "a_retry_waits_on_its_tier_topic_and_pythons_reinjector_brings_it_back";
+    let (Some(url), Some(python)) = (broker(test), python(test)) else {
+        return;
+    };
+    let topic = Topic::new(&url, 1, 1).await;
+    let tiers = RetryTiers::new([Duration::from_millis(500)]).unwrap();
+    let (transport, group) = transport(&url, tiers).await;
+    for n in 0..5 {
+        let key = format!("key-{n}");
+        let body = envelope_with_id(&format!("retried-{n}"), &topic.name, n).to_vec();
+        topic.produce(&topic.name, Some(key.as_bytes()), &body, &[]).await;
+    }
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let consumer = Consumer::builder(fails_once_router(Arc::clone(&runs)), transport, &topic.name)
+        .concurrency(4)
+        .build()
+        .unwrap();
+    let reinjector = peer(
+        &python,
+        PEER,
+        ["reinject", &url, &topic.name, "500", "8"].map(str::to_owned).to_vec(),
+        None,
+    );
+    let all_ran_twice = eventually("every id ran its second attempt", || async {
+        runs.lock().unwrap().iter().filter(|(_, a)| *a == 1).count() == 5
+    });
+    let (report, reinjected) =
+        tokio::join!(consumer.run_until(all_ran_twice), reinjector);
+    assert_eq!(report.retried, 5, "{report:?}");
+    assert_eq!(reinjected["written"], 5, "{reinjected}");
+
+    let parked = topic.records(&topic.tier(1)).await;
+    assert_eq!(parked.len(), 5);
+    for record in &parked {
+        assert_eq!(record.header("bq-delay").as_deref(), Some("500"));
+        assert_eq!(record.header("bq-original-topic"), Some(topic.name.clone()));
+        assert_eq!(record.header("bq-attempts").as_deref(), Some("1"));
+        let id = record.header("bq-message-id").unwrap();
+        let n = id.trim_start_matches("retried-");
+        assert_eq!(record.key.as_deref(), Some(format!("key-{n}").as_bytes()), "the key is kept");
+    }
+    // Back on the work topic: the same value and key, without the tier headers.
+    let work = topic.records(&topic.name).await;
+    let back: Vec<&Record> = work.iter().filter(|r| r.offset >= 5).collect();
+    assert_eq!(back.len(), 5);
+    for record in back {
+        assert!(record.header("bq-delay").is_none() && record.header("bq-original-topic").is_none());
+        let parked = parked.iter().find(|p| p.value == record.value).unwrap();
+        assert_eq!(parked.key, record.key);
+    }
+    let runs = runs.lock().unwrap().clone();
+    assert_eq!(runs.len(), 10, "{runs:?}");
+    consumer.transport().close().await;
+    assert_all_committed(&topic, &group).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poison_record_among_1000_is_dead_lettered_as_python_writes_it_and_the_rest_run() {
+    let test = "a_poison_record_among_1000_is_dead_lettered_as_python_writes_it_and_the_rest_run";
+    let (Some(url), Some(python)) = (broker(test), python(test)) else {
+        return;
+    };
+    let topic = Topic::new(&url, 3, 0).await;
+    let poison = b"{\"job\": \"urn:babel:interop:created\", \"data\": [not json".to_vec();
+    for n in 0..1000u64 {
+        let key = format!("key-{}", n % 7);
+        if n == 500 {
+            topic.produce(&topic.name, Some(key.as_bytes()), &poison, &[]).await;
+            continue;
+        }
+        let body = envelope_with_id(&format!("bulk-{n}"), &topic.name, n).to_vec();
+        topic.produce(&topic.name, Some(key.as_bytes()), &body, &[]).await;
+    }
+    let (transport, group) = transport(&url, RetryTiers::none()).await;
+    let store = InMemoryStore::new();
+    let effects = Arc::new(Mutex::new(HashMap::<String, u32>::new()));
+    let router = {
+        let effects = Arc::clone(&effects);
+        Router::builder()
+            .route(urn!("urn:babel:interop:created"), move |env: Envelope| {
+                let (store, effects) = (store.clone(), Arc::clone(&effects));
+                async move {
+                    run_once(&store, &env, async {
+                        let id = env.meta.id.clone().unwrap_or_default();
+                        *effects.lock().unwrap().entry(id).or_default() += 1;
+                        Ok::<(), std::io::Error>(())
+                    })
+                    .await
+                }
+            })
+            .build()
+            .unwrap()
+    };
+    let consumer = Consumer::builder(router, transport, &topic.name)
+        .concurrency(8)
+        .build()
+        .unwrap();
+    let report = run_until_idle(&consumer, QUIET).await;
+    assert_eq!(report.dead_lettered, 1, "{report:?}");
+    let effects = effects.lock().unwrap().clone();
+    assert_eq!(effects.len(), 999);
+    assert!(effects.values().all(|runs| *runs == 1));
+
+    let dead = topic.records(&topic.dlq()).await;
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].key.as_deref(), Some(&b"key-3"[..]), "the key is kept");
+    assert_poison_records_as_python_writes(
+        &python,
+        PEER,
+        &topic.name,
+        &[poison],
+        &[dead[0].value.clone()],
+    )
+    .await;
+    consumer.transport().close().await;
+    assert_all_committed(&topic, &group).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_down_for_10_s_under_load_dead_letters_nothing_and_skips_nothing() {
+    let test = "the_store_down_for_10_s_under_load_dead_letters_nothing_and_skips_nothing";
+    let (Some(url), Some(effects_url)) = (broker(test), server_url(REDIS_URL, test)) else {
+        return;
+    };
+    let Some(mut store_server) = OwnRedis::reserve(test) else {
+        return;
+    };
+    store_server.start();
+    let topic = Topic::new(&url, 3, 0).await;
+    let ids: Vec<String> = (0..600).map(|n| format!("outage-{n}")).collect();
+    for (n, id) in ids.iter().enumerate() {
+        let body = envelope_with_id(id, &topic.name, n as u64).to_vec();
+        let key = format!("key-{}", n % 11);
+        topic.produce(&topic.name, Some(key.as_bytes()), &body, &[]).await;
+    }
+    let store = RedisStore::builder()
+        .prefix(format!("{}:seen:", topic.name))
+        .connect_lazy(&store_server.url())
+        .unwrap();
+    let effects = format!("{}:effects", topic.name);
+    let (transport, group) = transport(&url, RetryTiers::none()).await;
+    let consumer = Consumer::builder(
+        effect_router(store, &effects_url, effects.clone()),
+        transport,
+        &topic.name,
+    )
+    .concurrency(8)
+    .build()
+    .unwrap();
+    let client = redis::Client::open(effects_url.as_str()).unwrap();
+    let counts = || async {
+        let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+        connection.hgetall::<_, HashMap<String, i64>>(&effects).await.unwrap()
+    };
+    let outage = async {
+        eventually("a first 100 effects", || async { counts().await.len() >= 100 }).await;
+        store_server.kill();
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        store_server.start();
+        eventually("every id ran", || async { counts().await.len() == ids.len() }).await;
+    };
+    let report = consumer.run_until(outage).await;
+    let counts = counts().await;
+    assert_eq!(report.dead_lettered, 0, "{report:?}");
+    assert!(report.store_unavailable > 0, "the outage was seen: {report:?}");
+    // Nothing skipped: every id had its effect; twice at most for a run the
+    // kill cut between its effect and its mark (one a handler slot).
+    assert!(ids.iter().all(|id| counts.get(id).is_some_and(|n| *n >= 1)));
+    let twice = counts.values().filter(|n| **n > 1).count();
+    assert!(twice <= 8, "{twice} ids ran twice");
+    assert!(topic.records(&topic.dlq()).await.is_empty());
+    let _: () = redis::cmd("DEL")
+        .arg(&effects)
+        .query_async(&mut client.get_multiplexed_async_connection().await.unwrap())
+        .await
+        .unwrap();
+    consumer.transport().close().await;
+    let _ = group;
+}
