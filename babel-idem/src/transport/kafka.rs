@@ -31,7 +31,10 @@
 //! - On a rebalance, what is settled is committed before a partition is
 //!   given up; what is not is dropped uncommitted, for its next owner.
 
+mod consume;
+mod ledger;
 mod produce;
+mod publish;
 mod url;
 
 pub(crate) mod headers;
@@ -44,10 +47,25 @@ use std::time::Duration;
 use rdkafka::ClientConfig;
 use rdkafka::producer::FutureProducer;
 
+use self::consume::Consumers;
 use super::TransportBuilder;
+use super::binding::QueueNames;
 use crate::broker::TransportError;
 
+pub use self::consume::KafkaHandle;
 pub use self::tiers::{DEFAULT_RETRY_TIERS, RetryTiers, TierError};
+
+/// The topic names Kafka can hold: 1 to 249 characters of `a-z A-Z 0-9 .
+/// _ -`, and neither `.` nor `..`.
+const QUEUE_NAMES: QueueNames = QueueNames {
+    max_len: 249,
+    too_long: "a Kafka topic name is at most 249 characters",
+    refused: |c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')),
+    refused_reason: "a Kafka topic name holds only a-z, A-Z, 0-9, '.', '_' and '-'",
+    own_rule: |queue| {
+        matches!(queue, "." | "..").then_some("'.' and '..' are not Kafka topic names")
+    },
+};
 
 /// The consumer group the workers share, as in every SDK of the family.
 pub const DEFAULT_GROUP: &str = "babelqueue";
@@ -149,7 +167,11 @@ impl TransportBuilder<KafkaOptions> {
             .map_err(|error| TransportError::Connect(Box::new(error)))?;
         produce::check_reachable(&producer, settings.timeout).await?;
         Ok(KafkaTransport {
-            inner: Arc::new(Inner { settings, producer }),
+            inner: Arc::new(Inner {
+                settings,
+                producer,
+                consumers: Consumers::default(),
+            }),
         })
     }
 }
@@ -179,6 +201,9 @@ pub struct KafkaTransport {
 struct Inner {
     settings: Settings,
     producer: FutureProducer,
+    /// One group consumer per work topic, made on its first reserve;
+    /// dropped with the transport, committing what is settled.
+    consumers: Consumers,
 }
 
 impl fmt::Debug for KafkaTransport {
@@ -268,5 +293,22 @@ impl Settings {
                 tiers::millis(self.timeout).max(10).to_string(),
             );
         self.with_user_settings(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::QUEUE_NAMES;
+
+    #[test]
+    fn topic_names_kafka_cannot_hold_are_refused() {
+        for bad in ["", ".", "..", "a b", "a/b", "é", "a:b"] {
+            assert!(QUEUE_NAMES.check(bad).is_err(), "{bad:?}");
+        }
+        assert!(QUEUE_NAMES.check(&"t".repeat(250)).is_err());
+        for good in ["orders", "orders.dlq", "orders.retry.1", "a_b-C.9", "..."] {
+            QUEUE_NAMES.check(good).unwrap();
+        }
+        QUEUE_NAMES.check(&"t".repeat(249)).unwrap();
     }
 }
