@@ -154,7 +154,10 @@ impl TransportBuilder<KafkaOptions> {
 
     /// Connects to the cluster `url` (`kafka://host:port[,host:port]`):
     /// makes the producer and checks that a broker answers within the
-    /// timeout. Consumers are made per queue, on the first reserve.
+    /// timeout, asking again
+    /// [`reconnect_attempts`](TransportBuilder::reconnect_attempts) times
+    /// with backoff (librdkafka re-opens connections lost later on its
+    /// own). Consumers are made per queue, on the first reserve.
     pub async fn connect(self, url: &str) -> Result<KafkaTransport, TransportError> {
         let settings = Settings {
             brokers: url::bootstrap_servers(url)?,
@@ -165,7 +168,22 @@ impl TransportBuilder<KafkaOptions> {
             .producer_config()
             .create()
             .map_err(|error| TransportError::Connect(Box::new(error)))?;
-        produce::check_reachable(&producer, settings.timeout).await?;
+        // librdkafka re-opens lost connections on its own; the attempts
+        // count here is how often a broker that does not answer yet is
+        // asked again, with backoff, before connecting fails.
+        let mut backoff = Duration::from_millis(50);
+        let mut attempts_left = self.reconnect_attempts;
+        loop {
+            match produce::check_reachable(&producer, settings.timeout).await {
+                Ok(()) => break,
+                Err(error) if attempts_left == 0 => return Err(error),
+                Err(_) => {
+                    attempts_left -= 1;
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+            }
+        }
         Ok(KafkaTransport {
             inner: Arc::new(Inner {
                 settings,
@@ -266,7 +284,9 @@ impl Settings {
             .set("acks", "all")
             .set(
                 "message.timeout.ms",
-                tiers::millis(self.options.delivery_timeout).max(1).to_string(),
+                tiers::millis(self.options.delivery_timeout)
+                    .max(1)
+                    .to_string(),
             )
             .set(
                 "socket.timeout.ms",

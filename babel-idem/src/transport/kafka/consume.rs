@@ -19,11 +19,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use rdkafka::ClientContext;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::KafkaResult;
 use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
-use rdkafka::ClientContext;
 
 use super::ledger::Ledger;
 use super::produce::{self, Record};
@@ -221,7 +221,8 @@ impl State {
                 None
             }
             None => {
-                self.busy.insert((taken.partition, key.clone()), VecDeque::new());
+                self.busy
+                    .insert((taken.partition, key.clone()), VecDeque::new());
                 Some(taken)
             }
         }
@@ -325,7 +326,12 @@ impl ConsumerContext for Rebalancer {
 }
 
 /// Commits `positions` of `topic`'s partitions, each with its event.
-fn commit(consumer: &BaseConsumer<Rebalancer>, topic: &str, positions: &[(i32, i64)], mode: CommitMode) {
+fn commit(
+    consumer: &BaseConsumer<Rebalancer>,
+    topic: &str,
+    positions: &[(i32, i64)],
+    mode: CommitMode,
+) {
     if positions.is_empty() {
         return;
     }
@@ -409,9 +415,9 @@ impl TopicConsumer {
     /// (the group's heartbeat and rebalances need it).
     fn pace_fetching(&self) {
         let mut state = lock(&self.state);
-        let pause = state.held >= HOLD_LIMIT;
+        let pause = !state.paused && state.held >= HOLD_LIMIT;
         let resume = state.paused && state.held <= HOLD_LIMIT / 2;
-        if !(pause && !state.paused) && !resume {
+        if !pause && !resume {
             return;
         }
         let assignment = match self.consumer.assignment() {
@@ -811,8 +817,14 @@ mod tests {
 
     #[test]
     fn a_retry_counts_the_attempts_before_it_from_the_new_body() {
-        assert_eq!(projected_attempts(br#"{"job":"urn:babel:a:b","attempts":3}"#), Some(3));
-        assert_eq!(projected_attempts(br#"{"job":"urn:babel:a:b","attempts":-2}"#), Some(0));
+        assert_eq!(
+            projected_attempts(br#"{"job":"urn:babel:a:b","attempts":3}"#),
+            Some(3)
+        );
+        assert_eq!(
+            projected_attempts(br#"{"job":"urn:babel:a:b","attempts":-2}"#),
+            Some(0)
+        );
         assert_eq!(projected_attempts(br#"{"job":"urn:babel:a:b"}"#), Some(0));
         assert_eq!(projected_attempts(b"not json"), None);
     }

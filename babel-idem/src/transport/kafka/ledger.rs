@@ -82,7 +82,10 @@ impl Ledger {
         *settled = true;
         state.fold();
         let position = state.position()?;
-        if state.committed.is_some_and(|committed| committed >= position) {
+        if state
+            .committed
+            .is_some_and(|committed| committed >= position)
+        {
             return None;
         }
         state.committed = Some(position);
