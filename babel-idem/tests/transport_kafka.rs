@@ -12,7 +12,7 @@ mod support;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use babel_idem::broker::Publisher;
@@ -36,6 +36,26 @@ const URN: &str = "urn:babel:interop:created";
 const QUIET: Duration = Duration::from_secs(3);
 
 // ---------------------------------------------------------------- fixtures
+
+/// The broker URL, or `None` after a skip line; first installs the
+/// process-wide subscriber that collects commit events, before any test
+/// makes a client (so every callsite registers with it in place).
+fn url_for(test: &str) -> Option<String> {
+    commit_log();
+    kafka_url(test)
+}
+
+/// The commit events of every test in this binary, by topic.
+fn commit_log() -> &'static Commits {
+    static LOG: OnceLock<Commits> = OnceLock::new();
+    LOG.get_or_init(|| {
+        let commits = Commits::default();
+        let subscriber = tracing_subscriber::registry().with(commits.clone());
+        tracing::subscriber::set_global_default(subscriber)
+            .expect("no other subscriber in this test binary");
+        commits
+    })
+}
 
 /// A transport in its own consumer group.
 async fn transport(url: &str, group: &str) -> KafkaTransport {
@@ -176,7 +196,7 @@ impl<S: tracing::Subscriber> Layer<S> for Commits {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publish_body_writes_the_value_byte_for_byte_with_the_projection_and_created_at() {
     const TEST: &str = "kafka_publish_body_writes_the_value_byte_for_byte";
-    let Some(url) = kafka_url(TEST) else {
+    let Some(url) = url_for(TEST) else {
         return;
     };
     let topic = unique("bi-publish");
@@ -227,7 +247,7 @@ async fn publish_body_writes_the_value_byte_for_byte_with_the_projection_and_cre
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publish_batch_reports_each_message_in_order() {
     const TEST: &str = "kafka_publish_batch_reports_each_message_in_order";
-    let Some(url) = kafka_url(TEST) else {
+    let Some(url) = url_for(TEST) else {
         return;
     };
     let (first, second) = (unique("bi-batch-a"), unique("bi-batch-b"));
@@ -272,7 +292,7 @@ async fn publish_batch_reports_each_message_in_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_consumer_runs_the_handler_once_per_id_and_commits_every_record() {
     const TEST: &str = "kafka_a_consumer_runs_the_handler_once_per_id";
-    let Some(url) = kafka_url(TEST) else {
+    let Some(url) = url_for(TEST) else {
         return;
     };
     const PARTITIONS: i32 = 3;
@@ -309,17 +329,15 @@ async fn a_consumer_runs_the_handler_once_per_id_and_commits_every_record() {
     assert_eq!(transport.unsettled(&topic), 0);
 
     transport.close().await;
-    let ends = end_offsets(&url, &topic, PARTITIONS).await;
+    let ends = end_offsets(&url, &topic, sent.len()).await;
     let commits = committed(&url, &group, &topic, PARTITIONS).await;
     for (partition, end) in ends {
         let committed = commits.get(&partition).copied().flatten();
-        if end > 0 {
-            assert_eq!(
-                committed,
-                Some(end),
-                "partition {partition} is committed to its end"
-            );
-        }
+        assert_eq!(
+            committed,
+            Some(end),
+            "partition {partition} is committed to its end"
+        );
     }
     topics.delete().await;
 }
@@ -327,7 +345,7 @@ async fn a_consumer_runs_the_handler_once_per_id_and_commits_every_record() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_with_tiers_lands_on_the_first_tier_with_delay_original_topic_and_key() {
     const TEST: &str = "kafka_a_retry_with_tiers_lands_on_the_first_tier";
-    let Some(url) = kafka_url(TEST) else {
+    let Some(url) = url_for(TEST) else {
         return;
     };
     let topic = unique("bi-retry");
@@ -400,7 +418,7 @@ async fn a_retry_with_tiers_lands_on_the_first_tier_with_delay_original_topic_an
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_letter_lands_on_the_dlq_with_the_key_kept() {
     const TEST: &str = "kafka_a_dead_letter_lands_on_the_dlq";
-    let Some(url) = kafka_url(TEST) else {
+    let Some(url) = url_for(TEST) else {
         return;
     };
     let topic = unique("bi-dead");
@@ -450,7 +468,7 @@ async fn a_dead_letter_lands_on_the_dlq_with_the_key_kept() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_poison_record_goes_to_the_dlq_and_the_others_run() {
     const TEST: &str = "kafka_a_poison_record_goes_to_the_dlq";
-    let Some(url) = kafka_url(TEST) else {
+    let Some(url) = url_for(TEST) else {
         return;
     };
     let topic = unique("bi-poison");
@@ -508,7 +526,7 @@ async fn a_poison_record_goes_to_the_dlq_and_the_others_run() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_of_one_key_run_in_order_one_at_a_time_while_other_keys_run_concurrently() {
     const TEST: &str = "kafka_records_of_one_key_run_in_order";
-    let Some(url) = kafka_url(TEST) else {
+    let Some(url) = url_for(TEST) else {
         return;
     };
     let topic = unique("bi-keys");
@@ -600,7 +618,7 @@ async fn records_of_one_key_run_in_order_one_at_a_time_while_other_keys_run_conc
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_bq_attempts_header_overrides_the_bodys_attempts_as_the_handler_sees_them() {
     const TEST: &str = "kafka_the_bq_attempts_header_overrides_the_body";
-    let Some(url) = kafka_url(TEST) else {
+    let Some(url) = url_for(TEST) else {
         return;
     };
     let topic = unique("bi-attempts");
@@ -670,7 +688,7 @@ async fn the_bq_attempts_header_overrides_the_bodys_attempts_as_the_handler_sees
 #[tokio::test(flavor = "current_thread")]
 async fn the_committed_offset_never_passes_an_unsettled_record() {
     const TEST: &str = "kafka_the_committed_offset_never_passes_an_unsettled_record";
-    let Some(url) = kafka_url(TEST) else {
+    let Some(url) = url_for(TEST) else {
         return;
     };
     const PARTITIONS: i32 = 2;
@@ -692,9 +710,17 @@ async fn the_committed_offset_never_passes_an_unsettled_record() {
         .await;
     }
 
-    let commits = Commits::default();
-    let subscriber = tracing_subscriber::registry().with(commits.clone());
-    let _default = tracing::subscriber::set_default(subscriber);
+    let commits = commit_log();
+    let of_topic = || -> Vec<(i64, i64)> {
+        commits
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(t, _, _)| *t == topic)
+            .map(|(_, partition, offset)| (*partition, *offset))
+            .collect()
+    };
 
     let mut reserved = reserve_exactly(&transport, &topic, 10).await;
     // Settle from the highest offset down, interleaving the partitions: a
@@ -715,7 +741,7 @@ async fn the_committed_offset_never_passes_an_unsettled_record() {
         .into_iter()
         .partition(|r| r.handle.partition() == 0 && r.handle.offset() == lowest_p0);
     for record in rest.iter().chain(&last) {
-        let before = commits.0.lock().unwrap().len();
+        let before = of_topic().len();
         assert!(
             transport
                 .settle(&record.handle, &Settlement::Ack)
@@ -723,8 +749,7 @@ async fn the_committed_offset_never_passes_an_unsettled_record() {
                 .unwrap()
         );
         unsettled.retain(|at| *at != (record.handle.partition(), record.handle.offset()));
-        for (commit_topic, partition, offset) in commits.0.lock().unwrap()[before..].iter() {
-            assert_eq!(commit_topic, &topic);
+        for (partition, offset) in of_topic()[before..].iter() {
             let lowest = unsettled
                 .iter()
                 .filter(|(p, _)| i64::from(*p) == *partition)
@@ -739,15 +764,24 @@ async fn the_committed_offset_never_passes_an_unsettled_record() {
         }
         if record.handle.partition() == 0 && record.handle.offset() != lowest_p0 {
             assert!(
-                commits.0.lock().unwrap().iter().all(|(_, p, _)| *p != 0),
+                of_topic().iter().all(|(p, _)| *p != 0),
                 "nothing of partition 0 is committed while its lowest record is unsettled"
             );
         }
     }
     assert_eq!(transport.unsettled(&topic), 0);
+    let all_commits = of_topic();
+    let mut last_commit = HashMap::new();
+    for (partition, offset) in &all_commits {
+        last_commit.insert(*partition as i32, *offset);
+    }
     transport.close().await;
 
-    let ends = end_offsets(&url, &topic, PARTITIONS).await;
+    let ends = end_offsets(&url, &topic, 10).await;
+    assert_eq!(
+        last_commit, ends,
+        "the last commit of each partition is its end: {all_commits:?}"
+    );
     let group_commits = committed(&url, &group, &topic, PARTITIONS).await;
     for (partition, end) in ends {
         assert_eq!(
@@ -762,7 +796,7 @@ async fn the_committed_offset_never_passes_an_unsettled_record() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_settle_write_leaves_the_record_unsettled_and_uncommitted() {
     const TEST: &str = "kafka_a_failed_settle_write_leaves_the_record_unsettled";
-    let Some(url) = kafka_url(TEST) else {
+    let Some(url) = url_for(TEST) else {
         return;
     };
     let topic = unique("bi-failwrite");
@@ -818,7 +852,7 @@ async fn a_failed_settle_write_leaves_the_record_unsettled_and_uncommitted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handle_from_a_revoked_assignment_settles_nothing_and_writes_nothing() {
     const TEST: &str = "kafka_a_handle_from_a_revoked_assignment_settles_nothing";
-    let Some(url) = kafka_url(TEST) else {
+    let Some(url) = url_for(TEST) else {
         return;
     };
     let topic = unique("bi-rebalance");

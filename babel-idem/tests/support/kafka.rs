@@ -334,24 +334,15 @@ pub async fn committed(
     .unwrap()
 }
 
-/// The end offset (one past the last record) of each partition of `topic`.
-pub async fn end_offsets(url: &str, topic: &str, partitions: i32) -> HashMap<i32, i64> {
-    let url = url.to_owned();
-    let topic = topic.to_owned();
-    tokio::task::spawn_blocking(move || {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", bootstrap(&url))
-            .create()
-            .unwrap();
-        (0..partitions)
-            .map(|partition| {
-                let (_, high) = consumer
-                    .fetch_watermarks(&topic, partition, Timeout::After(PATIENCE))
-                    .expect("ListOffsets answers");
-                (partition, high)
-            })
-            .collect()
-    })
-    .await
-    .unwrap()
+/// The end offset (one past the last record) of each partition of `topic`
+/// that holds records, read back record by record: `expected` records in
+/// all. (Not the broker's high watermark: tansu answers ListOffsets
+/// `latest` with one past the *first* offset of the last record batch.)
+pub async fn end_offsets(url: &str, topic: &str, expected: usize) -> HashMap<i32, i64> {
+    let mut ends = HashMap::new();
+    for read in read_all(url, topic, Some(expected), Duration::ZERO).await {
+        let end = ends.entry(read.partition).or_insert(0);
+        *end = (*end).max(read.offset + 1);
+    }
+    ends
 }
