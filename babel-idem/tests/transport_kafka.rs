@@ -917,3 +917,71 @@ async fn a_handle_from_a_revoked_assignment_settles_nothing_and_writes_nothing()
     second.close().await;
     topics.delete().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_tiers_a_retry_goes_back_to_the_work_topic_with_its_key_and_next_attempt() {
+    const TEST: &str = "kafka_without_tiers_a_retry_goes_back_to_the_work_topic";
+    let Some(url) = url_for(TEST) else {
+        return;
+    };
+    let topic = unique("bi-requeue");
+    let topics = Topics::create(&url, std::slice::from_ref(&topic), 1).await;
+    let transport = transport(&url, &unique("bi-group")).await;
+    let sent = envelope(1).with_queue(&topic);
+    produce(
+        &producer(&url),
+        &topic,
+        None,
+        Some(b"k-1"),
+        &sent.to_vec(),
+        &[("traceparent", b"00-cd")],
+    )
+    .await;
+
+    // Fails on its first attempt, succeeds on the second.
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let router = {
+        let seen = Arc::clone(&seen);
+        Router::builder()
+            .route(
+                urn!("urn:babel:interop:created"),
+                move |_: Envelope, delivery: Delivery| {
+                    seen.lock().unwrap().push(delivery.attempts());
+                    let first = delivery.attempts() == 0;
+                    async move {
+                        if first {
+                            return Err(std::io::Error::other("try again"));
+                        }
+                        Ok(())
+                    }
+                },
+            )
+            .build()
+            .unwrap()
+    };
+    let consumer = Consumer::builder(router, transport.clone(), &topic)
+        .build()
+        .unwrap();
+    let counted = Arc::clone(&seen);
+    run_until(&consumer, || counted.lock().unwrap().len() >= 2).await;
+    assert_eq!(
+        *seen.lock().unwrap(),
+        vec![0, 1],
+        "the copy runs as the next attempt"
+    );
+
+    let records = read_all(&url, &topic, Some(2), QUIET).await;
+    let copy = &records[1];
+    assert_eq!(copy.key.as_deref(), Some(&b"k-1"[..]), "the key is kept");
+    assert_eq!(copy.header("bq-attempts").as_deref(), Some("1"));
+    assert_eq!(copy.header("traceparent").as_deref(), Some("00-cd"));
+    assert_eq!(copy.header("bq-delay"), None);
+    transport.close().await;
+    let commits = committed(&url, transport.group(), &topic, 1).await;
+    assert_eq!(
+        commits.get(&0).copied().flatten(),
+        Some(2),
+        "both records are committed"
+    );
+    topics.delete().await;
+}

@@ -192,7 +192,9 @@ struct State {
     ready: VecDeque<Taken>,
     /// How many records `busy` holds.
     held: usize,
-    /// Whether fetching is paused because too many are held.
+    /// Whether fetching may be paused because too many were held: set by
+    /// a pause, cleared only by a resume of the whole assignment that
+    /// succeeded (never by a rebalance, which may leave partitions paused).
     paused: bool,
 }
 
@@ -294,7 +296,6 @@ impl ConsumerContext for Rebalancer {
         for partition in partitions {
             state.give_up(partition);
         }
-        state.paused = false;
     }
 
     fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
@@ -305,8 +306,6 @@ impl ConsumerContext for Rebalancer {
                     let generation = GENERATIONS.fetch_add(1, Ordering::Relaxed);
                     state.generations.insert(element.partition(), generation);
                 }
-                // A new assignment fetches unpaused.
-                state.paused = false;
             }
             Rebalance::Revoke(_) => {}
             Rebalance::Error(error) => {
@@ -411,11 +410,13 @@ impl TopicConsumer {
     }
 
     /// Pauses fetching while too many records are held for their keys;
-    /// resumes it once half of them went out. Polling goes on while paused
+    /// resumes it once half of them went out. While over the limit every
+    /// call pauses the whole assignment again (a partition assigned since
+    /// is paused too). Polling goes on while paused
     /// (the group's heartbeat and rebalances need it).
     fn pace_fetching(&self) {
         let mut state = lock(&self.state);
-        let pause = !state.paused && state.held >= HOLD_LIMIT;
+        let pause = state.held >= HOLD_LIMIT;
         let resume = state.paused && state.held <= HOLD_LIMIT / 2;
         if !pause && !resume {
             return;
@@ -587,6 +588,21 @@ impl KafkaTransport {
 
     /// The records of `queue` reserved or held and not yet settled (for
     /// tests and tools): 0 for a queue not consumed.
+    ///
+    /// ```no_run
+    /// use babel_idem::transport::{KafkaTransport, Settlement, Transport};
+    ///
+    /// # async fn run() -> Result<(), babel_idem::transport::TransportError> {
+    /// let transport = KafkaTransport::connect("kafka://127.0.0.1:9092").await?;
+    /// let reserved = transport.reserve("orders", 10).await?;
+    /// assert_eq!(transport.unsettled("orders"), reserved.len());
+    /// for record in &reserved {
+    ///     transport.settle(&record.handle, &Settlement::Ack).await?;
+    /// }
+    /// assert_eq!(transport.unsettled("orders"), 0);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn unsettled(&self, queue: &str) -> usize {
         self.inner
             .consumers
