@@ -201,7 +201,7 @@ async fn publish_body_writes_the_value_byte_for_byte_with_the_projection_and_cre
     };
     let topic = unique("bi-publish");
     let topics = Topics::create(&url, std::slice::from_ref(&topic), 1).await;
-    let transport = transport(&url, &unique("bi-group")).await;
+    let transport = transport(&url, &topics.group()).await;
 
     let sent = envelope(7).with_attempts(2).with_queue(&topic);
     let body = sent.to_vec();
@@ -252,7 +252,7 @@ async fn publish_batch_reports_each_message_in_order() {
     };
     let (first, second) = (unique("bi-batch-a"), unique("bi-batch-b"));
     let topics = Topics::create(&url, &[first.clone(), second.clone()], 2).await;
-    let transport = transport(&url, &unique("bi-group")).await;
+    let transport = transport(&url, &topics.group()).await;
 
     let bodies: Vec<Vec<u8>> = (0..4).map(|n| envelope(n).to_vec()).collect();
     let messages = [
@@ -298,7 +298,7 @@ async fn a_consumer_runs_the_handler_once_per_id_and_commits_every_record() {
     const PARTITIONS: i32 = 3;
     let topic = unique("bi-work");
     let topics = Topics::create(&url, std::slice::from_ref(&topic), PARTITIONS).await;
-    let group = unique("bi-group");
+    let group = topics.group();
     let transport = transport(&url, &group).await;
     let sent: Vec<Envelope> = (0..60).map(envelope).collect();
     let bodies: Vec<Vec<u8>> = sent.iter().map(Envelope::to_vec).collect();
@@ -354,7 +354,7 @@ async fn a_retry_with_tiers_lands_on_the_first_tier_with_delay_original_topic_an
     let topics = Topics::create(&url, &names, 1).await;
     let tiers = RetryTiers::new([Duration::from_millis(1500), Duration::from_secs(30)]).unwrap();
     let transport = KafkaTransport::builder()
-        .group(unique("bi-group"))
+        .group(topics.group())
         .retry_tiers(tiers)
         .connect(&url)
         .await
@@ -424,7 +424,7 @@ async fn a_dead_letter_lands_on_the_dlq_with_the_key_kept() {
     let topic = unique("bi-dead");
     let dlq = format!("{topic}.dlq");
     let topics = Topics::create(&url, &[topic.clone(), dlq.clone()], 1).await;
-    let transport = transport(&url, &unique("bi-group")).await;
+    let transport = transport(&url, &topics.group()).await;
 
     let sent = envelope(1).with_queue(&topic);
     produce(
@@ -474,7 +474,7 @@ async fn a_poison_record_goes_to_the_dlq_and_the_others_run() {
     let topic = unique("bi-poison");
     let dlq = format!("{topic}.dlq");
     let topics = Topics::create(&url, &[topic.clone(), dlq.clone()], 1).await;
-    let transport = transport(&url, &unique("bi-group")).await;
+    let transport = transport(&url, &topics.group()).await;
 
     let raw = producer(&url);
     let good: Vec<Envelope> = (0..3).map(envelope).collect();
@@ -531,7 +531,7 @@ async fn records_of_one_key_run_in_order_one_at_a_time_while_other_keys_run_conc
     };
     let topic = unique("bi-keys");
     let topics = Topics::create(&url, std::slice::from_ref(&topic), 1).await;
-    let transport = transport(&url, &unique("bi-group")).await;
+    let transport = transport(&url, &topics.group()).await;
 
     const KEYS: [&str; 3] = ["alpha", "beta", "gamma"];
     const PER_KEY: u64 = 6;
@@ -623,7 +623,7 @@ async fn the_bq_attempts_header_overrides_the_bodys_attempts_as_the_handler_sees
     };
     let topic = unique("bi-attempts");
     let topics = Topics::create(&url, std::slice::from_ref(&topic), 1).await;
-    let transport = transport(&url, &unique("bi-group")).await;
+    let transport = transport(&url, &topics.group()).await;
 
     let raw = producer(&url);
     let higher = envelope(1).with_attempts(0);
@@ -694,7 +694,7 @@ async fn the_committed_offset_never_passes_an_unsettled_record() {
     const PARTITIONS: i32 = 2;
     let topic = unique("bi-offsets");
     let topics = Topics::create(&url, std::slice::from_ref(&topic), PARTITIONS).await;
-    let group = unique("bi-group");
+    let group = topics.group();
     let transport = transport(&url, &group).await;
     let raw = producer(&url);
     for n in 0..10 {
@@ -801,7 +801,7 @@ async fn a_failed_settle_write_leaves_the_record_unsettled_and_uncommitted() {
     };
     let topic = unique("bi-failwrite");
     let topics = Topics::create(&url, std::slice::from_ref(&topic), 1).await;
-    let group = unique("bi-group");
+    let group = topics.group();
     let transport = KafkaTransport::builder()
         .group(&group)
         .delivery_timeout(Duration::from_secs(3))
@@ -858,7 +858,7 @@ async fn a_handle_from_a_revoked_assignment_settles_nothing_and_writes_nothing()
     let topic = unique("bi-rebalance");
     let dlq = format!("{topic}.dlq");
     let topics = Topics::create(&url, &[topic.clone(), dlq.clone()], 2).await;
-    let group = unique("bi-group");
+    let group = topics.group();
     let first = transport(&url, &group).await;
     let raw = producer(&url);
     for partition in 0..2 {
@@ -926,7 +926,7 @@ async fn without_tiers_a_retry_goes_back_to_the_work_topic_with_its_key_and_next
     };
     let topic = unique("bi-requeue");
     let topics = Topics::create(&url, std::slice::from_ref(&topic), 1).await;
-    let transport = transport(&url, &unique("bi-group")).await;
+    let transport = transport(&url, &topics.group()).await;
     let sent = envelope(1).with_queue(&topic);
     produce(
         &producer(&url),

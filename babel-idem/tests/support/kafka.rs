@@ -53,10 +53,12 @@ fn admin(url: &str) -> AdminClient<DefaultClientContext> {
         .expect("an admin client")
 }
 
-/// Topics made for one test; [`Topics::delete`] removes them.
+/// Topics made for one test, and the consumer groups it names through
+/// [`Topics::group`]; [`Topics::delete`] removes them all.
 pub struct Topics {
     url: String,
     names: Vec<String>,
+    groups: std::sync::Mutex<Vec<String>>,
 }
 
 impl Topics {
@@ -81,6 +83,7 @@ impl Topics {
         let topics = Topics {
             url: url.to_owned(),
             names: names.to_vec(),
+            groups: std::sync::Mutex::default(),
         };
         topics.await_metadata(partitions).await;
         topics
@@ -125,10 +128,20 @@ impl Topics {
         &self.names
     }
 
-    /// Deletes the topics (best effort: a broker that cannot is reported,
-    /// not failed on).
+    /// A consumer group name no other test uses, deleted with the topics.
+    pub fn group(&self) -> String {
+        let group = unique("bi-group");
+        self.groups.lock().unwrap().push(group.clone());
+        group
+    }
+
+    /// Deletes the topics and the groups (best effort: a broker that
+    /// cannot is reported, not failed on). Call it once every client of
+    /// the groups is closed.
     pub async fn delete(self) {
         let admin = admin(&self.url);
+        let groups = self.groups.lock().unwrap().clone();
+        delete_groups(&admin, &groups).await;
         let names: Vec<&str> = self.names.iter().map(String::as_str).collect();
         match admin.delete_topics(&names, &AdminOptions::new()).await {
             Ok(results) => {
@@ -140,6 +153,24 @@ impl Topics {
             }
             Err(error) => eprintln!("note: DeleteTopics failed: {error}"),
         }
+    }
+}
+
+/// Deletes `groups` (best effort, reported).
+async fn delete_groups(admin: &AdminClient<DefaultClientContext>, groups: &[String]) {
+    if groups.is_empty() {
+        return;
+    }
+    let names: Vec<&str> = groups.iter().map(String::as_str).collect();
+    match admin.delete_groups(&names, &AdminOptions::new()).await {
+        Ok(results) => {
+            for result in results {
+                if let Err((name, code)) = result {
+                    eprintln!("note: deleting group {name} failed: {code:?}");
+                }
+            }
+        }
+        Err(error) => eprintln!("note: DeleteGroups failed: {error}"),
     }
 }
 
@@ -221,12 +252,14 @@ pub async fn read_all(
     expected: Option<usize>,
     quiet: Duration,
 ) -> Vec<Read> {
-    let url = url.to_owned();
+    let reader_group = unique("bi-reader");
+    let (url_owned, group) = (url.to_owned(), reader_group.clone());
     let topic = topic.to_owned();
-    tokio::task::spawn_blocking(move || {
+    let read = tokio::task::spawn_blocking(move || {
+        let url = url_owned;
         let consumer: BaseConsumer = ClientConfig::new()
             .set("bootstrap.servers", bootstrap(&url))
-            .set("group.id", unique("babel-idem-test-reader"))
+            .set("group.id", &group)
             .set("enable.auto.commit", "false")
             .set("auto.offset.reset", "earliest")
             .create()
@@ -287,10 +320,14 @@ pub async fn read_all(
             }
         }
         out.sort_by_key(|read| (read.partition, read.offset));
+        // Leaves the group before it is deleted.
+        drop(consumer);
         out
     })
     .await
-    .unwrap()
+    .unwrap();
+    delete_groups(&admin(url), &[reader_group]).await;
+    read
 }
 
 /// The offsets `group` committed on the partitions `0..partitions` of
