@@ -238,7 +238,7 @@ impl State {
         let next = self.busy.get_mut(&slot).and_then(VecDeque::pop_front);
         match next {
             Some(next) => {
-                self.held -= 1;
+                self.held = self.held.saturating_sub(1);
                 self.ready.push_back(next);
             }
             None => {
@@ -256,7 +256,7 @@ impl State {
         let held = &mut self.held;
         self.busy.retain(|(p, _), waiting| {
             if *p == partition {
-                *held -= waiting.len();
+                *held = held.saturating_sub(waiting.len());
                 false
             } else {
                 true
@@ -554,7 +554,11 @@ impl KafkaTransport {
     /// Commits what is settled on every topic this transport consumes,
     /// waiting for the broker, then leaves the group: records reserved and
     /// not settled are left uncommitted, for the group's next owner of
-    /// their partitions. The next reserve joins again.
+    /// their partitions (a reservation the consumer gave up without
+    /// settling holds its key and its partition's commit until then). The
+    /// next reserve joins again. Dropping the transport's last clone does
+    /// the same, blocking the thread it runs on: in async code, prefer
+    /// this.
     ///
     /// ```no_run
     /// use babel_idem::transport::KafkaTransport;
