@@ -985,3 +985,183 @@ async fn without_tiers_a_retry_goes_back_to_the_work_topic_with_its_key_and_next
     );
     topics.delete().await;
 }
+
+// ---------------------------------------------------------------- Python SDK
+
+/// The Python SDK's interpreter (`BABEL_IDEM_PYTHON`, with `babelqueue`
+/// and `confluent-kafka`), or `None` after a skip line.
+fn python(test: &str) -> Option<String> {
+    match std::env::var("BABEL_IDEM_PYTHON") {
+        Ok(python) if !python.trim().is_empty() => Some(python),
+        _ => {
+            let required = std::env::var("BABEL_IDEM_REQUIRE_SERVERS").is_ok_and(|v| v == "1");
+            assert!(!required, "{test}: BABEL_IDEM_PYTHON is not set");
+            eprintln!("skipped: {test}: BABEL_IDEM_PYTHON is not set");
+            None
+        }
+    }
+}
+
+/// Runs `script` with the Python SDK and `args`; its stdout as JSON.
+async fn run_python(python: &str, script: &'static str, args: Vec<String>) -> Value {
+    let python = python.to_owned();
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(python)
+            .arg("-c")
+            .arg(script)
+            .args(args)
+            .output()
+            .expect("the Python SDK runs")
+    })
+    .await
+    .unwrap();
+    assert!(
+        output.status.success(),
+        "python failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("the script answers JSON")
+}
+
+/// Publishes `count` envelopes through the SDK's `KafkaTransport`; their ids.
+const PYTHON_PUBLISHES: &str = r#"
+import json, sys
+from babelqueue import BabelQueue
+from babelqueue.kafka_transport import KafkaTransport
+url, topic, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+transport = KafkaTransport(url)
+app = BabelQueue(transport=transport, queue=topic)
+ids = [app.publish("urn:babel:interop:created", {"n": n}) for n in range(count)]
+transport.close()
+print(json.dumps(ids))
+"#;
+
+/// Pops `count` records through the SDK's `KafkaTransport` in `group`,
+/// acking each; their bodies as the SDK hands them over.
+const PYTHON_POPS: &str = r#"
+import json, sys, time
+from babelqueue.kafka_transport import KafkaTransport
+url, topic, group, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+transport = KafkaTransport(url, group_id=group)
+bodies, deadline = [], time.time() + 60
+while len(bodies) < count and time.time() < deadline:
+    message = transport.pop(topic, timeout=1.0)
+    if message is None:
+        continue
+    bodies.append(message.body)
+    transport.ack(message)
+transport.close()
+print(json.dumps(bodies))
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_publishes_and_a_babel_idem_consumer_runs_each_once_with_its_headers() {
+    const TEST: &str = "kafka_python_publishes_and_babel_idem_consumes";
+    let (Some(url), Some(python)) = (url_for(TEST), python(TEST)) else {
+        return;
+    };
+    let topic = unique("bi-py-in");
+    let topics = Topics::create(&url, std::slice::from_ref(&topic), 2).await;
+    let transport = transport(&url, &topics.group()).await;
+    let sent = run_python(
+        &python,
+        PYTHON_PUBLISHES,
+        vec![url.clone(), topic.clone(), "12".into()],
+    )
+    .await;
+    let sent: BTreeSet<String> = sent
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|id| id.as_str().unwrap().to_owned())
+        .collect();
+
+    let headers = Arc::new(Mutex::new(Vec::new()));
+    let router = {
+        let headers = Arc::clone(&headers);
+        Router::builder()
+            .route(
+                urn!("urn:babel:interop:created"),
+                move |env: Envelope, delivery: Delivery| {
+                    let job = delivery
+                        .headers()
+                        .find(|(name, _)| *name == "bq-job")
+                        .map(|(_, value)| value.to_owned());
+                    let id = env.meta.id.clone().unwrap_or_default();
+                    headers.lock().unwrap().push((id, job, delivery.attempts()));
+                    async { Ok::<(), std::io::Error>(()) }
+                },
+            )
+            .build()
+            .unwrap()
+    };
+    let consumer = Consumer::builder(router, transport.clone(), &topic)
+        .concurrency(4)
+        .build()
+        .unwrap();
+    let counted = Arc::clone(&headers);
+    run_until(&consumer, || counted.lock().unwrap().len() >= sent.len()).await;
+
+    let seen = std::mem::take(&mut *headers.lock().unwrap());
+    assert_eq!(seen.len(), sent.len(), "each ran once: {seen:?}");
+    assert_eq!(
+        seen.iter()
+            .map(|(id, _, _)| id.clone())
+            .collect::<BTreeSet<_>>(),
+        sent
+    );
+    for (_, job, attempts) in &seen {
+        assert_eq!(
+            job.as_deref(),
+            Some(URN),
+            "the SDK's bq-job reaches the handler"
+        );
+        assert_eq!(*attempts, 0);
+    }
+    transport.close().await;
+    topics.delete().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn babel_idem_publishes_and_the_python_sdk_pops_each_body_as_written() {
+    const TEST: &str = "kafka_babel_idem_publishes_and_python_pops";
+    let (Some(url), Some(python)) = (url_for(TEST), python(TEST)) else {
+        return;
+    };
+    let topic = unique("bi-py-out");
+    let topics = Topics::create(&url, std::slice::from_ref(&topic), 1).await;
+    let transport = transport(&url, &topics.group()).await;
+    let bodies: Vec<Vec<u8>> = (0..5)
+        .map(|n| {
+            Envelope::new(URN, json!({ "n": n, "text": "héllo \u{2028} \"q\"" }))
+                .with_queue(&topic)
+                .to_vec()
+        })
+        .collect();
+    for body in &bodies {
+        transport.publish_body(&topic, body, &[]).await.unwrap();
+    }
+
+    let group = topics.group();
+    let popped = run_python(
+        &python,
+        PYTHON_POPS,
+        vec![url.clone(), topic.clone(), group, bodies.len().to_string()],
+    )
+    .await;
+    let popped: Vec<String> = popped
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|body| body.as_str().unwrap().to_owned())
+        .collect();
+    let written: Vec<String> = bodies
+        .iter()
+        .map(|body| String::from_utf8(body.clone()).unwrap())
+        .collect();
+    assert_eq!(
+        popped, written,
+        "the SDK pops each body as written, in order"
+    );
+    topics.delete().await;
+}
