@@ -50,7 +50,7 @@ pub use self::amqp::{AmqpHandle, AmqpOptions, AmqpTransport, AmqpTransportBuilde
 pub mod kafka;
 
 #[cfg(feature = "kafka-transport")]
-pub use self::kafka::{KafkaOptions, KafkaTransport, KafkaTransportBuilder};
+pub use self::kafka::{KafkaHandle, KafkaOptions, KafkaTransport, KafkaTransportBuilder};
 
 /// Configures a transport before it connects: the settings every broker
 /// binding shares, and the binding's own (`O`: `RedisOptions` for

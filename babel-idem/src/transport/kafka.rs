@@ -31,7 +31,10 @@
 //! - On a rebalance, what is settled is committed before a partition is
 //!   given up; what is not is dropped uncommitted, for its next owner.
 
+mod consume;
+mod ledger;
 mod produce;
+mod publish;
 mod url;
 
 pub(crate) mod headers;
@@ -44,10 +47,25 @@ use std::time::Duration;
 use rdkafka::ClientConfig;
 use rdkafka::producer::FutureProducer;
 
+use self::consume::Consumers;
 use super::TransportBuilder;
+use super::binding::QueueNames;
 use crate::broker::TransportError;
 
+pub use self::consume::KafkaHandle;
 pub use self::tiers::{DEFAULT_RETRY_TIERS, RetryTiers, TierError};
+
+/// The topic names Kafka can hold: 1 to 249 characters of `a-z A-Z 0-9 .
+/// _ -`, and neither `.` nor `..`.
+const QUEUE_NAMES: QueueNames = QueueNames {
+    max_len: 249,
+    too_long: "a Kafka topic name is at most 249 characters",
+    refused: |c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')),
+    refused_reason: "a Kafka topic name holds only a-z, A-Z, 0-9, '.', '_' and '-'",
+    own_rule: |queue| {
+        matches!(queue, "." | "..").then_some("'.' and '..' are not Kafka topic names")
+    },
+};
 
 /// The consumer group the workers share, as in every SDK of the family.
 pub const DEFAULT_GROUP: &str = "babelqueue";
@@ -136,7 +154,10 @@ impl TransportBuilder<KafkaOptions> {
 
     /// Connects to the cluster `url` (`kafka://host:port[,host:port]`):
     /// makes the producer and checks that a broker answers within the
-    /// timeout. Consumers are made per queue, on the first reserve.
+    /// timeout, asking again
+    /// [`reconnect_attempts`](TransportBuilder::reconnect_attempts) times
+    /// with backoff (librdkafka re-opens connections lost later on its
+    /// own). Consumers are made per queue, on the first reserve.
     pub async fn connect(self, url: &str) -> Result<KafkaTransport, TransportError> {
         let settings = Settings {
             brokers: url::bootstrap_servers(url)?,
@@ -147,9 +168,28 @@ impl TransportBuilder<KafkaOptions> {
             .producer_config()
             .create()
             .map_err(|error| TransportError::Connect(Box::new(error)))?;
-        produce::check_reachable(&producer, settings.timeout).await?;
+        // librdkafka re-opens lost connections on its own; the attempts
+        // count here is how often a broker that does not answer yet is
+        // asked again, with backoff, before connecting fails.
+        let mut backoff = Duration::from_millis(50);
+        let mut attempts_left = self.reconnect_attempts;
+        loop {
+            match produce::check_reachable(&producer, settings.timeout).await {
+                Ok(()) => break,
+                Err(error) if attempts_left == 0 => return Err(error),
+                Err(_) => {
+                    attempts_left -= 1;
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+            }
+        }
         Ok(KafkaTransport {
-            inner: Arc::new(Inner { settings, producer }),
+            inner: Arc::new(Inner {
+                settings,
+                producer,
+                consumers: Consumers::default(),
+            }),
         })
     }
 }
@@ -179,6 +219,9 @@ pub struct KafkaTransport {
 struct Inner {
     settings: Settings,
     producer: FutureProducer,
+    /// One group consumer per work topic, made on its first reserve;
+    /// dropped with the transport, committing what is settled.
+    consumers: Consumers,
 }
 
 impl fmt::Debug for KafkaTransport {
@@ -241,7 +284,9 @@ impl Settings {
             .set("acks", "all")
             .set(
                 "message.timeout.ms",
-                tiers::millis(self.options.delivery_timeout).max(1).to_string(),
+                tiers::millis(self.options.delivery_timeout)
+                    .max(1)
+                    .to_string(),
             )
             .set(
                 "socket.timeout.ms",
@@ -268,5 +313,22 @@ impl Settings {
                 tiers::millis(self.timeout).max(10).to_string(),
             );
         self.with_user_settings(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::QUEUE_NAMES;
+
+    #[test]
+    fn topic_names_kafka_cannot_hold_are_refused() {
+        for bad in ["", ".", "..", "a b", "a/b", "é", "a:b"] {
+            assert!(QUEUE_NAMES.check(bad).is_err(), "{bad:?}");
+        }
+        assert!(QUEUE_NAMES.check(&"t".repeat(250)).is_err());
+        for good in ["orders", "orders.dlq", "orders.retry.1", "a_b-C.9", "..."] {
+            QUEUE_NAMES.check(good).unwrap();
+        }
+        QUEUE_NAMES.check(&"t".repeat(249)).unwrap();
     }
 }

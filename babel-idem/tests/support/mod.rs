@@ -8,6 +8,9 @@ use babel_idem::store::{StoreFuture, StoreOperation};
 use babel_idem::{InMemoryStore, Store, StoreError};
 use tracing_subscriber::fmt::MakeWriter;
 
+#[cfg(feature = "kafka-transport")]
+pub mod kafka;
+
 /// A `tracing_subscriber::fmt` writer that keeps what is written, for a
 /// test to read back with [`Captured::text`].
 #[derive(Clone, Default)]

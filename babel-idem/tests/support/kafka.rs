@@ -1,0 +1,385 @@
+//! Kafka helpers for the integration tests: the server URL or a skip line,
+//! unique topics made and deleted through the admin API, raw produce, and
+//! reading a topic or a group's committed offsets back.
+#![allow(dead_code, unreachable_pub)]
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use rdkafka::util::Timeout;
+
+/// The longest a helper waits for the broker before it fails the test (a
+/// guard against hanging, never a timing assertion).
+pub const PATIENCE: Duration = Duration::from_secs(60);
+
+/// `BABEL_IDEM_KAFKA_URL`, or `None` after a visible skip line; with
+/// `BABEL_IDEM_REQUIRE_SERVERS=1` a missing URL fails the test instead.
+pub fn kafka_url(test: &str) -> Option<String> {
+    match std::env::var("BABEL_IDEM_KAFKA_URL") {
+        Ok(url) if !url.trim().is_empty() => Some(url),
+        _ => {
+            let required = std::env::var("BABEL_IDEM_REQUIRE_SERVERS").is_ok_and(|v| v == "1");
+            assert!(
+                !required,
+                "{test}: BABEL_IDEM_KAFKA_URL is not set and BABEL_IDEM_REQUIRE_SERVERS=1"
+            );
+            eprintln!("skipped: {test}: BABEL_IDEM_KAFKA_URL is not set");
+            None
+        }
+    }
+}
+
+/// The `bootstrap.servers` of a `kafka://host:port[,host:port]` URL.
+pub fn bootstrap(url: &str) -> String {
+    url.trim_start_matches("kafka://").to_owned()
+}
+
+/// A name no other test run uses: `<prefix>-<uuid>`.
+pub fn unique(prefix: &str) -> String {
+    format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
+}
+
+fn admin(url: &str) -> AdminClient<DefaultClientContext> {
+    ClientConfig::new()
+        .set("bootstrap.servers", bootstrap(url))
+        .create()
+        .expect("an admin client")
+}
+
+/// Topics made for one test, and the consumer groups it names through
+/// [`Topics::group`]; [`Topics::delete`] removes them all.
+pub struct Topics {
+    url: String,
+    names: Vec<String>,
+    groups: std::sync::Mutex<Vec<String>>,
+}
+
+impl Topics {
+    /// Creates each of `names` with `partitions` partitions (replication 1)
+    /// and waits until the broker lists them.
+    pub async fn create(url: &str, names: &[String], partitions: i32) -> Topics {
+        let admin = admin(url);
+        let new: Vec<NewTopic<'_>> = names
+            .iter()
+            .map(|name| NewTopic::new(name, partitions, TopicReplication::Fixed(1)))
+            .collect();
+        let options = AdminOptions::new().operation_timeout(Some(Timeout::After(PATIENCE)));
+        let results = admin
+            .create_topics(&new, &options)
+            .await
+            .expect("CreateTopics answers");
+        for result in results {
+            if let Err((name, code)) = result {
+                panic!("creating topic {name} failed: {code:?}");
+            }
+        }
+        let topics = Topics {
+            url: url.to_owned(),
+            names: names.to_vec(),
+            groups: std::sync::Mutex::default(),
+        };
+        topics.await_metadata(partitions).await;
+        topics
+    }
+
+    /// Waits until every topic shows its partitions in the metadata.
+    async fn await_metadata(&self, partitions: i32) {
+        let url = self.url.clone();
+        let names = self.names.clone();
+        tokio::task::spawn_blocking(move || {
+            let consumer: BaseConsumer = ClientConfig::new()
+                .set("bootstrap.servers", bootstrap(&url))
+                .create()
+                .unwrap();
+            let deadline = Instant::now() + PATIENCE;
+            for name in names {
+                loop {
+                    let known = consumer
+                        .fetch_metadata(Some(&name), Duration::from_secs(5))
+                        .ok()
+                        .and_then(|metadata| {
+                            metadata
+                                .topics()
+                                .iter()
+                                .find(|topic| topic.name() == name && topic.error().is_none())
+                                .map(|topic| topic.partitions().len() as i32)
+                        });
+                    if known == Some(partitions) {
+                        break;
+                    }
+                    assert!(Instant::now() < deadline, "topic {name} never showed up");
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+        })
+        .await
+        .unwrap();
+    }
+
+    /// The topic names, in the order given.
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// A consumer group name no other test uses, deleted with the topics.
+    pub fn group(&self) -> String {
+        let group = unique("bi-group");
+        self.groups.lock().unwrap().push(group.clone());
+        group
+    }
+
+    /// Deletes the topics and the groups (best effort: a broker that
+    /// cannot is reported, not failed on). Call it once every client of
+    /// the groups is closed.
+    pub async fn delete(self) {
+        let admin = admin(&self.url);
+        let groups = self.groups.lock().unwrap().clone();
+        delete_groups(&admin, &groups).await;
+        let names: Vec<&str> = self.names.iter().map(String::as_str).collect();
+        match admin.delete_topics(&names, &AdminOptions::new()).await {
+            Ok(results) => {
+                for result in results {
+                    if let Err((name, code)) = result {
+                        eprintln!("note: deleting topic {name} failed: {code:?}");
+                    }
+                }
+            }
+            Err(error) => eprintln!("note: DeleteTopics failed: {error}"),
+        }
+    }
+}
+
+/// Deletes `groups` (best effort, reported).
+async fn delete_groups(admin: &AdminClient<DefaultClientContext>, groups: &[String]) {
+    if groups.is_empty() {
+        return;
+    }
+    let names: Vec<&str> = groups.iter().map(String::as_str).collect();
+    match admin.delete_groups(&names, &AdminOptions::new()).await {
+        Ok(results) => {
+            for result in results {
+                if let Err((name, code)) = result {
+                    eprintln!("note: deleting group {name} failed: {code:?}");
+                }
+            }
+        }
+        Err(error) => eprintln!("note: DeleteGroups failed: {error}"),
+    }
+}
+
+/// A plain producer (not the transport's), for records a test shapes itself.
+pub fn producer(url: &str) -> FutureProducer {
+    ClientConfig::new()
+        .set("bootstrap.servers", bootstrap(url))
+        .set("message.timeout.ms", "30000")
+        .create()
+        .expect("a producer")
+}
+
+/// Writes one record to `partition` of `topic` (the partitioner's choice
+/// when `None`) and waits for its delivery report.
+pub async fn produce(
+    producer: &FutureProducer,
+    topic: &str,
+    partition: Option<i32>,
+    key: Option<&[u8]>,
+    value: &[u8],
+    headers: &[(&str, &[u8])],
+) {
+    let owned = headers
+        .iter()
+        .fold(OwnedHeaders::new(), |all, (key, value)| {
+            all.insert(Header {
+                key,
+                value: Some(*value),
+            })
+        });
+    let mut record = FutureRecord::<[u8], [u8]>::to(topic)
+        .payload(value)
+        .headers(owned);
+    if let Some(key) = key {
+        record = record.key(key);
+    }
+    if let Some(partition) = partition {
+        record = record.partition(partition);
+    }
+    producer
+        .send(record, Timeout::After(PATIENCE))
+        .await
+        .map_err(|(error, _)| error)
+        .expect("the broker takes the record");
+}
+
+/// One record read back.
+#[derive(Debug, Clone)]
+pub struct Read {
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<Vec<u8>>,
+    pub value: Vec<u8>,
+    pub headers: Vec<(String, Vec<u8>)>,
+    pub timestamp: Option<i64>,
+}
+
+impl Read {
+    /// The value of header `name` as text.
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, value)| String::from_utf8_lossy(value).into_owned())
+    }
+
+    /// The header names, in order.
+    pub fn header_names(&self) -> Vec<&str> {
+        self.headers.iter().map(|(name, _)| name.as_str()).collect()
+    }
+}
+
+/// Reads `topic` from the start with a throwaway group (never committing)
+/// until `expected` records came, or until nothing more comes for `quiet`
+/// once `expected` is `None`; in (partition, offset) order.
+pub async fn read_all(
+    url: &str,
+    topic: &str,
+    expected: Option<usize>,
+    quiet: Duration,
+) -> Vec<Read> {
+    let reader_group = unique("bi-reader");
+    let (url_owned, group) = (url.to_owned(), reader_group.clone());
+    let topic = topic.to_owned();
+    let read = tokio::task::spawn_blocking(move || {
+        let url = url_owned;
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap(&url))
+            .set("group.id", &group)
+            .set("enable.auto.commit", "false")
+            .set("auto.offset.reset", "earliest")
+            .create()
+            .unwrap();
+        consumer.subscribe(&[&topic]).unwrap();
+        let deadline = Instant::now() + PATIENCE;
+        let mut last_seen = Instant::now();
+        let mut assigned = false;
+        let mut out = Vec::new();
+        loop {
+            if expected.is_some_and(|expected| out.len() >= expected) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "reading {topic}: {} of {expected:?} records",
+                out.len()
+            );
+            match consumer.poll(Duration::from_millis(200)) {
+                Some(Ok(message)) => {
+                    last_seen = Instant::now();
+                    out.push(Read {
+                        partition: message.partition(),
+                        offset: message.offset(),
+                        key: message.key().map(<[u8]>::to_vec),
+                        value: message.payload().map(<[u8]>::to_vec).unwrap_or_default(),
+                        headers: message
+                            .headers()
+                            .map(|headers| {
+                                headers
+                                    .iter()
+                                    .map(|h| {
+                                        (
+                                            h.key.to_owned(),
+                                            h.value.map(<[u8]>::to_vec).unwrap_or_default(),
+                                        )
+                                    })
+                                    .collect()
+                            })
+                            .unwrap_or_default(),
+                        timestamp: message.timestamp().to_millis(),
+                    });
+                }
+                Some(Err(error)) => panic!("reading {topic}: {error}"),
+                None => {
+                    if !assigned {
+                        assigned = consumer
+                            .assignment()
+                            .is_ok_and(|assignment| assignment.count() > 0);
+                        if assigned {
+                            last_seen = Instant::now();
+                        }
+                    }
+                    if expected.is_none() && assigned && last_seen.elapsed() >= quiet {
+                        break;
+                    }
+                }
+            }
+        }
+        out.sort_by_key(|read| (read.partition, read.offset));
+        // Leaves the group before it is deleted.
+        drop(consumer);
+        out
+    })
+    .await
+    .unwrap();
+    delete_groups(&admin(url), &[reader_group]).await;
+    read
+}
+
+/// The offsets `group` committed on the partitions `0..partitions` of
+/// `topic` (`None` for a partition without a commit).
+pub async fn committed(
+    url: &str,
+    group: &str,
+    topic: &str,
+    partitions: i32,
+) -> HashMap<i32, Option<i64>> {
+    let url = url.to_owned();
+    let group = group.to_owned();
+    let topic = topic.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap(&url))
+            .set("group.id", &group)
+            .set("enable.auto.commit", "false")
+            .create()
+            .unwrap();
+        let mut list = TopicPartitionList::new();
+        for partition in 0..partitions {
+            list.add_partition(&topic, partition);
+        }
+        let committed = consumer
+            .committed_offsets(list, Timeout::After(PATIENCE))
+            .expect("OffsetFetch answers");
+        committed
+            .elements_for_topic(&topic)
+            .iter()
+            .map(|element| {
+                let offset = match element.offset() {
+                    Offset::Offset(offset) => Some(offset),
+                    _ => None,
+                };
+                (element.partition(), offset)
+            })
+            .collect()
+    })
+    .await
+    .unwrap()
+}
+
+/// The end offset (one past the last record) of each partition of `topic`
+/// that holds records, read back record by record: `expected` records in
+/// all. (Not the broker's high watermark: tansu answers ListOffsets
+/// `latest` with one past the *first* offset of the last record batch.)
+pub async fn end_offsets(url: &str, topic: &str, expected: usize) -> HashMap<i32, i64> {
+    let mut ends = HashMap::new();
+    for read in read_all(url, topic, Some(expected), Duration::ZERO).await {
+        let end = ends.entry(read.partition).or_insert(0);
+        *end = (*end).max(read.offset + 1);
+    }
+    ends
+}
