@@ -67,7 +67,11 @@ async fn fill(url: &str, name: &str, count: usize) -> (String, String, String) {
         .unwrap();
     let made = admin
         .create_topics(
-            &[NewTopic::new(&topic, PARTITIONS, TopicReplication::Fixed(1))],
+            &[NewTopic::new(
+                &topic,
+                PARTITIONS,
+                TopicReplication::Fixed(1),
+            )],
             &AdminOptions::new(),
         )
         .await
@@ -168,13 +172,16 @@ async fn bench_babel_idem(url: &str, redis_url: &str, count: usize) -> Figures {
             .connect_lazy(redis_url)
             .unwrap(),
     );
-    let router = Router::builder()
-        .route(urn!("urn:babel:interop:created"), move |env: Envelope| {
-            let store = store.clone();
-            async move { run_once(store, &env, async { Ok::<(), babel_idem::StoreError>(()) }).await }
-        })
-        .build()
-        .unwrap();
+    let router =
+        Router::builder()
+            .route(urn!("urn:babel:interop:created"), move |env: Envelope| {
+                let store = store.clone();
+                async move {
+                    run_once(store, &env, async { Ok::<(), babel_idem::StoreError>(()) }).await
+                }
+            })
+            .build()
+            .unwrap();
     let consumer = Consumer::builder(router, transport.clone(), &topic)
         .concurrency(CONCURRENCY)
         .build()

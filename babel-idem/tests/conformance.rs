@@ -280,7 +280,10 @@ fn the_kafka_block_without_its_binding_is_listed_once_as_not_applicable() {
         .skipped_blocks()
         .filter(|(block, _)| *block == "kafka")
         .collect();
-    assert_eq!(kafka, [("kafka", "built without the feature kafka-transport")]);
+    assert_eq!(
+        kafka,
+        [("kafka", "built without the feature kafka-transport")]
+    );
 }
 
 /// A block of a binding babel-idem lacks is named in the report as not

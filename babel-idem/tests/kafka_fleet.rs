@@ -21,6 +21,7 @@
 
 mod consumer_support;
 mod store_contract;
+mod support;
 
 use std::collections::{BTreeSet, HashMap};
 use std::io::{BufRead, BufReader};
@@ -28,13 +29,14 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use babel_idem::Consumer;
 use babel_idem::store::RedisStore;
 use babel_idem::transport::KafkaTransport;
-use babel_idem::Consumer;
-use consumer_support::kafka_topic::{KAFKA_URL, Topic};
+use consumer_support::kafka_topic::Topic;
 use consumer_support::{effect_router, envelope_with_id, eventually};
 use redis::AsyncCommands;
-use store_contract::servers::{REDIS_URL, server_url, unique_suffix};
+use store_contract::servers::{REDIS_URL, server_url};
+use support::kafka::kafka_url;
 use tracing::field::{Field, Visit};
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 
@@ -108,11 +110,9 @@ fn kafka_worker() {
         panic!("{WORKER_ENV} is `<worker> <kafka> <redis> <topic> <group>`, got {spec:?}");
     };
     let worker: usize = worker.parse().expect("a worker number");
-    let subscriber = tracing_subscriber::registry().with(
-        Events(worker).with_filter(tracing_subscriber::filter::filter_fn(|metadata| {
-            metadata.target() == TARGET
-        })),
-    );
+    let subscriber = tracing_subscriber::registry().with(Events(worker).with_filter(
+        tracing_subscriber::filter::filter_fn(|metadata| metadata.target() == TARGET),
+    ));
     tracing::subscriber::set_global_default(subscriber).expect("one subscriber");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -216,13 +216,13 @@ fn assert_no_commit_passed_an_unsettled_record(lines: &[String]) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fleet_with_a_kill_and_a_join_runs_every_id_once_and_never_commits_past_unsettled_work() {
-    let test = "a_fleet_with_a_kill_and_a_join_runs_every_id_once_and_never_commits_past_unsettled_work";
-    let (Some(kafka), Some(redis_url)) = (server_url(KAFKA_URL, test), server_url(REDIS_URL, test))
-    else {
+    let test =
+        "a_fleet_with_a_kill_and_a_join_runs_every_id_once_and_never_commits_past_unsettled_work";
+    let (Some(kafka), Some(redis_url)) = (kafka_url(test), server_url(REDIS_URL, test)) else {
         return;
     };
     let topic = Topic::new(&kafka, PARTITIONS, 0).await;
-    let group = format!("bi-fleet-{}", unique_suffix());
+    let group = topic.group();
     let ids: Vec<String> = (0..IDS).map(|n| format!("fleet-{n:04}")).collect();
     let records: Vec<(Vec<u8>, Vec<u8>)> = (0..2)
         .flat_map(|copy| {
@@ -247,21 +247,27 @@ async fn a_fleet_with_a_kill_and_a_join_runs_every_id_once_and_never_commits_pas
             .await
             .unwrap()
     };
-    eventually("a third of the ids ran", || async { counts().await.len() >= IDS / 3 }).await;
+    eventually("a third of the ids ran", || async {
+        counts().await.len() >= IDS / 3
+    })
+    .await;
     workers[0].kill().expect("kill -9 a worker");
     let _ = workers[0].wait();
-    eventually("half of the ids ran", || async { counts().await.len() >= IDS / 2 }).await;
+    eventually("half of the ids ran", || async {
+        counts().await.len() >= IDS / 2
+    })
+    .await;
     workers.push(spawn_worker(3, &spec, &lines));
     eventually("every id ran", || async { counts().await.len() == IDS }).await;
 
     // The second copies are skipped, not run: wait until every record is
     // settled and committed, then stop the workers (each commits on stop).
-    let end_of = |positions: &[(Option<i64>, i64)]| {
-        positions.iter().all(|(committed, end)| *committed == Some(*end))
-    };
     let patience = tokio::time::Instant::now() + Duration::from_secs(120);
-    while !end_of(&topic.committed_and_ends(&group).await) {
-        assert!(tokio::time::Instant::now() < patience, "the group never committed every record");
+    while let Err(behind) = topic.all_committed(&group).await {
+        assert!(
+            tokio::time::Instant::now() < patience,
+            "the group never committed every record: {behind}"
+        );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     for worker in workers.iter_mut().skip(1) {
@@ -269,7 +275,9 @@ async fn a_fleet_with_a_kill_and_a_join_runs_every_id_once_and_never_commits_pas
         let status = worker.wait().expect("a worker stops");
         assert!(status.success(), "a worker failed: {status}");
     }
-    assert!(end_of(&topic.committed_and_ends(&group).await), "nothing is left uncommitted");
+    if let Err(behind) = topic.all_committed(&group).await {
+        panic!("something is left uncommitted: {behind}");
+    }
 
     let counts = counts().await;
     let twice: Vec<(&String, &i64)> = counts.iter().filter(|(_, n)| **n > 1).collect();
@@ -286,7 +294,10 @@ async fn a_fleet_with_a_kill_and_a_join_runs_every_id_once_and_never_commits_pas
         twice.len()
     );
     let mut connection = client.get_multiplexed_async_connection().await.unwrap();
-    let seen: Vec<String> = connection.keys(format!("{}:seen:*", topic.name)).await.unwrap();
+    let seen: Vec<String> = connection
+        .keys(format!("{}:seen:*", topic.name))
+        .await
+        .unwrap();
     let _: () = redis::cmd("DEL")
         .arg(&effects)
         .arg(&seen)

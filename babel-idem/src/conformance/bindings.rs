@@ -174,7 +174,9 @@ pub(super) fn kafka_property_projection(
     }
     for (name, value) in &written {
         if !expected.headers.contains_key(*name) {
-            problems.push(format!("header {name}: written ({value:?}) but not in the block"));
+            problems.push(format!(
+                "header {name}: written ({value:?}) but not in the block"
+            ));
         }
     }
     let created_at = serde_json::from_slice::<Value>(envelope)

@@ -378,7 +378,15 @@ async fn handle<T: Transport>(
         }
         .expect("the consumer never closes its semaphore");
         let mut slot = Some(permit);
-        let decided = decide(&shared, body, headers, attempts, &mut slot, Fate(Some(&tally))).await;
+        let decided = decide(
+            &shared,
+            body,
+            headers,
+            attempts,
+            &mut slot,
+            Fate(Some(&tally)),
+        )
+        .await;
         (decided, slot)
     };
     let ((outcome, settlement), mut slot) = kept_alive(&shared, &handle, decided).await;
@@ -439,10 +447,11 @@ async fn decide<T: Transport>(
         Some(attempts) => Delivery::new().with_attempts(attempts),
         None => Delivery::new(),
     };
-    let delivery = headers.into_iter().fold(
-        counted.with_queue(queue),
-        |delivery, (name, value)| delivery.with_header(name, value),
-    );
+    let delivery = headers
+        .into_iter()
+        .fold(counted.with_queue(queue), |delivery, (name, value)| {
+            delivery.with_header(name, value)
+        });
     // The delivery's hold on its handler slot, which its guards reach
     // through its context; the dispatch (and its guard's mark) over, the
     // next delivery of the id may go: `running` ends with the hold.

@@ -213,6 +213,7 @@ impl State {
     /// (`Some`) or held behind an earlier record of its key (`None`).
     fn take(&mut self, taken: Taken) -> Option<Taken> {
         self.ledger.take(taken.partition, taken.offset);
+        tracing::trace!(target: TARGET, partition = taken.partition, offset = taken.offset, "reserved");
         let Some(key) = &taken.key else {
             return Some(taken);
         };
@@ -294,6 +295,8 @@ impl ConsumerContext for Rebalancer {
             .collect();
         commit(consumer, &self.topic, &positions, CommitMode::Sync);
         for partition in partitions {
+            let offset = state.ledger.position(partition).unwrap_or(-1);
+            tracing::debug!(target: TARGET, topic = &*self.topic, partition, offset, "revoked");
             state.give_up(partition);
         }
     }
@@ -457,6 +460,7 @@ impl TopicConsumer {
         if let Some(key) = &handle.key {
             state.release_key(handle.partition, key);
         }
+        tracing::trace!(target: TARGET, topic = &*self.topic, partition = handle.partition, offset = handle.offset, "settled");
         if let Some(position) = state.ledger.settle(handle.partition, handle.offset) {
             // Async: the commit is queued here and answered through the
             // commit callback; a later position supersedes a failed one.

@@ -131,7 +131,10 @@ mod tests {
         let body = br#"{"job":"urn:babel:a:b","trace_id":"","meta":{}}"#;
         assert_eq!(
             projection(body),
-            vec![(JOB, "urn:babel:a:b".to_owned()), (ATTEMPTS, "0".to_owned())]
+            vec![
+                (JOB, "urn:babel:a:b".to_owned()),
+                (ATTEMPTS, "0".to_owned())
+            ]
         );
         assert_eq!(timestamp(body), None);
     }

@@ -43,14 +43,15 @@ pub(super) fn envelope_headers(body: &[u8], extra: &[(String, String)]) -> Vec<(
 
 /// `headers` as librdkafka's.
 pub(super) fn owned_headers(headers: &[(&str, &[u8])]) -> OwnedHeaders {
-    headers
-        .iter()
-        .fold(OwnedHeaders::new_with_capacity(headers.len()), |all, (key, value)| {
+    headers.iter().fold(
+        OwnedHeaders::new_with_capacity(headers.len()),
+        |all, (key, value)| {
             all.insert(Header {
                 key,
                 value: Some(*value),
             })
-        })
+        },
+    )
 }
 
 /// Writes `record` and waits for its delivery report: `Ok` with the

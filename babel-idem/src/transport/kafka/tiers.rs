@@ -188,7 +188,10 @@ mod tests {
             RetryTiers::new([secs(5), secs(5)]),
             Err(TierError::NotAscending { .. })
         ));
-        assert_eq!(RetryTiers::new([secs(1), secs(2)]).unwrap().delays().len(), 2);
+        assert_eq!(
+            RetryTiers::new([secs(1), secs(2)]).unwrap().delays().len(),
+            2
+        );
     }
 
     #[test]
@@ -220,6 +223,9 @@ mod tests {
         assert_eq!(tiers.parse_topic("orders.retry.0"), None);
         assert_eq!(tiers.parse_topic("orders.retry.x"), None);
         assert_eq!(tiers.parse_topic("orders"), None);
-        assert_eq!(tiers.topics("o"), vec!["o.retry.1", "o.retry.2", "o.retry.3", "o.retry.4"]);
+        assert_eq!(
+            tiers.topics("o"),
+            vec!["o.retry.1", "o.retry.2", "o.retry.3", "o.retry.4"]
+        );
     }
 }

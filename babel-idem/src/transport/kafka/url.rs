@@ -67,14 +67,8 @@ mod tests {
 
     #[test]
     fn a_host_without_a_port_gets_kafkas_default_port() {
-        assert_eq!(
-            bootstrap_servers("kafka://broker").unwrap(),
-            "broker:9092"
-        );
-        assert_eq!(
-            bootstrap_servers("kafka://[::1]").unwrap(),
-            "[::1]:9092"
-        );
+        assert_eq!(bootstrap_servers("kafka://broker").unwrap(), "broker:9092");
+        assert_eq!(bootstrap_servers("kafka://[::1]").unwrap(), "[::1]:9092");
         assert_eq!(
             bootstrap_servers("kafka://[::1]:9094").unwrap(),
             "[::1]:9094"
