@@ -34,7 +34,10 @@
 mod produce;
 mod url;
 
+mod dead_letters;
+mod delayed;
 pub(crate) mod headers;
+mod reinject;
 mod tiers;
 
 use std::fmt;
@@ -47,6 +50,9 @@ use rdkafka::producer::FutureProducer;
 use super::TransportBuilder;
 use crate::broker::TransportError;
 
+pub use self::dead_letters::DeadLetterHandle;
+pub use self::delayed::DelayError;
+pub use self::reinject::{DEFAULT_REINJECT_GROUP, ReinjectError, Reinjector, ReinjectorBuilder};
 pub use self::tiers::{DEFAULT_RETRY_TIERS, RetryTiers, TierError};
 
 /// The consumer group the workers share, as in every SDK of the family.
