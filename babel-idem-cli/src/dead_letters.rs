@@ -47,7 +47,9 @@ async fn connect(
             .await
             .map(|transport| Box::new(transport) as Box<dyn ErasedDeadLetters>),
         (None, None, None) => {
-            return Err(CliError::usage("give --redis URL, --amqp URL or --kafka URL"));
+            return Err(CliError::usage(
+                "give --redis URL, --amqp URL or --kafka URL",
+            ));
         }
     };
     connected.map_err(transport_failed)

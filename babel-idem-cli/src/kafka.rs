@@ -46,9 +46,7 @@ async fn reinject(
         .retry_tiers(args.tiers.clone())
         .connect(&args.kafka)
         .await
-        .map_err(|error| {
-            crate::dead_letters::transport_failed(error)
-        })?;
+        .map_err(crate::dead_letters::transport_failed)?;
     let mut builder = Reinjector::builder().group(&args.group);
     for topic in &args.topics {
         builder = builder.topic(topic);
@@ -60,7 +58,11 @@ async fn reinject(
             || {
                 format!(
                     "would re-inject from {} (dry run: nothing moved)",
-                    topics.iter().map(|t| escaped(t).into_owned()).collect::<Vec<_>>().join(", ")
+                    topics
+                        .iter()
+                        .map(|t| escaped(t).into_owned())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 )
             },
             || json!({ "topics": topics, "reinjected": 0, "dry_run": true }),
@@ -70,7 +72,12 @@ async fn reinject(
     tracing::info!(topics = ?topics, group = %args.group, "re-injecting until SIGTERM or Ctrl-C");
     let reinjected = reinjector.run(crate::outbox::terminated()).await;
     out.emit(
-        || format!("re-injected {reinjected} records from {} tier topics", topics.len()),
+        || {
+            format!(
+                "re-injected {reinjected} records from {} tier topics",
+                topics.len()
+            )
+        },
         || json!({ "topics": topics, "reinjected": reinjected, "dry_run": false }),
     );
     Ok(Exit::Ok)

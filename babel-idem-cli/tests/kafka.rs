@@ -13,11 +13,7 @@ use babel_idem::envelope::{DeadLetter, DeadLetterReason};
 use rdkafka::message::Message;
 use serde_json::{Value, json};
 
-#[allow(
-    dead_code,
-    unreachable_pub,
-    reason = "the library tests' Kafka helpers; this file uses some"
-)]
+// The library tests' Kafka helpers (their own `allow`s: this file uses some).
 #[path = "../../babel-idem/tests/support/kafka_topics.rs"]
 mod kafka_topics;
 
@@ -155,17 +151,27 @@ async fn redrive_over_kafka_moves_the_selected_record_with_its_key() {
     let (queue, topics) = dead_lettered(&url, &["m-1", "m-2"]).await;
     let dlq = format!("{queue}.dlq");
 
-    let run = cli(&["redrive", "--kafka", &url, "--from", &dlq, "--id", "m-2", "--json"]);
+    let run = cli(&[
+        "redrive", "--kafka", &url, "--from", &dlq, "--id", "m-2", "--json",
+    ]);
     let lines = run.ok().json_lines();
     let summary = lines.last().unwrap();
-    assert_eq!((&summary["moved"], &summary["skipped"]), (&json!(1), &json!(1)));
+    assert_eq!(
+        (&summary["moved"], &summary["skipped"]),
+        (&json!(1), &json!(1))
+    );
 
     let work = read_all(topics.bootstrap(), &queue).await;
     assert_eq!(work.len(), 1);
     assert_eq!(work[0].key(), Some(&b"m-2"[..]));
     assert_eq!(id_of(work[0].payload().unwrap()), "m-2");
     let left = cli(&["dlq", "list", "--kafka", &url, &dlq, "--json"]);
-    let ids: Vec<Value> = left.ok().json_lines().iter().map(|l| l["id"].clone()).collect();
+    let ids: Vec<Value> = left
+        .ok()
+        .json_lines()
+        .iter()
+        .map(|l| l["id"].clone())
+        .collect();
     assert_eq!(ids, [json!("m-1")]);
 }
 
@@ -190,7 +196,12 @@ async fn kafka_reinject_killed_mid_run_loses_no_record_and_stops_cleanly_on_sigt
     let Some(url) = kafka_url(test) else { return };
     let queue = unique("bi-cli-reinject");
     let tier = format!("{queue}.retry.1");
-    let topics = Topics::create(&url, &[queue.clone(), tier.clone(), format!("{queue}.retry.2")], 1).await;
+    let topics = Topics::create(
+        &url,
+        &[queue.clone(), tier.clone(), format!("{queue}.retry.2")],
+        1,
+    )
+    .await;
     let ids: Vec<String> = (0..20).map(|n| format!("r-{n}")).collect();
     for id in &ids {
         produce(

@@ -93,12 +93,18 @@ async fn looking_reads_every_record_in_order_takes_none_and_commits_nothing() {
         let ids: Vec<Option<&str>> = records.iter().map(|r| r.id.as_deref()).collect();
         assert_eq!(ids, [Some("l-1"), Some("l-2"), Some("l-3")]);
         assert_eq!(records[0].reason, "failed");
-        assert_eq!(records[0].original_queue.as_deref(), Some(queue.name.as_str()));
+        assert_eq!(
+            records[0].original_queue.as_deref(),
+            Some(queue.name.as_str())
+        );
     }
     let records = transport.dead_letters(&queue.dlq(), Some(2)).await.unwrap();
     assert_eq!(records.len(), 2);
     assert_eq!(queue.committed().await, None, "a look commits nothing");
-    assert_eq!(read_all(queue.topics.bootstrap(), &queue.dlq()).await.len(), 3);
+    assert_eq!(
+        read_all(queue.topics.bootstrap(), &queue.dlq()).await.len(),
+        3
+    );
 }
 
 #[tokio::test]
@@ -134,8 +140,15 @@ async fn a_run_that_only_looked_and_put_back_commits_nothing() {
     run.close().await.unwrap();
 
     assert_eq!(queue.committed().await, None);
-    assert_eq!(read_all(queue.topics.bootstrap(), &queue.dlq()).await.len(), 2);
-    let mut again = transport.open_dead_letters(&queue.dlq()).await.unwrap().unwrap();
+    assert_eq!(
+        read_all(queue.topics.bootstrap(), &queue.dlq()).await.len(),
+        2
+    );
+    let mut again = transport
+        .open_dead_letters(&queue.dlq())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(again.depth().await.unwrap(), 2);
     again.close().await.unwrap();
 }
@@ -170,7 +183,10 @@ async fn redrive_republishes_a_record_with_its_key_and_takes_it_off_the_dlq() {
     let left = transport.dead_letters(&queue.dlq(), None).await.unwrap();
     let ids: Vec<Option<&str>> = left.iter().map(|r| r.id.as_deref()).collect();
     assert_eq!(ids, [Some("r-2")]);
-    assert_eq!(read_all(queue.topics.bootstrap(), &queue.dlq()).await.len(), 2);
+    assert_eq!(
+        read_all(queue.topics.bootstrap(), &queue.dlq()).await.len(),
+        2
+    );
 }
 
 #[tokio::test]
@@ -217,8 +233,15 @@ async fn a_dry_run_moves_nothing_and_commits_nothing() {
         .unwrap();
     assert_eq!((report.moved, report.would_move), (0, 1));
     assert_eq!(queue.committed().await, None);
-    assert!(read_all(queue.topics.bootstrap(), &queue.name).await.is_empty());
-    assert_eq!(read_all(queue.topics.bootstrap(), &queue.dlq()).await.len(), 1);
+    assert!(
+        read_all(queue.topics.bootstrap(), &queue.name)
+            .await
+            .is_empty()
+    );
+    assert_eq!(
+        read_all(queue.topics.bootstrap(), &queue.dlq()).await.len(),
+        1
+    );
 }
 
 #[tokio::test]
@@ -228,13 +251,25 @@ async fn a_dlq_topic_that_does_not_exist_opens_no_run_and_is_not_created() {
     let transport = KafkaTransport::connect(&url).await.unwrap();
     let missing = unique("bi-kafka-missing");
 
-    assert!(transport.open_dead_letters(&missing).await.unwrap().is_none());
+    assert!(
+        transport
+            .open_dead_letters(&missing)
+            .await
+            .unwrap()
+            .is_none()
+    );
     let error = transport
         .redrive(&missing, &RedriveOptions::new())
         .await
         .unwrap_err();
     assert!(matches!(error, RedriveError::MissingQueue(_)), "{error}");
-    assert!(transport.open_dead_letters(&missing).await.unwrap().is_none());
+    assert!(
+        transport
+            .open_dead_letters(&missing)
+            .await
+            .unwrap()
+            .is_none()
+    );
     let Err(refused) = transport.open_dead_letters("no spaces").await else {
         panic!("a topic name with spaces was taken");
     };
@@ -259,7 +294,11 @@ async fn depth_counts_every_partition_from_the_runs_start() {
         .await;
     }
     let transport = KafkaTransport::connect(&url).await.unwrap();
-    let mut run = transport.open_dead_letters(&queue.dlq()).await.unwrap().unwrap();
+    let mut run = transport
+        .open_dead_letters(&queue.dlq())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(run.depth().await.unwrap(), 3);
     let page = run.look(10).await.unwrap();
     let mut partitions: Vec<i32> = page.iter().map(|m| m.handle.partition()).collect();

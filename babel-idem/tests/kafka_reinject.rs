@@ -75,7 +75,10 @@ impl Work {
         let mut written = 0;
         let mut first = None;
         while written < count {
-            assert!(Instant::now() < deadline, "re-injected {written} of {count}");
+            assert!(
+                Instant::now() < deadline,
+                "re-injected {written} of {count}"
+            );
             if let Ok(n) = reinjector.run_once().await {
                 written += n;
                 if n > 0 {
@@ -229,7 +232,10 @@ async fn the_reinjector_copies_key_value_and_other_headers_byte_for_byte_and_fal
             key: Some(b"customer-\x01"),
             value,
             headers: vec![
-                ("traceparent", Some(b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")),
+                (
+                    "traceparent",
+                    Some(b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+                ),
                 ("bq-delay", Some(b"1000")),
                 ("x-null", None),
                 ("x-bytes", Some(b"\xfe\xff")),
@@ -298,7 +304,11 @@ async fn a_reinjector_stopped_before_it_commits_leaves_the_record_for_the_next_o
         assert_eq!(first.run_once().await.unwrap_or(0), 0);
     }
     drop(first);
-    assert!(read_all(work.topics.bootstrap(), &work.name).await.is_empty());
+    assert!(
+        read_all(work.topics.bootstrap(), &work.name)
+            .await
+            .is_empty()
+    );
 
     let mut second = work.reinjector(&transport, &group).await;
     work.reinject(&mut second, 1).await;
@@ -314,8 +324,9 @@ async fn a_reinjector_stopped_before_it_commits_leaves_the_record_for_the_next_o
 
 #[tokio::test]
 async fn a_write_that_fails_leaves_the_record_on_its_tier_and_it_is_written_once_the_target_exists()
- {
-    let test = "a_write_that_fails_leaves_the_record_on_its_tier_and_it_is_written_once_the_target_exists";
+{
+    let test =
+        "a_write_that_fails_leaves_the_record_on_its_tier_and_it_is_written_once_the_target_exists";
     let Some(url) = kafka_url(test) else { return };
     let work = Work::new(&url).await;
     let transport = KafkaTransport::builder()
@@ -352,7 +363,10 @@ async fn a_write_that_fails_leaves_the_record_on_its_tier_and_it_is_written_once
         }
     }
     let committed = kafka_topics::committed(&bootstrap, &group, &work.tier(1), 1).await;
-    assert_eq!(committed[&0], None, "nothing committed past the failed record");
+    assert_eq!(
+        committed[&0], None,
+        "nothing committed past the failed record"
+    );
 
     let _target = Topics::create(&url, std::slice::from_ref(&missing), 1).await;
     work.reinject(&mut reinjector, 1).await;
@@ -371,7 +385,13 @@ async fn a_message_the_python_sdk_parks_is_reinjected_by_ours() {
     let args = ["publish-delayed", &url, &work.name, "800", "1000,3000"]
         .map(str::to_owned)
         .to_vec();
-    python_peer(&python, "kafka_retry_peer.py", args, json!({ "body": body })).await;
+    python_peer(
+        &python,
+        "kafka_retry_peer.py",
+        args,
+        json!({ "body": body }),
+    )
+    .await;
     let parked = read_all(work.topics.bootstrap(), &work.tier(1)).await;
     assert_eq!(parked.len(), 1, "Python parks 800 ms on the 1 s tier");
 
@@ -384,7 +404,10 @@ async fn a_message_the_python_sdk_parks_is_reinjected_by_ours() {
     assert_eq!(delivered[0].payload(), Some(body.as_bytes()));
     assert_eq!(header(&delivered[0], "bq-delay"), None);
     assert_eq!(header(&delivered[0], "bq-original-topic"), None);
-    assert_eq!(header(&delivered[0], "bq-message-id").as_deref(), Some("py-1"));
+    assert_eq!(
+        header(&delivered[0], "bq-message-id").as_deref(),
+        Some("py-1")
+    );
 }
 
 #[tokio::test]
@@ -412,5 +435,8 @@ async fn a_message_we_park_is_reinjected_by_the_python_sdk() {
     assert_eq!(delivered[0].payload(), Some(&body[..]));
     assert_eq!(header(&delivered[0], "bq-delay"), None);
     assert_eq!(header(&delivered[0], "bq-original-topic"), None);
-    assert_eq!(header(&delivered[0], "bq-message-id").as_deref(), Some("rs-1"));
+    assert_eq!(
+        header(&delivered[0], "bq-message-id").as_deref(),
+        Some("rs-1")
+    );
 }

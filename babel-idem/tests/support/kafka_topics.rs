@@ -294,12 +294,13 @@ pub async fn committed(
             .expect("committed offsets");
         (0..partitions)
             .map(|partition| {
-                let offset = committed
-                    .find_partition(&topic, partition)
-                    .and_then(|e| match e.offset() {
-                        Offset::Offset(offset) => Some(offset),
-                        _ => None,
-                    });
+                let offset =
+                    committed
+                        .find_partition(&topic, partition)
+                        .and_then(|e| match e.offset() {
+                            Offset::Offset(offset) => Some(offset),
+                            _ => None,
+                        });
                 (partition, offset)
             })
             .collect()

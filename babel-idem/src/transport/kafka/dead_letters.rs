@@ -1,25 +1,5 @@
 //! The dead-letter topic operations of [`KafkaTransport`]
-//! ([`DeadLetters`]): a Kafka topic is a log, read from a consumer group's
-//! committed position and never shortened, so a run takes a record by
-//! moving its group's position past it.
-//!
-//! | operation | what it does |
-//! |---|---|
-//! | open | topic metadata (a topic that does not exist opens no run, and is not created); the run's group's committed offsets; a consumer assigned to every partition from there (no group join) |
-//! | depth | the sum over partitions of the high watermark minus the run's start (the committed offset, or the low watermark without one) |
-//! | look | polls records from the start, in each partition's order; reads, takes nothing |
-//! | republish | the redriven body to the target topic with the record's key kept, the envelope's `bq-` headers and the copy's own, broker-confirmed; the record is then done |
-//! | put back | when the run moved a later record of the same partition, the record is appended again to the dead-letter topic as stored (value, key, headers, timestamp) at close, confirmed; else it stays where it is |
-//! | close | commits each partition's position up to its lowest record neither republished nor appended again; a run that moved nothing commits nothing |
-//!
-//! The run's consumer group is `<transport group>-redrive`
-//! (`babelqueue-redrive` by default): the workers' group never reads a
-//! dead-letter topic, and its offsets are not touched.
-//!
-//! A run killed before its close commits nothing: every record stays in
-//! the dead-letter topic, and the records it republished are there and on
-//! their target, with the same `meta.id`. One killed between appending a
-//! record again and the commit leaves that record twice in the topic.
+//! ([`DeadLetters`]); what each does is on the impl.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -33,11 +13,11 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::util::Timeout;
 use rdkafka::{Offset, TopicPartitionList};
 
+use super::KafkaTransport;
 use super::delayed::check_topic;
 use super::headers;
 use super::produce::{self, Record};
 use super::reinject::{self, Copy};
-use super::KafkaTransport;
 use crate::broker::{
     BoxedRun, DeadLetterMessage, DeadLetterRun, DeadLetters, Outgoing, TransportError,
     TransportFuture,
@@ -96,7 +76,28 @@ impl DeadLetterHandle {
     }
 }
 
-/// A topic that does not exist opens no run, and is not created.
+/// The dead-letter topic operations of [`KafkaTransport`]
+/// ([`DeadLetters`]): a Kafka topic is a log, read from a consumer group's
+/// committed position and never shortened, so a run takes a record by
+/// moving its group's position past it.
+///
+/// | operation | what it does |
+/// |---|---|
+/// | open | topic metadata (a topic that does not exist opens no run, and is not created); the run's group's committed offsets; a consumer assigned to every partition from there (no group join) |
+/// | depth | the sum over partitions of the high watermark minus the run's start (the committed offset, or the low watermark without one) |
+/// | look | polls records from the start, in each partition's order; reads, takes nothing |
+/// | republish | the redriven body to the target topic with the record's key kept, the envelope's `bq-` headers and the copy's own, broker-confirmed; the record is then done |
+/// | put back | when the run moved a later record of the same partition, the record is appended again to the dead-letter topic as stored (value, key, headers, timestamp) at close, confirmed; else it stays where it is |
+/// | close | commits each partition's position up to its lowest record neither republished nor appended again; a run that moved nothing commits nothing |
+///
+/// The run's consumer group is `<transport group>-redrive`
+/// (`babelqueue-redrive` by default): the workers' group never reads a
+/// dead-letter topic, and its offsets are not touched.
+///
+/// A run killed before its close commits nothing: every record stays in
+/// the dead-letter topic, and the records it republished are there and on
+/// their target, with the same `meta.id`. One killed between appending a
+/// record again and the commit leaves that record twice in the topic.
 impl DeadLetters for KafkaTransport {
     type Handle = DeadLetterHandle;
 
@@ -179,12 +180,13 @@ fn starts(
         let (low, high) = consumer
             .fetch_watermarks(dlq, id, Timeout::After(timeout))
             .map_err(broker)?;
-        let committed = committed
-            .find_partition(dlq, id)
-            .and_then(|element| match element.offset() {
-                Offset::Offset(offset) => Some(offset),
-                _ => None,
-            });
+        let committed =
+            committed
+                .find_partition(dlq, id)
+                .and_then(|element| match element.offset() {
+                    Offset::Offset(offset) => Some(offset),
+                    _ => None,
+                });
         // A committed offset the retention has passed starts at the log's start.
         let start = committed.map_or(low, |committed| committed.clamp(low, high.max(low)));
         partitions.insert(
@@ -284,7 +286,11 @@ impl KafkaDlq {
             let Some(last_moved) = last_moved else {
                 continue;
             };
-            for fate in partition.looked.range_mut(..last_moved).map(|(_, fate)| fate) {
+            for fate in partition
+                .looked
+                .range_mut(..last_moved)
+                .map(|(_, fate)| fate)
+            {
                 let Fate::PutBack(kept) = fate else {
                     continue;
                 };
@@ -356,12 +362,18 @@ impl DeadLetterRun for KafkaDlq {
         })
     }
 
-    fn look(&mut self, max: usize) -> TransportFuture<'_, Vec<DeadLetterMessage<DeadLetterHandle>>> {
+    fn look(
+        &mut self,
+        max: usize,
+    ) -> TransportFuture<'_, Vec<DeadLetterMessage<DeadLetterHandle>>> {
         Box::pin(async move {
             let mut page = Vec::new();
             let consumer = Arc::clone(&self.consumer);
             while page.len() < max
-                && self.partitions.values().any(|partition| partition.next < partition.high)
+                && self
+                    .partitions
+                    .values()
+                    .any(|partition| partition.next < partition.high)
             {
                 let received = match tokio::time::timeout(self.timeout, consumer.recv()).await {
                     Ok(received) => received.map_err(broker)?,

@@ -8,8 +8,8 @@ use super::headers::{self, DELAY, ORIGINAL_TOPIC};
 use super::produce::{self, Record};
 use super::tiers::millis;
 use super::{KafkaTransport, TierError};
-use crate::transport::binding::QueueNames;
 use crate::broker::TransportError;
+use crate::transport::binding::QueueNames;
 
 /// Why [`KafkaTransport::publish_delayed`] published nothing, or failed.
 ///

@@ -1,33 +1,6 @@
-//! [`Reinjector`]: moves the records parked on the retry tiers
-//! `<work>.retry.<n>` back to their work topic once they are due, byte for
-//! byte, as the Python SDK's `kafka_retry.RetryReinjector` does.
-//!
-//! # What it does to a record
-//!
-//! - The value and the key are copied byte for byte (a null key stays
-//!   null, an empty one empty); the value is never decoded, and
-//!   `attempts` is not touched (the retry that parked it advanced it).
-//! - `bq-delay` and `bq-original-topic` are dropped; every other header is
-//!   kept, in order.
-//! - It goes to the topic `bq-original-topic` names, or, without the
-//!   header, to the work part of the tier topic's name.
-//! - It is due at `record timestamp + tier delay`, clamped to `[now, now +
-//!   tier delay]` (a producer clock running ahead cannot park it for longer
-//!   than one tier, one running behind cannot release it early); a record
-//!   with no timestamp is due one full tier from when it is read.
-//!
-//! # Delivery
-//!
-//! - The poll loop never blocks on a record that is not due: the partition
-//!   holding it is paused, and resumed once its held records are written.
-//! - Records of one partition are written in order: only a partition's
-//!   head waits for its due time, and nothing overtakes it.
-//! - A record's offset is committed only after the broker confirmed its
-//!   write to the work topic. A process killed in between writes it again
-//!   on its next run (at least once: the consumer's idempotency absorbs the
-//!   duplicate); nothing is lost.
-//! - A failed write seeks the partition back to the record, which is read
-//!   and tried again; no commit passes it.
+//! [`Reinjector`]: moves the records parked on the retry tiers back to
+//! their work topic once due, as the Python SDK's
+//! `kafka_retry.RetryReinjector` does.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::error::Error as StdError;
@@ -266,8 +239,34 @@ impl ReinjectorBuilder {
 
 /// The retry tiers' re-injector: consumes every `<work>.retry.<n>` of its
 /// work topics in its own group and writes each record back to its work
-/// topic once due. See the [module docs](self) for what it does to a record
-/// and its delivery rules.
+/// topic once due, byte for byte.
+///
+/// # What it does to a record
+///
+/// - The value and the key are copied byte for byte (a null key stays
+///   null, an empty one empty); the value is never decoded, and
+///   `attempts` is not touched (the retry that parked it advanced it).
+/// - `bq-delay` and `bq-original-topic` are dropped; every other header is
+///   kept, in order.
+/// - It goes to the topic `bq-original-topic` names, or, without the
+///   header, to the work part of the tier topic's name.
+/// - It is due at `record timestamp + tier delay`, clamped to `[now, now +
+///   tier delay]` (a producer clock running ahead cannot park it for longer
+///   than one tier, one running behind cannot release it early); a record
+///   with no timestamp is due one full tier from when it is read.
+///
+/// # Delivery
+///
+/// - The poll loop never blocks on a record that is not due: the partition
+///   holding it is paused, and resumed once its held records are written.
+/// - Records of one partition are written in order: only a partition's
+///   head waits for its due time, and nothing overtakes it.
+/// - A record's offset is committed only after the broker confirmed its
+///   write to the work topic. A process killed in between writes it again
+///   on its next run (at least once: the consumer's idempotency absorbs the
+///   duplicate); nothing is lost.
+/// - A failed write seeks the partition back to the record, which is read
+///   and tried again; no commit passes it.
 ///
 /// Run one beside the workers of a transport with retry tiers: without it
 /// a parked record is never delivered.
@@ -393,7 +392,13 @@ impl Reinjector {
     async fn poll(&mut self) -> Result<(), ReinjectError> {
         self.forget_revoked();
         let mut wait = self.poll_interval;
-        if let Some(nearest) = self.held.values().filter_map(VecDeque::front).map(|h| h.due).min() {
+        if let Some(nearest) = self
+            .held
+            .values()
+            .filter_map(VecDeque::front)
+            .map(|h| h.due)
+            .min()
+        {
             wait = wait.min(nearest.saturating_duration_since(Instant::now()));
         }
         let consumer = Arc::clone(&self.consumer);
@@ -420,7 +425,12 @@ impl Reinjector {
         let partition = record.partition();
         let Some((_, tier)) = self.tiers.parse_topic(&topic) else {
             // Unreachable through the subscription; never loop on it.
-            tracing::error!(topic, partition, offset = record.offset(), "record on a topic that is no configured retry tier: left uncommitted");
+            tracing::error!(
+                topic,
+                partition,
+                offset = record.offset(),
+                "record on a topic that is no configured retry tier: left uncommitted"
+            );
             return;
         };
         let record_ms = record.timestamp().to_millis().filter(|ms| *ms >= 0);
@@ -589,7 +599,12 @@ impl Reinjector {
         );
         let timeout = self.timeout;
         tokio::task::spawn_blocking(move || {
-            consumer.seek(&topic, partition, Offset::Offset(offset), Timeout::After(timeout))
+            consumer.seek(
+                &topic,
+                partition,
+                Offset::Offset(offset),
+                Timeout::After(timeout),
+            )
         })
         .await
         .map_err(|error| ReinjectError::Consume(Box::new(error)))?
@@ -633,12 +648,17 @@ fn due_in(record_ms: Option<i64>, tier: Duration, now_ms: i64) -> Duration {
 fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |since| i64::try_from(since.as_millis()).unwrap_or(i64::MAX))
+        .map_or(0, |since| {
+            i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+        })
 }
 
 /// A record's headers as stored (a null value stays null), without those
 /// named in `dropped`.
-pub(super) fn kept_headers(headers: &impl Headers, dropped: &[&str]) -> Vec<(String, Option<Vec<u8>>)> {
+pub(super) fn kept_headers(
+    headers: &impl Headers,
+    dropped: &[&str],
+) -> Vec<(String, Option<Vec<u8>>)> {
     headers
         .iter()
         .filter(|header| !dropped.contains(&header.key))
