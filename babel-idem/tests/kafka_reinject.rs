@@ -283,6 +283,40 @@ async fn the_reinjector_copies_key_value_and_other_headers_byte_for_byte_and_fal
 }
 
 #[tokio::test]
+async fn a_due_record_never_overtakes_an_earlier_one_of_its_partition() {
+    let test = "a_due_record_never_overtakes_an_earlier_one_of_its_partition";
+    let Some(url) = kafka_url(test) else { return };
+    let work = Work::new(&url).await;
+    let transport = work.transport(&url).await;
+    let bootstrap = work.topics.bootstrap().to_owned();
+    // First due in a whole tier (3 s), second due at once (an old
+    // timestamp): the second waits behind the first.
+    for (value, timestamp) in [
+        (&b"first"[..], now_ms()),
+        (&b"second"[..], now_ms() - 60_000),
+    ] {
+        produce(
+            &bootstrap,
+            &work.tier(2),
+            Raw {
+                value,
+                headers: vec![("bq-original-topic", Some(work.name.as_bytes()))],
+                timestamp: Some(timestamp),
+                ..Raw::default()
+            },
+        )
+        .await;
+    }
+
+    let mut reinjector = work.reinjector(&transport, &unique("bi-reinject")).await;
+    work.reinject(&mut reinjector, 2).await;
+
+    let delivered = read_all(&bootstrap, &work.name).await;
+    let values: Vec<&[u8]> = delivered.iter().filter_map(|r| r.payload()).collect();
+    assert_eq!(values, [&b"first"[..], &b"second"[..]]);
+}
+
+#[tokio::test]
 async fn a_reinjector_stopped_before_it_commits_leaves_the_record_for_the_next_one() {
     let test = "a_reinjector_stopped_before_it_commits_leaves_the_record_for_the_next_one";
     let Some(url) = kafka_url(test) else { return };

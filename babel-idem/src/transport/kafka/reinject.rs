@@ -755,6 +755,13 @@ mod tests {
         assert_eq!(due_in(None, 30 * SECOND, 60_000), 30 * SECOND);
     }
 
+    /// A process spawns its re-injector on a multi-threaded runtime.
+    #[allow(dead_code, reason = "checked at compile time only")]
+    fn the_loop_can_be_spawned(reinjector: Reinjector) {
+        fn send<T: Send + 'static>(_: T) {}
+        send(reinjector.run(std::future::pending()));
+    }
+
     #[test]
     fn extreme_timestamps_do_not_overflow() {
         assert_eq!(due_in(Some(i64::MAX), 5 * SECOND, 0), 5 * SECOND);
