@@ -317,6 +317,69 @@ async fn a_due_record_never_overtakes_an_earlier_one_of_its_partition() {
 }
 
 #[tokio::test]
+async fn two_reinjectors_of_one_group_share_the_tiers_and_lose_no_record() {
+    let test = "two_reinjectors_of_one_group_share_the_tiers_and_lose_no_record";
+    let Some(url) = kafka_url(test) else { return };
+    let name = unique("bi-kafka-reinject");
+    let tiers = RetryTiers::new([Duration::from_secs(4)]).unwrap();
+    let names = vec![name.clone(), tiers.topic(&name, 1)];
+    let topics = Topics::create(&url, &names, 4).await;
+    let wanted: std::collections::BTreeSet<String> = (0..24).map(|n| format!("s-{n}")).collect();
+    for (n, value) in wanted.iter().enumerate() {
+        produce(
+            topics.bootstrap(),
+            &names[1],
+            Raw {
+                value: value.as_bytes(),
+                headers: vec![("bq-original-topic", Some(name.as_bytes()))],
+                timestamp: Some(now_ms()),
+                partition: Some(n as i32 % 4),
+                ..Raw::default()
+            },
+        )
+        .await;
+    }
+    let transport = KafkaTransport::builder()
+        .retry_tiers(tiers)
+        .connect(&url)
+        .await
+        .unwrap();
+    let group = unique("bi-reinject");
+    let reinjector = |transport: &KafkaTransport| {
+        Reinjector::builder()
+            .topic(&name)
+            .group(&group)
+            .poll_interval(Duration::from_millis(100))
+            .build(transport)
+            .unwrap()
+    };
+    // The first holds records of every partition when the second joins:
+    // the group takes some away from it, held and unwritten.
+    let mut one = reinjector(&transport);
+    let deadline = Instant::now() + PATIENCE;
+    while one.held_count() < 4 {
+        assert!(Instant::now() < deadline, "the first read nothing");
+        let _ = one.run_once().await;
+    }
+    let mut two = reinjector(&transport);
+
+    // Both step side by side until the work topic holds every record.
+    loop {
+        let _ = tokio::join!(one.run_once(), two.run_once());
+        let delivered: std::collections::BTreeSet<String> = read_all(topics.bootstrap(), &name)
+            .await
+            .iter()
+            .map(|r| String::from_utf8(r.payload().unwrap().to_vec()).unwrap())
+            .collect();
+        assert!(delivered.is_subset(&wanted), "{delivered:?}");
+        if delivered == wanted {
+            break;
+        }
+        assert!(Instant::now() < deadline, "delivered {delivered:?}");
+    }
+}
+
+#[tokio::test]
 async fn a_reinjector_stopped_before_it_commits_leaves_the_record_for_the_next_one() {
     let test = "a_reinjector_stopped_before_it_commits_leaves_the_record_for_the_next_one";
     let Some(url) = kafka_url(test) else { return };

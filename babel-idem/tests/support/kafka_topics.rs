@@ -215,6 +215,11 @@ pub async fn produce(bootstrap: &str, topic: &str, record: Raw<'_>) -> (i32, i64
     (delivery.partition, delivery.offset)
 }
 
+/// How long a read waits for one more record once it reached every
+/// partition's high watermark (tansu reports the high watermark as the last
+/// batch's base offset + 1, short of a batch of several records).
+const SETTLE: Duration = Duration::from_millis(1000);
+
 /// Every record of `topic` now, partition by partition, in offset order.
 pub async fn read_all(bootstrap: &str, topic: &str) -> Vec<OwnedMessage> {
     let bootstrap = bootstrap.to_owned();
@@ -229,41 +234,51 @@ pub async fn read_all(bootstrap: &str, topic: &str) -> Vec<OwnedMessage> {
         let metadata = consumer
             .fetch_metadata(Some(&topic), Timeout::After(PATIENCE))
             .expect("metadata");
-        let partitions: Vec<i32> = metadata.topics()[0]
-            .partitions()
-            .iter()
-            .map(|p| p.id())
-            .collect();
-        let mut records = Vec::new();
-        for partition in partitions {
+        let mut list = TopicPartitionList::new();
+        let mut ends = BTreeMap::new();
+        for partition in metadata.topics()[0].partitions() {
             let (low, high) = consumer
-                .fetch_watermarks(&topic, partition, Timeout::After(PATIENCE))
+                .fetch_watermarks(&topic, partition.id(), Timeout::After(PATIENCE))
                 .expect("watermarks");
-            if high <= low {
-                continue;
-            }
-            let mut list = TopicPartitionList::new();
-            list.add_partition_offset(&topic, partition, Offset::Offset(low))
+            list.add_partition_offset(&topic, partition.id(), Offset::Offset(low))
                 .unwrap();
-            consumer.assign(&list).unwrap();
-            let deadline = std::time::Instant::now() + PATIENCE;
-            let mut next = low;
-            while next < high {
-                assert!(
-                    std::time::Instant::now() < deadline,
-                    "{topic}[{partition}]: read up to {next} of {high}"
-                );
-                match consumer.poll(Duration::from_millis(200)) {
-                    Some(Ok(message)) if message.partition() == partition => {
-                        next = message.offset() + 1;
+            ends.insert(partition.id(), (low, high));
+        }
+        consumer.assign(&list).unwrap();
+        let mut by_partition: BTreeMap<i32, Vec<OwnedMessage>> = BTreeMap::new();
+        let deadline = std::time::Instant::now() + PATIENCE;
+        let mut last_record = std::time::Instant::now();
+        loop {
+            let reached = ends.iter().all(|(partition, (low, high))| {
+                let next = by_partition
+                    .get(partition)
+                    .and_then(|records| records.last())
+                    .map_or(*low, |record| record.offset() + 1);
+                next >= *high
+            });
+            if reached && last_record.elapsed() >= SETTLE {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{topic}: read {by_partition:?} of {ends:?}"
+            );
+            match consumer.poll(Duration::from_millis(100)) {
+                Some(Ok(message)) => {
+                    last_record = std::time::Instant::now();
+                    let records = by_partition.entry(message.partition()).or_default();
+                    if records
+                        .last()
+                        .is_none_or(|last| last.offset() < message.offset())
+                    {
                         records.push(message.detach());
                     }
-                    Some(Err(e)) => panic!("reading {topic}: {e}"),
-                    _ => {}
                 }
+                Some(Err(e)) => panic!("reading {topic}: {e}"),
+                None => {}
             }
         }
-        records
+        by_partition.into_values().flatten().collect()
     })
     .await
     .unwrap()
