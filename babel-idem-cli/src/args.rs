@@ -36,7 +36,8 @@ fn after_help() -> String {
 
 /// Operate babel-idem's seen-sets: look up, forget (replay), purge, migrate
 /// and count the marks and claims that SQLite, Redis and PostgreSQL stores
-/// keep; look at dead-letter queues and redrive them.
+/// keep; look at dead-letter queues and redrive them; move Kafka retry-tier
+/// records back to work.
 #[derive(Debug, Parser)]
 #[command(
     name = "babel-idem",

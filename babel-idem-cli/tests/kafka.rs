@@ -272,3 +272,37 @@ async fn kafka_reinject_killed_mid_run_loses_no_record_and_stops_cleanly_on_sigt
     assert!(summary["reinjected"].as_u64().unwrap() >= 1, "{summary}");
     assert_eq!(summary["topics"], json!([tier, format!("{queue}.retry.2")]));
 }
+
+#[tokio::test]
+async fn kafka_reinject_dry_run_names_the_tier_topics_and_moves_nothing() {
+    let test = "kafka_reinject_dry_run_names_the_tier_topics_and_moves_nothing";
+    let Some(url) = kafka_url(test) else { return };
+    let run = cli(&[
+        "kafka",
+        "reinject",
+        "--kafka",
+        &url,
+        "--topic",
+        "orders",
+        "--topic",
+        "billing",
+        "--tiers",
+        "5s,30s",
+        "--dry-run",
+        "--json",
+    ]);
+    let line = &run.ok().json_lines()[0];
+    assert_eq!(
+        line["topics"],
+        json!([
+            "orders.retry.1",
+            "orders.retry.2",
+            "billing.retry.1",
+            "billing.retry.2"
+        ])
+    );
+    assert_eq!(
+        (&line["reinjected"], &line["dry_run"]),
+        (&json!(0), &json!(true))
+    );
+}
