@@ -14,7 +14,7 @@ Conventions (every command keeps them):
     redis+cluster://HOST:PORT,... (a Redis Cluster, every master scanned),
     postgres://... (or postgresql://...). The URL picks the backend.
   - A command that talks to a broker takes --redis URL or --amqp URL
-    (redrive, dlq, relay).
+    (redrive, dlq, relay), or --kafka URL (redrive, dlq, kafka).
   - Durations are a whole number and a unit: 250ms, 30s, 5m, 2h, 7d
     (e.g. --timeout 5s); a bare number is seconds.
   - Points in time are RFC 3339 (2026-12-01T02:48:19Z, with Z or an offset)
@@ -36,7 +36,8 @@ fn after_help() -> String {
 
 /// Operate babel-idem's seen-sets: look up, forget (replay), purge, migrate
 /// and count the marks and claims that SQLite, Redis and PostgreSQL stores
-/// keep; look at dead-letter queues and redrive them.
+/// keep; look at dead-letter queues and redrive them; move Kafka retry-tier
+/// records back to work.
 #[derive(Debug, Parser)]
 #[command(
     name = "babel-idem",
@@ -157,6 +158,38 @@ pub(crate) enum Command {
     /// Look after a transactional outbox: stats, retry-failed, purge-published.
     #[command(subcommand)]
     Outbox(crate::outbox::OutboxCommand),
+    /// Operate the Kafka binding: reinject.
+    #[command(subcommand)]
+    Kafka(KafkaCommand),
+}
+
+/// `kafka`'s subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum KafkaCommand {
+    /// Move the records parked on the retry tiers (<topic>.retry.<n>) back
+    /// to their work topic once due, until SIGTERM or Ctrl-C; then print
+    /// how many it moved. Run one beside the workers of a transport with
+    /// retry tiers: without it a parked message is never delivered.
+    Reinject(ReinjectArgs),
+}
+
+/// `kafka reinject`'s arguments.
+#[derive(Debug, Args)]
+pub(crate) struct ReinjectArgs {
+    /// The Kafka cluster (kafka://HOST:PORT[,HOST:PORT]).
+    #[arg(long, value_name = "URL")]
+    pub kafka: String,
+    /// A work topic whose tier topics are read; repeat it for more.
+    #[arg(long = "topic", value_name = "TOPIC", required = true)]
+    pub topics: Vec<String>,
+    /// The retry tiers, the producers' list: ascending durations, comma
+    /// separated.
+    #[arg(long, value_name = "DURATIONS", default_value = "5s,30s,5m,30m",
+          value_parser = crate::kafka::parse_tiers)]
+    pub tiers: babel_idem::transport::kafka::RetryTiers,
+    /// The consumer group the re-injectors share.
+    #[arg(long, value_name = "GROUP", default_value = babel_idem::transport::kafka::DEFAULT_REINJECT_GROUP)]
+    pub group: String,
 }
 
 /// The broker a command talks to: one of --redis and --amqp.
@@ -204,11 +237,39 @@ pub(crate) struct SelectArgs {
     pub id: Vec<String>,
 }
 
+/// The broker a dead-letter command talks to: one of --redis, --amqp and
+/// --kafka.
+#[derive(Debug, Clone, Args)]
+#[group(required = true, multiple = false)]
+pub(crate) struct DeadLetterBrokerArgs {
+    /// The Redis server of the BabelQueue Redis layout (redis://HOST:PORT/DB).
+    #[arg(long, value_name = "URL")]
+    pub redis: Option<String>,
+    /// The RabbitMQ broker (amqp://USER:PASSWORD@HOST:PORT/VHOST).
+    #[arg(long, value_name = "URL")]
+    pub amqp: Option<String>,
+    /// The Kafka cluster (kafka://HOST:PORT[,HOST:PORT]); a run reads the
+    /// dead-letter topic in the consumer group babelqueue-redrive.
+    #[arg(long, value_name = "URL")]
+    pub kafka: Option<String>,
+}
+
+impl DeadLetterBrokerArgs {
+    /// The URL given, whichever flag carried it.
+    pub(crate) fn url(&self) -> &str {
+        self.redis
+            .as_deref()
+            .or(self.amqp.as_deref())
+            .or(self.kafka.as_deref())
+            .unwrap_or_default()
+    }
+}
+
 /// `redrive`'s arguments.
 #[derive(Debug, Args)]
 pub(crate) struct RedriveArgs {
     #[command(flatten)]
-    pub broker: BrokerArgs,
+    pub broker: DeadLetterBrokerArgs,
     /// The dead-letter queue to move messages from (e.g. orders.dlq).
     #[arg(long, value_name = "QUEUE")]
     pub from: String,
@@ -242,7 +303,7 @@ pub(crate) enum DlqCommand {
     /// One line per message: position, meta.id, URN, reason, failed at, queue.
     List {
         #[command(flatten)]
-        broker: BrokerArgs,
+        broker: DeadLetterBrokerArgs,
         /// The dead-letter queue (e.g. orders.dlq).
         queue: String,
         /// At most N messages, from the head.
@@ -254,7 +315,7 @@ pub(crate) enum DlqCommand {
     /// One message in full: its record, its headers, its body.
     Show {
         #[command(flatten)]
-        broker: BrokerArgs,
+        broker: DeadLetterBrokerArgs,
         /// The dead-letter queue (e.g. orders.dlq).
         queue: String,
         /// The message's meta.id, or its position (0 at the head) as #N.
@@ -263,7 +324,7 @@ pub(crate) enum DlqCommand {
     /// Counts by reason, by URN and by original queue.
     Stats {
         #[command(flatten)]
-        broker: BrokerArgs,
+        broker: DeadLetterBrokerArgs,
         /// The dead-letter queue (e.g. orders.dlq).
         queue: String,
     },

@@ -1,6 +1,6 @@
 //! The broker commands: `redrive` and `dlq list|show|stats`, through the
 //! library's [`redrive`](babel_idem::redrive) on the transport the
-//! `--redis` or `--amqp` URL names.
+//! `--redis`, `--amqp` or `--kafka` URL names.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -12,11 +12,11 @@ use babel_idem::redrive::{
     DlqRecord, LeftReason, Outcome, RecordKind, Redrive, RedriveError, RedriveOptions,
     RedriveReport, Selection,
 };
-use babel_idem::transport::{AmqpTransport, RedisTransport};
+use babel_idem::transport::{AmqpTransport, KafkaTransport, RedisTransport};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::{Value, json};
 
-use crate::args::{BrokerArgs, DlqCommand, RedriveArgs, SelectArgs};
+use crate::args::{DeadLetterBrokerArgs, DlqCommand, RedriveArgs, SelectArgs};
 use crate::backend::{self, Access, Settings};
 use crate::exit::{CliError, Exit, store_failed};
 use crate::ids::key;
@@ -24,24 +24,33 @@ use crate::output::{Output, compact_json, escaped, pretty_json, rfc3339_ms};
 use crate::target::Target;
 use crate::units::parse_time;
 
-/// The broker a `--redis` or `--amqp` URL names, connected, as its
-/// dead-letter queues: every command goes through this one object.
+/// The broker a `--redis`, `--amqp` or `--kafka` URL names, connected, as
+/// its dead-letter queues: every command goes through this one object.
 async fn connect(
-    args: &BrokerArgs,
+    args: &DeadLetterBrokerArgs,
     timeout: Duration,
 ) -> Result<Box<dyn ErasedDeadLetters>, CliError> {
-    let connected = match (&args.redis, &args.amqp) {
-        (Some(url), _) => RedisTransport::builder()
+    let connected = match (&args.redis, &args.amqp, &args.kafka) {
+        (Some(url), _, _) => RedisTransport::builder()
             .timeout(timeout)
             .connect(url)
             .await
             .map(|transport| Box::new(transport) as Box<dyn ErasedDeadLetters>),
-        (None, Some(url)) => AmqpTransport::builder()
+        (None, Some(url), _) => AmqpTransport::builder()
             .timeout(timeout)
             .connect(url)
             .await
             .map(|transport| Box::new(transport) as Box<dyn ErasedDeadLetters>),
-        (None, None) => return Err(CliError::usage("give --redis URL or --amqp URL")),
+        (None, None, Some(url)) => KafkaTransport::builder()
+            .timeout(timeout)
+            .connect(url)
+            .await
+            .map(|transport| Box::new(transport) as Box<dyn ErasedDeadLetters>),
+        (None, None, None) => {
+            return Err(CliError::usage(
+                "give --redis URL, --amqp URL or --kafka URL",
+            ));
+        }
     };
     connected.map_err(transport_failed)
 }
@@ -49,7 +58,7 @@ async fn connect(
 /// The exit code and line of a transport failure: a bad name or URL is a
 /// usage error, an unreachable broker a connect error, the rest a failed
 /// operation.
-fn transport_failed(error: TransportError) -> CliError {
+pub(crate) fn transport_failed(error: TransportError) -> CliError {
     let exit = match &error {
         TransportError::InvalidUrl { .. } | TransportError::InvalidQueue { .. } => Exit::Usage,
         TransportError::Connect(_) => Exit::Connect,
@@ -371,7 +380,7 @@ pub(crate) async fn dlq(
 }
 
 async fn look(
-    broker: &BrokerArgs,
+    broker: &DeadLetterBrokerArgs,
     queue: &str,
     max: Option<usize>,
     timeout: Duration,

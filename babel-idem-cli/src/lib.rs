@@ -6,14 +6,16 @@
 //! babel-idem purge-expired URL [--claims]     delete expired marks (and finished claims)
 //! babel-idem migrate URL [--claims]           create the seen-set table (and claim mode's)
 //! babel-idem stats URL [--scope S]            count marks: total, expired, oldest, newest
-//! babel-idem redrive --redis URL|--amqp URL --from DLQ [--to Q] [--max N] [--urn U]
+//! babel-idem redrive --redis URL|--amqp URL|--kafka URL --from DLQ [--to Q] [--max N] [--urn U]
 //!            [--reason R] [--since T] [--until T] [--id ID] [--bypass] [--rate N]
 //!            [--include-poison] [--forget-in STORE_URL]
 //!                                            move dead-lettered messages back to work
-//! babel-idem dlq list|show|stats --redis URL|--amqp URL DLQ
+//! babel-idem dlq list|show|stats --redis URL|--amqp URL|--kafka URL DLQ
 //!                                            look at a dead-letter queue, change nothing
 //! babel-idem relay --outbox URL --redis URL   publish a transactional outbox (or --amqp URL)
 //! babel-idem outbox stats|retry-failed|purge-published URL   look after an outbox
+//! babel-idem kafka reinject --kafka URL --topic T [--topic T2] [--tiers 5s,30s,5m,30m]
+//!                                            move Kafka retry-tier records back to work when due
 //! ```
 //!
 //! `URL` is `sqlite://PATH` (or `sqlite:PATH`), `redis://...`
@@ -27,7 +29,8 @@
 //!
 //! Every command keeps one set of conventions (`--help` prints them): the
 //! store URL is a store command's first argument; a command that talks to a
-//! broker takes `--redis URL` or `--amqp URL` (`redrive`, `dlq`, `relay`); durations
+//! broker takes `--redis URL` or `--amqp URL` (`redrive`, `dlq`, `relay`), or
+//! `--kafka URL` (`redrive`, `dlq`, `kafka reinject`); durations
 //! are written `30s`, `5m`, `2h` ([`parse_duration`]); points in time are
 //! RFC 3339 or Unix milliseconds, UTC ([`parse_time`]); `--json` prints one
 //! JSON object per line and `--dry-run` changes nothing and reports what
@@ -57,6 +60,7 @@ mod commands;
 mod dead_letters;
 mod exit;
 mod ids;
+mod kafka;
 mod logging;
 mod outbox;
 mod output;
@@ -69,7 +73,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::args::{Cli, Command, DlqCommand};
+use crate::args::{Cli, Command, DlqCommand, KafkaCommand};
 use crate::backend::{Access, Settings};
 use crate::exit::{CliError, Exit};
 use crate::output::Output;
@@ -132,6 +136,7 @@ fn urls(command: &Command) -> Vec<&str> {
             vec![args.outbox.as_str(), args.broker.url()]
         }
         Command::Outbox(command) => vec![command.url()],
+        Command::Kafka(KafkaCommand::Reinject(args)) => vec![&args.kafka],
     }
 }
 
@@ -187,5 +192,6 @@ async fn run(cli: Cli) -> Result<Exit, CliError> {
         }
         Command::Redrive(args) => dead_letters::redrive(*args, &settings, dry_run, &mut out).await,
         Command::Dlq { command } => dead_letters::dlq(command, settings.timeout, &mut out).await,
+        Command::Kafka(command) => kafka::kafka(command, settings.timeout, dry_run, &mut out).await,
     }
 }

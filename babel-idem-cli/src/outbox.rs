@@ -340,7 +340,7 @@ pub(crate) async fn relay(
 /// Completes on SIGTERM or Ctrl-C. The handlers are installed when it is
 /// called, not when it is first polled, so a signal that arrives before
 /// the relay first looks still stops it after its batch.
-fn terminated() -> impl std::future::Future<Output = ()> {
+pub(crate) fn terminated() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
     let signals = {
         use tokio::signal::unix::{SignalKind, signal};

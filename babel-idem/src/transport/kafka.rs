@@ -37,7 +37,10 @@ mod produce;
 mod publish;
 mod url;
 
+mod dead_letters;
+mod delayed;
 pub(crate) mod headers;
+mod reinject;
 mod tiers;
 
 use std::fmt;
@@ -53,7 +56,16 @@ use super::binding::QueueNames;
 use crate::broker::TransportError;
 
 pub use self::consume::KafkaHandle;
+pub use self::dead_letters::DeadLetterHandle;
+pub use self::delayed::DelayError;
+pub use self::reinject::{DEFAULT_REINJECT_GROUP, ReinjectError, Reinjector, ReinjectorBuilder};
 pub use self::tiers::{DEFAULT_RETRY_TIERS, RetryTiers, TierError};
+
+/// `Ok` when `topic` follows Kafka's rules for a topic name, else the
+/// first it breaks ([`TransportError::InvalidQueue`]).
+fn check_topic(topic: &str) -> Result<(), TransportError> {
+    QUEUE_NAMES.check(topic)
+}
 
 /// The topic names Kafka can hold: 1 to 249 characters of `a-z A-Z 0-9 .
 /// _ -`, and neither `.` nor `..`.
