@@ -237,7 +237,8 @@ async fn without_a_traceparent_the_parent_is_the_one_the_python_sdk_derives() {
     let spans = export(deliveries).await;
 
     assert_eq!(spans.len(), trace_ids.len(), "{spans:#?}");
-    for ((span, trace_id), expected) in spans.iter().zip(&trace_ids).zip(python.as_array().unwrap()) {
+    for ((span, trace_id), expected) in spans.iter().zip(&trace_ids).zip(python.as_array().unwrap())
+    {
         let expected_trace = TraceId::from_hex(expected["trace_id"].as_str().unwrap()).unwrap();
         let expected_parent = SpanId::from_hex(expected["span_id"].as_str().unwrap()).unwrap();
         assert_eq!(span.span_context.trace_id(), expected_trace, "{trace_id:?}");
