@@ -250,7 +250,7 @@ fn short_type_name(type_name: &str) -> &str {
     // The type's own path: up to generics, a trait object's `+ Send`, a
     // tuple's or an array's separators.
     let end = name
-        .find(|c: char| matches!(c, '<' | ' ' | '+' | ',' | ';' | ']' | ')' | '>'))
+        .find(['<', ' ', '+', ',', ';', ']', ')', '>'])
         .unwrap_or(name.len());
     let last = name[..end].rsplit("::").next().unwrap_or_default();
     let last = last.trim_start_matches(['(', '[']);
