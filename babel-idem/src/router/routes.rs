@@ -223,7 +223,7 @@ impl RouterBuilder {
     ///
     /// A parked delivery is released with the other owner's lease time left
     /// as its delay, but never longer than this: a foreign claim (the PHP
-    /// SDK's layout, [`RedisStoreBuilder::php_claims`](crate::store::RedisStoreBuilder::php_claims)
+    /// SDK's layout, `RedisStoreBuilder::php_claims` with the feature `redis`,
     /// writes its claim with a TTL that may be an hour) can turn done long
     /// before it expires, and the delivery then comes back within this
     /// bound to find it done. `Duration::ZERO` releases a parked delivery
