@@ -347,5 +347,13 @@ mod tests {
         // One attempt: nothing is retried, so nothing waits.
         assert_eq!(longest(Backoff::fixed(secs(7)), 1), None);
         assert_eq!(longest(Backoff::None, 5), None);
+        // The family's form: a shrinking multiplier waits longest first;
+        // jitter never waits longer than the ceiling.
+        let shrinking = Backoff::geometric(secs(8)).with_multiplier(0.5);
+        assert_eq!(longest(shrinking, 5), Some(secs(8)));
+        let jittered = Backoff::geometric(secs(1))
+            .with_multiplier(3.0)
+            .with_full_jitter();
+        assert_eq!(longest(jittered, 4), Some(secs(9)));
     }
 }
