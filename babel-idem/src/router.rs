@@ -47,6 +47,8 @@ mod urn;
 pub use delivery::Delivery;
 pub use disposition::{DeadLettered, DispatchError, Disposition, ReleaseReason, Retry};
 pub use handler::{Handler, HandlerError, HandlerFuture};
-pub use policy::{Backoff, UnknownUrnStrategy};
-pub use routes::{DEFAULT_MAX_ATTEMPTS, Router, RouterBuilder, RouterError};
+pub use policy::{Backoff, Jitter, UnknownUrnStrategy};
+pub use routes::{
+    DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_PARK_DELAY, Router, RouterBuilder, RouterError,
+};
 pub use urn::{Urn, UrnError};

@@ -9,7 +9,7 @@
 //!
 //! | attribute | value |
 //! |---|---|
-//! | `otel.name` | `<queue> process` (`process` when the queue is unknown) |
+//! | `otel.name` | `process <urn>` |
 //! | `otel.kind` | `consumer` |
 //! | `messaging.system` | `babelqueue` |
 //! | `messaging.operation` | `process` |
@@ -20,7 +20,9 @@
 //! | `messaging.babelqueue.idempotency.decision` | recorded by the guard when it decides (`ran`, `skipped`, ...) |
 //!
 //! With the feature `opentelemetry`, a W3C `traceparent` (and `tracestate`)
-//! transport header makes the span a child of the producer's span.
+//! transport header makes the span a child of the producer's span; without
+//! one, its remote parent is the one the family derives from the envelope's
+//! `trace_id` (see [`guide::observability`](crate::guide::observability)).
 //!
 //! The PRODUCER span a publish runs in has the same attributes, with
 //! `otel.name` `publish <urn>`, `otel.kind` `producer` and

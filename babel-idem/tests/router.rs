@@ -276,14 +276,7 @@ async fn the_dead_letter_block_round_trips_through_the_envelope_decoder() {
     let block = decoded.dead_letter.as_ref().expect("a dead_letter block");
     assert_eq!(block.reason, DeadLetterReason::Failed);
     assert_eq!(block.error.as_deref(), Some("payment gateway timeout"));
-    assert!(
-        block
-            .exception
-            .as_deref()
-            .is_some_and(|name| name.ends_with("GatewayTimeout")),
-        "exception names the error type: {:?}",
-        block.exception
-    );
+    assert_eq!(block.exception.as_deref(), Some("GatewayTimeout"));
     assert_eq!(block.original_queue, "orders");
     assert_eq!(block.attempts, 3);
     assert_eq!(decoded.attempts, 3);
@@ -320,6 +313,84 @@ async fn the_dead_letter_block_round_trips_through_the_envelope_decoder() {
         ]
     );
     assert_eq!(wire["dead_letter"]["reason"], "failed");
+}
+
+/// A handler's error type, dead-lettered with `max_attempts(1)`; what the
+/// block's `exception` says.
+async fn exception_of<H, Args>(handler: H) -> Option<String>
+where
+    H: babel_idem::router::Handler<Args>,
+    Args: 'static,
+{
+    let router = Router::builder()
+        .route(urn!("urn:babel:orders:created"), handler)
+        .max_attempts(1)
+        .build()
+        .unwrap();
+    let dead = expect_dead_letter(router.dispatch(&order(0).to_vec(), Delivery::new()).await);
+    let decoded = Envelope::from_slice(&dead.body).unwrap();
+    decoded.dead_letter.unwrap().exception
+}
+
+#[derive(Debug)]
+struct PaymentDeclined<T>(T);
+
+impl<T: std::fmt::Debug> std::fmt::Display for PaymentDeclined<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "declined: {:?}", self.0)
+    }
+}
+
+impl<T: std::fmt::Debug> std::error::Error for PaymentDeclined<T> {}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+#[tokio::test]
+async fn the_exception_is_the_error_types_short_name_never_a_path_or_box() {
+    // A concrete type: its own name, no module path, no generics.
+    assert_eq!(
+        exception_of(|_: Envelope| async { Err::<(), _>(PaymentDeclined(42_u32)) }).await,
+        Some("PaymentDeclined".to_owned())
+    );
+    // `std::io::Error` is named `Error` in its own module.
+    assert_eq!(
+        exception_of(|_: Envelope| async { Err::<(), _>(std::io::Error::other("down")) }).await,
+        Some("Error".to_owned())
+    );
+    // Boxed: the boxed value's type where it can be known, else `Error`.
+    assert_eq!(
+        exception_of(|_: Envelope| async {
+            Err::<(), BoxError>(std::io::Error::other("down").into())
+        })
+        .await,
+        Some("Error".to_owned())
+    );
+    assert_eq!(
+        exception_of(|_: Envelope| async {
+            let parsed: u8 = "four".parse()?;
+            Err::<(), BoxError>(format!("unexpected {parsed}").into())
+        })
+        .await,
+        Some("ParseIntError".to_owned())
+    );
+    assert_eq!(
+        exception_of(|_: Envelope| async {
+            let declined = babel_idem::router::HandlerError::new(PaymentDeclined("card"));
+            Err::<(), BoxError>(Box::new(declined))
+        })
+        .await,
+        Some("PaymentDeclined".to_owned())
+    );
+    assert_eq!(
+        exception_of(|_: Envelope| async { Err::<(), BoxError>(Box::new(PaymentDeclined(1_u8))) })
+            .await,
+        Some("Error".to_owned())
+    );
+    assert_eq!(
+        exception_of(|_: Envelope| async { Err::<(), anyhow::Error>(anyhow::anyhow!("gone")) })
+            .await,
+        Some("Error".to_owned())
+    );
 }
 
 #[tokio::test]

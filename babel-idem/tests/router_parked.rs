@@ -362,3 +362,92 @@ where
         "the failed run gave its claim back"
     );
 }
+
+/// A PHP worker's claim with an hour left: the delivery parked behind it
+/// comes back within the router's bound, not after the hour, and once the
+/// PHP worker commits, the next delivery is skipped.
+#[cfg(feature = "redis")]
+mod php_claim {
+    use super::*;
+    use crate::store_contract::RedisBackend;
+    use ::redis::AsyncCommands;
+    use babel_idem::router::DEFAULT_MAX_PARK_DELAY;
+    use babel_idem::store::RedisStore;
+
+    /// The PHP SDK's claim: `SET <prefix><id> 1 PX <ms> NX`.
+    const PHP_CLAIM_TTL: Duration = Duration::from_secs(3_600);
+
+    #[tokio::test]
+    async fn a_delivery_behind_a_php_claim_of_an_hour_polls_back_within_the_bound() {
+        let test = "a_delivery_behind_a_php_claim_of_an_hour_polls_back_within_the_bound";
+        let Some(backend) = RedisBackend::create(test) else {
+            return;
+        };
+        let store = Arc::new(
+            RedisStore::builder()
+                .php_claims()
+                .prefix(backend.prefix("php_park"))
+                .connect_lazy(&backend.url)
+                .unwrap(),
+        );
+        let runs = Arc::new(AtomicU32::new(0));
+        let handler = {
+            let (store, runs) = (store.clone(), runs.clone());
+            move |env: Envelope| {
+                let (store, runs) = (store.clone(), runs.clone());
+                async move { charge(&*store, &runs, env).await }
+            }
+        };
+        let bound = Duration::from_secs(2);
+        let routers = [
+            (router_of(handler.clone()), DEFAULT_MAX_PARK_DELAY),
+            (
+                Router::builder()
+                    .route(urn!("urn:babel:orders:created"), handler)
+                    .max_park_delay(bound)
+                    .build()
+                    .unwrap(),
+                bound,
+            ),
+        ];
+
+        let id = unique("php");
+        let key = store.key(&id);
+        let mut raw = backend.raw().await;
+        let set: Option<String> = ::redis::cmd("SET")
+            .arg(&key)
+            .arg("1")
+            .arg("PX")
+            .arg(PHP_CLAIM_TTL.as_millis() as u64)
+            .arg("NX")
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        assert_eq!(set.as_deref(), Some("OK"), "the PHP worker claims first");
+
+        for (router, max) in &routers {
+            match router.dispatch(&order(&id).to_vec(), Delivery::new()).await {
+                Disposition::Release {
+                    reason: ReleaseReason::Parked,
+                    delay: Some(delay),
+                    ..
+                } => assert!(
+                    delay <= *max,
+                    "parked for {delay:?}, the bound is {max:?} (the claim has an hour left)"
+                ),
+                other => panic!("expected a parked release, got {other}"),
+            }
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), 0, "the handler never ran");
+
+        // The PHP worker commits (`SET key 2`): the next delivery is skipped
+        // (acked without running).
+        let _: () = raw.set(&key, "2").await.unwrap();
+        for (router, _) in &routers {
+            let disposition = router.dispatch(&order(&id).to_vec(), Delivery::new()).await;
+            assert!(matches!(disposition, Disposition::Ack), "{disposition}");
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), 0, "done by the PHP worker");
+        let _: () = raw.del(&key).await.unwrap();
+    }
+}

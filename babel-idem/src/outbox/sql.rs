@@ -4,6 +4,8 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Type};
@@ -43,11 +45,18 @@ pub trait RowsAffected {
 }
 
 /// An outbox table on a pool of `DB`: the name, whether `save` writes
-/// `headers`, and the dialect of its statements.
+/// `headers`, whether the table is the family's own, and the dialect of its
+/// statements.
 pub struct SqlTable<DB: Database> {
     pub(super) pool: Pool<DB>,
     pub(super) name: String,
     pub(super) headers: bool,
+    /// Whether the table was made by the family's DDL alone (it has no
+    /// `headers` column): learned when a relay is built on it
+    /// ([`OutboxSource::has_headers`]) or said by `without_headers`, and
+    /// shared by every clone, so the relay's clone marks rows in the
+    /// family's time format.
+    family: Arc<AtomicBool>,
     dialect: &'static Dialect,
 }
 
@@ -57,6 +66,7 @@ impl<DB: Database> Clone for SqlTable<DB> {
             pool: self.pool.clone(),
             name: self.name.clone(),
             headers: self.headers,
+            family: Arc::clone(&self.family),
             dialect: self.dialect,
         }
     }
@@ -78,13 +88,31 @@ impl<DB: Database> SqlTable<DB> {
             pool,
             name: DEFAULT_TABLE.to_owned(),
             headers: true,
+            family: Arc::new(AtomicBool::new(false)),
             dialect,
         }
     }
 
-    /// The same table under another name, checked.
+    /// `save` writes no `headers` column: the table is the family's.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    pub(super) fn without_headers(mut self) -> Self {
+        self.headers = false;
+        self.family = Arc::new(AtomicBool::new(true));
+        self
+    }
+
+    /// Whether the table is the family's own (no `headers` column), whose
+    /// times the family's SDKs write in whole seconds.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    pub(super) fn is_family(&self) -> bool {
+        self.family.load(Ordering::Relaxed)
+    }
+
+    /// The same table under another name, checked: another table, whose
+    /// kind is learned on its own.
     pub(super) fn renamed(mut self, table: &str) -> Result<Self, OutboxError> {
         self.name = checked_table(table)?;
+        self.family = Arc::new(AtomicBool::new(!self.headers));
         Ok(self)
     }
 
@@ -342,7 +370,10 @@ where
                     table: self.sql().name.clone(),
                 });
             }
-            Ok(columns.iter().any(|column| column == "headers"))
+            let headers = columns.iter().any(|column| column == "headers");
+            // Only the relay's build asks, before any mark it makes.
+            self.sql().family.store(!headers, Ordering::Relaxed);
+            Ok(headers)
         })
     }
 

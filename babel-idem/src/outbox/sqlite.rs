@@ -22,6 +22,11 @@ const DDL: &str = include_str!("sqlite.sql");
 /// with the family's `YYYY-MM-DD HH:MM:SS`.
 const NOW: &str = "strftime('%Y-%m-%d %H:%M:%f', 'now')";
 
+/// Now, as the family's SDKs write times into their own table (made by the
+/// family's DDL, without `headers`): UTC text in whole seconds,
+/// `YYYY-MM-DD HH:MM:SS`, so a row this crate writes reads like theirs.
+const FAMILY_NOW: &str = "strftime('%Y-%m-%d %H:%M:%S', 'now')";
+
 /// SQLite's statements where they differ from PostgreSQL's.
 static SQLITE: Dialect = Dialect {
     age_seconds: "(julianday('now') - julianday(created_at)) * 86400.0",
@@ -33,8 +38,9 @@ static SQLITE: Dialect = Dialect {
         true => format!(
             "INSERT INTO {table} (queue, body, headers, created_at) VALUES (?1, ?2, ?3, {NOW}) RETURNING id"
         ),
+        // No `headers`: the family's table, and its time format.
         false => format!(
-            "INSERT INTO {table} (queue, body, created_at) VALUES (?1, ?2, {NOW}) RETURNING id"
+            "INSERT INTO {table} (queue, body, created_at) VALUES (?1, ?2, {FAMILY_NOW}) RETURNING id"
         ),
     },
     columns: "SELECT name FROM pragma_table_info(?1)",
@@ -60,12 +66,20 @@ impl RowsAffected for SqliteQueryResult {
 ///
 /// | operation | statement |
 /// |---|---|
-/// | `save` | `INSERT INTO t (queue, body, headers, created_at) VALUES (?1, ?2, ?3, now) RETURNING id` |
+/// | `save` | `INSERT INTO t (queue, body, headers, created_at) VALUES (?1, ?2, ?3, now) RETURNING id` (on the family's table, [`without_headers`](Self::without_headers): no `headers`, and `now` in whole seconds) |
 /// | the relay takes | `SELECT id, CAST(queue AS BLOB), CAST(body AS BLOB), ifnull(CAST(attempts AS INTEGER), 0), CAST(headers AS BLOB) FROM t WHERE status = 'pending' AND (failed_at IS NULL OR failed_at <= now - backoff) AND id NOT IN (SELECT value FROM json_each(?4)) ORDER BY id LIMIT ?1`, `?4` the previous batch's ids, whose mark may still be committing |
-/// | the broker accepted | `UPDATE t SET status = 'published', published_at = now WHERE id IN (SELECT value FROM json_each(?1)) AND status = 'pending'`, alone, or with the refusals in one `BEGIN IMMEDIATE` transaction |
+/// | the broker accepted | `UPDATE t SET status = 'published', published_at = now WHERE id IN (SELECT value FROM json_each(?1)) AND status = 'pending'`, alone, or with the refusals in one `BEGIN IMMEDIATE` transaction; on the family's table `now` in whole seconds |
 /// | the broker refused, or the row cannot be read (`?4`) | `UPDATE t SET attempts = attempts + 1, last_error = ?2, failed_at = now, status = CASE WHEN ?4 OR attempts + 1 >= ?3 THEN 'failed' ELSE status END WHERE id = ?1` |
 /// | `retry_failed` | `UPDATE t SET status = 'pending', attempts = 0, failed_at = NULL WHERE status = 'failed'` |
 /// | `purge_published` | `DELETE FROM t WHERE id IN (SELECT id FROM t WHERE status = 'published' AND published_at < now - age ORDER BY id LIMIT ?2)`, batch after batch |
+///
+/// `now` is UTC text with milliseconds (`YYYY-MM-DD HH:MM:SS.SSS`), except
+/// on a table made by the family's DDL alone (no `headers` column, which
+/// the relay finds when it is built, or [`without_headers`](Self::without_headers)):
+/// there `created_at` and `published_at` are written as the family's SDKs
+/// write them, in whole seconds (`YYYY-MM-DD HH:MM:SS`). `failed_at` keeps
+/// its milliseconds everywhere: the relay's backoff between two tries of a
+/// row is measured from it.
 ///
 /// The relay reads each column as bytes, so a row another writer left
 /// unreadable (a body or queue that is not UTF-8 text, a BLOB, headers that
@@ -130,9 +144,10 @@ impl SqliteOutbox {
     }
 
     /// For a table made with the family's DDL alone: `save` writes no
-    /// `headers` column (the producer's `traceparent` is not kept).
+    /// `headers` column (the producer's `traceparent` is not kept), and
+    /// times in the family's whole seconds.
     pub fn without_headers(mut self) -> Self {
-        self.table.headers = false;
+        self.table = self.table.without_headers();
         self
     }
 
@@ -228,8 +243,13 @@ impl SqlOutbox for SqliteOutbox {
     /// transaction.
     async fn finish(&self, _lease: Lease, marks: Marks<'_>) -> Result<(), OutboxError> {
         let t = self.table();
+        let published_at = if self.table.is_family() {
+            FAMILY_NOW
+        } else {
+            NOW
+        };
         let mark = format!(
-            "UPDATE {t} SET status = 'published', published_at = {NOW}
+            "UPDATE {t} SET status = 'published', published_at = {published_at}
              WHERE id IN (SELECT value FROM json_each(?1)) AND status = 'pending'"
         );
         let ids = serde_json::Value::from(marks.published.to_vec()).to_string();

@@ -42,7 +42,7 @@ impl Router {
     /// | not a valid envelope | `DeadLetter`, reason `poison`, the bytes unchanged |
     /// | no handler for its URN | by [`UnknownUrnStrategy`] |
     /// | the handler returns `Ok` | `Ack` |
-    /// | claim mode: the handler returns `Err` after its last claim-mode guard found the id held by another owner (whatever the error type keeps of the parked [`StoreError`](crate::store::StoreError)) | `Release`, reason `Parked`, `delay` the other lease's time left (1 s if the store does not know it); no attempt counted |
+    /// | claim mode: the handler returns `Err` after its last claim-mode guard found the id held by another owner (whatever the error type keeps of the parked [`StoreError`](crate::store::StoreError)) | `Release`, reason `Parked`, `delay` the other lease's time left (1 s if the store does not know it), at most [`max_park_delay`](crate::router::RouterBuilder::max_park_delay); no attempt counted |
     /// | the handler returns `Err` or panics, attempts + 1 < max | `Retry` with attempts + 1 |
     /// | the same, attempts + 1 reaches max | `DeadLetter`, reason `failed` |
     ///
@@ -145,7 +145,7 @@ impl Router {
             Ok(envelope) if parked::store_failed(last, &error) => {
                 parked::store_unavailable(envelope.job)
             }
-            Ok(mut envelope) => match parked::parked_delay(last, &error) {
+            Ok(mut envelope) => match parked::parked_delay(last, &error, self.max_park_delay) {
                 Some(delay) => parked::release(envelope.job, delay),
                 None => {
                     envelope.attempts = attempts;

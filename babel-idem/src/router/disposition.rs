@@ -235,11 +235,13 @@ pub enum DispatchError {
 }
 
 impl DispatchError {
-    /// What goes in the dead-letter block's `exception` field: the handler's
-    /// error type name, or `panic`.
+    /// What goes in the dead-letter block's `exception` field: the short
+    /// name of the handler's error type ([`HandlerError::name`](crate::router::HandlerError::name):
+    /// no module path, no generics, as the Python SDK writes its exception's
+    /// class name), `panic` or `timeout`.
     pub fn exception(&self) -> Option<&str> {
         match self {
-            DispatchError::Handler(error) => Some(error.error_type()),
+            DispatchError::Handler(error) => Some(error.name()),
             DispatchError::Panicked { .. } => Some("panic"),
             DispatchError::TimedOut { .. } => Some("timeout"),
             DispatchError::Poison(_) | DispatchError::UnknownUrn { .. } => None,

@@ -90,15 +90,40 @@ where
 }
 
 /// The error a handler returned, with the name of its type (written to the
-/// dead-letter block's `exception` field, as other SDKs write their
-/// exception class).
+/// dead-letter block's `exception` field, as the Python SDK writes its
+/// exception's class name).
+///
+/// The name is taken where the handler's error is converted, from its
+/// static type. A handler whose error type is a boxed trait object
+/// (`Box<dyn Error + Send + Sync>`, `anyhow::Error`) hides the concrete
+/// type; for those, the boxed value is recognised when it is a
+/// `HandlerError` (a handler can wrap its error with [`HandlerError::new`]
+/// before boxing it, to keep the name) or one of the standard library's
+/// error types, and is otherwise named `Error`.
 ///
 /// ```
 /// use babel_idem::router::HandlerError;
+/// use std::error::Error;
 ///
 /// let error = HandlerError::new(std::io::Error::other("gateway timeout"));
 /// assert_eq!(error.to_string(), "gateway timeout");
 /// assert_eq!(error.error_type(), "std::io::error::Error");
+/// assert_eq!(error.name(), "Error");
+///
+/// // Boxed, the name captured by `HandlerError::new` survives.
+/// #[derive(Debug)]
+/// struct PaymentDeclined;
+/// impl std::fmt::Display for PaymentDeclined {
+///     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+///         f.write_str("declined")
+///     }
+/// }
+/// impl Error for PaymentDeclined {}
+///
+/// let boxed: Box<dyn Error + Send + Sync> = Box::new(HandlerError::new(PaymentDeclined));
+/// assert_eq!(HandlerError::new(boxed).name(), "PaymentDeclined");
+/// let parse: Box<dyn Error + Send + Sync> = "x".parse::<u8>().unwrap_err().into();
+/// assert_eq!(HandlerError::new(parse).name(), "ParseIntError");
 /// ```
 #[derive(Debug)]
 pub struct HandlerError {
@@ -107,17 +132,39 @@ pub struct HandlerError {
 }
 
 impl HandlerError {
-    /// Wraps a handler's error, remembering the name of its type.
+    /// Wraps a handler's error, remembering the name of its type: `E`'s,
+    /// or for a boxed error the boxed value's where it can be known (see
+    /// above). A `HandlerError` boxed inside `error` is taken out as it
+    /// is, never wrapped twice.
     pub fn new<E: Into<BoxError> + 'static>(error: E) -> Self {
-        HandlerError {
-            error_type: std::any::type_name::<E>(),
-            error: error.into(),
-        }
+        let static_type = std::any::type_name::<E>();
+        let error: BoxError = error.into();
+        let error = match error.downcast::<HandlerError>() {
+            Ok(wrapped) => return *wrapped,
+            Err(error) => error,
+        };
+        let error_type = if is_opaque(static_type) {
+            std_error_type(&*error).unwrap_or(static_type)
+        } else {
+            static_type
+        };
+        HandlerError { error_type, error }
     }
 
-    /// The Rust type name of the error the handler returned.
+    /// The Rust type name of the error the handler returned (with its
+    /// module path), or of the boxed value when it could be known.
     pub fn error_type(&self) -> &'static str {
         self.error_type
+    }
+
+    /// The short, stable name of the error's type: [`error_type`](Self::error_type)
+    /// without its module path or generic arguments (`Error` for
+    /// `std::io::Error`, `PaymentDeclined` for `billing::PaymentDeclined<T>`),
+    /// the boxed type for a `Box<T>`, and `Error` for a trait object whose
+    /// value could not be known. What the dead-letter block's `exception`
+    /// holds.
+    pub fn name(&self) -> &'static str {
+        short_type_name(self.error_type)
     }
 
     /// The error itself.
@@ -131,6 +178,89 @@ impl HandlerError {
     }
 }
 
+/// Whether `type_name` hides its value's type: a trait object, boxed or
+/// not, or one of the usual error boxes (`anyhow::Error`, `eyre::Report`).
+fn is_opaque(type_name: &str) -> bool {
+    type_name.contains("dyn ")
+        || matches!(
+            type_name,
+            "anyhow::Error" | "eyre::Report" | "eyre::error::Report"
+        )
+}
+
+/// The type name of `error` when it is one of the standard library's error
+/// types a handler commonly boxes.
+fn std_error_type(error: &(dyn Error + Send + Sync + 'static)) -> Option<&'static str> {
+    macro_rules! first_of {
+        ($($ty:ty),+ $(,)?) => {
+            $(if error.is::<$ty>() {
+                return Some(std::any::type_name::<$ty>());
+            })+
+        };
+    }
+    first_of!(
+        std::io::Error,
+        std::fmt::Error,
+        std::num::ParseIntError,
+        std::num::ParseFloatError,
+        std::num::TryFromIntError,
+        std::str::ParseBoolError,
+        std::str::Utf8Error,
+        std::string::FromUtf8Error,
+        std::char::ParseCharError,
+        std::net::AddrParseError,
+        std::time::SystemTimeError,
+        std::array::TryFromSliceError,
+        serde_json::Error,
+        crate::store::StoreError,
+        crate::envelope::EnvelopeError,
+    );
+    None
+}
+
+/// The last path segment of a type's name, without generic arguments,
+/// references or `dyn`; a `Box<T>`, `Arc<T>` or `Rc<T>` named by `T`.
+/// `Error` when nothing of a name is left.
+fn short_type_name(type_name: &str) -> &str {
+    let mut name = type_name.trim();
+    loop {
+        name = name.trim_start_matches('&').trim_start();
+        // A lifetime (`'a `) and `mut ` / `dyn ` before the type itself.
+        if let Some(rest) = name.strip_prefix('\'') {
+            name = rest.split_once(' ').map_or("", |(_, after)| after);
+            continue;
+        }
+        if let Some(rest) = name
+            .strip_prefix("mut ")
+            .or_else(|| name.strip_prefix("dyn "))
+        {
+            name = rest;
+            continue;
+        }
+        let path = name.split('<').next().unwrap_or_default();
+        let last = path.rsplit("::").next().unwrap_or_default();
+        let is_box = matches!(last, "Box" | "Arc" | "Rc");
+        match (is_box, name.find('<'), name.rfind('>')) {
+            (true, Some(open), Some(close)) if open < close => {
+                name = &name[open + 1..close];
+            }
+            _ => break,
+        }
+    }
+    // The type's own path: up to generics, a trait object's `+ Send`, a
+    // tuple's or an array's separators.
+    let end = name
+        .find(['<', ' ', '+', ',', ';', ']', ')', '>'])
+        .unwrap_or(name.len());
+    let last = name[..end].rsplit("::").next().unwrap_or_default();
+    let last = last.trim_start_matches(['(', '[']);
+    if !last.is_empty() && last.chars().all(|c| c.is_alphanumeric() || c == '_') {
+        last
+    } else {
+        "Error"
+    }
+}
+
 impl fmt::Display for HandlerError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Display::fmt(&self.error, f)
@@ -140,5 +270,54 @@ impl fmt::Display for HandlerError {
 impl Error for HandlerError {
     fn source(&self) -> Option<&(dyn Error + 'static)> {
         self.error.source()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_type_name_is_cut_to_its_last_segment_without_generics() {
+        let cases = [
+            ("std::io::error::Error", "Error"),
+            ("billing::PaymentDeclined", "PaymentDeclined"),
+            ("billing::Declined<alloc::string::String>", "Declined"),
+            (
+                "alloc::boxed::Box<dyn core::error::Error + core::marker::Send + core::marker::Sync>",
+                "Error",
+            ),
+            (
+                "alloc::boxed::Box<billing::PaymentDeclined>",
+                "PaymentDeclined",
+            ),
+            ("alloc::sync::Arc<billing::Declined<u8>>", "Declined"),
+            ("&str", "str"),
+            ("&'static str", "str"),
+            ("alloc::string::String", "String"),
+            ("anyhow::Error", "Error"),
+            ("(u8, u8)", "u8"),
+            ("", "Error"),
+            ("<>", "Error"),
+        ];
+        for (full, short) in cases {
+            assert_eq!(short_type_name(full), short, "{full}");
+        }
+    }
+
+    #[test]
+    fn a_boxed_error_is_named_by_its_value_where_known() {
+        let io: BoxError = std::io::Error::other("down").into();
+        let io = HandlerError::new(io);
+        assert_eq!(io.error_type(), "std::io::error::Error");
+        assert_eq!(io.name(), "Error");
+
+        let text: BoxError = "plain text".into();
+        assert_eq!(HandlerError::new(text).name(), "Error");
+
+        let twice = HandlerError::new(HandlerError::new(std::fmt::Error));
+        assert_eq!(twice.name(), "Error");
+        assert_eq!(twice.error_type(), "core::fmt::Error");
+        assert_eq!(twice.to_string(), std::fmt::Error.to_string());
     }
 }

@@ -47,10 +47,19 @@ const DEFAULT_PARKED_DELAY: Duration = Duration::from_secs(1);
 /// after `last`, its guards' last recorded outcome; `None` when the failure
 /// is an ordinary one (it spends an attempt). A panic is always ordinary:
 /// the handler did not return the parked outcome, it crashed.
-pub(super) fn parked_delay(last: Option<Guarded>, error: &DispatchError) -> Option<Duration> {
+///
+/// The delay is the other owner's lease time left, but never more than
+/// `max`: a foreign claim's TTL (the PHP SDK's layout) says when it expires,
+/// not when its owner finishes, and a delivery that waited the whole TTL
+/// would sit behind a claim long done.
+pub(super) fn parked_delay(
+    last: Option<Guarded>,
+    error: &DispatchError,
+    max: Duration,
+) -> Option<Duration> {
     match (last, error) {
         (Some(Guarded::Parked { retry_after }), DispatchError::Handler(_)) => {
-            Some(retry_after.unwrap_or(DEFAULT_PARKED_DELAY))
+            Some(retry_after.unwrap_or(DEFAULT_PARKED_DELAY).min(max))
         }
         _ => None,
     }
@@ -109,20 +118,35 @@ mod tests {
         (returned, panicked)
     }
 
+    const MAX: Duration = Duration::from_secs(5);
+
     #[test]
     fn only_a_returned_error_after_a_park_is_parked() {
         let (returned, panicked) = failures("dropped its source");
         assert_eq!(
-            parked_delay(PARKED, &returned),
+            parked_delay(PARKED, &returned, MAX),
             Some(Duration::from_millis(40))
         );
         assert_eq!(
-            parked_delay(Some(Guarded::Parked { retry_after: None }), &returned),
+            parked_delay(Some(Guarded::Parked { retry_after: None }), &returned, MAX),
             Some(DEFAULT_PARKED_DELAY)
         );
-        assert_eq!(parked_delay(PARKED, &panicked), None);
-        assert_eq!(parked_delay(Some(Guarded::Ran(())), &returned), None);
-        assert_eq!(parked_delay(None, &returned), None);
+        assert_eq!(parked_delay(PARKED, &panicked, MAX), None);
+        assert_eq!(parked_delay(Some(Guarded::Ran(())), &returned, MAX), None);
+        assert_eq!(parked_delay(None, &returned, MAX), None);
+    }
+
+    #[test]
+    fn a_long_lease_left_is_cut_to_the_bound() {
+        let (returned, _) = failures("held for an hour");
+        let hour = Some(Guarded::Parked {
+            retry_after: Some(Duration::from_secs(3_600)),
+        });
+        assert_eq!(parked_delay(hour, &returned, MAX), Some(MAX));
+        assert_eq!(
+            parked_delay(hour, &returned, Duration::ZERO),
+            Some(Duration::ZERO)
+        );
     }
 
     #[test]
@@ -133,6 +157,6 @@ mod tests {
         assert!(!store_failed(failed, &panicked));
         assert!(!store_failed(None, &returned));
         assert!(!store_failed(PARKED, &returned));
-        assert_eq!(parked_delay(failed, &returned), None);
+        assert_eq!(parked_delay(failed, &returned, MAX), None);
     }
 }

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::time::Duration;
 
 use super::handler::{Handler, HandlerFuture};
 use super::{Backoff, Delivery, UnknownUrnStrategy, Urn};
@@ -44,7 +45,13 @@ pub struct Router {
     pub(super) max_attempts: u64,
     pub(super) unknown_urn: UnknownUrnStrategy,
     pub(super) backoff: Backoff,
+    pub(super) max_park_delay: Duration,
 }
+
+/// How long a delivery parked behind another owner's claim waits at most
+/// before it is tried again, unless [`RouterBuilder::max_park_delay`] says
+/// otherwise.
+pub const DEFAULT_MAX_PARK_DELAY: Duration = Duration::from_secs(5);
 
 /// One registered handler with its argument shape erased.
 pub(super) struct Route {
@@ -84,6 +91,7 @@ impl Router {
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             unknown_urn: UnknownUrnStrategy::default(),
             backoff: Backoff::default(),
+            max_park_delay: DEFAULT_MAX_PARK_DELAY,
         }
     }
 
@@ -123,13 +131,21 @@ impl Router {
         self.backoff
     }
 
-    /// The longest delay a retry of this router asks for: the one after the
-    /// last attempt that is retried (`max_attempts - 1`; the delays never
-    /// shrink), `None` when no retry waits.
+    /// The longest a delivery parked behind another owner's claim waits
+    /// before it is tried again.
+    pub fn max_park_delay(&self) -> Duration {
+        self.max_park_delay
+    }
+
+    /// The longest delay a retry of this router asks for: the ceiling after
+    /// the first or the last attempt that is retried (`max_attempts - 1`;
+    /// every backoff's delays grow or shrink monotonically, so one of the
+    /// two ends is the longest), `None` when no retry waits.
     #[cfg(feature = "consumer")]
     pub(crate) fn longest_backoff(&self) -> Option<std::time::Duration> {
         let last_retried = self.max_attempts.checked_sub(1).filter(|n| *n >= 1)?;
-        self.backoff.delay(last_retried)
+        let first = self.backoff.ceiling(1)?;
+        Some(first.max(self.backoff.ceiling(last_retried)?))
     }
 }
 
@@ -142,6 +158,7 @@ impl fmt::Debug for Router {
             .field("max_attempts", &self.max_attempts)
             .field("unknown_urn", &self.unknown_urn)
             .field("backoff", &self.backoff)
+            .field("max_park_delay", &self.max_park_delay)
             .finish()
     }
 }
@@ -153,6 +170,7 @@ pub struct RouterBuilder {
     max_attempts: u64,
     unknown_urn: UnknownUrnStrategy,
     backoff: Backoff,
+    max_park_delay: Duration,
 }
 
 impl RouterBuilder {
@@ -200,6 +218,30 @@ impl RouterBuilder {
         self
     }
 
+    /// The longest a delivery parked behind another owner's claim waits
+    /// before it is tried again. Default [`DEFAULT_MAX_PARK_DELAY`] (5 s).
+    ///
+    /// A parked delivery is released with the other owner's lease time left
+    /// as its delay, but never longer than this: a foreign claim (the PHP
+    /// SDK's layout, `RedisStoreBuilder::php_claims` with the feature `redis`,
+    /// writes its claim with a TTL that may be an hour) can turn done long
+    /// before it expires, and the delivery then comes back within this
+    /// bound to find it done. `Duration::ZERO` releases a parked delivery
+    /// with no delay at all.
+    ///
+    /// ```
+    /// use babel_idem::Router;
+    /// use std::time::Duration;
+    ///
+    /// let router = Router::builder().max_park_delay(Duration::from_secs(2)).build()?;
+    /// assert_eq!(router.max_park_delay(), Duration::from_secs(2));
+    /// # Ok::<(), babel_idem::router::RouterError>(())
+    /// ```
+    pub fn max_park_delay(mut self, max: Duration) -> Self {
+        self.max_park_delay = max;
+        self
+    }
+
     /// Checks the routes and policies and returns the router.
     ///
     /// ```
@@ -221,6 +263,11 @@ impl RouterBuilder {
         if self.max_attempts == 0 {
             return Err(RouterError::ZeroMaxAttempts);
         }
+        if let Some(multiplier) = self.backoff.invalid_multiplier() {
+            return Err(RouterError::BackoffMultiplier {
+                multiplier: multiplier.to_string(),
+            });
+        }
         let mut routes = HashMap::with_capacity_and_hasher(self.routes.len(), Default::default());
         for (urn, route) in self.routes {
             if routes.contains_key(&urn) {
@@ -233,6 +280,7 @@ impl RouterBuilder {
             max_attempts: self.max_attempts,
             unknown_urn: self.unknown_urn,
             backoff: self.backoff,
+            max_park_delay: self.max_park_delay,
         })
     }
 }
@@ -247,6 +295,7 @@ impl fmt::Debug for RouterBuilder {
             .field("max_attempts", &self.max_attempts)
             .field("unknown_urn", &self.unknown_urn)
             .field("backoff", &self.backoff)
+            .field("max_park_delay", &self.max_park_delay)
             .finish()
     }
 }
@@ -264,6 +313,13 @@ pub enum RouterError {
     /// `max_attempts(0)`: a message needs at least one attempt.
     #[error("max_attempts must be at least 1: a message needs one attempt")]
     ZeroMaxAttempts,
+    /// A [`Backoff::Geometric`] whose multiplier is negative or not a
+    /// finite number: it names no delay.
+    #[error("the backoff multiplier must be a finite number of at least 0, got {multiplier}")]
+    BackoffMultiplier {
+        /// The multiplier given, as text.
+        multiplier: String,
+    },
 }
 
 #[cfg(all(test, feature = "consumer"))]
@@ -291,5 +347,13 @@ mod tests {
         // One attempt: nothing is retried, so nothing waits.
         assert_eq!(longest(Backoff::fixed(secs(7)), 1), None);
         assert_eq!(longest(Backoff::None, 5), None);
+        // The family's form: a shrinking multiplier waits longest first;
+        // jitter never waits longer than the ceiling.
+        let shrinking = Backoff::geometric(secs(8)).with_multiplier(0.5);
+        assert_eq!(longest(shrinking, 5), Some(secs(8)));
+        let jittered = Backoff::geometric(secs(1))
+            .with_multiplier(3.0)
+            .with_full_jitter();
+        assert_eq!(longest(jittered, 4), Some(secs(9)));
     }
 }

@@ -62,7 +62,7 @@ where
     // The last field's name is `metrics::DECISION_FIELD`, which the guard records.
     let span = messaging_span!(
         "babelqueue.process",
-        OperationName(queue),
+        ProcessName(envelope.urn()),
         "consumer",
         "process",
         queue,
@@ -70,7 +70,7 @@ where
         messaging.babelqueue.idempotency.decision = tracing::field::Empty
     );
     #[cfg(feature = "opentelemetry")]
-    super::carrier::continue_trace(&span, headers);
+    super::carrier::continue_trace(&span, headers, &envelope.trace_id);
     #[cfg(not(feature = "opentelemetry"))]
     let _ = headers;
     span
@@ -102,16 +102,13 @@ impl fmt::Display for PublishName<'_> {
     }
 }
 
-/// `<queue> process`, the OpenTelemetry messaging span name.
-struct OperationName<'a>(&'a str);
+/// `process <urn>`, the family's consumer span name (the Python SDK's
+/// `otel.wrap_handler`).
+struct ProcessName<'a>(&'a str);
 
-impl fmt::Display for OperationName<'_> {
+impl fmt::Display for ProcessName<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0.is_empty() {
-            f.write_str("process")
-        } else {
-            write!(f, "{} process", self.0)
-        }
+        write!(f, "process {}", self.0)
     }
 }
 
@@ -121,9 +118,16 @@ mod tests {
     use crate::telemetry::metrics::DECISION_FIELD;
 
     #[test]
-    fn the_operation_name_falls_back_without_a_queue() {
-        assert_eq!(OperationName("orders").to_string(), "orders process");
-        assert_eq!(OperationName("").to_string(), "process");
+    fn the_span_names_are_the_familys() {
+        let urn = "urn:babel:orders:created";
+        assert_eq!(
+            ProcessName(urn).to_string(),
+            "process urn:babel:orders:created"
+        );
+        assert_eq!(
+            PublishName(urn).to_string(),
+            "publish urn:babel:orders:created"
+        );
     }
 
     #[test]
