@@ -7,10 +7,14 @@
 //!     --until-idle 2s --store sqlite:target/worker.sqlite
 //! ```
 //!
-//! The broker is `--redis URL` or `--amqp URL` (RabbitMQ,
-//! `amqp://guest:guest@127.0.0.1:5672/%2f`), exactly one of them; on
+//! The broker is `--redis URL`, `--amqp URL` (RabbitMQ,
+//! `amqp://guest:guest@127.0.0.1:5672/%2f`) or, built with the feature
+//! `kafka-transport`, `--kafka URL` (`kafka://127.0.0.1:9092`: the topic
+//! `--queue` in the consumer group `--group`, default `babelqueue`),
+//! exactly one of them; on
 //! RabbitMQ the prefetch is twice the concurrency: the consumer reads as
-//! many deliveries ahead as it handles at once.
+//! many deliveries ahead as it handles at once. On Kafka the worker commits
+//! what it settled before it exits.
 //!
 //! `--store` is the seen-set: `sqlite:PATH` (the default,
 //! `sqlite:target/worker-seen.sqlite`), `redis://URL` or
@@ -112,6 +116,8 @@ fn handle(env: &Envelope) {
 struct Options {
     redis: String,
     amqp: String,
+    kafka: String,
+    group: String,
     queue: String,
     concurrency: usize,
     until_idle: Option<Duration>,
@@ -122,14 +128,17 @@ struct Options {
     lease: Option<Duration>,
 }
 
-const USAGE: &str = "usage: worker (--redis URL | --amqp URL) --queue NAME [--concurrency N] [--until-idle DURATION] \
+const USAGE: &str = "usage: worker (--redis URL | --amqp URL | --kafka URL) --queue NAME [--concurrency N] [--until-idle DURATION] \
                      [--store sqlite:PATH|redis://URL|redis+cluster://HOST:PORT,...|postgres://URL] [--cached WINDOW] [--no-batch] [--urn URN] \
-                     [--lease DURATION]";
+                     [--lease DURATION] [--group NAME (Kafka)]";
 
 fn parse_options() -> Result<Options, String> {
     let mut options = Options {
         redis: String::new(),
         amqp: String::new(),
+        kafka: String::new(),
+        // The family's consumer group (`transport::kafka::DEFAULT_GROUP`).
+        group: "babelqueue".to_owned(),
         queue: String::new(),
         concurrency: 32,
         until_idle: None,
@@ -145,6 +154,8 @@ fn parse_options() -> Result<Options, String> {
         match flag.as_str() {
             "--redis" => options.redis = value()?,
             "--amqp" => options.amqp = value()?,
+            "--kafka" => options.kafka = value()?,
+            "--group" => options.group = value()?,
             "--queue" => options.queue = value()?,
             "--concurrency" => {
                 let text = value()?;
@@ -168,9 +179,13 @@ fn parse_options() -> Result<Options, String> {
             other => return Err(format!("unknown flag {other:?}\n{USAGE}")),
         }
     }
-    if options.redis.is_empty() == options.amqp.is_empty() || options.queue.is_empty() {
+    let brokers = [&options.redis, &options.amqp, &options.kafka]
+        .iter()
+        .filter(|url| !url.is_empty())
+        .count();
+    if brokers != 1 || options.queue.is_empty() {
         return Err(format!(
-            "--queue and exactly one of --redis and --amqp are required\n{USAGE}"
+            "--queue and exactly one of --redis, --amqp and --kafka are required\n{USAGE}"
         ));
     }
     Ok(options)
@@ -266,6 +281,9 @@ async fn open_store(
 
 async fn run(options: Options) -> Result<(), Box<dyn std::error::Error>> {
     // The broker first: a bad URL or a refused connection is the likelier mistake.
+    if !options.kafka.is_empty() {
+        return run_kafka(options).await;
+    }
     if options.amqp.is_empty() {
         let transport = RedisTransport::connect(&options.redis).await?;
         serve(transport, options).await
@@ -278,6 +296,25 @@ async fn run(options: Options) -> Result<(), Box<dyn std::error::Error>> {
             .await?;
         serve(transport, options).await
     }
+}
+
+/// The worker on Kafka: settled records are committed before it exits
+/// (what is not settled stays uncommitted, for the group's next owner).
+#[cfg(feature = "kafka-transport")]
+async fn run_kafka(options: Options) -> Result<(), Box<dyn std::error::Error>> {
+    let transport = babel_idem::transport::KafkaTransport::builder()
+        .group(&options.group)
+        .connect(&options.kafka)
+        .await?;
+    let closing = transport.clone();
+    let served = serve(transport, options).await;
+    closing.close().await;
+    served
+}
+
+#[cfg(not(feature = "kafka-transport"))]
+async fn run_kafka(_: Options) -> Result<(), Box<dyn std::error::Error>> {
+    Err("--kafka needs the worker built with the feature kafka-transport".into())
 }
 
 async fn serve<T: Transport>(

@@ -19,6 +19,9 @@
 mod consumer_support;
 #[path = "../babel-idem/tests/store_contract/mod.rs"]
 mod store_contract;
+#[cfg(feature = "kafka-transport")]
+#[path = "../babel-idem/tests/support/mod.rs"]
+mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -280,6 +283,68 @@ async fn the_worker_runs_each_order_once_across_two_runs_and_dead_letters_poison
     assert!(output.status.success(), "{output:?}");
     assert_eq!(final_line(&output), counts(6, 1, 5, 0, "idle"));
     assert!(fixture.queue.drained().await);
+}
+
+/// `--kafka` consumes a topic in the group `--group`: every order once, a
+/// redelivery skipped, a poison record dead-lettered to `<topic>.dlq`, and
+/// every record committed once the worker stops.
+#[cfg(feature = "kafka-transport")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worker_on_kafka_runs_each_order_once_and_commits_what_it_settled() {
+    const TEST: &str = "the_worker_on_kafka_runs_each_order_once_and_commits_what_it_settled";
+    let Some(url) = support::kafka::kafka_url(TEST) else {
+        return;
+    };
+    let name = support::kafka::unique("bi-worker");
+    let topics =
+        support::kafka::Topics::create(&url, &[name.clone(), format!("{name}.dlq")], 2).await;
+    let group = topics.group();
+    let producer = support::kafka::producer(&url);
+    let prefix = format!("order-{}", unique_suffix());
+    let mut orders = ids(&prefix, 0..20);
+    orders.extend(ids(&prefix, 5..15));
+    for (n, id) in orders.iter().enumerate() {
+        let envelope = Envelope::new(ORDER_CREATED, json!({ "order_id": n }))
+            .with_id(id.as_str())
+            .with_queue(&name);
+        let key = id.as_bytes();
+        support::kafka::produce(&producer, &name, None, Some(key), &envelope.to_vec(), &[]).await;
+    }
+    support::kafka::produce(&producer, &name, None, None, b"not json at all", &[]).await;
+
+    let dir = std::env::temp_dir().join(format!("babel-idem-{name}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let store = format!("sqlite:{}", dir.join("seen.sqlite").display());
+    let args = [
+        "--kafka",
+        &url,
+        "--group",
+        &group,
+        "--queue",
+        &name,
+        "--concurrency",
+        "8",
+        "--store",
+        &store,
+        "--until-idle",
+        "3s",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    let output = run_worker(args).await;
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(final_line(&output), counts(31, 20, 10, 1, "idle"));
+
+    let dead =
+        support::kafka::read_all(&url, &format!("{name}.dlq"), Some(1), Duration::ZERO).await;
+    assert!(String::from_utf8_lossy(&dead[0].value).contains("poison"));
+    let ends = support::kafka::end_offsets(&url, &name, 31).await;
+    let committed = support::kafka::committed(&url, &group, &name, 2).await;
+    for (partition, end) in ends {
+        assert_eq!(committed[&partition], Some(end), "partition {partition}");
+    }
+    topics.delete().await;
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `--lease` runs claim mode: two worker processes on one queue and one

@@ -13,7 +13,7 @@ Conventions (every command keeps them):
     sqlite://PATH (or sqlite:PATH), redis://..., rediss://...,
     redis+cluster://HOST:PORT,... (a Redis Cluster, every master scanned),
     postgres://... (or postgresql://...). The URL picks the backend.
-  - A command that talks to a broker takes --redis URL or --amqp URL
+  - A command that talks to a broker takes --redis URL, --amqp URL or --kafka URL
     (redrive, dlq, relay), or --kafka URL (redrive, dlq, kafka).
   - Durations are a whole number and a unit: 250ms, 30s, 5m, 2h, 7d
     (e.g. --timeout 5s); a bare number is seconds.
@@ -192,28 +192,6 @@ pub(crate) struct ReinjectArgs {
     pub group: String,
 }
 
-/// The broker a command talks to: one of --redis and --amqp.
-#[derive(Debug, Clone, Args)]
-#[group(required = true, multiple = false)]
-pub(crate) struct BrokerArgs {
-    /// The Redis server of the BabelQueue Redis layout (redis://HOST:PORT/DB).
-    #[arg(long, value_name = "URL")]
-    pub redis: Option<String>,
-    /// The RabbitMQ broker (amqp://USER:PASSWORD@HOST:PORT/VHOST).
-    #[arg(long, value_name = "URL")]
-    pub amqp: Option<String>,
-}
-
-impl BrokerArgs {
-    /// The URL given, whichever flag carried it.
-    pub(crate) fn url(&self) -> &str {
-        self.redis
-            .as_deref()
-            .or(self.amqp.as_deref())
-            .unwrap_or_default()
-    }
-}
-
 /// Which dead-lettered messages a command takes: every condition given
 /// must hold; a repeated flag takes any of its values.
 #[derive(Debug, Clone, Args)]
@@ -237,24 +215,24 @@ pub(crate) struct SelectArgs {
     pub id: Vec<String>,
 }
 
-/// The broker a dead-letter command talks to: one of --redis, --amqp and
-/// --kafka.
+/// The broker a command talks to: one of --redis, --amqp and --kafka.
 #[derive(Debug, Clone, Args)]
 #[group(required = true, multiple = false)]
-pub(crate) struct DeadLetterBrokerArgs {
+pub(crate) struct BrokerArgs {
     /// The Redis server of the BabelQueue Redis layout (redis://HOST:PORT/DB).
     #[arg(long, value_name = "URL")]
     pub redis: Option<String>,
     /// The RabbitMQ broker (amqp://USER:PASSWORD@HOST:PORT/VHOST).
     #[arg(long, value_name = "URL")]
     pub amqp: Option<String>,
-    /// The Kafka cluster (kafka://HOST:PORT[,HOST:PORT]); a run reads the
-    /// dead-letter topic in the consumer group babelqueue-redrive.
+    /// The Kafka cluster (kafka://HOST:PORT[,HOST:PORT]); a dead-letter
+    /// run reads the dead-letter topic in the consumer group
+    /// babelqueue-redrive.
     #[arg(long, value_name = "URL")]
     pub kafka: Option<String>,
 }
 
-impl DeadLetterBrokerArgs {
+impl BrokerArgs {
     /// The URL given, whichever flag carried it.
     pub(crate) fn url(&self) -> &str {
         self.redis
@@ -269,7 +247,7 @@ impl DeadLetterBrokerArgs {
 #[derive(Debug, Args)]
 pub(crate) struct RedriveArgs {
     #[command(flatten)]
-    pub broker: DeadLetterBrokerArgs,
+    pub broker: BrokerArgs,
     /// The dead-letter queue to move messages from (e.g. orders.dlq).
     #[arg(long, value_name = "QUEUE")]
     pub from: String,
@@ -303,7 +281,7 @@ pub(crate) enum DlqCommand {
     /// One line per message: position, meta.id, URN, reason, failed at, queue.
     List {
         #[command(flatten)]
-        broker: DeadLetterBrokerArgs,
+        broker: BrokerArgs,
         /// The dead-letter queue (e.g. orders.dlq).
         queue: String,
         /// At most N messages, from the head.
@@ -315,7 +293,7 @@ pub(crate) enum DlqCommand {
     /// One message in full: its record, its headers, its body.
     Show {
         #[command(flatten)]
-        broker: DeadLetterBrokerArgs,
+        broker: BrokerArgs,
         /// The dead-letter queue (e.g. orders.dlq).
         queue: String,
         /// The message's meta.id, or its position (0 at the head) as #N.
@@ -324,7 +302,7 @@ pub(crate) enum DlqCommand {
     /// Counts by reason, by URN and by original queue.
     Stats {
         #[command(flatten)]
-        broker: DeadLetterBrokerArgs,
+        broker: BrokerArgs,
         /// The dead-letter queue (e.g. orders.dlq).
         queue: String,
     },

@@ -16,7 +16,7 @@ use babel_idem::transport::{AmqpTransport, KafkaTransport, RedisTransport};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::{Value, json};
 
-use crate::args::{DeadLetterBrokerArgs, DlqCommand, RedriveArgs, SelectArgs};
+use crate::args::{BrokerArgs, DlqCommand, RedriveArgs, SelectArgs};
 use crate::backend::{self, Access, Settings};
 use crate::exit::{CliError, Exit, store_failed};
 use crate::ids::key;
@@ -27,7 +27,7 @@ use crate::units::parse_time;
 /// The broker a `--redis`, `--amqp` or `--kafka` URL names, connected, as
 /// its dead-letter queues: every command goes through this one object.
 async fn connect(
-    args: &DeadLetterBrokerArgs,
+    args: &BrokerArgs,
     timeout: Duration,
 ) -> Result<Box<dyn ErasedDeadLetters>, CliError> {
     let connected = match (&args.redis, &args.amqp, &args.kafka) {
@@ -380,7 +380,7 @@ pub(crate) async fn dlq(
 }
 
 async fn look(
-    broker: &DeadLetterBrokerArgs,
+    broker: &BrokerArgs,
     queue: &str,
     max: Option<usize>,
     timeout: Duration,

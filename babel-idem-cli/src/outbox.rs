@@ -9,7 +9,7 @@ use babel_idem::outbox::{
     OutboxError, OutboxSource, PostgresOutbox, Relay, RelayError, RelaySink, RelaySource,
     SqliteOutbox,
 };
-use babel_idem::transport::{AmqpTransport, RedisTransport, TransportError};
+use babel_idem::transport::{AmqpTransport, KafkaTransport, RedisTransport, TransportError};
 use clap::{Args, Subcommand};
 use serde_json::json;
 use sqlx::postgres::PgPoolOptions;
@@ -254,22 +254,34 @@ pub(crate) async fn relay(
         );
         return Ok(Exit::Ok);
     }
-    let sink = match (&args.broker.redis, &args.broker.amqp) {
-        (Some(url), _) => RelaySink::from(
+    let broker = &args.broker;
+    let sink = match (&broker.redis, &broker.amqp, &broker.kafka) {
+        (Some(url), _, _) => RelaySink::from(
             RedisTransport::builder()
                 .timeout(timeout)
                 .connect(url)
                 .await
                 .map_err(|e| broker_failed(url, e))?,
         ),
-        (None, Some(url)) => RelaySink::from(
+        (None, Some(url), _) => RelaySink::from(
             AmqpTransport::builder()
                 .timeout(timeout)
                 .connect(url)
                 .await
                 .map_err(|e| broker_failed(url, e))?,
         ),
-        (None, None) => return Err(CliError::usage("relay needs --redis URL or --amqp URL")),
+        (None, None, Some(url)) => RelaySink::from(
+            KafkaTransport::builder()
+                .timeout(timeout)
+                .connect(url)
+                .await
+                .map_err(|e| broker_failed(url, e))?,
+        ),
+        (None, None, None) => {
+            return Err(CliError::usage(
+                "relay needs --redis URL, --amqp URL or --kafka URL",
+            ));
+        }
     };
     let relay = Relay::builder(RelaySource::shared(Arc::clone(&opened)), sink)
         .batch_size(args.batch)

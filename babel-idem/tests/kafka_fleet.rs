@@ -36,7 +36,7 @@ use consumer_support::kafka_topic::Topic;
 use consumer_support::{effect_router, envelope_with_id, eventually};
 use redis::AsyncCommands;
 use store_contract::servers::{REDIS_URL, server_url};
-use support::kafka::kafka_url;
+use support::kafka::{ONE_RECORD_PER_BATCH, kafka_url};
 use tracing::field::{Field, Visit};
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 
@@ -122,6 +122,7 @@ fn kafka_worker() {
     runtime.block_on(async move {
         let transport = KafkaTransport::builder()
             .group(group)
+            .client_setting(ONE_RECORD_PER_BATCH.0, ONE_RECORD_PER_BATCH.1)
             .connect(kafka)
             .await
             .expect("connect");
@@ -178,11 +179,12 @@ fn spawn_worker(worker: usize, spec: &str, lines: &Lines) -> Child {
 }
 
 /// Checks every commit in `lines` against the records its worker
-/// reserved and settled before it; the number of commits checked.
-fn assert_no_commit_passed_an_unsettled_record(lines: &[String]) -> usize {
+/// reserved and settled before it; how many records were reserved, settled
+/// and commits checked.
+fn assert_no_commit_passed_an_unsettled_record(lines: &[String]) -> (usize, usize, usize) {
     // Per (worker, partition): reserved offsets not settled yet.
     let mut unsettled: HashMap<(usize, i64), BTreeSet<i64>> = HashMap::new();
-    let mut commits = 0;
+    let (mut reserved, mut settled, mut commits) = (0, 0, 0);
     for line in lines {
         let parts: Vec<&str> = line.split(' ').collect();
         let ["kafka-event", worker, message, partition, offset] = parts[..] else {
@@ -193,9 +195,11 @@ fn assert_no_commit_passed_an_unsettled_record(lines: &[String]) -> usize {
         let open = unsettled.entry((worker, partition)).or_default();
         match message {
             "reserved" => {
+                reserved += 1;
                 open.insert(offset);
             }
             "settled" => {
+                settled += 1;
                 open.remove(&offset);
             }
             "revoked" => open.clear(),
@@ -211,7 +215,7 @@ fn assert_no_commit_passed_an_unsettled_record(lines: &[String]) -> usize {
             _ => {}
         }
     }
-    commits
+    (reserved, settled, commits)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -286,10 +290,16 @@ async fn a_fleet_with_a_kill_and_a_join_runs_every_id_once_and_never_commits_pas
         "ids run more than once beyond the killed worker's handlers: {twice:?}"
     );
     let lines = lines.lock().unwrap().clone();
-    let commits = assert_no_commit_passed_an_unsettled_record(&lines);
+    let (reserved, settled, commits) = assert_no_commit_passed_an_unsettled_record(&lines);
+    // Every record was reserved and settled at least once, by some worker:
+    // the check above saw the whole run, not a silent part of it.
+    assert!(
+        reserved >= 2 * IDS && settled >= 2 * IDS,
+        "{reserved} reserved, {settled} settled"
+    );
     assert!(commits > 0, "the workers reported no commit");
     eprintln!(
-        "{} ids ran once, {} twice (cut by the kill); {commits} commits checked",
+        "{} ids ran once, {} twice (cut by the kill); {reserved} reservations, {settled} settles, {commits} commits checked",
         counts.len() - twice.len(),
         twice.len()
     );
