@@ -96,8 +96,8 @@ async fn fill(url: &str, name: &str, count: usize) -> (String, String, String) {
     for delivery in pending {
         delivery.await.unwrap().map_err(|(e, _)| e).unwrap();
     }
-    let prefix = format!("{topic}:bq:idemp:");
-    (topic, prefix, format!("{topic}-group"))
+    let (prefix, group) = (format!("{topic}:bq:idemp:"), format!("{topic}-group"));
+    (topic, prefix, group)
 }
 
 async fn cleanup(url: &str, redis_url: &str, topic: &str, prefix: &str) {

@@ -25,7 +25,6 @@ use babel_idem::store::RedisStore;
 use babel_idem::transport::KafkaTransport;
 use babel_idem::transport::kafka::{Reinjector, RetryTiers};
 use babel_idem::{Consumer, Delivery, Envelope, InMemoryStore, Router, run_once, urn};
-use consumer_support::kafka_topic::Topic;
 use consumer_support::{
     QUIET, assert_poison_records_as_python_writes, effect_router, envelope_with_id, eventually,
     peer, python, run_until_idle,
@@ -34,7 +33,7 @@ use redis::AsyncCommands;
 use serde_json::json;
 use store_contract::servers::{REDIS_URL, server_url};
 use store_contract::spawned::OwnRedis;
-use support::kafka::{ONE_RECORD_PER_BATCH, Read, kafka_url};
+use support::kafka::{ONE_RECORD_PER_BATCH, Read, WorkTopic as Topic, kafka_url};
 
 /// The Python peer of these tests: `tests/python/kafka_peer.py`.
 const PEER: &str = "kafka_peer.py";

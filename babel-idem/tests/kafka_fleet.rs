@@ -32,11 +32,10 @@ use std::time::Duration;
 use babel_idem::Consumer;
 use babel_idem::store::RedisStore;
 use babel_idem::transport::KafkaTransport;
-use consumer_support::kafka_topic::Topic;
 use consumer_support::{effect_router, envelope_with_id, eventually};
 use redis::AsyncCommands;
 use store_contract::servers::{REDIS_URL, server_url};
-use support::kafka::{ONE_RECORD_PER_BATCH, kafka_url};
+use support::kafka::{ONE_RECORD_PER_BATCH, WorkTopic as Topic, kafka_url};
 use tracing::field::{Field, Visit};
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 

@@ -6,8 +6,6 @@
 
 #[cfg(feature = "amqp-transport")]
 pub mod amqp_queue;
-#[cfg(feature = "kafka-transport")]
-pub mod kafka_topic;
 #[cfg(feature = "redis-transport")]
 pub mod redis_queue;
 
