@@ -22,7 +22,7 @@ use std::time::Duration;
 use rdkafka::ClientContext;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::KafkaResult;
-use rdkafka::message::{BorrowedMessage, Headers, Message};
+use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 use super::ledger::Ledger;
@@ -126,20 +126,10 @@ struct Taken {
 
 impl Taken {
     fn from_message(message: &BorrowedMessage<'_>, generation: u64) -> Self {
-        let headers = message
-            .headers()
-            .map(|headers| {
-                headers
-                    .iter()
-                    .map(|header| {
-                        (
-                            header.key.to_owned(),
-                            header.value.map(<[u8]>::to_vec).unwrap_or_default(),
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+        let headers = headers::stored(message)
+            .into_iter()
+            .map(|(name, value)| (name, value.unwrap_or_default()))
+            .collect();
         Taken {
             partition: message.partition(),
             offset: message.offset(),

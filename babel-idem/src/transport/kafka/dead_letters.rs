@@ -399,10 +399,7 @@ impl DeadLetterRun for KafkaDlq {
                 }
                 partition.next = offset + 1;
                 partition.looked.insert(offset, Fate::Open);
-                let stored = received
-                    .headers()
-                    .map(|headers| reinject::kept_headers(headers, &[]))
-                    .unwrap_or_default();
+                let stored = headers::stored(&received);
                 let text = stored
                     .iter()
                     .map(|(name, value)| {

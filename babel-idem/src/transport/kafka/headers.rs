@@ -7,6 +7,9 @@
 //! authoritative retry counter on consume, the body's `attempts` the
 //! fallback for a record no BabelQueue producer wrote.
 
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use rdkafka::message::{Headers, Message};
 use serde_json::Value;
 
 /// The URN (`job`).
@@ -26,6 +29,54 @@ pub(crate) const ATTEMPTS: &str = "bq-attempts";
 pub(crate) const DELAY: &str = "bq-delay";
 /// On a record parked on a retry tier: the work topic it goes back to.
 pub(crate) const ORIGINAL_TOPIC: &str = "bq-original-topic";
+
+/// The header that stands in for a record's headers when they cannot be
+/// read (a header name that is not UTF-8); the same name the RabbitMQ
+/// binding gives headers it cannot read.
+pub(crate) const UNREADABLE: &str = "x-babel-idem-unreadable-headers";
+
+/// A stored header: its name and its value (`None`: a null value).
+pub(crate) type Stored = (String, Option<Vec<u8>>);
+
+/// The headers of a consumed `record` as stored, in order, a null value
+/// kept null.
+///
+/// The rdkafka crate panics on a header name that is not UTF-8 (it
+/// unwraps the name's conversion), and any producer can write one. That
+/// panic is caught here, so a foreign record never takes a worker down nor
+/// wedges its partition: the record's headers are then the one header
+/// [`UNREADABLE`], saying why, and its value and key go on as they are.
+pub(crate) fn stored<M: Message>(record: &M) -> Vec<Stored> {
+    caught(|| {
+        record.headers().map_or_else(Vec::new, |headers| {
+            headers
+                .iter()
+                .map(|header| (header.key.to_owned(), header.value.map(<[u8]>::to_vec)))
+                .collect()
+        })
+    })
+    .unwrap_or_else(|unreadable| {
+        tracing::warn!(
+            target: "babel_idem::transport::kafka",
+            topic = record.topic(),
+            partition = record.partition(),
+            offset = record.offset(),
+            "babel-idem: a Kafka record's header names are not UTF-8; it goes on without its headers"
+        );
+        unreadable
+    })
+}
+
+/// What `read` gives, or, when it panics, `Err` with the one header
+/// [`UNREADABLE`] in place of those it could not read.
+fn caught(read: impl FnOnce() -> Vec<Stored>) -> Result<Vec<Stored>, Vec<Stored>> {
+    catch_unwind(AssertUnwindSafe(read)).map_err(|_| {
+        vec![(
+            UNREADABLE.to_owned(),
+            Some(b"a header name is not UTF-8".to_vec()),
+        )]
+    })
+}
 
 /// The `bq-` headers of `body`, in the order the Python SDK writes them:
 /// `bq-job`, `bq-trace-id`, `bq-message-id`, `bq-schema-version`,
@@ -151,6 +202,17 @@ mod tests {
         assert!(projection(body).iter().all(|(name, _)| *name != ATTEMPTS));
         let body = br#"{"job":"urn:babel:a:b","attempts":true}"#;
         assert!(projection(body).iter().all(|(name, _)| *name != ATTEMPTS));
+    }
+
+    #[test]
+    fn headers_whose_reading_panics_are_replaced_by_the_unreadable_marker() {
+        let read = || vec![("bq-job".to_owned(), Some(b"urn:babel:a:b".to_vec()))];
+        assert_eq!(caught(read), Ok(read()));
+        let unreadable =
+            caught(|| panic!("called `Result::unwrap()` on an `Err` value: Utf8Error"));
+        let marker = unreadable.unwrap_err();
+        assert_eq!(marker.len(), 1);
+        assert_eq!(marker[0].0, UNREADABLE);
     }
 
     #[test]

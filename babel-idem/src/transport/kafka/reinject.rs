@@ -11,13 +11,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rdkafka::consumer::{
     BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
 };
-use rdkafka::message::{Header, Headers, Message, OwnedHeaders, OwnedMessage};
+use rdkafka::message::{Header, Message, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::util::Timeout;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use tokio::time::Instant;
 
-use super::headers::{DELAY, ORIGINAL_TOPIC};
+use super::headers::{self, DELAY, ORIGINAL_TOPIC, Stored};
 use super::tiers::millis;
 use super::{KafkaTransport, RetryTiers, produce};
 use crate::broker::TransportError;
@@ -536,11 +536,9 @@ impl Reinjector {
     /// Writes `record` to its work topic, value and key byte for byte, its
     /// headers but the two tier headers, and waits for the delivery report.
     async fn write(&self, record: &OwnedMessage) -> Result<(), ReinjectError> {
-        let target = target_topic(record);
-        let headers = record
-            .headers()
-            .map(|headers| kept_headers(headers, &[DELAY, ORIGINAL_TOPIC]))
-            .unwrap_or_default();
+        let mut headers = headers::stored(record);
+        let target = target_topic(record, &headers);
+        headers.retain(|(name, _)| name != DELAY && name != ORIGINAL_TOPIC);
         let written = copy(
             &self.producer,
             &target,
@@ -615,16 +613,14 @@ impl Reinjector {
 /// The work topic a parked record goes back to: `bq-original-topic`, else
 /// the work part of its tier topic's name (never stranded on a missing
 /// header).
-fn target_topic(record: &OwnedMessage) -> String {
-    let named = record.headers().and_then(|headers| {
-        headers
-            .iter()
-            .find(|header| header.key == ORIGINAL_TOPIC)
-            .and_then(|header| header.value)
-            .and_then(|value| std::str::from_utf8(value).ok())
-            .filter(|topic| !topic.is_empty())
-            .map(str::to_owned)
-    });
+fn target_topic(record: &OwnedMessage, headers: &[Stored]) -> String {
+    let named = headers
+        .iter()
+        .find(|(name, _)| name == ORIGINAL_TOPIC)
+        .and_then(|(_, value)| value.as_deref())
+        .and_then(|value| std::str::from_utf8(value).ok())
+        .filter(|topic| !topic.is_empty())
+        .map(str::to_owned);
     named.unwrap_or_else(|| match record.topic().rsplit_once(".retry.") {
         Some((work, _)) if !work.is_empty() => work.to_owned(),
         _ => record.topic().to_owned(),
@@ -651,19 +647,6 @@ fn now_ms() -> i64 {
         .map_or(0, |since| {
             i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
         })
-}
-
-/// A record's headers as stored (a null value stays null), without those
-/// named in `dropped`.
-pub(super) fn kept_headers(
-    headers: &impl Headers,
-    dropped: &[&str],
-) -> Vec<(String, Option<Vec<u8>>)> {
-    headers
-        .iter()
-        .filter(|header| !dropped.contains(&header.key))
-        .map(|header| (header.key.to_owned(), header.value.map(<[u8]>::to_vec)))
-        .collect()
 }
 
 /// A record copied as it was stored.
