@@ -227,19 +227,19 @@ async fn a_poison_record_among_1000_is_dead_lettered_as_python_writes_it_and_the
     };
     let topic = Topic::new(&url, 3, 0).await;
     let poison = b"{\"job\": \"urn:babel:interop:created\", \"data\": [not json".to_vec();
-    for n in 0..1000u64 {
-        let key = format!("key-{}", n % 7);
-        if n == 500 {
-            topic
-                .produce(&topic.name, Some(key.as_bytes()), &poison, &[])
-                .await;
-            continue;
-        }
-        let body = envelope_with_id(&format!("bulk-{n}"), &topic.name, n).to_vec();
-        topic
-            .produce(&topic.name, Some(key.as_bytes()), &body, &[])
-            .await;
-    }
+    let records: Vec<(Vec<u8>, Vec<u8>)> = (0..1000u64)
+        .map(|n| {
+            let key = format!("key-{}", n % 7).into_bytes();
+            if n == 500 {
+                return (key, poison.clone());
+            }
+            (
+                key,
+                envelope_with_id(&format!("bulk-{n}"), &topic.name, n).to_vec(),
+            )
+        })
+        .collect();
+    topic.produce_many(&records).await;
     let (transport, group) = transport(&url, &topic, RetryTiers::none()).await;
     let store = Arc::new(InMemoryStore::new());
     let effects = Arc::new(Mutex::new(HashMap::<String, u32>::new()));
@@ -301,13 +301,15 @@ async fn the_store_down_for_10_s_under_load_dead_letters_nothing_and_skips_nothi
     store_server.start();
     let topic = Topic::new(&url, 3, 0).await;
     let ids: Vec<String> = (0..600).map(|n| format!("outage-{n}")).collect();
-    for (n, id) in ids.iter().enumerate() {
-        let body = envelope_with_id(id, &topic.name, n as u64).to_vec();
-        let key = format!("key-{}", n % 11);
-        topic
-            .produce(&topic.name, Some(key.as_bytes()), &body, &[])
-            .await;
-    }
+    let records: Vec<(Vec<u8>, Vec<u8>)> = ids
+        .iter()
+        .enumerate()
+        .map(|(n, id)| {
+            let key = format!("key-{}", n % 11).into_bytes();
+            (key, envelope_with_id(id, &topic.name, n as u64).to_vec())
+        })
+        .collect();
+    topic.produce_many(&records).await;
     let store = RedisStore::builder()
         .prefix(format!("{}:seen:", topic.name))
         .connect_lazy(&store_server.url())
