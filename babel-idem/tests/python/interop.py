@@ -19,6 +19,7 @@ Subcommands every peer answers (one JSON document on stdout):
 
 import json
 import sys
+import time
 
 from babelqueue import BabelQueue, EnvelopeCodec, headers_from_context, is_replay
 from babelqueue._poison_record import build_poison_record
@@ -66,8 +67,15 @@ def consume(app, queue, idle, client, options):
     effects, noop = options.get("--effects"), options.get("--noop") == "1"
     fail = options.get("--fail") == "1"
     received = []
+    # When the first and the last handler call ran: a benchmark's measure of
+    # the work alone, without the interpreter's start or a group join.
+    timing = {"first": None, "last": None}
 
     def handler(data, meta, envelope):
+        now = time.perf_counter()
+        if timing["first"] is None:
+            timing["first"] = now
+        timing["last"] = now
         if fail:
             raise RuntimeError("the interop peer fails on purpose")
         if noop:
@@ -89,7 +97,8 @@ def consume(app, queue, idle, client, options):
     prefix = options.get("--seen-prefix")
     app.register(URN, wrap(RedisSeenSet(client, prefix), handler) if prefix else handler)
     processed = app.consume(queue, max_messages=10**9, timeout=idle, handle_signals=False)
-    return {"processed": processed, "received": received}
+    busy = timing["last"] - timing["first"] if timing["first"] is not None else 0.0
+    return {"processed": processed, "received": received, "busy_seconds": busy}
 
 
 def poison_record():

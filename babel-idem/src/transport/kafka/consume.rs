@@ -6,14 +6,15 @@
 //! another record of its key (on its partition) is still out: then it is
 //! held here, in offset order, and handed out by a later reserve once the
 //! one before it settles. A settle that writes waits for the broker's
-//! delivery report; only then is the record marked settled, and the
-//! partition's offset committed when its position moves.
+//! delivery report; only then is the record marked settled. The positions
+//! settles moved are committed together by the next reserve (once per
+//! batch, not once per record), and at a rebalance or a close.
 //!
 //! Each partition assignment has a generation. A handle remembers the
 //! generation it was reserved under; once its partition is revoked, the
 //! handle settles nothing (the record is its next owner's).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -172,6 +173,10 @@ impl Taken {
 #[derive(Default)]
 struct State {
     ledger: Ledger,
+    /// Per partition, the position settled records moved it to since the
+    /// last commit: committed together on the next reserve, so a partition
+    /// is committed once per batch of settles, never per record.
+    unflushed: BTreeMap<i32, i64>,
     /// The generation of each assigned partition. A partition not here is
     /// not assigned: its handles settle nothing.
     generations: HashMap<i32, u64>,
@@ -242,6 +247,9 @@ impl State {
     /// ready records, its busy keys, its generation.
     fn give_up(&mut self, partition: i32) {
         self.ledger.forget(partition);
+        // The revoke committed it; a later flush must not commit it again
+        // over its next owner's.
+        self.unflushed.remove(&partition);
         self.generations.remove(&partition);
         self.ready.retain(|taken| taken.partition != partition);
         let held = &mut self.held;
@@ -362,6 +370,7 @@ impl TopicConsumer {
     /// ones polled without waiting.
     fn reserve(&self, max: usize) -> Result<Vec<Reserved<KafkaHandle>>, TransportError> {
         let _polling = self.polling.lock().unwrap_or_else(PoisonError::into_inner);
+        self.flush();
         let mut out = Vec::new();
         {
             let mut state = lock(&self.state);
@@ -452,21 +461,27 @@ impl TopicConsumer {
         }
         tracing::trace!(target: TARGET, topic = &*self.topic, partition = handle.partition, offset = handle.offset, "settled");
         if let Some(position) = state.ledger.settle(handle.partition, handle.offset) {
-            // Async: the commit is queued here and answered through the
-            // commit callback; a later position supersedes a failed one.
-            commit(
-                &self.consumer,
-                &self.topic,
-                &[(handle.partition, position)],
-                CommitMode::Async,
-            );
+            state.unflushed.insert(handle.partition, position);
         }
         true
     }
 
+    /// Commits the positions settles moved since the last flush, in one
+    /// asynchronous commit: answered through the commit callback, and a
+    /// later position supersedes a failed one.
+    fn flush(&self) {
+        let mut state = lock(&self.state);
+        if state.unflushed.is_empty() {
+            return;
+        }
+        let positions: Vec<(i32, i64)> = std::mem::take(&mut state.unflushed).into_iter().collect();
+        commit(&self.consumer, &self.topic, &positions, CommitMode::Async);
+    }
+
     /// Commits every settled position, waiting for the broker.
     fn commit_settled(&self) {
-        let state = lock(&self.state);
+        let mut state = lock(&self.state);
+        state.unflushed.clear();
         let positions = state.ledger.positions();
         commit(&self.consumer, &self.topic, &positions, CommitMode::Sync);
     }
