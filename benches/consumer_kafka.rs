@@ -31,7 +31,10 @@
 //! `skipped:`; without `BABEL_IDEM_PYTHON` the Python run is skipped.
 
 #[path = "support/load.rs"]
-#[allow(dead_code, reason = "the Python worker is timed from its own answer here")]
+#[allow(
+    dead_code,
+    reason = "the Python worker is timed from its own answer here"
+)]
 mod load;
 
 use std::collections::HashMap;
