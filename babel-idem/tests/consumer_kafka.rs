@@ -547,8 +547,9 @@ mod redrive_interop {
                 .produce(&topic.name, Some(key.as_bytes()), &body, &[])
                 .await;
         }
-        // The SDK's worker fails every run; without tiers each retry goes
-        // back to the work topic, and the third attempt is dead-lettered.
+        // The SDK's worker fails every run, with one attempt allowed: its
+        // Kafka transport retries only through tiers, so without them a
+        // failure is dead-lettered at once (as ours with `max_attempts(1)`).
         let out = peer(
             &python,
             PEER,
@@ -560,6 +561,8 @@ mod redrive_interop {
                 "--group".into(),
                 topic.group(),
                 "--fail".into(),
+                "1".into(),
+                "--max-attempts".into(),
                 "1".into(),
             ],
             None,

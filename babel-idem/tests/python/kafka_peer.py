@@ -3,10 +3,11 @@ Kafka interop peer of tests/consumer_kafka.rs and benches/consumer_kafka.rs. The
 every peer answers are interop.py's (publish, consume, poison-record), on Kafka; `consume` takes
 more options, and there are more subcommands:
 
-  consume URL TOPIC IDLE_SECS --redis URL [--group G] [--tiers MS,MS] ...
+  consume URL TOPIC IDLE_SECS --redis URL [--group G] [--tiers MS,MS] [--max-attempts N] ...
                                        the worker in group G (default babelqueue); the seen-set
                                        and the effects on the --redis server; with --tiers, the
-                                       SDK's retry tiers
+                                       SDK's retry tiers; N attempts (default 3: without tiers a
+                                       failure retries only with N = 1, dead-lettered at once)
   records URL TOPIC [IDLE_SECS]        every record of TOPIC, read by a throwaway group without
                                        committing: value (bytes), key (bytes or null), headers
                                        ([name, bytes]), timestamp, partition, offset
@@ -65,7 +66,12 @@ def consume(url, topic, idle, options):
         retry_tiers_ms=tiers_of(options.get("--tiers")),
         **{"session.timeout.ms": 6000},
     )
-    app = BabelQueue(transport=transport, queue=topic, dead_letter=True)
+    app = BabelQueue(
+        transport=transport,
+        queue=topic,
+        dead_letter=True,
+        max_attempts=int(options.get("--max-attempts", 3)),
+    )
     out = interop.consume(app, topic, idle, client, options)
     transport.close()
     return out
