@@ -10,16 +10,13 @@ use std::time::{Duration, Instant};
 
 use babel_idem::Envelope;
 use babel_idem::envelope::{DeadLetter, DeadLetterReason};
-use rdkafka::message::Message;
 use serde_json::{Value, json};
 
 // The library tests' Kafka helpers (their own `allow`s: this file uses some).
 #[path = "../../babel-idem/tests/support/kafka.rs"]
 mod kafka;
 
-use kafka::{
-    READ_QUIET, Raw, Topics, committed, kafka_url, now_ms, produce, producer, read_all, unique,
-};
+use kafka::{READ_QUIET, Raw, Topics, kafka_url, now_ms, produce, producer, read_all, unique};
 
 const BIN: &str = env!("CARGO_BIN_EXE_babel-idem");
 const URN: &str = "urn:babel:orders:created";
@@ -140,7 +137,7 @@ async fn dlq_list_show_and_stats_over_kafka_read_and_commit_nothing() {
     let stats = cli(&["dlq", "stats", "--kafka", &url, &dlq, "--json"]);
     assert_eq!(stats.ok().json_lines()[0]["messages"], 2);
 
-    let committed = committed(topics.url(), "babelqueue-redrive", &dlq, 1).await;
+    let committed = kafka::committed(topics.url(), "babelqueue-redrive", &dlq, 1).await;
     assert_eq!(committed[&0], None, "looking commits nothing");
     assert_eq!(
         read_all(topics.url(), &dlq, None, READ_QUIET).await.len(),
@@ -253,13 +250,13 @@ async fn kafka_reinject_killed_mid_run_loses_no_record_and_stops_cleanly_on_sigt
         assert!(Instant::now() < deadline, "delivered {delivered:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let committed = committed(topics.url(), &group, &tier, 1).await;
+    let committed = kafka::committed(topics.url(), &group, &tier, 1).await;
     let deadline = Instant::now() + PATIENCE;
     let mut committed = committed[&0];
     while committed != Some(20) {
         assert!(Instant::now() < deadline, "committed {committed:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
-        committed = committed(topics.url(), &group, &tier, 1).await[&0];
+        committed = kafka::committed(topics.url(), &group, &tier, 1).await[&0];
     }
 
     let status = Command::new("kill")

@@ -5,6 +5,8 @@
 //! `BABEL_IDEM_REQUIRE_SERVERS=1` it fails instead.
 #![cfg(feature = "kafka-transport")]
 
+#[path = "support/python.rs"]
+mod python;
 mod support;
 
 use std::time::{Duration, Instant};
@@ -12,11 +14,11 @@ use std::time::{Duration, Instant};
 use babel_idem::Envelope;
 use babel_idem::transport::KafkaTransport;
 use babel_idem::transport::kafka::{DelayError, Reinjector, RetryTiers, TierError};
+use python::{peer, python};
 use serde_json::json;
 use support::kafka::{
     READ_QUIET, Raw, Topics, committed, kafka_url, now_ms, produce, producer, read_all, unique,
 };
-use support::python::{peer, python};
 
 const URN: &str = "urn:babel:orders:remind";
 
@@ -111,7 +113,6 @@ async fn a_delayed_publish_is_parked_on_the_smallest_tier_covering_it_with_its_h
         .await
         .unwrap();
 
-    let url = work.topics.url();
     assert!(
         read_all(&url, &work.tier(1), None, READ_QUIET)
             .await
@@ -179,7 +180,6 @@ async fn a_delay_no_tier_holds_is_refused_and_nothing_is_produced() {
         .unwrap_err();
     assert!(matches!(bad_name, DelayError::Transport(_)), "{bad_name}");
 
-    let url = work.topics.url();
     for topic in [work.name.clone(), work.tier(1), work.tier(2)] {
         assert!(
             read_all(&url, &topic, None, READ_QUIET).await.is_empty(),
@@ -231,7 +231,6 @@ async fn the_reinjector_copies_key_value_and_other_headers_byte_for_byte_and_fal
     let Some(url) = kafka_url(test) else { return };
     let work = Work::new(&url).await;
     let transport = work.transport(&url).await;
-    let url = work.topics.url().to_owned();
     let value: &[u8] = b"\xff\x00not an envelope";
     // No bq-original-topic: the work part of the tier's name is the target.
     produce(
@@ -297,7 +296,6 @@ async fn a_due_record_never_overtakes_an_earlier_one_of_its_partition() {
     let Some(url) = kafka_url(test) else { return };
     let work = Work::new(&url).await;
     let transport = work.transport(&url).await;
-    let url = work.topics.url().to_owned();
     // First due in a whole tier (3 s), second due at once (an old
     // timestamp): the second waits behind the first.
     for (value, timestamp) in [
@@ -442,7 +440,6 @@ async fn a_write_that_fails_leaves_the_record_on_its_tier_and_it_is_written_once
         .await
         .unwrap();
     let missing = unique("bi-kafka-missing");
-    let url = work.topics.url().to_owned();
     produce(
         &producer(&url),
         &work.tier(1),

@@ -8,6 +8,8 @@
 //! own topics and group, and deletes its topics at the end.
 #![cfg(feature = "kafka-transport")]
 
+#[path = "support/python.rs"]
+mod python;
 mod support;
 
 use std::collections::{BTreeSet, HashMap};
@@ -25,11 +27,11 @@ use serde_json::{Value, json};
 use tracing::field::{Field, Visit};
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 
+use python::{peer, python};
 use support::kafka::{
     PATIENCE, Raw, Read, Topics, committed, end_offsets, kafka_url, produce, producer, read_all,
     unique,
 };
-use support::python::{peer, python};
 
 const URN: &str = "urn:babel:interop:created";
 

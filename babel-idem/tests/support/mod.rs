@@ -10,7 +10,6 @@ use tracing_subscriber::fmt::MakeWriter;
 
 #[cfg(feature = "kafka-transport")]
 pub mod kafka;
-pub mod python;
 
 /// A `tracing_subscriber::fmt` writer that keeps what is written, for a
 /// test to read back with [`Captured::text`].

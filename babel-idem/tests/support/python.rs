@@ -1,7 +1,8 @@
 //! The one way the integration tests run a Python peer: the interpreter
 //! from `BABEL_IDEM_PYTHON` (or a skip line), and one subcommand of a
 //! script of `babel-idem/tests/python` run to its end with its JSON answer.
-//! Self-contained, so `support` and `consumer_support` both include it.
+//! Self-contained: `consumer_support` includes it, and a test without
+//! that module includes it by path.
 #![allow(dead_code, unreachable_pub)]
 
 use std::path::{Path, PathBuf};
