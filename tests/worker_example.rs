@@ -308,9 +308,19 @@ async fn the_worker_on_kafka_runs_each_order_once_and_commits_what_it_settled() 
             .with_id(id.as_str())
             .with_queue(&name);
         let key = id.as_bytes();
-        support::kafka::produce(&producer, &name, None, Some(key), &envelope.to_vec(), &[]).await;
+        support::kafka::produce(
+            &producer,
+            &name,
+            support::kafka::Raw::value(&envelope.to_vec()).key(key),
+        )
+        .await;
     }
-    support::kafka::produce(&producer, &name, None, None, b"not json at all", &[]).await;
+    support::kafka::produce(
+        &producer,
+        &name,
+        support::kafka::Raw::value(b"not json at all"),
+    )
+    .await;
 
     let dir = std::env::temp_dir().join(format!("babel-idem-{name}"));
     std::fs::create_dir_all(&dir).unwrap();

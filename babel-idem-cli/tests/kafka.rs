@@ -10,14 +10,13 @@ use std::time::{Duration, Instant};
 
 use babel_idem::Envelope;
 use babel_idem::envelope::{DeadLetter, DeadLetterReason};
-use rdkafka::message::Message;
 use serde_json::{Value, json};
 
 // The library tests' Kafka helpers (their own `allow`s: this file uses some).
-#[path = "../../babel-idem/tests/support/kafka_topics.rs"]
-mod kafka_topics;
+#[path = "../../babel-idem/tests/support/kafka.rs"]
+mod kafka;
 
-use kafka_topics::{Raw, Topics, kafka_url, now_ms, produce, read_all, unique};
+use kafka::{READ_QUIET, Raw, Topics, kafka_url, now_ms, produce, producer, read_all, unique};
 
 const BIN: &str = env!("CARGO_BIN_EXE_babel-idem");
 const URN: &str = "urn:babel:orders:created";
@@ -106,7 +105,7 @@ async fn dead_lettered(url: &str, ids: &[&str]) -> (String, Topics) {
     let topics = Topics::create(url, &[queue.clone(), dlq.clone()], 1).await;
     for id in ids {
         produce(
-            topics.bootstrap(),
+            &producer(topics.url()),
             &dlq,
             Raw {
                 key: Some(id.as_bytes()),
@@ -138,10 +137,12 @@ async fn dlq_list_show_and_stats_over_kafka_read_and_commit_nothing() {
     let stats = cli(&["dlq", "stats", "--kafka", &url, &dlq, "--json"]);
     assert_eq!(stats.ok().json_lines()[0]["messages"], 2);
 
-    let committed =
-        kafka_topics::committed(topics.bootstrap(), "babelqueue-redrive", &dlq, 1).await;
+    let committed = kafka::committed(topics.url(), "babelqueue-redrive", &dlq, 1).await;
     assert_eq!(committed[&0], None, "looking commits nothing");
-    assert_eq!(read_all(topics.bootstrap(), &dlq).await.len(), 2);
+    assert_eq!(
+        read_all(topics.url(), &dlq, None, READ_QUIET).await.len(),
+        2
+    );
 }
 
 #[tokio::test]
@@ -161,10 +162,10 @@ async fn redrive_over_kafka_moves_the_selected_record_with_its_key() {
         (&json!(1), &json!(1))
     );
 
-    let work = read_all(topics.bootstrap(), &queue).await;
+    let work = read_all(topics.url(), &queue, None, READ_QUIET).await;
     assert_eq!(work.len(), 1);
-    assert_eq!(work[0].key(), Some(&b"m-2"[..]));
-    assert_eq!(id_of(work[0].payload().unwrap()), "m-2");
+    assert_eq!(work[0].key.as_deref(), Some(&b"m-2"[..]));
+    assert_eq!(id_of(&work[0].value), "m-2");
     let left = cli(&["dlq", "list", "--kafka", &url, &dlq, "--json"]);
     let ids: Vec<Value> = left
         .ok()
@@ -205,7 +206,7 @@ async fn kafka_reinject_killed_mid_run_loses_no_record_and_stops_cleanly_on_sigt
     let ids: Vec<String> = (0..20).map(|n| format!("r-{n}")).collect();
     for id in &ids {
         produce(
-            topics.bootstrap(),
+            &producer(topics.url()),
             &tier,
             Raw {
                 key: Some(id.as_bytes()),
@@ -229,10 +230,7 @@ async fn kafka_reinject_killed_mid_run_loses_no_record_and_stops_cleanly_on_sigt
     // Killed as soon as something reached the work topic.
     let mut first = spawn(&args);
     let deadline = Instant::now() + PATIENCE;
-    while read_all(topics.bootstrap(), &queue).await.is_empty() {
-        assert!(Instant::now() < deadline, "nothing was re-injected");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    read_all(topics.url(), &queue, Some(1), Duration::ZERO).await;
     first.kill().unwrap();
     first.wait().unwrap();
 
@@ -240,10 +238,10 @@ async fn kafka_reinject_killed_mid_run_loses_no_record_and_stops_cleanly_on_sigt
     let second = spawn(&args);
     let wanted: BTreeSet<String> = ids.iter().cloned().collect();
     loop {
-        let delivered: BTreeSet<String> = read_all(topics.bootstrap(), &queue)
+        let delivered: BTreeSet<String> = read_all(topics.url(), &queue, None, READ_QUIET)
             .await
             .iter()
-            .map(|record| String::from_utf8(record.payload().unwrap().to_vec()).unwrap())
+            .map(|record| String::from_utf8(record.value.clone()).unwrap())
             .collect();
         if delivered == wanted {
             break;
@@ -252,13 +250,13 @@ async fn kafka_reinject_killed_mid_run_loses_no_record_and_stops_cleanly_on_sigt
         assert!(Instant::now() < deadline, "delivered {delivered:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let committed = kafka_topics::committed(topics.bootstrap(), &group, &tier, 1).await;
+    let committed = kafka::committed(topics.url(), &group, &tier, 1).await;
     let deadline = Instant::now() + PATIENCE;
     let mut committed = committed[&0];
     while committed != Some(20) {
         assert!(Instant::now() < deadline, "committed {committed:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
-        committed = kafka_topics::committed(topics.bootstrap(), &group, &tier, 1).await[&0];
+        committed = kafka::committed(topics.url(), &group, &tier, 1).await[&0];
     }
 
     let status = Command::new("kill")

@@ -373,3 +373,227 @@ async fn the_store_down_for_10_s_under_load_dead_letters_nothing_and_skips_nothi
     consumer.transport().close().await;
     assert_all_committed(&topic, &group).await;
 }
+
+// ---------------------------------------------------------------- redrive interop
+
+/// Dead letters cross between this crate and the Python SDK both ways on a
+/// real topic: what one side dead-letters the other redrives, and both
+/// redrives write the same record.
+#[cfg(feature = "redrive")]
+mod redrive_interop {
+    use std::path::Path;
+
+    use babel_idem::redrive::{Redrive, RedriveOptions};
+    use serde_json::Value;
+
+    use super::*;
+    use crate::support::kafka::{Raw, produce, producer};
+
+    /// A router whose handler fails every run, with one attempt allowed:
+    /// every delivery is dead-lettered at once.
+    fn always_fails_router() -> Router {
+        Router::builder()
+            .route(urn!("urn:babel:interop:created"), |_env: Envelope| async {
+                Err::<(), _>(std::io::Error::other("the handler fails on purpose"))
+            })
+            .max_attempts(1)
+            .build()
+            .unwrap()
+    }
+
+    /// Writes `records` to `to` as they are (value, key, headers): a copy of
+    /// dead letters for the other side's redrive to read.
+    async fn copy_to(url: &str, to: &str, records: &[Read]) {
+        let producer = producer(url);
+        for record in records {
+            let raw = Raw {
+                key: record.key.as_deref(),
+                value: &record.value,
+                headers: record
+                    .headers
+                    .iter()
+                    .map(|(name, value)| (name.as_str(), value.as_deref()))
+                    .collect(),
+                ..Raw::default()
+            };
+            produce(&producer, to, raw).await;
+        }
+    }
+
+    /// Redrives `dlq` with this crate's `Redrive` over a `KafkaTransport` of
+    /// `topic`'s own group; how many records it moved.
+    async fn ours_redrives(url: &str, topic: &Topic, dlq: &str) -> usize {
+        let (transport, _) = transport(url, topic, RetryTiers::none()).await;
+        let report = transport
+            .redrive(dlq, &RedriveOptions::new())
+            .await
+            .expect("the redrive runs");
+        transport.close().await;
+        report.moved
+    }
+
+    /// Redrives `dlq` with the Python SDK's `redrive` (kafka_peer.py) in a
+    /// group of `topic`'s own; how many records it moved.
+    async fn python_redrives(python: &Path, url: &str, topic: &Topic, dlq: &str) -> u64 {
+        let out = peer(
+            python,
+            PEER,
+            vec![
+                "redrive".into(),
+                url.to_owned(),
+                dlq.to_owned(),
+                "--group".into(),
+                topic.group(),
+                // The first pop joins the group: longer than the peer's
+                // default wait on this broker.
+                "--timeout".into(),
+                "10".into(),
+            ],
+            None,
+        )
+        .await;
+        out["redriven"].as_u64().unwrap_or_else(|| panic!("{out}"))
+    }
+
+    fn body(record: &Read) -> Value {
+        serde_json::from_slice(&record.value).expect("a JSON envelope")
+    }
+
+    /// Checks that `redriven` is `dead` reset: the same id and key, no
+    /// `dead_letter` block, attempts 0.
+    fn assert_reset(dead: &Read, redriven: &Read) {
+        let (dead_body, redriven_body) = (body(dead), body(redriven));
+        assert!(dead_body.get("dead_letter").is_some(), "{dead_body}");
+        assert!(
+            redriven_body.get("dead_letter").is_none(),
+            "{redriven_body}"
+        );
+        assert_eq!(redriven_body["attempts"], 0, "{redriven_body}");
+        assert_eq!(redriven_body["meta"]["id"], dead_body["meta"]["id"]);
+        assert_eq!(redriven.key, dead.key, "the key is kept");
+    }
+
+    /// Checks that two redriven records are the same record: value and
+    /// key byte for byte, and the same headers in the same order.
+    fn assert_same_record(ours: &Read, theirs: &Read) {
+        assert_eq!(
+            String::from_utf8_lossy(&ours.value),
+            String::from_utf8_lossy(&theirs.value),
+            "the value is the same byte for byte"
+        );
+        assert_eq!(ours.key, theirs.key, "the same key");
+        assert_eq!(ours.headers, theirs.headers, "the same headers, in order");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dead_letter_of_ours_is_redriven_by_python_as_our_redrive_writes_it() {
+        let test = "a_dead_letter_of_ours_is_redriven_by_python_as_our_redrive_writes_it";
+        let (Some(url), Some(python)) = (broker(test), python(test)) else {
+            return;
+        };
+        let topic = Topic::new(&url, 1, 0).await;
+        let copy = Topic::new(&url, 1, 0).await;
+        for n in 0..2 {
+            let key = format!("customer-{n}");
+            let body = envelope_with_id(&format!("ours-dead-{n}"), &topic.name, n).to_vec();
+            topic
+                .produce(&topic.name, Some(key.as_bytes()), &body, &[])
+                .await;
+        }
+        let (transport, group) = transport(&url, &topic, RetryTiers::none()).await;
+        let consumer = Consumer::builder(always_fails_router(), transport, &topic.name)
+            .build()
+            .unwrap();
+        let report = run_until_idle(&consumer, QUIET).await;
+        assert_eq!(report.dead_lettered, 2, "{report:?}");
+        consumer.transport().close().await;
+        assert_all_committed(&topic, &group).await;
+        let dead = topic.records(&topic.dlq()).await;
+        assert_eq!(dead.len(), 2);
+        copy_to(&url, &copy.dlq(), &dead).await;
+
+        // Python first: both land on the work topic after the two originals.
+        assert_eq!(
+            python_redrives(&python, &url, &topic, &topic.dlq()).await,
+            2
+        );
+        let work = topic.records(&topic.name).await;
+        assert_eq!(work.len(), 4);
+        let theirs = work[2..].to_vec();
+        for (dead, redriven) in dead.iter().zip(&theirs) {
+            assert_reset(dead, redriven);
+        }
+
+        // Ours, from the copy, to the same work topic (the dead letters'
+        // original queue), after Python's.
+        assert_eq!(ours_redrives(&url, &copy, &copy.dlq()).await, 2);
+        let work = topic.records(&topic.name).await;
+        assert_eq!(work.len(), 6);
+        for (ours, theirs) in work[4..].iter().zip(&theirs) {
+            assert_same_record(ours, theirs);
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dead_letter_of_python_is_redriven_by_ours_as_python_redrive_writes_it() {
+        let test = "a_dead_letter_of_python_is_redriven_by_ours_as_python_redrive_writes_it";
+        let (Some(url), Some(python)) = (broker(test), python(test)) else {
+            return;
+        };
+        let topic = Topic::new(&url, 1, 0).await;
+        let copy = Topic::new(&url, 1, 0).await;
+        for n in 0..2 {
+            let key = format!("customer-{n}");
+            let body = envelope_with_id(&format!("python-dead-{n}"), &topic.name, n).to_vec();
+            topic
+                .produce(&topic.name, Some(key.as_bytes()), &body, &[])
+                .await;
+        }
+        // The SDK's worker fails every run, with one attempt allowed: its
+        // Kafka transport retries only through tiers, so without them a
+        // failure is dead-lettered at once (as ours with `max_attempts(1)`).
+        let out = peer(
+            &python,
+            PEER,
+            vec![
+                "consume".into(),
+                url.clone(),
+                topic.name.clone(),
+                "5".into(),
+                "--group".into(),
+                topic.group(),
+                "--fail".into(),
+                "1".into(),
+                "--max-attempts".into(),
+                "1".into(),
+            ],
+            None,
+        )
+        .await;
+        assert!(out["received"].as_array().unwrap().is_empty(), "{out}");
+        let dead = topic.records(&topic.dlq()).await;
+        assert_eq!(dead.len(), 2, "Python dead-lettered both: {out}");
+        for (n, record) in dead.iter().enumerate() {
+            let body = body(record);
+            assert_eq!(body["dead_letter"]["reason"], "failed", "{body}");
+            assert_eq!(body["meta"]["id"], format!("python-dead-{n}"));
+        }
+        copy_to(&url, &copy.dlq(), &dead).await;
+        let before = topic.records(&topic.name).await.len();
+
+        // Ours first, then Python's from the copy, to the same work topic.
+        assert_eq!(ours_redrives(&url, &topic, &topic.dlq()).await, 2);
+        let work = topic.records(&topic.name).await;
+        assert_eq!(work.len(), before + 2);
+        let ours = work[before..].to_vec();
+        for (dead, redriven) in dead.iter().zip(&ours) {
+            assert_reset(dead, redriven);
+        }
+        assert_eq!(python_redrives(&python, &url, &copy, &copy.dlq()).await, 2);
+        let work = topic.records(&topic.name).await;
+        assert_eq!(work.len(), before + 4);
+        for (ours, theirs) in ours.iter().zip(&work[before + 2..]) {
+            assert_same_record(ours, theirs);
+        }
+    }
+}

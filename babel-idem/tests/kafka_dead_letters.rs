@@ -4,17 +4,17 @@
 //! `BABEL_IDEM_REQUIRE_SERVERS=1` it fails instead.
 #![cfg(all(feature = "kafka-transport", feature = "redrive"))]
 
-#[path = "support/kafka_topics.rs"]
-mod kafka_topics;
+mod support;
 
 use babel_idem::Envelope;
 use babel_idem::broker::DeadLetters;
 use babel_idem::envelope::{DeadLetter, DeadLetterReason};
 use babel_idem::redrive::{Redrive, RedriveError, RedriveOptions, Selection};
 use babel_idem::transport::KafkaTransport;
-use kafka_topics::{Raw, Topics, header, headers_of, kafka_url, produce, read_all, unique};
-use rdkafka::message::Message;
 use serde_json::{Value, json};
+use support::kafka::{
+    READ_QUIET, Raw, Topics, committed, kafka_url, produce, producer, read_all, unique,
+};
 
 const URN: &str = "urn:babel:orders:created";
 
@@ -54,7 +54,7 @@ impl Queue {
             Some(DeadLetter::new(DeadLetterReason::Failed, &self.name, 3).with_error("timeout"));
         let body = envelope.to_vec();
         produce(
-            self.topics.bootstrap(),
+            &producer(self.topics.url()),
             &self.dlq(),
             Raw {
                 key: Some(key),
@@ -69,7 +69,7 @@ impl Queue {
     }
 
     async fn committed(&self) -> Option<i64> {
-        kafka_topics::committed(self.topics.bootstrap(), REDRIVE_GROUP, &self.dlq(), 1).await[&0]
+        committed(self.topics.url(), REDRIVE_GROUP, &self.dlq(), 1).await[&0]
     }
 }
 
@@ -102,7 +102,9 @@ async fn looking_reads_every_record_in_order_takes_none_and_commits_nothing() {
     assert_eq!(records.len(), 2);
     assert_eq!(queue.committed().await, None, "a look commits nothing");
     assert_eq!(
-        read_all(queue.topics.bootstrap(), &queue.dlq()).await.len(),
+        read_all(queue.topics.url(), &queue.dlq(), None, READ_QUIET)
+            .await
+            .len(),
         3
     );
 }
@@ -141,7 +143,9 @@ async fn a_run_that_only_looked_and_put_back_commits_nothing() {
 
     assert_eq!(queue.committed().await, None);
     assert_eq!(
-        read_all(queue.topics.bootstrap(), &queue.dlq()).await.len(),
+        read_all(queue.topics.url(), &queue.dlq(), None, READ_QUIET)
+            .await
+            .len(),
         2
     );
     let mut again = transport
@@ -166,16 +170,16 @@ async fn redrive_republishes_a_record_with_its_key_and_takes_it_off_the_dlq() {
     let report = transport.redrive(&queue.dlq(), &options).await.unwrap();
     assert_eq!((report.moved, report.skipped), (1, 1));
 
-    let work = read_all(queue.topics.bootstrap(), &queue.name).await;
+    let work = read_all(queue.topics.url(), &queue.name, None, READ_QUIET).await;
     assert_eq!(work.len(), 1);
     let moved = &work[0];
-    assert_eq!(moved.key(), Some(&b"customer-7"[..]));
-    let body: Value = serde_json::from_slice(moved.payload().unwrap()).unwrap();
+    assert_eq!(moved.key.as_deref(), Some(&b"customer-7"[..]));
+    let body: Value = serde_json::from_slice(&moved.value).unwrap();
     assert_eq!(body["meta"]["id"], "r-1");
     assert_eq!(body["attempts"], 0);
     assert!(body.get("dead_letter").is_none(), "{body}");
-    assert_eq!(header(moved, "bq-attempts").as_deref(), Some("0"));
-    assert_eq!(header(moved, "bq-message-id").as_deref(), Some("r-1"));
+    assert_eq!(moved.header("bq-attempts").as_deref(), Some("0"));
+    assert_eq!(moved.header("bq-message-id").as_deref(), Some("r-1"));
 
     // r-2 comes after the moved record and is not written again: the
     // commit stops at it, and it is where it was.
@@ -184,7 +188,9 @@ async fn redrive_republishes_a_record_with_its_key_and_takes_it_off_the_dlq() {
     let ids: Vec<Option<&str>> = left.iter().map(|r| r.id.as_deref()).collect();
     assert_eq!(ids, [Some("r-2")]);
     assert_eq!(
-        read_all(queue.topics.bootstrap(), &queue.dlq()).await.len(),
+        read_all(queue.topics.url(), &queue.dlq(), None, READ_QUIET)
+            .await
+            .len(),
         2
     );
 }
@@ -204,19 +210,19 @@ async fn a_record_put_back_before_a_moved_one_stays_in_the_dlq_as_it_was() {
 
     // Both offsets are passed; k-1 was appended again, as it was stored.
     assert_eq!(queue.committed().await, Some(2));
-    let all = read_all(queue.topics.bootstrap(), &queue.dlq()).await;
+    let all = read_all(queue.topics.url(), &queue.dlq(), None, READ_QUIET).await;
     assert_eq!(all.len(), 3);
     let again = &all[2];
-    assert_eq!(again.payload(), Some(&kept[..]));
-    assert_eq!(again.key(), Some(&b"customer-1"[..]));
-    assert_eq!(headers_of(again), headers_of(&all[0]));
-    assert_eq!(again.timestamp().to_millis(), Some(1_796_000_000_000));
+    assert_eq!(again.value, kept);
+    assert_eq!(again.key.as_deref(), Some(&b"customer-1"[..]));
+    assert_eq!(again.headers, all[0].headers);
+    assert_eq!(again.timestamp, Some(1_796_000_000_000));
     let left = transport.dead_letters(&queue.dlq(), None).await.unwrap();
     let ids: Vec<String> = left.iter().map(|r| id_of(&r.body)).collect();
     assert_eq!(ids, ["k-1"]);
-    let work = read_all(queue.topics.bootstrap(), &queue.name).await;
+    let work = read_all(queue.topics.url(), &queue.name, None, READ_QUIET).await;
     assert_eq!(work.len(), 1);
-    assert_eq!(work[0].key(), Some(&b"customer-2"[..]));
+    assert_eq!(work[0].key.as_deref(), Some(&b"customer-2"[..]));
 }
 
 #[tokio::test]
@@ -234,12 +240,14 @@ async fn a_dry_run_moves_nothing_and_commits_nothing() {
     assert_eq!((report.moved, report.would_move), (0, 1));
     assert_eq!(queue.committed().await, None);
     assert!(
-        read_all(queue.topics.bootstrap(), &queue.name)
+        read_all(queue.topics.url(), &queue.name, None, READ_QUIET)
             .await
             .is_empty()
     );
     assert_eq!(
-        read_all(queue.topics.bootstrap(), &queue.dlq()).await.len(),
+        read_all(queue.topics.url(), &queue.dlq(), None, READ_QUIET)
+            .await
+            .len(),
         1
     );
 }
@@ -283,7 +291,7 @@ async fn depth_counts_every_partition_from_the_runs_start() {
     let queue = Queue::new(&url, 3).await;
     for partition in 0..queue.partitions {
         produce(
-            queue.topics.bootstrap(),
+            &producer(queue.topics.url()),
             &queue.dlq(),
             Raw {
                 value: b"not an envelope",

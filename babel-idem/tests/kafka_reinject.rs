@@ -5,22 +5,25 @@
 //! `BABEL_IDEM_REQUIRE_SERVERS=1` it fails instead.
 #![cfg(feature = "kafka-transport")]
 
-#[path = "support/kafka_topics.rs"]
-mod kafka_topics;
+#[path = "support/python.rs"]
+mod python;
+mod support;
 
 use std::time::{Duration, Instant};
 
 use babel_idem::Envelope;
 use babel_idem::transport::KafkaTransport;
 use babel_idem::transport::kafka::{DelayError, Reinjector, RetryTiers, TierError};
-use kafka_topics::{
-    Raw, Topics, header, headers_of, kafka_url, now_ms, produce, python, python_peer, read_all,
-    unique,
-};
-use rdkafka::message::Message;
+use python::{peer, python};
 use serde_json::json;
+use support::kafka::{
+    READ_QUIET, Raw, Topics, committed, kafka_url, now_ms, produce, producer, read_all, unique,
+};
 
 const URN: &str = "urn:babel:orders:remind";
+
+/// The Python peer of these tests: `tests/python/kafka_peer.py`.
+const PEER: &str = "kafka_peer.py";
 
 /// The longest a test waits for a condition (a guard against hanging,
 /// never a timing assertion).
@@ -110,15 +113,22 @@ async fn a_delayed_publish_is_parked_on_the_smallest_tier_covering_it_with_its_h
         .await
         .unwrap();
 
-    let bootstrap = work.topics.bootstrap();
-    assert!(read_all(bootstrap, &work.tier(1)).await.is_empty());
-    assert!(read_all(bootstrap, &work.name).await.is_empty());
-    let parked = read_all(bootstrap, &work.tier(2)).await;
+    assert!(
+        read_all(&url, &work.tier(1), None, READ_QUIET)
+            .await
+            .is_empty()
+    );
+    assert!(
+        read_all(&url, &work.name, None, READ_QUIET)
+            .await
+            .is_empty()
+    );
+    let parked = read_all(&url, &work.tier(2), None, READ_QUIET).await;
     assert_eq!(parked.len(), 1);
     let record = &parked[0];
-    assert_eq!(record.payload(), Some(&body[..]));
-    assert_eq!(record.key(), None);
-    let names: Vec<String> = headers_of(record).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(record.value, &body[..]);
+    assert_eq!(record.key.as_deref(), None);
+    let names: Vec<String> = record.headers.clone().into_iter().map(|(n, _)| n).collect();
     assert_eq!(
         names,
         [
@@ -132,14 +142,11 @@ async fn a_delayed_publish_is_parked_on_the_smallest_tier_covering_it_with_its_h
             "bq-original-topic"
         ]
     );
-    assert_eq!(header(record, "bq-delay").as_deref(), Some("1500"));
-    assert_eq!(header(record, "bq-original-topic"), Some(work.name.clone()));
-    assert_eq!(header(record, "bq-message-id").as_deref(), Some("d-1"));
+    assert_eq!(record.header("bq-delay").as_deref(), Some("1500"));
+    assert_eq!(record.header("bq-original-topic"), Some(work.name.clone()));
+    assert_eq!(record.header("bq-message-id").as_deref(), Some("d-1"));
     let created_at: serde_json::Value = serde_json::from_slice(&body).unwrap();
-    assert_eq!(
-        record.timestamp().to_millis(),
-        created_at["meta"]["created_at"].as_i64()
-    );
+    assert_eq!(record.timestamp, created_at["meta"]["created_at"].as_i64());
 }
 
 #[tokio::test]
@@ -173,9 +180,11 @@ async fn a_delay_no_tier_holds_is_refused_and_nothing_is_produced() {
         .unwrap_err();
     assert!(matches!(bad_name, DelayError::Transport(_)), "{bad_name}");
 
-    let bootstrap = work.topics.bootstrap();
     for topic in [work.name.clone(), work.tier(1), work.tier(2)] {
-        assert!(read_all(bootstrap, &topic).await.is_empty(), "{topic}");
+        assert!(
+            read_all(&url, &topic, None, READ_QUIET).await.is_empty(),
+            "{topic}"
+        );
     }
 }
 
@@ -204,15 +213,15 @@ async fn the_reinjector_writes_a_delayed_message_to_its_work_topic_once_due_with
         "written {:?} after the envelope was made",
         written - before
     );
-    let delivered = read_all(work.topics.bootstrap(), &work.name).await;
+    let delivered = read_all(work.topics.url(), &work.name, None, READ_QUIET).await;
     assert_eq!(delivered.len(), 1);
     let record = &delivered[0];
-    assert_eq!(record.payload(), Some(&body[..]));
-    assert_eq!(record.key(), None);
-    assert_eq!(header(record, "bq-delay"), None);
-    assert_eq!(header(record, "bq-original-topic"), None);
-    assert_eq!(header(record, "bq-job").as_deref(), Some(URN));
-    assert_eq!(header(record, "bq-message-id").as_deref(), Some("d-3"));
+    assert_eq!(record.value, &body[..]);
+    assert_eq!(record.key.as_deref(), None);
+    assert_eq!(record.header("bq-delay"), None);
+    assert_eq!(record.header("bq-original-topic"), None);
+    assert_eq!(record.header("bq-job").as_deref(), Some(URN));
+    assert_eq!(record.header("bq-message-id").as_deref(), Some("d-3"));
 }
 
 #[tokio::test]
@@ -222,11 +231,10 @@ async fn the_reinjector_copies_key_value_and_other_headers_byte_for_byte_and_fal
     let Some(url) = kafka_url(test) else { return };
     let work = Work::new(&url).await;
     let transport = work.transport(&url).await;
-    let bootstrap = work.topics.bootstrap().to_owned();
     let value: &[u8] = b"\xff\x00not an envelope";
     // No bq-original-topic: the work part of the tier's name is the target.
     produce(
-        &bootstrap,
+        &producer(&url),
         &work.tier(1),
         Raw {
             key: Some(b"customer-\x01"),
@@ -247,7 +255,7 @@ async fn the_reinjector_copies_key_value_and_other_headers_byte_for_byte_and_fal
     .await;
     // An empty key stays empty, after the first record (order kept).
     produce(
-        &bootstrap,
+        &producer(&url),
         &work.tier(1),
         Raw {
             key: Some(b""),
@@ -262,12 +270,12 @@ async fn the_reinjector_copies_key_value_and_other_headers_byte_for_byte_and_fal
     let mut reinjector = work.reinjector(&transport, &unique("bi-reinject")).await;
     work.reinject(&mut reinjector, 2).await;
 
-    let delivered = read_all(&bootstrap, &work.name).await;
+    let delivered = read_all(&url, &work.name, None, READ_QUIET).await;
     assert_eq!(delivered.len(), 2);
-    assert_eq!(delivered[0].payload(), Some(value));
-    assert_eq!(delivered[0].key(), Some(&b"customer-\x01"[..]));
+    assert_eq!(delivered[0].value, value);
+    assert_eq!(delivered[0].key.as_deref(), Some(&b"customer-\x01"[..]));
     assert_eq!(
-        headers_of(&delivered[0]),
+        delivered[0].headers,
         vec![
             (
                 "traceparent".to_owned(),
@@ -277,9 +285,9 @@ async fn the_reinjector_copies_key_value_and_other_headers_byte_for_byte_and_fal
             ("x-bytes".to_owned(), Some(b"\xfe\xff".to_vec())),
         ]
     );
-    assert_eq!(delivered[1].payload(), Some(&b"second"[..]));
-    assert_eq!(delivered[1].key(), Some(&b""[..]));
-    assert!(headers_of(&delivered[1]).is_empty());
+    assert_eq!(delivered[1].value, &b"second"[..]);
+    assert_eq!(delivered[1].key.as_deref(), Some(&b""[..]));
+    assert!(delivered[1].headers.is_empty());
 }
 
 #[tokio::test]
@@ -288,7 +296,6 @@ async fn a_due_record_never_overtakes_an_earlier_one_of_its_partition() {
     let Some(url) = kafka_url(test) else { return };
     let work = Work::new(&url).await;
     let transport = work.transport(&url).await;
-    let bootstrap = work.topics.bootstrap().to_owned();
     // First due in a whole tier (3 s), second due at once (an old
     // timestamp): the second waits behind the first.
     for (value, timestamp) in [
@@ -296,7 +303,7 @@ async fn a_due_record_never_overtakes_an_earlier_one_of_its_partition() {
         (&b"second"[..], now_ms() - 60_000),
     ] {
         produce(
-            &bootstrap,
+            &producer(&url),
             &work.tier(2),
             Raw {
                 value,
@@ -311,8 +318,8 @@ async fn a_due_record_never_overtakes_an_earlier_one_of_its_partition() {
     let mut reinjector = work.reinjector(&transport, &unique("bi-reinject")).await;
     work.reinject(&mut reinjector, 2).await;
 
-    let delivered = read_all(&bootstrap, &work.name).await;
-    let values: Vec<&[u8]> = delivered.iter().filter_map(|r| r.payload()).collect();
+    let delivered = read_all(&url, &work.name, None, READ_QUIET).await;
+    let values: Vec<&[u8]> = delivered.iter().map(|r| r.value.as_slice()).collect();
     assert_eq!(values, [&b"first"[..], &b"second"[..]]);
 }
 
@@ -327,7 +334,7 @@ async fn two_reinjectors_of_one_group_share_the_tiers_and_lose_no_record() {
     let wanted: std::collections::BTreeSet<String> = (0..24).map(|n| format!("s-{n}")).collect();
     for (n, value) in wanted.iter().enumerate() {
         produce(
-            topics.bootstrap(),
+            &producer(topics.url()),
             &names[1],
             Raw {
                 value: value.as_bytes(),
@@ -366,11 +373,12 @@ async fn two_reinjectors_of_one_group_share_the_tiers_and_lose_no_record() {
     // Both step side by side until the work topic holds every record.
     loop {
         let _ = tokio::join!(one.run_once(), two.run_once());
-        let delivered: std::collections::BTreeSet<String> = read_all(topics.bootstrap(), &name)
-            .await
-            .iter()
-            .map(|r| String::from_utf8(r.payload().unwrap().to_vec()).unwrap())
-            .collect();
+        let delivered: std::collections::BTreeSet<String> =
+            read_all(topics.url(), &name, None, READ_QUIET)
+                .await
+                .iter()
+                .map(|r| String::from_utf8(r.value.clone()).unwrap())
+                .collect();
         assert!(delivered.is_subset(&wanted), "{delivered:?}");
         if delivered == wanted {
             break;
@@ -402,20 +410,19 @@ async fn a_reinjector_stopped_before_it_commits_leaves_the_record_for_the_next_o
     }
     drop(first);
     assert!(
-        read_all(work.topics.bootstrap(), &work.name)
+        read_all(work.topics.url(), &work.name, None, READ_QUIET)
             .await
             .is_empty()
     );
 
     let mut second = work.reinjector(&transport, &group).await;
     work.reinject(&mut second, 1).await;
-    let delivered = read_all(work.topics.bootstrap(), &work.name).await;
+    let delivered = read_all(work.topics.url(), &work.name, None, READ_QUIET).await;
     assert_eq!(delivered.len(), 1);
-    assert_eq!(delivered[0].payload(), Some(&body[..]));
+    assert_eq!(delivered[0].value, &body[..]);
     // Committed past it: a third finds nothing.
     drop(second);
-    let committed =
-        kafka_topics::committed(work.topics.bootstrap(), &group, &work.tier(2), 1).await;
+    let committed = committed(work.topics.url(), &group, &work.tier(2), 1).await;
     assert_eq!(committed[&0], Some(1));
 }
 
@@ -433,9 +440,8 @@ async fn a_write_that_fails_leaves_the_record_on_its_tier_and_it_is_written_once
         .await
         .unwrap();
     let missing = unique("bi-kafka-missing");
-    let bootstrap = work.topics.bootstrap().to_owned();
     produce(
-        &bootstrap,
+        &producer(&url),
         &work.tier(1),
         Raw {
             key: Some(b"k"),
@@ -459,7 +465,7 @@ async fn a_write_that_fails_leaves_the_record_on_its_tier_and_it_is_written_once
             Ok(n) => assert_eq!(n, 0),
         }
     }
-    let committed = kafka_topics::committed(&bootstrap, &group, &work.tier(1), 1).await;
+    let committed = committed(&url, &group, &work.tier(1), 1).await;
     assert_eq!(
         committed[&0], None,
         "nothing committed past the failed record"
@@ -467,9 +473,9 @@ async fn a_write_that_fails_leaves_the_record_on_its_tier_and_it_is_written_once
 
     let _target = Topics::create(&url, std::slice::from_ref(&missing), 1).await;
     work.reinject(&mut reinjector, 1).await;
-    let delivered = read_all(&bootstrap, &missing).await;
+    let delivered = read_all(&url, &missing, None, READ_QUIET).await;
     assert_eq!(delivered.len(), 1);
-    assert_eq!(delivered[0].payload(), Some(&b"to a topic made later"[..]));
+    assert_eq!(delivered[0].value, &b"to a topic made later"[..]);
 }
 
 #[tokio::test]
@@ -482,27 +488,21 @@ async fn a_message_the_python_sdk_parks_is_reinjected_by_ours() {
     let args = ["publish-delayed", &url, &work.name, "800", "1000,3000"]
         .map(str::to_owned)
         .to_vec();
-    python_peer(
-        &python,
-        "kafka_retry_peer.py",
-        args,
-        json!({ "body": body }),
-    )
-    .await;
-    let parked = read_all(work.topics.bootstrap(), &work.tier(1)).await;
+    peer(&python, PEER, args, Some(json!({ "body": body }))).await;
+    let parked = read_all(work.topics.url(), &work.tier(1), None, READ_QUIET).await;
     assert_eq!(parked.len(), 1, "Python parks 800 ms on the 1 s tier");
 
     let transport = work.transport(&url).await;
     let mut reinjector = work.reinjector(&transport, &unique("bi-reinject")).await;
     work.reinject(&mut reinjector, 1).await;
 
-    let delivered = read_all(work.topics.bootstrap(), &work.name).await;
+    let delivered = read_all(work.topics.url(), &work.name, None, READ_QUIET).await;
     assert_eq!(delivered.len(), 1);
-    assert_eq!(delivered[0].payload(), Some(body.as_bytes()));
-    assert_eq!(header(&delivered[0], "bq-delay"), None);
-    assert_eq!(header(&delivered[0], "bq-original-topic"), None);
+    assert_eq!(delivered[0].value, body.as_bytes());
+    assert_eq!(delivered[0].header("bq-delay"), None);
+    assert_eq!(delivered[0].header("bq-original-topic"), None);
     assert_eq!(
-        header(&delivered[0], "bq-message-id").as_deref(),
+        delivered[0].header("bq-message-id").as_deref(),
         Some("py-1")
     );
 }
@@ -521,19 +521,29 @@ async fn a_message_we_park_is_reinjected_by_the_python_sdk() {
         .unwrap();
 
     let group = unique("bi-py-reinject");
-    let args = ["reinject", &url, &work.name, "1000,3000", &group, "1", "60"]
-        .map(str::to_owned)
-        .to_vec();
-    let answer = python_peer(&python, "kafka_retry_peer.py", args, json!({})).await;
+    let args = [
+        "reinject",
+        &url,
+        &work.name,
+        "1000,3000",
+        "60",
+        "--group",
+        &group,
+        "--count",
+        "1",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    let answer = peer(&python, PEER, args, None).await;
     assert_eq!(answer["written"], 1, "{answer}");
 
-    let delivered = read_all(work.topics.bootstrap(), &work.name).await;
+    let delivered = read_all(work.topics.url(), &work.name, None, READ_QUIET).await;
     assert_eq!(delivered.len(), 1);
-    assert_eq!(delivered[0].payload(), Some(&body[..]));
-    assert_eq!(header(&delivered[0], "bq-delay"), None);
-    assert_eq!(header(&delivered[0], "bq-original-topic"), None);
+    assert_eq!(delivered[0].value, &body[..]);
+    assert_eq!(delivered[0].header("bq-delay"), None);
+    assert_eq!(delivered[0].header("bq-original-topic"), None);
     assert_eq!(
-        header(&delivered[0], "bq-message-id").as_deref(),
+        delivered[0].header("bq-message-id").as_deref(),
         Some("rs-1")
     );
 }

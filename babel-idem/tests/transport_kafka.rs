@@ -8,6 +8,8 @@
 //! own topics and group, and deletes its topics at the end.
 #![cfg(feature = "kafka-transport")]
 
+#[path = "support/python.rs"]
+mod python;
 mod support;
 
 use std::collections::{BTreeSet, HashMap};
@@ -25,8 +27,10 @@ use serde_json::{Value, json};
 use tracing::field::{Field, Visit};
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 
+use python::{peer, python};
 use support::kafka::{
-    PATIENCE, Read, Topics, committed, end_offsets, kafka_url, produce, producer, read_all, unique,
+    PATIENCE, Raw, Read, Topics, committed, end_offsets, kafka_url, produce, producer, read_all,
+    unique,
 };
 
 const URN: &str = "urn:babel:interop:created";
@@ -365,10 +369,10 @@ async fn a_retry_with_tiers_lands_on_the_first_tier_with_delay_original_topic_an
     produce(
         &producer(&url),
         &topic,
-        None,
-        Some(b"customer-42"),
-        &sent.to_vec(),
-        &[("bq-attempts", b"0"), ("traceparent", traceparent)],
+        Raw::value(&sent.to_vec())
+            .key(b"customer-42")
+            .header("bq-attempts", b"0")
+            .header("traceparent", traceparent),
     )
     .await;
 
@@ -430,10 +434,7 @@ async fn a_dead_letter_lands_on_the_dlq_with_the_key_kept() {
     produce(
         &producer(&url),
         &topic,
-        None,
-        Some(b"order-9"),
-        &sent.to_vec(),
-        &[],
+        Raw::value(&sent.to_vec()).key(b"order-9"),
     )
     .await;
 
@@ -478,18 +479,17 @@ async fn a_poison_record_goes_to_the_dlq_and_the_others_run() {
 
     let raw = producer(&url);
     let good: Vec<Envelope> = (0..3).map(envelope).collect();
-    produce(&raw, &topic, None, None, &good[0].to_vec(), &[]).await;
+    produce(&raw, &topic, Raw::value(&good[0].to_vec())).await;
     produce(
         &raw,
         &topic,
-        None,
-        Some(b"k"),
-        b"not json",
-        &[("traceparent", b"00-ab")],
+        Raw::value(b"not json")
+            .key(b"k")
+            .header("traceparent", b"00-ab"),
     )
     .await;
     for envelope in &good[1..] {
-        produce(&raw, &topic, None, None, &envelope.to_vec(), &[]).await;
+        produce(&raw, &topic, Raw::value(&envelope.to_vec())).await;
     }
 
     let seen = Arc::new(Mutex::new(Vec::new()));
@@ -540,7 +540,12 @@ async fn records_of_one_key_run_in_order_one_at_a_time_while_other_keys_run_conc
     for seq in 0..PER_KEY {
         for key in KEYS {
             let body = Envelope::new(URN, json!({ "key": key, "seq": seq })).to_vec();
-            produce(&raw, &topic, Some(0), Some(key.as_bytes()), &body, &[]).await;
+            produce(
+                &raw,
+                &topic,
+                Raw::value(&body).key(key.as_bytes()).partition(0),
+            )
+            .await;
         }
     }
 
@@ -632,22 +637,16 @@ async fn the_bq_attempts_header_overrides_the_bodys_attempts_as_the_handler_sees
     produce(
         &raw,
         &topic,
-        None,
-        None,
-        &higher.to_vec(),
-        &[("bq-attempts", b"2")],
+        Raw::value(&higher.to_vec()).header("bq-attempts", b"2"),
     )
     .await;
     produce(
         &raw,
         &topic,
-        None,
-        None,
-        &lower.to_vec(),
-        &[("bq-attempts", b"0")],
+        Raw::value(&lower.to_vec()).header("bq-attempts", b"0"),
     )
     .await;
-    produce(&raw, &topic, None, None, &absent.to_vec(), &[]).await;
+    produce(&raw, &topic, Raw::value(&absent.to_vec())).await;
 
     let seen = Arc::new(Mutex::new(Vec::new()));
     let consumer = Consumer::builder(
@@ -702,10 +701,7 @@ async fn the_committed_offset_never_passes_an_unsettled_record() {
         produce(
             &raw,
             &topic,
-            Some(partition),
-            None,
-            &envelope(n).to_vec(),
-            &[],
+            Raw::value(&envelope(n).to_vec()).partition(partition),
         )
         .await;
     }
@@ -811,15 +807,7 @@ async fn a_failed_settle_write_leaves_the_record_unsettled_and_uncommitted() {
         .connect(&url)
         .await
         .unwrap();
-    produce(
-        &producer(&url),
-        &topic,
-        None,
-        None,
-        &envelope(1).to_vec(),
-        &[],
-    )
-    .await;
+    produce(&producer(&url), &topic, Raw::value(&envelope(1).to_vec())).await;
 
     let reserved = reserve_exactly(&transport, &topic, 1).await;
     // A dead-letter queue that does not exist: the write is never confirmed.
@@ -868,10 +856,7 @@ async fn a_handle_from_a_revoked_assignment_settles_nothing_and_writes_nothing()
         produce(
             &raw,
             &topic,
-            Some(partition),
-            None,
-            &envelope(partition as u64).to_vec(),
-            &[],
+            Raw::value(&envelope(partition as u64).to_vec()).partition(partition),
         )
         .await;
     }
@@ -934,10 +919,9 @@ async fn without_tiers_a_retry_goes_back_to_the_work_topic_with_its_key_and_next
     produce(
         &producer(&url),
         &topic,
-        None,
-        Some(b"k-1"),
-        &sent.to_vec(),
-        &[("traceparent", b"00-cd")],
+        Raw::value(&sent.to_vec())
+            .key(b"k-1")
+            .header("traceparent", b"00-cd"),
     )
     .await;
 
@@ -991,71 +975,8 @@ async fn without_tiers_a_retry_goes_back_to_the_work_topic_with_its_key_and_next
 
 // ---------------------------------------------------------------- Python SDK
 
-/// The Python SDK's interpreter (`BABEL_IDEM_PYTHON`, with `babelqueue`
-/// and `confluent-kafka`), or `None` after a skip line.
-fn python(test: &str) -> Option<String> {
-    match std::env::var("BABEL_IDEM_PYTHON") {
-        Ok(python) if !python.trim().is_empty() => Some(python),
-        _ => {
-            let required = std::env::var("BABEL_IDEM_REQUIRE_SERVERS").is_ok_and(|v| v == "1");
-            assert!(!required, "{test}: BABEL_IDEM_PYTHON is not set");
-            eprintln!("skipped: {test}: BABEL_IDEM_PYTHON is not set");
-            None
-        }
-    }
-}
-
-/// Runs `script` with the Python SDK and `args`; its stdout as JSON.
-async fn run_python(python: &str, script: &'static str, args: Vec<String>) -> Value {
-    let python = python.to_owned();
-    let output = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(python)
-            .arg("-c")
-            .arg(script)
-            .args(args)
-            .output()
-            .expect("the Python SDK runs")
-    })
-    .await
-    .unwrap();
-    assert!(
-        output.status.success(),
-        "python failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).expect("the script answers JSON")
-}
-
-/// Publishes `count` envelopes through the SDK's `KafkaTransport`; their ids.
-const PYTHON_PUBLISHES: &str = r#"
-import json, sys
-from babelqueue import BabelQueue
-from babelqueue.kafka_transport import KafkaTransport
-url, topic, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
-transport = KafkaTransport(url)
-app = BabelQueue(transport=transport, queue=topic)
-ids = [app.publish("urn:babel:interop:created", {"n": n}) for n in range(count)]
-transport.close()
-print(json.dumps(ids))
-"#;
-
-/// Pops `count` records through the SDK's `KafkaTransport` in `group`,
-/// acking each; their bodies as the SDK hands them over.
-const PYTHON_POPS: &str = r#"
-import json, sys, time
-from babelqueue.kafka_transport import KafkaTransport
-url, topic, group, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-transport = KafkaTransport(url, group_id=group)
-bodies, deadline = [], time.time() + 60
-while len(bodies) < count and time.time() < deadline:
-    message = transport.pop(topic, timeout=1.0)
-    if message is None:
-        continue
-    bodies.append(message.body)
-    transport.ack(message)
-transport.close()
-print(json.dumps(bodies))
-"#;
+/// The Python peer of these tests: `tests/python/kafka_peer.py`.
+const PEER: &str = "kafka_peer.py";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_publishes_and_a_babel_idem_consumer_runs_each_once_with_its_headers() {
@@ -1066,17 +987,18 @@ async fn python_publishes_and_a_babel_idem_consumer_runs_each_once_with_its_head
     let topic = unique("bi-py-in");
     let topics = Topics::create(&url, std::slice::from_ref(&topic), 2).await;
     let transport = transport(&url, &topics.group()).await;
-    let sent = run_python(
+    let sent = peer(
         &python,
-        PYTHON_PUBLISHES,
-        vec![url.clone(), topic.clone(), "12".into()],
+        PEER,
+        vec!["publish".into(), url.clone(), topic.clone(), "12".into()],
+        None,
     )
     .await;
     let sent: BTreeSet<String> = sent
         .as_array()
         .unwrap()
         .iter()
-        .map(|id| id.as_str().unwrap().to_owned())
+        .map(|message| message["id"].as_str().unwrap().to_owned())
         .collect();
 
     let headers = Arc::new(Mutex::new(Vec::new()));
@@ -1146,13 +1068,20 @@ async fn babel_idem_publishes_and_the_python_sdk_pops_each_body_as_written() {
     }
 
     let group = topics.group();
-    let popped = run_python(
+    let popped = peer(
         &python,
-        PYTHON_POPS,
-        vec![url.clone(), topic.clone(), group, bodies.len().to_string()],
+        PEER,
+        vec![
+            "pop".into(),
+            url.clone(),
+            topic.clone(),
+            group,
+            bodies.len().to_string(),
+        ],
+        None,
     )
     .await;
-    let popped: Vec<String> = popped
+    let popped: Vec<String> = popped["bodies"]
         .as_array()
         .unwrap()
         .iter()

@@ -11,8 +11,7 @@ pub mod redis_queue;
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -27,8 +26,6 @@ use babel_idem::{
 use redis::AsyncCommands;
 use serde_json::{Value, json};
 
-use crate::store_contract::servers::skip_or_fail;
-
 pub const URN: &str = "urn:babel:interop:created";
 
 /// The longest any test waits for a condition before it fails (never a
@@ -41,52 +38,11 @@ pub const PATIENCE: Duration = Duration::from_secs(120);
 /// work, e.g. before its first reserve returned.
 pub const QUIET: Duration = Duration::from_secs(2);
 
-/// The peer's python, or `None` after a `skipped:` line.
-pub fn python(test: &str) -> Option<PathBuf> {
-    match std::env::var("BABEL_IDEM_PYTHON") {
-        Ok(path) if !path.trim().is_empty() => Some(PathBuf::from(path)),
-        _ => {
-            skip_or_fail(test, "BABEL_IDEM_PYTHON is not set (source .ci/python.sh)");
-            None
-        }
-    }
-}
-
-/// Runs one subcommand of the peer `babel-idem/tests/python/<script>` to its
-/// end (on a blocking thread, so a Rust worker can run beside it); its JSON
-/// answer.
-pub async fn peer(python: &Path, script: &str, args: Vec<String>, stdin: Option<Value>) -> Value {
-    let python = python.to_path_buf();
-    let script = crate::store_contract::library_tests_dir()
-        .join("python")
-        .join(script);
-    tokio::task::spawn_blocking(move || {
-        let mut child = Command::new(&python)
-            .arg(script)
-            .args(&args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("start {python:?}: {e}"));
-        let input = stdin.map(|v| v.to_string()).unwrap_or_default();
-        std::io::Write::write_all(&mut child.stdin.take().unwrap(), input.as_bytes()).unwrap();
-        let output = child.wait_with_output().unwrap();
-        assert!(
-            output.status.success(),
-            "python peer {args:?} failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
-            panic!(
-                "python peer {args:?} printed no JSON ({e}): {}",
-                String::from_utf8_lossy(&output.stdout)
-            )
-        })
-    })
-    .await
-    .unwrap()
-}
+#[path = "../support/python.rs"]
+mod python_peer;
+// A test crate may use one of the two only.
+#[allow(unused_imports)]
+pub use python_peer::{peer, python};
 
 /// Waits until `condition` holds (polling), failing after [`PATIENCE`].
 pub async fn eventually<F, Fut>(what: &str, mut condition: F)

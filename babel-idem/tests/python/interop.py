@@ -110,7 +110,8 @@ def poison_record():
 
 
 def redrive_with(transport, dlq, options):
-    """The SDK's `redrive` of `dlq` on `transport`, with --to and --bypass."""
+    """The SDK's `redrive` of `dlq` on `transport`, with --to, --bypass and
+    --timeout (seconds each pop waits, 0.1 by default)."""
     import time
 
     from babelqueue.redrive import redrive
@@ -121,7 +122,7 @@ def redrive_with(transport, dlq, options):
         dlq,
         to_queue=options.get("--to"),
         bypass=options.get("--bypass") == "1",
-        timeout=0.1,
+        timeout=float(options.get("--timeout", "0.1")),
     )
     items = [
         {"message_id": i.message_id, "urn": i.urn, "reason": i.reason, "to": i.to,

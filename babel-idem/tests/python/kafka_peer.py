@@ -3,10 +3,11 @@ Kafka interop peer of tests/consumer_kafka.rs and benches/consumer_kafka.rs. The
 every peer answers are interop.py's (publish, consume, poison-record), on Kafka; `consume` takes
 more options, and there are more subcommands:
 
-  consume URL TOPIC IDLE_SECS --redis URL [--group G] [--tiers MS,MS] ...
+  consume URL TOPIC IDLE_SECS --redis URL [--group G] [--tiers MS,MS] [--max-attempts N] ...
                                        the worker in group G (default babelqueue); the seen-set
                                        and the effects on the --redis server; with --tiers, the
-                                       SDK's retry tiers
+                                       SDK's retry tiers; N attempts (default 3: without tiers a
+                                       failure retries only with N = 1, dead-lettered at once)
   records URL TOPIC [IDLE_SECS]        every record of TOPIC, read by a throwaway group without
                                        committing: value (bytes), key (bytes or null), headers
                                        ([name, bytes]), timestamp, partition, offset
@@ -14,11 +15,18 @@ more options, and there are more subcommands:
                                        KafkaTransport.publish (its header projection), confirmed
   publish-raw URL TOPIC                stdin {"records": [{"value": [bytes], "key": [bytes]|null,
                                        "headers": [[name, [bytes]]]}]}: produced as given, confirmed
-  publish-delayed URL TOPIC DELAY_MS TIERS   one envelope of URN parked by the SDK's
-                                       publish_delayed on the tiers (MS,MS,...); what was sent
-  reinject URL TOPIC TIERS SECS        the SDK's RetryReinjector on TOPIC's tiers for SECS seconds;
-                                       how many records it wrote
-  redrive URL DLQ [--to Q] [--bypass 1] [--group G]   interop.py's redrive, on Kafka
+  publish-delayed URL TOPIC DELAY_MS TIERS   one envelope parked by the SDK's publish_delayed
+                                       on the tiers (MS,MS,...): stdin {"body": text} when given,
+                                       else one of URN; what was sent
+  reinject URL TOPIC TIERS SECS [--group G] [--count N]   the SDK's RetryReinjector (in group G
+                                       when given) on TOPIC's tiers for SECS seconds, or until it
+                                       wrote N records; how many records it wrote
+  redrive URL DLQ [--to Q] [--bypass 1] [--group G] [--timeout SECS]   interop.py's redrive, on
+                                       Kafka; each pop waits SECS (a group join on the broker
+                                       takes longer than the 0.1 s default)
+  pop URL TOPIC GROUP COUNT            COUNT records popped through the SDK's KafkaTransport in
+                                       GROUP (60 s at most), each acked; their bodies as the SDK
+                                       hands them over
 """
 
 import atexit
@@ -58,7 +66,12 @@ def consume(url, topic, idle, options):
         retry_tiers_ms=tiers_of(options.get("--tiers")),
         **{"session.timeout.ms": 6000},
     )
-    app = BabelQueue(transport=transport, queue=topic, dead_letter=True)
+    app = BabelQueue(
+        transport=transport,
+        queue=topic,
+        dead_letter=True,
+        max_attempts=int(options.get("--max-attempts", 3)),
+    )
     out = interop.consume(app, topic, idle, client, options)
     transport.close()
     return out
@@ -129,24 +142,35 @@ def publish_body(url, topic):
 
 
 def publish_delayed(url, topic, delay_ms, tiers):
+    request = sys.stdin.read()
+    if request.strip():
+        body = json.loads(request)["body"]
+    else:
+        body = EnvelopeCodec.encode(
+            EnvelopeCodec.make(interop.URN, {"n": 0, "text": "delayed"}, queue=topic)
+        )
     transport = KafkaTransport(url, retry_tiers_ms=tiers_of(tiers))
-    envelope = EnvelopeCodec.make(interop.URN, {"n": 0, "text": "delayed"}, queue=topic)
-    transport.publish_delayed(topic, EnvelopeCodec.encode(envelope), int(delay_ms))
+    transport.publish_delayed(topic, body, int(delay_ms))
     transport.close()
-    return {"id": envelope["meta"]["id"], "body": EnvelopeCodec.encode(envelope)}
+    return {"id": EnvelopeCodec.decode_lenient(body).get("meta", {}).get("id"), "body": body}
 
 
-def reinject(url, topic, tiers, seconds):
+def reinject(url, topic, tiers, seconds, *args):
     from babelqueue.kafka_retry import RetryReinjector
 
+    options = dict(zip(args[::2], args[1::2]))
+    group = {"group_id": options["--group"]} if "--group" in options else {}
+    count = int(options["--count"]) if "--count" in options else None
     reinjector = RetryReinjector(
-        url, work_topics=[topic], retry_tiers_ms=tiers_of(tiers), poll_interval=0.2
+        url, work_topics=[topic], retry_tiers_ms=tiers_of(tiers), poll_interval=0.2, **group
     )
     written = 0
     until = time.time() + float(seconds)
-    while time.time() < until:
-        written += reinjector.run_once(timeout=0.2)
-    reinjector.close()
+    try:
+        while time.time() < until and (count is None or written < count):
+            written += reinjector.run_once(timeout=0.2)
+    finally:
+        reinjector.close()
     return {"written": written}
 
 
@@ -156,6 +180,19 @@ def redrive_command(url, dlq, *args):
     out = interop.redrive_with(transport, dlq, options)
     transport.close()
     return out
+
+
+def pop(url, topic, group, count):
+    transport = KafkaTransport(url, group_id=group)
+    bodies, deadline = [], time.time() + 60
+    while len(bodies) < int(count) and time.time() < deadline:
+        message = transport.pop(topic, timeout=1.0)
+        if message is None:
+            continue
+        bodies.append(message.body)
+        transport.ack(message)
+    transport.close()
+    return {"bodies": bodies}
 
 
 if __name__ == "__main__":
@@ -170,5 +207,6 @@ if __name__ == "__main__":
             "publish-delayed": publish_delayed,
             "reinject": reinject,
             "redrive": redrive_command,
+            "pop": pop,
         },
     )

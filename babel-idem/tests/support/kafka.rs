@@ -1,7 +1,9 @@
 //! Kafka helpers for the integration tests: the server URL or a skip line,
-//! unique topics made and deleted through the admin API, raw produce, and
-//! reading a topic or a group's committed offsets back; [`WorkTopic`], one
-//! consumer test's work topic with its `.dlq` and retry tiers.
+//! unique topics made and deleted through the admin API (on drop too), raw
+//! produce ([`Raw`]), and reading a topic or a group's committed offsets
+//! back; [`WorkTopic`], one consumer test's work topic with its `.dlq` and
+//! retry tiers. Self-contained (rdkafka, tokio, uuid only), so the CLI's
+//! tests include it by path as well.
 #![allow(dead_code, unreachable_pub)]
 
 use std::collections::HashMap;
@@ -55,7 +57,8 @@ fn admin(url: &str) -> AdminClient<DefaultClientContext> {
 }
 
 /// Topics made for one test, and the consumer groups it names through
-/// [`Topics::group`]; [`Topics::delete`] removes them all.
+/// [`Topics::group`]; [`Topics::delete`] removes them all, and a drop
+/// removes what no `delete` did.
 pub struct Topics {
     url: String,
     names: Vec<String>,
@@ -124,6 +127,11 @@ impl Topics {
         .unwrap();
     }
 
+    /// The broker URL the topics were made on.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
     /// The topic names, in the order given.
     pub fn names(&self) -> &[String] {
         &self.names
@@ -139,11 +147,16 @@ impl Topics {
     /// Deletes the topics and the groups (best effort: a broker that
     /// cannot is reported, not failed on). Call it once every client of
     /// the groups is closed.
-    pub async fn delete(self) {
+    pub async fn delete(mut self) {
+        // Taken out, so the drop that follows has nothing left to delete.
+        let names = std::mem::take(&mut self.names);
+        let groups = std::mem::take(&mut *self.groups.lock().unwrap());
         let admin = admin(&self.url);
-        let groups = self.groups.lock().unwrap().clone();
         delete_groups(&admin, &groups).await;
-        let names: Vec<&str> = self.names.iter().map(String::as_str).collect();
+        if names.is_empty() {
+            return;
+        }
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
         match admin.delete_topics(&names, &AdminOptions::new()).await {
             Ok(results) => {
                 for result in results {
@@ -154,6 +167,32 @@ impl Topics {
             }
             Err(error) => eprintln!("note: DeleteTopics failed: {error}"),
         }
+    }
+}
+
+impl Drop for Topics {
+    fn drop(&mut self) {
+        let groups = std::mem::take(&mut *self.groups.lock().unwrap());
+        // Checked before a `Topics` of what is left is made: its own drop
+        // then finds nothing, and stops here.
+        if self.names.is_empty() && groups.is_empty() {
+            return;
+        }
+        let left = Topics {
+            url: self.url.clone(),
+            names: std::mem::take(&mut self.names),
+            groups: std::sync::Mutex::new(groups),
+        };
+        // A runtime of its own, on a thread of its own: a drop cannot await,
+        // and may run inside a runtime that cannot block.
+        let _ = std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(left.delete());
+        })
+        .join();
     }
 }
 
@@ -192,38 +231,72 @@ pub fn producer(url: &str) -> FutureProducer {
         .expect("a producer")
 }
 
-/// Writes one record to `partition` of `topic` (the partitioner's choice
-/// when `None`) and waits for its delivery report.
-pub async fn produce(
-    producer: &FutureProducer,
-    topic: &str,
-    partition: Option<i32>,
-    key: Option<&[u8]>,
-    value: &[u8],
-    headers: &[(&str, &[u8])],
-) {
-    let owned = headers
+/// One record to write as a foreign producer would: [`Raw::value`], then
+/// what else it carries.
+#[derive(Debug, Clone, Default)]
+pub struct Raw<'a> {
+    pub key: Option<&'a [u8]>,
+    pub value: &'a [u8],
+    /// In order; a `None` value is a header with a null value.
+    pub headers: Vec<(&'a str, Option<&'a [u8]>)>,
+    /// The record's timestamp (the producer's clock when `None`).
+    pub timestamp: Option<i64>,
+    /// The partition (the partitioner's choice when `None`).
+    pub partition: Option<i32>,
+}
+
+impl<'a> Raw<'a> {
+    /// A record of `value` alone.
+    pub fn value(value: &'a (impl AsRef<[u8]> + ?Sized)) -> Self {
+        Raw {
+            value: value.as_ref(),
+            ..Raw::default()
+        }
+    }
+
+    pub fn key(mut self, key: &'a (impl AsRef<[u8]> + ?Sized)) -> Self {
+        self.key = Some(key.as_ref());
+        self
+    }
+
+    /// One more header, after those already given.
+    pub fn header(mut self, name: &'a str, value: &'a (impl AsRef<[u8]> + ?Sized)) -> Self {
+        self.headers.push((name, Some(value.as_ref())));
+        self
+    }
+
+    pub fn partition(mut self, partition: i32) -> Self {
+        self.partition = Some(partition);
+        self
+    }
+}
+
+/// Writes `record` to `topic` and waits for its delivery report; where it
+/// landed (partition, offset).
+pub async fn produce(producer: &FutureProducer, topic: &str, record: Raw<'_>) -> (i32, i64) {
+    let headers = record
+        .headers
         .iter()
         .fold(OwnedHeaders::new(), |all, (key, value)| {
-            all.insert(Header {
-                key,
-                value: Some(*value),
-            })
+            all.insert(Header { key, value: *value })
         });
-    let mut record = FutureRecord::<[u8], [u8]>::to(topic)
-        .payload(value)
-        .headers(owned);
-    if let Some(key) = key {
-        record = record.key(key);
+    let mut future = FutureRecord::<[u8], [u8]>::to(topic)
+        .payload(record.value)
+        .headers(headers);
+    if let Some(key) = record.key {
+        future = future.key(key);
     }
-    if let Some(partition) = partition {
-        record = record.partition(partition);
+    if let Some(timestamp) = record.timestamp {
+        future = future.timestamp(timestamp);
     }
-    producer
-        .send(record, Timeout::After(PATIENCE))
+    if let Some(partition) = record.partition {
+        future = future.partition(partition);
+    }
+    let delivery = producer
+        .send(future, Timeout::After(PATIENCE))
         .await
-        .map_err(|(error, _)| error)
-        .expect("the broker takes the record");
+        .unwrap_or_else(|(error, _)| panic!("producing to {topic}: {error}"));
+    (delivery.partition, delivery.offset)
 }
 
 /// One record read back.
@@ -233,17 +306,19 @@ pub struct Read {
     pub offset: i64,
     pub key: Option<Vec<u8>>,
     pub value: Vec<u8>,
-    pub headers: Vec<(String, Vec<u8>)>,
+    /// In order; a `None` value is a header with a null value.
+    pub headers: Vec<(String, Option<Vec<u8>>)>,
     pub timestamp: Option<i64>,
 }
 
 impl Read {
-    /// The value of header `name` as text.
+    /// The value of header `name` as text (`None` for a null value too).
     pub fn header(&self, name: &str) -> Option<String> {
         self.headers
             .iter()
             .find(|(n, _)| n == name)
-            .map(|(_, value)| String::from_utf8_lossy(value).into_owned())
+            .and_then(|(_, value)| value.as_deref())
+            .map(|value| String::from_utf8_lossy(value).into_owned())
     }
 
     /// The header names, in order.
@@ -300,12 +375,7 @@ pub async fn read_all(
                             .map(|headers| {
                                 headers
                                     .iter()
-                                    .map(|h| {
-                                        (
-                                            h.key.to_owned(),
-                                            h.value.map(<[u8]>::to_vec).unwrap_or_default(),
-                                        )
-                                    })
+                                    .map(|h| (h.key.to_owned(), h.value.map(<[u8]>::to_vec)))
                                     .collect()
                             })
                             .unwrap_or_default(),
@@ -396,16 +466,16 @@ pub async fn end_offsets(url: &str, topic: &str, expected: usize) -> HashMap<i32
 // ---------------------------------------------------------------- a work topic
 
 /// How long a read waits with nothing new before it takes a topic as read.
-const READ_QUIET: Duration = Duration::from_secs(2);
+pub const READ_QUIET: Duration = Duration::from_secs(2);
 
 /// A test's work topic `name` with `partitions`, its `.dlq` and `tiers`
 /// retry topics `<name>.retry.<n>`, and the groups it named; all deleted on
-/// drop.
+/// drop (by its [`Topics`]).
 pub struct WorkTopic {
     pub url: String,
     pub name: String,
     pub partitions: i32,
-    topics: Option<Topics>,
+    topics: Topics,
 }
 
 impl WorkTopic {
@@ -419,7 +489,7 @@ impl WorkTopic {
             url: url.to_owned(),
             name,
             partitions,
-            topics: Some(topics),
+            topics,
         }
     }
 
@@ -433,7 +503,7 @@ impl WorkTopic {
 
     /// A consumer group no other test uses, deleted with the topics.
     pub fn group(&self) -> String {
-        self.topics.as_ref().expect("the topics").group()
+        self.topics.group()
     }
 
     /// Writes one record to `topic` as a foreign producer would.
@@ -444,7 +514,16 @@ impl WorkTopic {
         value: &[u8],
         headers: &[(&str, &[u8])],
     ) {
-        produce(&producer(&self.url), topic, None, key, value, headers).await;
+        let record = Raw {
+            key,
+            value,
+            headers: headers
+                .iter()
+                .map(|(name, value)| (*name, Some(*value)))
+                .collect(),
+            ..Raw::default()
+        };
+        produce(&producer(&self.url), topic, record).await;
     }
 
     /// Writes each `(key, value)` of `records` to the work topic, all sent
@@ -503,20 +582,10 @@ impl WorkTopic {
     }
 }
 
-impl Drop for WorkTopic {
-    fn drop(&mut self) {
-        let Some(topics) = self.topics.take() else {
-            return;
-        };
-        // A runtime of its own: a drop may run inside a runtime that
-        // cannot block.
-        let _ = std::thread::spawn(move || {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap()
-                .block_on(topics.delete());
-        })
-        .join();
-    }
+/// Unix milliseconds now.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
 }
