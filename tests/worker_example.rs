@@ -541,8 +541,12 @@ async fn a_burst_of_one_id_never_wedges_the_worker_on_rabbitmq() {
 #[tokio::test]
 async fn bad_flags_and_unreachable_brokers_are_clear_errors_without_a_panic() {
     // (flags, exit code, what stderr says)
-    let cases: [(&[&str], i32, &str); 10] = [
-        (&["--queue", "q"], 2, "exactly one of --redis and --amqp"),
+    let cases: [(&[&str], i32, &str); 12] = [
+        (
+            &["--queue", "q"],
+            2,
+            "exactly one of --redis, --amqp and --kafka",
+        ),
         (
             &[
                 "--redis",
@@ -553,7 +557,17 @@ async fn bad_flags_and_unreachable_brokers_are_clear_errors_without_a_panic() {
                 "q",
             ],
             2,
-            "exactly one of --redis and --amqp",
+            "exactly one of --redis, --amqp and --kafka",
+        ),
+        (
+            &["--amqp", "amqp://x", "--kafka", "kafka://x", "--queue", "q"],
+            2,
+            "exactly one of --redis, --amqp and --kafka",
+        ),
+        (
+            &["--kafka", "redis://127.0.0.1:9092", "--queue", "q"],
+            1,
+            "invalid broker URL",
         ),
         (&["--redis", "redis://127.0.0.1:1/"], 2, "--queue"),
         (
