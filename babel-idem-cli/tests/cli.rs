@@ -444,7 +444,7 @@ async fn sqlite_bad_input_is_one_line_and_a_documented_code() {
     assert!(help.contains("4  the store is not set up"), "{help}");
     for convention in [
         "takes the store URL as its first argument",
-        "--redis URL or --amqp URL",
+        "--redis URL, --amqp URL or --kafka URL",
         "30s, 5m, 2h",
         "RFC 3339",
         "Unix milliseconds",
