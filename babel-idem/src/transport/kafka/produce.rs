@@ -62,9 +62,35 @@ pub(super) async fn confirmed(
     producer: &FutureProducer,
     record: Record<'_>,
 ) -> Result<(i32, i64), TransportError> {
-    let mut future = FutureRecord::<[u8], [u8]>::to(record.topic)
-        .payload(record.value)
-        .headers(owned_headers(record.headers));
+    let headers = owned_headers(record.headers);
+    let stored = Stored {
+        key: record.key,
+        value: Some(record.value),
+        headers,
+        timestamp: record.timestamp,
+    };
+    send(producer, record.topic, stored).await
+}
+
+/// A record as librdkafka takes it: a null key or value stays null.
+pub(super) struct Stored<'a> {
+    pub(super) key: Option<&'a [u8]>,
+    pub(super) value: Option<&'a [u8]>,
+    pub(super) headers: OwnedHeaders,
+    pub(super) timestamp: Option<i64>,
+}
+
+/// Writes `record` to `topic` and waits for its delivery report; see
+/// [`confirmed`].
+pub(super) async fn send(
+    producer: &FutureProducer,
+    topic: &str,
+    record: Stored<'_>,
+) -> Result<(i32, i64), TransportError> {
+    let mut future = FutureRecord::<[u8], [u8]>::to(topic).headers(record.headers);
+    if let Some(value) = record.value {
+        future = future.payload(value);
+    }
     if let Some(key) = record.key {
         future = future.key(key);
     }
@@ -73,7 +99,7 @@ pub(super) async fn confirmed(
     }
     match producer.send(future, Timeout::Never).await {
         Ok(delivery) => Ok((delivery.partition, delivery.offset)),
-        Err((error, _)) => Err(delivery_error(record.topic, error)),
+        Err((error, _)) => Err(delivery_error(topic, error)),
     }
 }
 

@@ -12,7 +12,7 @@ use rdkafka::consumer::{
     BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
 };
 use rdkafka::message::{Header, Message, OwnedHeaders, OwnedMessage};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::FutureProducer;
 use rdkafka::util::Timeout;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use tokio::time::Instant;
@@ -674,20 +674,13 @@ pub(super) async fn copy(
             })
         },
     );
-    let mut future = FutureRecord::<[u8], [u8]>::to(topic).headers(headers);
-    if let Some(value) = record.value {
-        future = future.payload(value);
-    }
-    if let Some(key) = record.key {
-        future = future.key(key);
-    }
-    if let Some(timestamp) = record.timestamp {
-        future = future.timestamp(timestamp);
-    }
-    match producer.send(future, Timeout::Never).await {
-        Ok(delivery) => Ok((delivery.partition, delivery.offset)),
-        Err((error, _)) => Err(produce::delivery_error(topic, error)),
-    }
+    let stored = produce::Stored {
+        key: record.key,
+        value: record.value,
+        headers,
+        timestamp: record.timestamp,
+    };
+    produce::send(producer, topic, stored).await
 }
 
 /// The consumer's context: notes the partitions a rebalance takes away,
