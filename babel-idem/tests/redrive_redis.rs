@@ -664,7 +664,15 @@ async fn a_server_lost_mid_run_stops_the_redrive_with_what_moved_and_loses_nothi
         ids(&queue, &queue.name).await,
         ids(&queue, &queue.dlq()).await,
     );
-    assert_eq!(work.len(), report.moved);
+    // The move in flight when the server died may have been applied with
+    // its answer lost: then it is on the work list and not in the report.
+    // Either way it is in one list only (below).
+    let on_work = work.len();
+    assert!(
+        on_work == report.moved || on_work == report.moved + 1,
+        "{on_work} on the work list, {} reported moved",
+        report.moved
+    );
     let mut all: Vec<String> = work.into_iter().chain(dead).collect();
     all.sort();
     let mut expected: Vec<String> = (0..total).map(|n| format!("o-{n}")).collect();
@@ -680,7 +688,7 @@ async fn a_server_lost_mid_run_stops_the_redrive_with_what_moved_and_loses_nothi
         .redrive(&queue.dlq(), &RedriveOptions::new())
         .await
         .unwrap();
-    assert_eq!(again.moved, total - report.moved);
+    assert_eq!(again.moved, total - on_work);
     assert_eq!(queue.len(&queue.name).await, total);
 }
 
