@@ -1,7 +1,6 @@
 //! The router's failure policies: what happens to an unknown URN, and how
 //! long a retry waits.
 
-use std::cell::Cell;
 use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
@@ -291,29 +290,15 @@ fn geometric_delay(
 }
 
 /// A number drawn uniformly from `[0, 1)`, from the calling thread's own
-/// stream: SplitMix64 seeded once per thread from the operating system
-/// (through a v4 UUID), so two workers draw different sequences.
+/// stream: the random source claim tokens are drawn from
+/// ([`ClaimToken::random`](crate::store::ClaimToken::random), seeded once
+/// per thread from the operating system), so two workers draw different
+/// sequences.
 fn unit_interval() -> f64 {
-    thread_local! {
-        static STATE: Cell<u64> = Cell::new(uuid::Uuid::new_v4().as_u64_pair().0);
-    }
-    let next = STATE
-        .try_with(|state| {
-            let counter = state.get().wrapping_add(0x9E37_79B9_7F4A_7C15);
-            state.set(counter);
-            counter
-        })
-        // Only while the thread is being torn down: ask the OS.
-        .unwrap_or_else(|_| uuid::Uuid::new_v4().as_u64_pair().0);
+    // The low half is a scrambled counter mixed with the thread's salt.
+    let bits = crate::store::ClaimToken::random().as_u128() as u64;
     // The top 53 bits: every value is an exact `f64` below 1.
-    (mix(next) >> 11) as f64 / (1u64 << 53) as f64
-}
-
-/// SplitMix64's finaliser: a bijection on `u64` that scrambles a counter.
-fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
+    (bits >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// Equal when they answer the same delays: the multipliers compare by
