@@ -32,7 +32,7 @@ use std::time::Duration;
 use babel_idem::Consumer;
 use babel_idem::store::RedisStore;
 use babel_idem::transport::KafkaTransport;
-use consumer_support::{effect_router, envelope_with_id, eventually};
+use consumer_support::{PATIENCE, effect_router, envelope_with_id, eventually};
 use redis::AsyncCommands;
 use store_contract::servers::{REDIS_URL, server_url};
 use support::kafka::{ONE_RECORD_PER_BATCH, WorkTopic as Topic, kafka_url};
@@ -48,8 +48,10 @@ const TARGET: &str = "babel_idem::transport::kafka";
 
 // ---------------------------------------------------------------- worker
 
-/// Prints each of the binding's events as one line on stderr:
-/// `kafka-event <worker> <message> <partition> <offset>`.
+/// Prints each event of the binding's, and every warning, as one line on
+/// stderr: `kafka-event <worker> <message> <partition> <offset>` for a
+/// record's or a partition's event, `kafka-log <worker> <level> <target>
+/// <fields>` for the rest (assignments, failed commits, lapsed records).
 struct Events(usize);
 
 #[derive(Default)]
@@ -57,6 +59,7 @@ struct Fields {
     message: String,
     partition: Option<i64>,
     offset: Option<i64>,
+    rest: String,
 }
 
 impl Visit for Fields {
@@ -64,7 +67,7 @@ impl Visit for Fields {
         match field.name() {
             "partition" => self.partition = Some(value),
             "offset" => self.offset = Some(value),
-            _ => {}
+            name => self.rest.push_str(&format!(" {name}={value}")),
         }
     }
 
@@ -73,24 +76,34 @@ impl Visit for Fields {
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        if field.name() == "message" {
-            self.message = format!("{value:?}");
+        match field.name() {
+            "message" => self.message = format!("{value:?}"),
+            name => self.rest.push_str(&format!(" {name}={value:?}")),
         }
     }
 }
 
 impl<S: tracing::Subscriber> Layer<S> for Events {
     fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
-        if event.metadata().target() != TARGET {
-            return;
-        }
         let mut fields = Fields::default();
         event.record(&mut fields);
-        if let (Some(partition), Some(offset)) = (fields.partition, fields.offset) {
-            eprintln!(
+        let metadata = event.metadata();
+        match (fields.partition, fields.offset) {
+            (Some(partition), Some(offset)) if metadata.target() == TARGET => eprintln!(
                 "kafka-event {} {} {partition} {offset}",
                 self.0, fields.message
-            );
+            ),
+            (partition, _) => eprintln!(
+                "kafka-log {} {} {} {}{}{}",
+                self.0,
+                metadata.level(),
+                metadata.target(),
+                fields.message,
+                partition
+                    .map(|p| format!(" partition={p}"))
+                    .unwrap_or_default(),
+                fields.rest
+            ),
         }
     }
 }
@@ -110,7 +123,9 @@ fn kafka_worker() {
     };
     let worker: usize = worker.parse().expect("a worker number");
     let subscriber = tracing_subscriber::registry().with(Events(worker).with_filter(
-        tracing_subscriber::filter::filter_fn(|metadata| metadata.target() == TARGET),
+        tracing_subscriber::filter::filter_fn(|metadata| {
+            metadata.target() == TARGET || *metadata.level() <= tracing::Level::WARN
+        }),
     ));
     tracing::subscriber::set_global_default(subscriber).expect("one subscriber");
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -217,6 +232,78 @@ fn assert_no_commit_passed_an_unsettled_record(lines: &[String]) -> (usize, usiz
     (reserved, settled, commits)
 }
 
+/// What a stalled run looks like: the ids that did not run and where
+/// their records are, the group's commits, the dead letters, which workers
+/// are alive, and each worker's last assignments and warnings.
+async fn diagnosis(
+    topic: &Topic,
+    group: &str,
+    ids: &[String],
+    ran: &HashMap<String, i64>,
+    workers: &mut [Child],
+    lines: &Lines,
+) -> String {
+    let mut out = Vec::new();
+    let missing: BTreeSet<&String> = ids.iter().filter(|id| !ran.contains_key(*id)).collect();
+    out.push(format!("{} of {IDS} ids have no effect", missing.len()));
+    let mut where_missing: HashMap<i32, Vec<i64>> = HashMap::new();
+    for record in topic.records(&topic.name).await {
+        let key = String::from_utf8_lossy(record.key.as_deref().unwrap_or_default()).into_owned();
+        if missing.contains(&key) {
+            where_missing
+                .entry(record.partition)
+                .or_default()
+                .push(record.offset);
+        }
+    }
+    for (partition, offsets) in &where_missing {
+        out.push(format!(
+            "partition {partition}: {} records of those ids, offsets {:?}..{:?}",
+            offsets.len(),
+            offsets.iter().min(),
+            offsets.iter().max()
+        ));
+    }
+    out.push(format!(
+        "group commits: {:?}",
+        topic.all_committed(group).await
+    ));
+    out.push(format!(
+        "dead letters: {}",
+        topic.records(&topic.dlq()).await.len()
+    ));
+    for (worker, child) in workers.iter_mut().enumerate() {
+        out.push(format!("worker {worker}: {:?}", child.try_wait()));
+    }
+    let lines = lines.lock().expect("the lines' lock").clone();
+    let logs: Vec<&String> = lines
+        .iter()
+        .filter(|line| !line.starts_with("kafka-event "))
+        .collect();
+    out.push(format!(
+        "the workers' last {} of {} log lines:",
+        logs.len().min(60),
+        logs.len()
+    ));
+    out.extend(
+        logs.iter()
+            .skip(logs.len().saturating_sub(60))
+            .map(|line| line.to_string()),
+    );
+    let mut last: HashMap<(String, String), &String> = HashMap::new();
+    for line in lines.iter().filter(|line| line.starts_with("kafka-event ")) {
+        let parts: Vec<&str> = line.split(' ').collect();
+        if let [_, worker, _, partition, _] = parts[..] {
+            last.insert((worker.to_owned(), partition.to_owned()), line);
+        }
+    }
+    let mut last: Vec<&String> = last.into_values().collect();
+    last.sort();
+    out.push("each worker's last event per partition:".to_owned());
+    out.extend(last.into_iter().cloned());
+    out.join("\n")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "run by hand (`cargo test --all-features --test kafka_fleet -- --ignored`): on a loaded machine a run can outlast the test's patience, for a reason not yet found"]
 async fn a_fleet_with_a_kill_and_a_join_runs_every_id_once_and_never_commits_past_unsettled_work() {
@@ -262,7 +349,17 @@ async fn a_fleet_with_a_kill_and_a_join_runs_every_id_once_and_never_commits_pas
     })
     .await;
     workers.push(spawn_worker(3, &spec, &lines));
-    eventually("every id ran", || async { counts().await.len() == IDS }).await;
+    let patience = tokio::time::Instant::now() + PATIENCE;
+    while counts().await.len() < IDS {
+        if tokio::time::Instant::now() >= patience {
+            let ran = counts().await;
+            panic!(
+                "not every id ran within {PATIENCE:?}\n{}",
+                diagnosis(&topic, &group, &ids, &ran, &mut workers, &lines).await
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     // The second copies are skipped, not run: wait until every record is
     // settled and committed, then stop the workers (each commits on stop).

@@ -305,7 +305,9 @@ impl ConsumerContext for Rebalancer {
                 let mut state = lock(&self.state);
                 for element in assigned.elements_for_topic(&self.topic) {
                     let generation = GENERATIONS.fetch_add(1, Ordering::Relaxed);
-                    state.generations.insert(element.partition(), generation);
+                    let partition = element.partition();
+                    tracing::debug!(target: TARGET, topic = &*self.topic, partition, generation, "assigned");
+                    state.generations.insert(partition, generation);
                 }
             }
             Rebalance::Revoke(_) => {}
