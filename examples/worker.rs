@@ -27,6 +27,17 @@
 //! sends the store calls of the deliveries in flight together (one `MGET`,
 //! one `MULTI`/`EXEC` of `SET NX`); `--no-batch` keeps one call per message.
 //!
+//! `--retention DURATION` is how long the seen-set keeps each id it
+//! marks (default `7d`; `none`, `forever` or `0`: until forgotten), on
+//! every store: it must outlast the longest gap between two deliveries of
+//! one id (a broker's redelivery, the time a message sits in the
+//! dead-letter queue before a redrive, a replay), or a duplicate runs.
+//! Seven days cover a dead-letter queue left over a long weekend and a
+//! Kafka replay within the topic's default seven-day log retention; the
+//! hour the PHP SDK and AWS Powertools keep covers redelivery alone. The
+//! worker prints it at start, and its summary shows it; see
+//! [`guide::retention`](babel_idem::guide::retention).
+//!
 //! `--urn` names the URN the job handles (default
 //! `urn:babel:orders:created`).
 //!
@@ -47,10 +58,11 @@
 //! (for the idle time, at least 10 s) ends the run too: a failing broker is
 //! not an empty queue. It prints progress every second on stderr and, last,
 //! one JSON line on stdout that says why it stopped (`idle`, `signal`,
-//! `broker_failing`, `store_failing`, the last with the `error`):
+//! `broker_failing`, `store_failing`, the last with the `error`) and the
+//! `retention` its marks were written with:
 //!
 //! ```text
-//! {"delivered":1000,"ran":900,"skipped":100,"retried":0,"released":0,"timed_out":0,"taken_back":0,"dead_lettered":0,"stopped":"idle"}
+//! {"delivered":1000,"ran":900,"skipped":100,"retried":0,"released":0,"timed_out":0,"taken_back":0,"dead_lettered":0,"stopped":"idle","retention":"7d"}
 //! ```
 //!
 //! `delivered` counts every reservation, `ran` and `skipped` the guard's
@@ -72,7 +84,7 @@ use std::time::Duration;
 
 use babel_idem::consumer::Failing;
 use babel_idem::router::Urn;
-use babel_idem::store::{Batched, ClaimStore};
+use babel_idem::store::{Batched, ClaimStore, MAX_TTL, Retention};
 use babel_idem::store::{Cached, PostgresStore, RedisStore, SqliteStore};
 use babel_idem::telemetry::metrics;
 use babel_idem::transport::{AmqpTransport, RedisTransport, Transport};
@@ -80,6 +92,11 @@ use babel_idem::{Consumer, Envelope, Router, StoreError, idempotent};
 
 /// The URN the job handles unless `--urn` names another.
 const ORDER_CREATED: &str = "urn:babel:orders:created";
+
+/// How long the seen-set keeps a mark unless `--retention` says otherwise:
+/// longer than the longest gap between two deliveries of one id (see the
+/// module docs and `RETENTION_HELP`).
+const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// The store, chosen at start from `--store`: every backend the worker
 /// takes can claim, so one store serves both modes.
@@ -126,11 +143,22 @@ struct Options {
     batch: bool,
     urn: String,
     lease: Option<Duration>,
+    /// How long each mark is kept; `None`: until forgotten.
+    retention: Option<Duration>,
 }
 
 const USAGE: &str = "usage: worker (--redis URL | --amqp URL | --kafka URL) --queue NAME [--concurrency N] [--until-idle DURATION] \
                      [--store sqlite:PATH|redis://URL|redis+cluster://HOST:PORT,...|postgres://URL] [--cached WINDOW] [--no-batch] [--urn URN] \
-                     [--lease DURATION] [--group NAME (Kafka)]";
+                     [--lease DURATION] [--retention DURATION|none] [--group NAME (Kafka)]";
+
+/// What `--help` says about `--retention`.
+const RETENTION_HELP: &str = "--retention DURATION: how long the seen-set keeps each id it marks, on \
+     every store (default 7d; none, forever or 0: until forgotten). It must outlast the longest \
+     gap between two deliveries of one id: a broker's redelivery, the time a message sits in the \
+     dead-letter queue before a redrive, a replay; a mark that expires earlier lets a duplicate \
+     run. 7d covers a dead-letter queue left over a long weekend and a Kafka replay within the \
+     topic's default 7-day log retention; the PHP SDK's and AWS Powertools' 1h covers redelivery \
+     alone.";
 
 fn parse_options() -> Result<Options, String> {
     let mut options = Options {
@@ -147,6 +175,7 @@ fn parse_options() -> Result<Options, String> {
         batch: true,
         urn: ORDER_CREATED.to_owned(),
         lease: None,
+        retention: Some(DEFAULT_RETENTION),
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -175,7 +204,8 @@ fn parse_options() -> Result<Options, String> {
                 }
                 options.lease = Some(lease);
             }
-            "--help" | "-h" => return Err(USAGE.to_owned()),
+            "--retention" => options.retention = retention(&value()?)?,
+            "--help" | "-h" => return Err(format!("{USAGE}\n\n{RETENTION_HELP}")),
             other => return Err(format!("unknown flag {other:?}\n{USAGE}")),
         }
     }
@@ -215,11 +245,29 @@ fn duration(flag: &str, text: &str) -> Result<Duration, String> {
     Ok(Duration::from_millis(millis))
 }
 
-/// The store `--store` names, in [`Cached`] with `--cached`. Claim mode
+/// `--retention`: `none`, `forever` or a zero duration keep marks until
+/// forgotten (`None`); any other duration up to [`MAX_TTL`] is the TTL.
+fn retention(text: &str) -> Result<Option<Duration>, String> {
+    if matches!(text, "none" | "forever") {
+        return Ok(None);
+    }
+    let ttl = duration("--retention", text).map_err(|refused| format!("{refused}, or none"))?;
+    if ttl > MAX_TTL {
+        return Err(format!(
+            "--retention: {text:?} is longer than the longest TTL a store keeps \
+             (36500d); for marks kept until forgotten, write none"
+        ));
+    }
+    Ok((!ttl.is_zero()).then_some(ttl))
+}
+
+/// The store `--store` names, its marks kept for `retention` (`None`:
+/// until forgotten), in [`Cached`] with `--cached`. Claim mode
 /// (`claims`) makes its tables too and sends its claims and commits through
 /// [`Batched`] (the consumer batches seen-set calls by itself).
 async fn open_store(
     spec: &str,
+    retention: Option<Duration>,
     cached: Option<Duration>,
     claims: bool,
 ) -> Result<Arc<dyn ClaimStore>, StoreError> {
@@ -245,7 +293,11 @@ async fn open_store(
             // A missing directory is made; a failure shows when SQLite opens the file.
             let _ = std::fs::create_dir_all(dir);
         }
-        let store = SqliteStore::open(path).await?;
+        let mut builder = SqliteStore::builder();
+        if let Some(ttl) = retention {
+            builder = builder.ttl(ttl);
+        }
+        let store = builder.open(path).await?;
         if claims {
             store.migrate_claims().await?;
         }
@@ -259,9 +311,17 @@ async fn open_store(
     .iter()
     .any(|scheme| spec.starts_with(scheme))
     {
-        wrap(RedisStore::connect_lazy(spec)?, cached, claims)
+        let mut builder = RedisStore::builder();
+        if let Some(ttl) = retention {
+            builder = builder.ttl(ttl);
+        }
+        wrap(builder.connect_lazy(spec)?, cached, claims)
     } else if spec.starts_with("postgres://") || spec.starts_with("postgresql://") {
-        let store = PostgresStore::connect_lazy(spec)?;
+        let mut builder = PostgresStore::builder();
+        if let Some(ttl) = retention {
+            builder = builder.ttl(ttl);
+        }
+        let store = builder.connect_lazy(spec)?;
         store.migrate().await?;
         if claims {
             store.migrate_claims().await?;
@@ -321,7 +381,15 @@ async fn serve<T: Transport>(
     transport: T,
     options: Options,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let store = open_store(&options.store, options.cached, options.lease.is_some()).await?;
+    let store = open_store(
+        &options.store,
+        options.retention,
+        options.cached,
+        options.lease.is_some(),
+    )
+    .await?;
+    let retention = options.retention.map_or(Retention::Forever, Retention::Ttl);
+    eprintln!("worker: the seen-set keeps each id it marks for {retention}");
     STORE.set(store).map_err(|_| "the store was already set")?;
     let urn = Urn::parse(options.urn.clone())?;
     let router = match options.lease {
@@ -408,7 +476,8 @@ async fn serve<T: Transport>(
     print!(
         concat!(
             r#"{{"delivered":{},"ran":{},"skipped":{},"retried":{},"released":{},"#,
-            r#""timed_out":{},"taken_back":{},"dead_lettered":{},"stopped":"{stopped}""#
+            r#""timed_out":{},"taken_back":{},"dead_lettered":{},"stopped":"{stopped}","#,
+            r#""retention":"{retention}""#
         ),
         report.delivered,
         decided.get(metrics::Decision::Ran),
@@ -419,6 +488,7 @@ async fn serve<T: Transport>(
         report.lapsed,
         report.dead_lettered,
         stopped = stopped,
+        retention = retention,
     );
     if error.is_empty() {
         println!("}}");

@@ -29,6 +29,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use babel_idem::Envelope;
+use babel_idem::store::{Admin, Retention, SqliteStore};
 use consumer_support::amqp_queue::{AMQP_URL, Queue as AmqpQueue};
 use consumer_support::redis_queue::Queue;
 use redis::AsyncCommands;
@@ -108,7 +109,8 @@ fn final_line(output: &Output) -> Value {
 }
 
 /// The summary line of a worker that stopped for `stopped` (`idle`,
-/// `signal`), with nothing retried, released, timed out or taken back.
+/// `signal`), with nothing retried, released, timed out or taken back,
+/// its marks kept for the default retention.
 fn counts(delivered: u64, ran: u64, skipped: u64, dead_lettered: u64, stopped: &str) -> Value {
     json!({
         "delivered": delivered,
@@ -120,6 +122,7 @@ fn counts(delivered: u64, ran: u64, skipped: u64, dead_lettered: u64, stopped: &
         "taken_back": 0,
         "dead_lettered": dead_lettered,
         "stopped": stopped,
+        "retention": "7d",
     })
 }
 
@@ -655,5 +658,115 @@ async fn a_queue_name_or_store_it_cannot_use_is_a_clear_error_on_a_live_broker()
         assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
         assert!(stderr.contains(says), "{args:?}: {stderr}");
         assert!(output.stdout.is_empty(), "{args:?}: printed counts");
+    }
+}
+
+/// `--retention` is the TTL of every mark the worker writes: on Redis each
+/// id's key carries it (`none`: no expiry), on SQLite each row; the summary
+/// and the start line say which.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worker_marks_ids_for_its_retention_and_its_summary_shows_it() {
+    const TEST: &str = "the_worker_marks_ids_for_its_retention_and_its_summary_shows_it";
+    let Some(url) = server_url(REDIS_URL, TEST) else {
+        return;
+    };
+    let fixture = Fixture::new(&url);
+    let mut raw = fixture.queue.raw().await;
+    let redis_store = |extra: &[&str]| {
+        let mut args = vec![
+            "--redis",
+            fixture.queue.url.as_str(),
+            "--queue",
+            fixture.queue.name.as_str(),
+            "--store",
+            url.as_str(),
+            "--until-idle",
+            "1s",
+        ];
+        args.extend_from_slice(extra);
+        args.into_iter().map(str::to_owned).collect::<Vec<_>>()
+    };
+    // (flag, what the summary shows, the keys' PTTL range in ms; -1: none)
+    let cases: [(&str, &str, std::ops::RangeInclusive<i64>); 3] = [
+        ("90m", "1h30m", 3_600_001..=5_400_000),
+        ("none", "forever", -1..=-1),
+        ("0", "forever", -1..=-1),
+    ];
+    for (flag, shown, pttl) in cases {
+        let prefix = format!("order-{}", unique_suffix());
+        let orders = ids(&prefix, 0..5);
+        let keys: Vec<String> = orders.iter().map(|id| format!("bq:idemp:{id}")).collect();
+        fixture.publish(&orders).await;
+        let output = run_worker(redis_store(&["--retention", flag])).await;
+        let left: Vec<i64> = {
+            let mut left = Vec::new();
+            for key in &keys {
+                left.push(raw.pttl(key).await.unwrap());
+            }
+            left
+        };
+        let _: i64 = raw.del(&keys).await.unwrap();
+        assert!(output.status.success(), "{flag}: {output:?}");
+        let summary = final_line(&output);
+        assert_eq!(summary["ran"], 5, "{flag}: {summary}");
+        assert_eq!(summary["retention"], shown, "{flag}: {summary}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains(&format!("keeps each id it marks for {shown}")),
+            "{flag}: {stderr}"
+        );
+        for (key, left) in keys.iter().zip(left) {
+            assert!(pttl.contains(&left), "{flag}: {key} has PTTL {left}");
+        }
+    }
+
+    // SQLite: every row expires its retention after it was written.
+    let prefix = format!("order-{}", unique_suffix());
+    fixture.publish(&ids(&prefix, 0..5)).await;
+    let output = run_worker(fixture.args(&["--until-idle", "1s", "--retention", "2d"])).await;
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(final_line(&output)["retention"], "2d");
+    let seen = SqliteStore::open(fixture.dir.join("seen.sqlite"))
+        .await
+        .unwrap();
+    assert_eq!(
+        seen.stats("").await.unwrap().retention,
+        Retention::Ttl(Duration::from_secs(2 * 86_400))
+    );
+}
+
+/// `--help` states the default retention and why; a retention no store can
+/// keep is refused before anything starts.
+#[test]
+fn the_retention_default_is_explained_and_bad_retentions_are_refused() {
+    let help = worker(&["--help"]).output().unwrap();
+    let text = String::from_utf8_lossy(&help.stderr);
+    for says in [
+        "--retention",
+        "default 7d",
+        "dead-letter queue",
+        "replay",
+        "1h",
+    ] {
+        assert!(text.contains(says), "--help does not say {says:?}: {text}");
+    }
+    for (value, says) in [
+        ("soon", "--retention: \"soon\" is not a duration"),
+        ("36501d", "longer than the longest TTL a store keeps"),
+    ] {
+        let refused = worker(&[
+            "--redis",
+            "redis://h/",
+            "--queue",
+            "q",
+            "--retention",
+            value,
+        ])
+        .output()
+        .unwrap();
+        assert_eq!(refused.status.code(), Some(2), "{value}");
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(stderr.contains(says), "{value}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
     }
 }

@@ -133,7 +133,8 @@ pub(crate) enum Command {
         #[arg(long, value_name = "NAME", requires = "outbox")]
         outbox_table: Option<String>,
     },
-    /// Count the marks: total, expired, oldest and newest.
+    /// Count the marks: total, expired, oldest and newest, and the
+    /// retention the store reads from them.
     Stats {
         /// The store URL.
         url: String,

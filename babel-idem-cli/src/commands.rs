@@ -3,7 +3,7 @@
 
 use std::io::IsTerminal;
 
-use babel_idem::store::{Admin, IdState};
+use babel_idem::store::{Admin, IdState, Retention};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::json;
 
@@ -288,7 +288,8 @@ pub(crate) fn outbox_migrated(
     );
 }
 
-/// Prints the marks' count, expired count, oldest and newest.
+/// Prints the marks' count, expired count, oldest, newest and the
+/// retention the store reads from them.
 pub(crate) async fn stats(
     opened: &Opened,
     scope: Option<&str>,
@@ -301,10 +302,20 @@ pub(crate) async fn stats(
         None if opened.self_expiring => "- (Redis keeps no write time)".into(),
         None => "-".into(),
     };
+    let retention = match stats.retention {
+        Retention::Forever => "forever (marks written without a TTL)".to_owned(),
+        Retention::AtLeast(_) => format!(
+            "{} (Redis keeps no write time: the most time a key has left)",
+            stats.retention
+        ),
+        Retention::Unknown => "unknown (no mark to read it from)".to_owned(),
+        shown => shown.to_string(),
+    };
     out.emit(
         || {
             format!(
-                "marks    {}\nlive     {}\nexpired  {}\noldest   {}\nnewest   {}",
+                "marks      {}\nlive       {}\nexpired    {}\noldest     {}\nnewest     {}\n\
+                 retention  {retention}",
                 stats.marks,
                 stats.live(),
                 stats.expired,
@@ -321,6 +332,8 @@ pub(crate) async fn stats(
                 "newest_ms": stats.newest_ms,
                 "oldest": stats.oldest_ms.map(rfc3339_ms),
                 "newest": stats.newest_ms.map(rfc3339_ms),
+                "retention": stats.retention.to_string(),
+                "retention_ms": stats.retention.ttl().map(|ttl| ttl.as_millis() as u64),
             })
         },
     );

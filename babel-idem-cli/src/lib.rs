@@ -5,7 +5,7 @@
 //! babel-idem forget URL ID...                 un-mark ids (manual replay); `-` reads stdin
 //! babel-idem purge-expired URL [--claims]     delete expired marks (and finished claims)
 //! babel-idem migrate URL [--claims]           create the seen-set table (and claim mode's)
-//! babel-idem stats URL [--scope S]            count marks: total, expired, oldest, newest
+//! babel-idem stats URL [--scope S]            count marks: total, expired, oldest, newest, retention
 //! babel-idem redrive --redis URL|--amqp URL|--kafka URL --from DLQ [--to Q] [--max N] [--urn U]
 //!            [--reason R] [--since T] [--until T] [--id ID] [--bypass] [--rate N]
 //!            [--include-poison] [--forget-in STORE_URL]

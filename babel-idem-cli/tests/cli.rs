@@ -299,7 +299,7 @@ async fn sqlite_purge_expired_in_batches_and_dry_run_removes_nothing() {
     assert!(
         run.ok()
             .stdout
-            .starts_with("marks    25001\nlive     1\nexpired  25000\n"),
+            .starts_with("marks      25001\nlive       1\nexpired    25000\n"),
         "{run:?}"
     );
 
@@ -1019,4 +1019,119 @@ async fn a_read_only_sqlite_file_answers_reads_and_refuses_writes() {
         "nothing written"
     );
     std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// What `stats` says of the retention: the JSON's `retention` and
+/// `retention_ms`, and the text's `retention` line.
+fn retention_shown(url: &str, opts: &[&str]) -> (Value, Value, String) {
+    let stats = cli(&with(&["stats", url, "--json"], opts)).ok().json();
+    let run = cli(&with(&["stats", url], opts));
+    let line = run
+        .ok()
+        .stdout_lines()
+        .into_iter()
+        .find(|line| line.starts_with("retention"))
+        .unwrap_or_else(|| panic!("no retention line: {run:?}"))
+        .to_owned();
+    (
+        stats["retention"].clone(),
+        stats["retention_ms"].clone(),
+        line,
+    )
+}
+
+#[tokio::test]
+async fn sqlite_stats_shows_the_retention_the_newest_mark_was_written_with() {
+    let dir = TempDir::new();
+    let url = dir.url("seen.db");
+    let forever = sqlite_store(&dir.path("seen.db"), "babelqueue_idempotency").await;
+    let (shown, ms, line) = retention_shown(&url, &[]);
+    assert_eq!((shown, ms), (json!("unknown"), Value::Null));
+    assert_eq!(line, "retention  unknown (no mark to read it from)");
+
+    forever.remember("kept").await.unwrap();
+    let (shown, ms, line) = retention_shown(&url, &[]);
+    assert_eq!((shown, ms), (json!("forever"), Value::Null));
+    assert_eq!(line, "retention  forever (marks written without a TTL)");
+
+    let ninety_minutes = SqliteStore::builder()
+        .ttl(Duration::from_secs(90 * 60))
+        .open(dir.path("seen.db"))
+        .await
+        .unwrap();
+    ninety_minutes.remember("expiring").await.unwrap();
+    let (shown, ms, line) = retention_shown(&url, &[]);
+    assert_eq!((shown, ms), (json!("1h30m"), json!(5_400_000)));
+    assert_eq!(line, "retention  1h30m");
+}
+
+#[tokio::test]
+async fn redis_stats_shows_at_least_the_time_a_mark_has_left() {
+    let Some(url) = server_url(
+        REDIS_URL,
+        "redis_stats_shows_at_least_the_time_a_mark_has_left",
+    ) else {
+        return;
+    };
+    let prefix = format!("cliretention{}:", unique_suffix());
+    let _cleanup = RedisKeys {
+        url: url.clone(),
+        prefix: prefix.clone(),
+    };
+    let opts = ["--prefix", prefix.as_str()];
+    let (shown, ms, _) = retention_shown(&url, &opts);
+    assert_eq!((shown, ms), (json!("unknown"), Value::Null));
+
+    let day = RedisStore::builder()
+        .prefix(&prefix)
+        .ttl(Duration::from_secs(86_400))
+        .connect_lazy(&url)
+        .unwrap();
+    day.remember("expiring").await.unwrap();
+    let (shown, ms, line) = retention_shown(&url, &opts);
+    // Redis keeps the time left, not the write time: a floor, under a day.
+    let shown = shown.as_str().unwrap().to_owned();
+    assert!(
+        shown.starts_with("at least 23h59m") || shown == "at least 1d",
+        "{shown}"
+    );
+    assert_eq!(ms, Value::Null, "a floor is no exact TTL");
+    assert!(line.contains("Redis keeps no write time"), "{line}");
+
+    let forever = RedisStore::builder()
+        .prefix(&prefix)
+        .connect_lazy(&url)
+        .unwrap();
+    forever.remember("kept").await.unwrap();
+    let (shown, _, _) = retention_shown(&url, &opts);
+    assert_eq!(shown, "forever", "a mark without expiry is kept forever");
+}
+
+#[tokio::test]
+async fn postgres_stats_shows_the_retention_the_newest_mark_was_written_with() {
+    let Some(url) = server_url(
+        POSTGRES_URL,
+        "postgres_stats_shows_the_retention_the_newest_mark_was_written_with",
+    ) else {
+        return;
+    };
+    let table = format!("cli_retention_{}", unique_suffix());
+    let _cleanup = PostgresTable {
+        url: url.clone(),
+        table: table.clone(),
+    };
+    let opts = ["--table", table.as_str()];
+    let store = PostgresStore::builder()
+        .table(&table)
+        .ttl(Duration::from_secs(7 * 86_400))
+        .connect_lazy(&url)
+        .unwrap();
+    store.migrate().await.unwrap();
+    let (shown, _, _) = retention_shown(&url, &opts);
+    assert_eq!(shown, "unknown");
+
+    store.remember("expiring").await.unwrap();
+    let (shown, ms, line) = retention_shown(&url, &opts);
+    assert_eq!((shown, ms), (json!("7d"), json!(604_800_000)));
+    assert_eq!(line, "retention  7d");
 }

@@ -7,6 +7,7 @@
 //! | [`batches`] | many messages per store round trip: the batch store calls, [`Guard::run_batch`](crate::guard::Guard::run_batch), [`Batched`](crate::store::Batched) |
 //! | [`stores`] | every backend's layout on one page: the in-memory store, the SQLite and PostgreSQL tables (their DDL), the Redis keys (the Go and PHP layouts) and the roles of its Lua scripts |
 //! | [`consumers`] | from a raw delivery to a [`Disposition`](crate::router::Disposition), and how the consumer settles each one on Redis, RabbitMQ and Kafka |
+//! | [`retention`] | how long marks are kept: longer than the longest gap between two deliveries of one id, what an early expiry costs, storage per mark, each backend's expiry |
 //! | [`replays`] | intended replays: the `bq-replay-bypass` header |
 //! | [`redrive`] | dead-letter redrive: the redriven bytes, the rules, why nothing is lost, the CLI's `redrive` and `dlq` |
 //! | [`outbox`] | the producer's side: publishing envelopes, the transactional outbox (its table, shared with the family), outgoing messages in a transactional handler, the relay, retention |
@@ -77,6 +78,8 @@ page!(consumers, "guide/consumers.md", "consumer" => [
     "batch_store_calls": "crate::consumer::ConsumerBuilder::batch_store_calls",
     "https://docs.rs/babel-idem/latest/babel_idem/consumer/struct.ConsumerBuilder.html#method.batch_store_calls",
 ]);
+
+page!(retention, "guide/retention.md");
 
 page!(replays, "guide/replays.md");
 

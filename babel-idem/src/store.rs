@@ -28,7 +28,7 @@ mod settings;
 mod sqlite;
 mod transaction;
 
-pub use admin::{Admin, IdState, StoreStats};
+pub use admin::{Admin, IdState, Retention, StoreStats};
 pub use claim::{Claim, ClaimStore, ClaimToken, InvalidLease, MAX_LEASE};
 pub use layer::batched::Batched;
 pub use layer::cached::{Cached, CachedBuilder, DEFAULT_CAPACITY, DEFAULT_WINDOW};

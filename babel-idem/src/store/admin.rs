@@ -1,5 +1,5 @@
 //! The operator's side of a persistent store: the [`Admin`] trait, what its
-//! operations answer ([`StoreStats`], [`IdState`]).
+//! operations answer ([`StoreStats`], [`Retention`], [`IdState`]).
 //!
 //! A consumer never needs these: the guard only asks [`Store`] and
 //! [`ClaimStore`]. An operator's tool (the `babel-idem` CLI is one) opens a
@@ -10,16 +10,20 @@
 //! [`Store`]: crate::store::Store
 //! [`ClaimStore`]: crate::store::ClaimStore
 
+use std::fmt;
+use std::time::Duration;
+
 use crate::store::StoreFuture;
 
 /// The marks a store holds, as [`Admin::stats`] counts them.
 ///
 /// ```
-/// use babel_idem::store::StoreStats;
+/// use babel_idem::store::{Retention, StoreStats};
 ///
 /// let stats = StoreStats::default();
 /// assert_eq!(stats.live(), 0);
 /// assert_eq!(stats.oldest_ms, None);
+/// assert_eq!(stats.retention, Retention::Unknown);
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -35,6 +39,10 @@ pub struct StoreStats {
     pub oldest_ms: Option<i64>,
     /// When the newest mark was written, like [`oldest_ms`](Self::oldest_ms).
     pub newest_ms: Option<i64>,
+    /// How long the marks are kept, as the store reads it from the marks
+    /// themselves (the writers' TTL, not the one the reading store was
+    /// built with): see [`Retention`] for what each backend can know.
+    pub retention: Retention,
 }
 
 impl StoreStats {
@@ -43,6 +51,96 @@ impl StoreStats {
     pub fn live(&self) -> u64 {
         self.marks.saturating_sub(self.expired)
     }
+}
+
+/// How long a store keeps its marks, as [`Admin::stats`] reads it from
+/// the marks under the key prefix asked about.
+///
+/// Each backend answers what it can know:
+///
+/// - SQLite and PostgreSQL keep each mark's write time and expiry: the
+///   retention of the newest mark (`expires_at - created_at`), which is the
+///   TTL its writers use, [`Ttl`](Retention::Ttl), or
+///   [`Forever`](Retention::Forever) when it has no `expires_at`.
+/// - Redis keeps no write time, only the time a key has left (`PTTL`): of
+///   up to 100 keys read, [`Forever`](Retention::Forever) when one has no
+///   expiry, else [`AtLeast`](Retention::AtLeast) the most time one has
+///   left (in whole seconds).
+/// - With no mark to read, [`Unknown`](Retention::Unknown).
+///
+/// It prints as the CLI writes durations (`7d`, `1h30m`), `forever`,
+/// `at least 59m59s` or `unknown`:
+///
+/// ```
+/// use std::time::Duration;
+/// use babel_idem::store::Retention;
+///
+/// assert_eq!(Retention::Ttl(Duration::from_secs(7 * 86_400)).to_string(), "7d");
+/// assert_eq!(Retention::Ttl(Duration::from_secs(5_400)).to_string(), "1h30m");
+/// assert_eq!(Retention::Forever.to_string(), "forever");
+/// assert_eq!(Retention::AtLeast(Duration::from_secs(3_599)).to_string(), "at least 59m59s");
+/// assert_eq!(Retention::Unknown.to_string(), "unknown");
+/// assert_eq!(Retention::Ttl(Duration::from_secs(60)).ttl(), Some(Duration::from_secs(60)));
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Retention {
+    /// Nothing to read it from: the store holds no mark under the prefix.
+    #[default]
+    Unknown,
+    /// Marks are written without a TTL: kept until forgotten.
+    Forever,
+    /// Each mark is kept this long after it was written.
+    Ttl(Duration),
+    /// Marks are kept at least this long: a mark read had this much time
+    /// left, and how long it had already been kept is not known.
+    AtLeast(Duration),
+}
+
+impl Retention {
+    /// The TTL, when the store knows it exactly ([`Ttl`](Retention::Ttl)).
+    pub fn ttl(&self) -> Option<Duration> {
+        match self {
+            Retention::Ttl(ttl) => Some(*ttl),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Retention {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Retention::Unknown => f.write_str("unknown"),
+            Retention::Forever => f.write_str("forever"),
+            Retention::Ttl(ttl) => write_duration(f, *ttl),
+            Retention::AtLeast(left) => {
+                f.write_str("at least ")?;
+                write_duration(f, *left)
+            }
+        }
+    }
+}
+
+/// `duration` in whole milliseconds, as days, hours, minutes, seconds and
+/// milliseconds, each unit written only when not 0 (`1h30m`; `0ms` for 0).
+fn write_duration(f: &mut fmt::Formatter<'_>, duration: Duration) -> fmt::Result {
+    let mut left = duration.as_millis();
+    if left == 0 {
+        return f.write_str("0ms");
+    }
+    for (unit, millis) in [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1_000),
+        ("ms", 1),
+    ] {
+        if left >= millis {
+            write!(f, "{}{unit}", left / millis)?;
+            left %= millis;
+        }
+    }
+    Ok(())
 }
 
 /// Where one id stands in a store, as [`Admin::states`] reads it.
@@ -122,8 +220,8 @@ impl IdState {
 pub trait Admin: Send + Sync {
     /// Counts the marks whose key starts with `key_prefix` (`""`: all of
     /// them; a [`Guard::scope`](crate::guard::Guard::scope)'s keys start
-    /// with `<length>:<scope>:`), how many have expired, and when the
-    /// oldest and newest were written.
+    /// with `<length>:<scope>:`), how many have expired, when the
+    /// oldest and newest were written, and their [`Retention`].
     fn stats<'a>(&'a self, key_prefix: &'a str) -> StoreFuture<'a, StoreStats>;
 
     /// Where each id stands, in the ids' order: [`IdState::Done`] for a

@@ -513,6 +513,11 @@ pub(crate) fn postgres_statements(table: &str) -> Statements {
                     floor(extract(epoch FROM max(created_at)) * 1000)::bigint
              FROM {table} WHERE left(message_id, length($1)) = $1"
         ),
+        retention: format!(
+            "SELECT round(extract(epoch FROM expires_at - created_at) * 1000)::bigint
+             FROM {table} WHERE left(message_id, length($1)) = $1
+             ORDER BY created_at DESC LIMIT 1"
+        ),
         count_expired: format!(
             "SELECT count(*) FROM {table} WHERE expires_at IS NOT NULL AND expires_at <= now()"
         ),

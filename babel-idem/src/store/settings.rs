@@ -644,6 +644,10 @@ pub(crate) struct Statements {
     /// The marks whose key starts with the first parameter: how many, how
     /// many expired, the oldest and newest write times in Unix ms.
     pub(crate) stats: String,
+    /// The newest mark whose key starts with the first parameter: its
+    /// retention in ms (`expires_at - created_at`, `NULL` without expiry);
+    /// no row when there is none.
+    pub(crate) retention: String,
     /// Counts the expired rows.
     pub(crate) count_expired: String,
     /// Deletes at most the first parameter's number of expired rows.
@@ -702,32 +706,45 @@ where
     Ok(count.max(0) as u64)
 }
 
-/// Runs a store's `stats` statement for the marks under `key_prefix`.
+/// Runs a store's `stats` and `retention` statements for the marks under
+/// `key_prefix`.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) async fn run_stats<'e, DB, E>(
     executor: E,
     backend: &'static str,
-    sql: &'e str,
+    statements: &'e Statements,
     key_prefix: &'e str,
 ) -> Result<crate::store::StoreStats, StoreError>
 where
     DB: sqlx::Database,
-    E: sqlx::Executor<'e, Database = DB>,
+    E: sqlx::Executor<'e, Database = DB> + Copy,
     for<'q> &'q str: sqlx::Type<DB> + sqlx::Encode<'q, DB>,
     (i64, i64, Option<i64>, Option<i64>): for<'r> sqlx::FromRow<'r, DB::Row>,
+    (Option<i64>,): for<'r> sqlx::FromRow<'r, DB::Row>,
     for<'q> DB::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
 {
     let (marks, expired, oldest_ms, newest_ms) =
-        sqlx::query_as::<_, (i64, i64, Option<i64>, Option<i64>)>(sql)
+        sqlx::query_as::<_, (i64, i64, Option<i64>, Option<i64>)>(&statements.stats)
             .bind(key_prefix)
             .fetch_one(executor)
             .await
             .map_err(failed(backend, StoreOperation::Maintenance))?;
+    let newest = sqlx::query_as::<_, (Option<i64>,)>(&statements.retention)
+        .bind(key_prefix)
+        .fetch_optional(executor)
+        .await
+        .map_err(failed(backend, StoreOperation::Maintenance))?;
+    let retention = match newest {
+        None => crate::store::Retention::Unknown,
+        Some((None,)) => crate::store::Retention::Forever,
+        Some((Some(ms),)) => crate::store::Retention::Ttl(Duration::from_millis(ms.max(0) as u64)),
+    };
     Ok(crate::store::StoreStats {
         marks: marks.max(0) as u64,
         expired: expired.max(0) as u64,
         oldest_ms,
         newest_ms,
+        retention,
     })
 }
 

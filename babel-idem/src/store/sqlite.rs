@@ -488,6 +488,11 @@ pub(crate) fn sqlite_statements(table: &str) -> Statements {
                     MIN(created_at), MAX(created_at)
              FROM {table} WHERE substr(message_id, 1, length(?1)) = ?1"
         ),
+        retention: format!(
+            "SELECT expires_at - created_at FROM {table}
+             WHERE substr(message_id, 1, length(?1)) = ?1
+             ORDER BY created_at DESC LIMIT 1"
+        ),
         count_expired: format!(
             "SELECT COUNT(*) FROM {table} WHERE expires_at IS NOT NULL AND expires_at <= {NOW_MS}"
         ),

@@ -17,7 +17,7 @@ use crate::store::{StoreError, StoreFuture, StoreOperation, failed};
 ///
 /// | operation | statement |
 /// |---|---|
-/// | `stats` | `SELECT count(*), count(*) FILTER (WHERE <expired>), min(created_at), max(created_at) ... WHERE left(message_id, length($1)) = $1` |
+/// | `stats` | `SELECT count(*), count(*) FILTER (WHERE <expired>), min(created_at), max(created_at) ... WHERE left(message_id, length($1)) = $1`, then the retention: `SELECT expires_at - created_at ... ORDER BY created_at DESC LIMIT 1` |
 /// | `states` | `SELECT message_id ... WHERE message_id = ANY($1) AND <live>`; with claim mode's table, the same for live leases |
 /// | `forget_ids` | `DELETE ... WHERE message_id = ANY($1)` |
 /// | `count_expired`, `purge_expired` | `SELECT count(*)`, `DELETE ... WHERE message_id IN (SELECT ... WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED)` |
@@ -88,7 +88,7 @@ impl Admin for PostgresStore {
         StoreFuture::new(async move {
             UnstorableId::check(key_prefix)
                 .map_err(failed(BACKEND, StoreOperation::Maintenance))?;
-            run_stats(&self.pool, BACKEND, &self.settings.sql.stats, key_prefix).await
+            run_stats(&self.pool, BACKEND, &self.settings.sql, key_prefix).await
         })
     }
 

@@ -10,11 +10,15 @@ use super::claim::ClaimKeys;
 use super::{RedisStore, command_failed};
 #[cfg(feature = "redis-cluster")]
 use crate::redis_client::join_all;
-use crate::store::admin::{Admin, IdState, StoreStats};
+use crate::store::admin::{Admin, IdState, Retention, StoreStats};
 use crate::store::{StoreError, StoreFuture, StoreOperation};
 
 /// How many keys one `SCAN` step asks for.
 const SCAN_COUNT: usize = 1_000;
+
+/// How many of the keys `stats` finds it reads the time left of (`PTTL`),
+/// for the [`Retention`].
+const RETENTION_SAMPLE: usize = 100;
 
 /// The PHP layout's forget: deletes each key that holds `'2'` (done) and
 /// leaves a claim (`'1'`) to its holder, atomically per call.
@@ -25,7 +29,7 @@ static PHP_FORGET: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!(
 /// | operation | command |
 /// |---|---|
 /// | [`ping`](Self::ping) | `PING` |
-/// | `stats` | `SCAN <cursor> MATCH <prefix><key prefix>* COUNT 1000`, until the cursor is 0 (on a cluster, on every master) |
+/// | `stats` | `SCAN <cursor> MATCH <prefix><key prefix>* COUNT 1000`, until the cursor is 0 (on a cluster, on every master); then `PTTL <key>` of up to 100 of the keys found, in one pipeline (one per master on a cluster), for the retention |
 /// | `states` | one pipeline: `EXISTS <key>` and `EXISTS <claim key>` per id; in the PHP layout, `GET <key>` per id (`'2'` done, another value claimed); on a cluster one pipeline per slot, all at once |
 /// | `forget_ids` | `DEL <key> ...`; in the PHP layout a script that deletes the keys holding `'2'`; on a cluster one call per slot |
 /// | `count_expired`, `purge_expired`, `count_finished_claims`, `purge_finished_claims` | none: Redis deletes expired keys itself (`PX`), and a claim's key expires with its lease |
@@ -138,6 +142,39 @@ impl RedisStore {
         Ok(states_from_counts(&counts, per_id))
     }
 
+    /// The [`Retention`] `keys` show: their `PTTL`, in one pipeline (on a
+    /// cluster one per master, all at once).
+    async fn retention_of(&self, keys: &[Vec<u8>]) -> Result<Retention, StoreError> {
+        let operation = StoreOperation::Maintenance;
+        if keys.is_empty() {
+            return Ok(Retention::Unknown);
+        }
+        #[cfg(feature = "redis-cluster")]
+        if self.connection.is_cluster() {
+            let each = (0..keys.len()).map(|i| vec![i]).collect();
+            let (_, replies) = self
+                .per_slot(operation, keys, each, None, false, |group| {
+                    let mut command = ::redis::cmd("PTTL");
+                    command.arg(&keys[group[0]]);
+                    command
+                })
+                .await?;
+            let left = replies
+                .into_iter()
+                .map(|value| {
+                    i64::from_redis_value(value).map_err(|e| super::parse_failed(operation, e))
+                })
+                .collect::<Result<Vec<i64>, StoreError>>()?;
+            return Ok(retention_from_time_left(&left));
+        }
+        let mut pipeline = ::redis::pipe();
+        for key in keys {
+            pipeline.cmd("PTTL").arg(key);
+        }
+        let left: Vec<i64> = self.pipelined(operation, &pipeline).await?;
+        Ok(retention_from_time_left(&left))
+    }
+
     /// Runs `pipeline`, answering one value per command.
     async fn pipelined<T: ::redis::FromRedisValue>(
         &self,
@@ -147,6 +184,26 @@ impl RedisStore {
         let connection = &mut self.connection.clone();
         let reply = pipeline.query_async(connection).await;
         reply.map_err(command_failed(operation))
+    }
+}
+
+/// `keys` added to `sample` while it holds fewer than [`RETENTION_SAMPLE`].
+fn take_sample(sample: &mut Vec<Vec<u8>>, keys: Vec<Vec<u8>>) {
+    let room = RETENTION_SAMPLE.saturating_sub(sample.len());
+    sample.extend(keys.into_iter().take(room));
+}
+
+/// The [`Retention`] keys with these `PTTL` answers show: `-1` (no expiry)
+/// makes it [`Forever`](Retention::Forever), else the most time left, in
+/// whole seconds, is a floor; `-2` (a key gone since the `SCAN`) says
+/// nothing.
+fn retention_from_time_left(left: &[i64]) -> Retention {
+    if left.contains(&-1) {
+        return Retention::Forever;
+    }
+    match left.iter().copied().filter(|ms| *ms >= 0).max() {
+        Some(ms) => Retention::AtLeast(std::time::Duration::from_secs(ms as u64 / 1_000)),
+        None => Retention::Unknown,
     }
 }
 
@@ -164,7 +221,9 @@ fn states_from_counts(counts: &[i64], per_id: usize) -> Vec<IdState> {
 }
 
 /// `expired` is always 0 in `stats` (an expired key is gone) and Redis
-/// keeps no write time, so `oldest_ms` and `newest_ms` are `None`. `SCAN`
+/// keeps no write time, so `oldest_ms` and `newest_ms` are `None`, and the
+/// retention is read from the time up to 100 keys have left: `forever`
+/// when one has no expiry, else at least the most time one has left. `SCAN`
 /// may return a key twice while Redis resizes its table, so on a busy
 /// server the count is close rather than exact. In the PHP layout
 /// ([`php_claims`](crate::store::RedisStoreBuilder::php_claims)), keys
@@ -202,6 +261,7 @@ impl Admin for RedisStore {
                     let scan = &scan;
                     async move {
                         let mut marks = 0u64;
+                        let mut sample = Vec::new();
                         let mut cursor = 0u64;
                         loop {
                             let (next, keys): (u64, Vec<Vec<u8>>) =
@@ -213,8 +273,9 @@ impl Admin for RedisStore {
                                 )
                                 .await?;
                             marks += keys.len() as u64;
+                            take_sample(&mut sample, keys);
                             if next == 0 {
-                                return Ok::<u64, ::redis::RedisError>(marks);
+                                return Ok::<_, ::redis::RedisError>((marks, sample));
                             }
                             cursor = next;
                         }
@@ -222,21 +283,28 @@ impl Admin for RedisStore {
                 }))
                 .await;
                 let mut marks = 0;
+                let mut sample = Vec::new();
                 for count in counts {
-                    marks += count.map_err(command_failed(StoreOperation::Maintenance))?;
+                    let (found, keys) =
+                        count.map_err(command_failed(StoreOperation::Maintenance))?;
+                    marks += found;
+                    take_sample(&mut sample, keys);
                 }
                 return Ok(StoreStats {
                     marks,
+                    retention: self.retention_of(&sample).await?,
                     ..StoreStats::default()
                 });
             }
             let mut marks = 0;
+            let mut sample = Vec::new();
             let mut cursor = 0u64;
             loop {
                 let (next, keys): (u64, Vec<Vec<u8>>) = self
                     .query(StoreOperation::Maintenance, scan(cursor))
                     .await?;
                 marks += keys.len() as u64;
+                take_sample(&mut sample, keys);
                 if next == 0 {
                     break;
                 }
@@ -244,6 +312,7 @@ impl Admin for RedisStore {
             }
             Ok(StoreStats {
                 marks,
+                retention: self.retention_of(&sample).await?,
                 ..StoreStats::default()
             })
         })
@@ -324,5 +393,42 @@ impl Admin for RedisStore {
     /// [`count_finished_claims`](Admin::count_finished_claims) says why.
     fn purge_finished_claims(&self, _limit: u32) -> StoreFuture<'_, u64> {
         StoreFuture::ready(Ok(0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn a_key_without_expiry_makes_the_retention_forever() {
+        assert_eq!(
+            retention_from_time_left(&[5_000, -1, -2]),
+            Retention::Forever
+        );
+    }
+
+    #[test]
+    fn the_most_time_left_in_whole_seconds_is_the_floor() {
+        assert_eq!(
+            retention_from_time_left(&[1_999, 86_399_999, -2]),
+            Retention::AtLeast(Duration::from_secs(86_399))
+        );
+    }
+
+    #[test]
+    fn keys_gone_since_the_scan_say_nothing() {
+        assert_eq!(retention_from_time_left(&[-2, -2]), Retention::Unknown);
+        assert_eq!(retention_from_time_left(&[]), Retention::Unknown);
+    }
+
+    #[test]
+    fn the_sample_stops_at_its_size() {
+        let mut sample = Vec::new();
+        take_sample(&mut sample, vec![b"k".to_vec(); 70]);
+        take_sample(&mut sample, vec![b"k".to_vec(); 70]);
+        assert_eq!(sample.len(), RETENTION_SAMPLE);
     }
 }

@@ -148,7 +148,7 @@ impl SqliteStore {
 ///
 /// | operation | statement |
 /// |---|---|
-/// | `stats` | `SELECT COUNT(*), COUNT(<expired>), MIN(created_at), MAX(created_at) ... WHERE substr(message_id, 1, length(?1)) = ?1` |
+/// | `stats` | `SELECT COUNT(*), COUNT(<expired>), MIN(created_at), MAX(created_at) ... WHERE substr(message_id, 1, length(?1)) = ?1`, then the retention: `SELECT expires_at - created_at ... ORDER BY created_at DESC LIMIT 1` |
 /// | `states` | the live marks among the ids; with claim mode's table, one `SELECT ... UNION ALL SELECT` of marks and claims |
 /// | `forget_ids` | `DELETE ... WHERE message_id IN (?1, ...)` |
 /// | `count_expired`, `purge_expired` | `SELECT COUNT(*)`, `DELETE ... WHERE message_id IN (SELECT ... WHERE expires_at <= <now> LIMIT ?1)` |
@@ -159,7 +159,7 @@ impl SqliteStore {
 ///
 /// ```
 /// use babel_idem::Store;
-/// use babel_idem::store::{Admin, SqliteStore};
+/// use babel_idem::store::{Admin, Retention, SqliteStore};
 ///
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 /// let store = SqliteStore::in_memory().await?;
@@ -168,6 +168,7 @@ impl SqliteStore {
 /// let all = store.stats("").await?;
 /// assert_eq!((all.marks, all.expired), (2, 0));
 /// assert!(all.oldest_ms <= all.newest_ms);
+/// assert_eq!(all.retention, Retention::Forever, "in_memory() sets no TTL");
 /// assert_eq!(store.stats("7:billing:").await?.marks, 1);
 /// assert_eq!(store.forget_ids(&["id-A", "id-C"]).await?, 1);
 /// while store.purge_expired(10_000).await? == 10_000 {}
@@ -180,7 +181,7 @@ impl Admin for SqliteStore {
         StoreFuture::new(run_stats(
             &self.pool,
             BACKEND,
-            &self.settings.sql.stats,
+            &self.settings.sql,
             key_prefix,
         ))
     }
