@@ -11,7 +11,8 @@
 //!   settings every binding shares (timeouts, reconnects) live there, the
 //!   binding's own beside them.
 //! - `RedisTransport` (feature `redis-transport`): the BabelQueue Redis
-//!   binding, legacy layout, byte-compatible with the Python SDK.
+//!   binding, legacy or Laravel-compatible layout, byte-compatible with the
+//!   Python SDK.
 //! - `AmqpTransport` (feature `amqp-transport`): the BabelQueue RabbitMQ
 //!   (AMQP 0-9-1) binding, byte-compatible with the Python SDK.
 //! - `KafkaTransport` (feature `kafka-transport`, module `kafka`): the

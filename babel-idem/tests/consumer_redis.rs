@@ -874,8 +874,8 @@ async fn bad_urls_queue_names_and_refused_connections_are_clear_errors_at_start(
         "not a url",
         "http://127.0.0.1:6379/",
         "redis://127.0.0.1:6379/0?retry_after=soon",
-        "redis://127.0.0.1:6379/0?laravel=1",
-        "redis://127.0.0.1:notaport/",
+        "redis://127.0.0.1:6379/0?laravel=1&retry_after=soon",
+        "redis://127.0.0.1:notaport/?laravel=1",
     ] {
         assert_invalid_url(url, RedisTransport::connect(url).await);
     }

@@ -84,6 +84,12 @@ pub struct Reserved<H> {
     /// instead of the body's `attempts`. `None` when the body's count is
     /// the only one (Redis, RabbitMQ).
     pub attempts: Option<u64>,
+    /// Whether the broker found the body undecodable as it reserved it (the
+    /// Redis Laravel-compatible layout's pop reserves a job with no numeric
+    /// `attempts` as it is): the consumer dead-letters it as poison without
+    /// decoding it, as the Python SDK does. `false` elsewhere: the consumer
+    /// decides from the body.
+    pub poison: bool,
     /// The transport's handle, for [`Transport::settle`].
     pub handle: H,
 }

@@ -360,6 +360,7 @@ async fn handle<T: Transport>(
         body,
         headers,
         attempts,
+        poison,
         handle,
     } = reserved;
     let decided = async {
@@ -380,9 +381,12 @@ async fn handle<T: Transport>(
         let mut slot = Some(permit);
         let decided = decide(
             &shared,
-            body,
-            headers,
-            attempts,
+            Received {
+                body,
+                headers,
+                attempts,
+                poison,
+            },
             &mut slot,
             Fate(Some(&tally)),
         )
@@ -405,16 +409,28 @@ async fn handle<T: Transport>(
     drop(slot);
 }
 
+/// What [`decide`] takes of a [`Reserved`] delivery: all but its handle.
+struct Received {
+    body: Vec<u8>,
+    headers: Vec<(String, String)>,
+    attempts: Option<u64>,
+    poison: bool,
+}
+
 /// Dispatches one delivery (one of its id at a time, within the timeout)
 /// and waits out its backoff or release delay: how to settle it.
 async fn decide<T: Transport>(
     shared: &Shared<T>,
-    body: Vec<u8>,
-    headers: Vec<(String, String)>,
-    attempts: Option<u64>,
+    received: Received,
     slot: &mut Option<OwnedSemaphorePermit>,
     mut fate: Fate<'_>,
 ) -> (Outcome, Settlement) {
+    let Received {
+        body,
+        headers,
+        attempts,
+        poison,
+    } = received;
     let (queue, dead_letter_queue) = (&*shared.queue, &*shared.dead_letter_queue);
     if let Some(limit) = shared.max_body_bytes
         && body.len() > limit
@@ -422,6 +438,12 @@ async fn decide<T: Transport>(
         return (
             Outcome::DeadLettered,
             settle::oversized(&body, limit, queue, dead_letter_queue),
+        );
+    }
+    if poison {
+        return (
+            Outcome::DeadLettered,
+            settle::undecoded(&body, queue, dead_letter_queue),
         );
     }
     let decoded = Envelope::from_slice(&body);

@@ -69,6 +69,26 @@ pub(super) fn oversized(
     }
 }
 
+/// The settlement of a body the broker reserved undecoded: poison, never
+/// decoded here either.
+pub(super) fn undecoded(body: &[u8], queue: &str, dead_letter_queue: &str) -> Settlement {
+    tracing::warn!(
+        queue,
+        len = body.len(),
+        "babel-idem: dead-lettering a delivery the broker could not decode"
+    );
+    Settlement::DeadLetter {
+        queue: dead_letter_queue.to_owned(),
+        body: poison_record(
+            body,
+            &poison_block(
+                queue,
+                "the broker reserved it undecoded (no JSON object with a numeric attempts)",
+            ),
+        ),
+    }
+}
+
 /// The `dead_letter` block of a poison record, shaped as the Python SDK's
 /// Redis worker writes it (`attempts` 0: a poison body is never retried).
 fn poison_block(queue: &str, cause: &str) -> DeadLetter {

@@ -394,6 +394,7 @@ impl AmqpTransport {
                     reserved.push(Reserved {
                         headers: properties::as_strings(&delivery.properties),
                         attempts: None,
+                        poison: false,
                         handle,
                         body: delivery.data,
                     });

@@ -1,9 +1,10 @@
-//! [`RedisTransport`]: the BabelQueue Redis binding, legacy layout (feature
-//! `redis-transport`), byte-compatible with the Python SDK's
-//! `babelqueue.redis_transport` (1.24).
+//! [`RedisTransport`]: the BabelQueue Redis binding (feature
+//! `redis-transport`), legacy layout or Laravel-compatible layout,
+//! byte-compatible with the Python SDK's `babelqueue.redis_transport` (1.24).
 
 mod dlq;
 pub(crate) mod frame;
+mod laravel;
 mod publish;
 mod token;
 
@@ -14,6 +15,7 @@ use std::time::Duration;
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::{Client, Cmd, RedisError, RedisResult, Script};
 
+use self::laravel::Laravel;
 use self::token::Tokens;
 use crate::coalesce::Coalescer;
 use crate::redis_client::Connection;
@@ -78,7 +80,17 @@ const QUEUE_NAMES: QueueNames = QueueNames {
 ///   ([`publish_with_headers`](Self::publish_with_headers)); a requeue or a
 ///   dead-letter record keeps the delivery's headers, framed the same way.
 ///
-/// The Laravel-compatible layout (`?laravel=1`) is not supported.
+/// The Laravel-compatible layout (Laravel's stock Redis queue, the Python
+/// SDK's `laravel_compat=True`) is chosen by the URL (`?laravel=1`, with an
+/// optional `&prefix=`) or by
+/// [`laravel_layout`](TransportBuilder::laravel_layout): `queues:<queue>`,
+/// its `:reserved` and `:delayed` sorted sets and its `:notify` list, the
+/// Laravel scripts, and [`publish_delayed`](Self::publish_delayed). Its
+/// keys and scripts are on one page, the `laravel` module's source
+/// (`src/transport/redis/laravel.rs`). In it, headers are not stored (the
+/// pop decodes the stored job, so no frame can ride there): they are
+/// dropped, as the Python SDK drops them, and a job the pop cannot decode
+/// is handed out as [`Reserved::poison`](crate::broker::Reserved::poison).
 ///
 /// # Redis Cluster
 ///
@@ -112,6 +124,9 @@ const QUEUE_NAMES: QueueNames = QueueNames {
 pub struct RedisTransport {
     connection: Connection,
     retry_after: Option<Duration>,
+    /// The Laravel-compatible layout, or `None` for the legacy layout.
+    laravel: Option<Arc<Laravel>>,
+    /// The layout's scripts.
     scripts: Arc<Scripts>,
     tokens: Arc<Tokens>,
     /// Settles that meet go out in one pipeline, each with its own outcome.
@@ -138,28 +153,46 @@ macro_rules! layout_script {
 
 /// Configures a [`RedisTransport`]; made by [`RedisTransport::builder`]. The
 /// settings every binding shares are [`TransportBuilder`]'s; the Redis
-/// binding's own are [`retry_after`](TransportBuilder::retry_after) and
-/// [`no_recovery`](TransportBuilder::no_recovery).
+/// binding's own are [`retry_after`](TransportBuilder::retry_after),
+/// [`no_recovery`](TransportBuilder::no_recovery),
+/// [`laravel_layout`](TransportBuilder::laravel_layout) and
+/// [`key_prefix`](TransportBuilder::key_prefix).
 pub type RedisTransportBuilder = TransportBuilder<RedisOptions>;
 
 /// The Redis binding's own settings in a [`RedisTransportBuilder`], set by
-/// its [`retry_after`](TransportBuilder::retry_after) and
-/// [`no_recovery`](TransportBuilder::no_recovery).
+/// its [`retry_after`](TransportBuilder::retry_after),
+/// [`no_recovery`](TransportBuilder::no_recovery),
+/// [`laravel_layout`](TransportBuilder::laravel_layout) and
+/// [`key_prefix`](TransportBuilder::key_prefix).
 #[derive(Debug, Clone)]
 pub struct RedisOptions {
     retry_after: Option<Duration>,
+    laravel: bool,
+    prefix: String,
 }
 
 impl Default for RedisOptions {
     fn default() -> Self {
         RedisOptions {
             retry_after: Some(DEFAULT_RETRY_AFTER),
+            laravel: false,
+            prefix: laravel::DEFAULT_PREFIX.to_owned(),
         }
     }
 }
 
+/// What a URL asks for once its query is split off.
+#[derive(Debug)]
+struct ParsedUrl<'u> {
+    address: &'u str,
+    retry_after: Option<Duration>,
+    /// The Laravel layout's prefix, when the layout is asked for.
+    laravel: Option<String>,
+}
+
 /// What [`RedisTransport`] needs to settle one reservation: the queue, the
-/// raw stored value and the reservation's token.
+/// raw stored value and the reservation's token (in the Laravel layout, the
+/// reserved member alone).
 #[derive(Debug, Clone)]
 pub struct RedisHandle {
     queue: Arc<str>,
@@ -169,12 +202,16 @@ pub struct RedisHandle {
 }
 
 impl RedisHandle {
-    /// The reservation's token: 32 lowercase hexadecimal characters.
+    /// The reservation's token: 32 lowercase hexadecimal characters; empty
+    /// in the Laravel layout, whose reserved member is the reservation.
     pub fn token(&self) -> &str {
         &self.token
     }
 
-    /// The value as stored in the queue (a frame, when headers came with it).
+    /// The value as stored in the queue (a frame, when headers came with
+    /// it); in the Laravel layout, the member in `:reserved` (the job with
+    /// `attempts` advanced, or the job itself when the pop could not decode
+    /// it).
     pub fn raw(&self) -> &[u8] {
         &self.raw
     }
@@ -201,10 +238,43 @@ impl TransportBuilder<RedisOptions> {
         self.with_options(|options| options.retry_after = None)
     }
 
+    /// The Laravel-compatible layout (the Python SDK's `laravel_compat=True`,
+    /// the URL's `?laravel=1`): `<prefix><queue>` ready lists, `:reserved`
+    /// and `:delayed` sorted sets, `:notify` lists, Laravel's scripts, and
+    /// [`publish_delayed`](RedisTransport::publish_delayed). A URL cannot
+    /// turn it off again.
+    ///
+    /// ```no_run
+    /// use babel_idem::transport::RedisTransport;
+    ///
+    /// # async fn run() -> Result<(), babel_idem::transport::TransportError> {
+    /// // The same as connecting to "redis://127.0.0.1:6379/0?laravel=1".
+    /// let transport = RedisTransport::builder()
+    ///     .laravel_layout()
+    ///     .connect("redis://127.0.0.1:6379/0")
+    ///     .await?;
+    /// // RPUSH queues:orders, and a wake-up token to queues:orders:notify.
+    /// transport.publish("orders", br#"{"job":"urn:babel:orders:created","attempts":0}"#).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn laravel_layout(self) -> Self {
+        self.with_options(|options| options.laravel = true)
+    }
+
+    /// The prefix of the Laravel layout's keys (default `queues:`, the
+    /// Python SDK's `key_prefix`); a URL's `prefix=` overrides it. The
+    /// legacy layout has no prefix.
+    pub fn key_prefix(self, prefix: &str) -> Self {
+        let prefix = prefix.to_owned();
+        self.with_options(|options| options.prefix = prefix)
+    }
+
     /// Connects to `url` (`redis://[user:password@]host:port/db`, with the
-    /// Python SDK's optional `?retry_after=SECS|null`). Fails at once, with
-    /// an error that says why, on a malformed URL, a URL asking for the
-    /// Laravel layout, or a server that cannot be reached. Must be called
+    /// Python SDK's optional `?retry_after=SECS|null`, and `laravel=1`
+    /// (or `laravel_compat=1`) with an optional `prefix=` for the Laravel
+    /// layout). Fails at once, with an error that says why, on a malformed
+    /// URL or a server that cannot be reached. Must be called
     /// inside a Tokio runtime. Once connected, a lost connection is
     /// re-established by the next operation.
     ///
@@ -218,7 +288,11 @@ impl TransportBuilder<RedisOptions> {
     /// # });
     /// ```
     pub async fn connect(self, url: &str) -> Result<RedisTransport, TransportError> {
-        let (address, retry_after) = self.parse_url(url)?;
+        let ParsedUrl {
+            address,
+            retry_after,
+            laravel,
+        } = self.parse_url(url)?;
         let connection = if is_cluster_url(address) {
             self.connect_cluster(url, address).await?
         } else {
@@ -235,15 +309,20 @@ impl TransportBuilder<RedisOptions> {
                 .map_err(|e| TransportError::Connect(Box::new(e)))?;
             Connection::Single(connection)
         };
-        Ok(RedisTransport {
-            connection,
-            retry_after,
-            scripts: Arc::new(Scripts {
+        let scripts = match laravel {
+            Some(_) => Laravel::scripts(),
+            None => Scripts {
                 reserve: layout_script!("reserve.lua"),
                 sweep: layout_script!("sweep.lua"),
                 settle: layout_script!("settle.lua"),
                 extend: layout_script!("extend.lua"),
-            }),
+            },
+        };
+        Ok(RedisTransport {
+            connection,
+            retry_after,
+            laravel: laravel.map(|prefix| Arc::new(Laravel::new(prefix))),
+            scripts: Arc::new(scripts),
             tokens: Arc::new(Tokens::new()),
             settles: Arc::new(Coalescer::new()),
         })
@@ -277,7 +356,7 @@ impl TransportBuilder<RedisOptions> {
     }
 
     /// Splits the Python SDK's query parameters off `url`.
-    fn parse_url<'u>(&self, url: &'u str) -> Result<(&'u str, Option<Duration>), TransportError> {
+    fn parse_url<'u>(&self, url: &'u str) -> Result<ParsedUrl<'u>, TransportError> {
         let invalid = |reason: String| TransportError::invalid_url(url, reason);
         if !(url.starts_with("redis://") || url.starts_with("rediss://") || is_cluster_url(url)) {
             return Err(invalid(
@@ -289,6 +368,8 @@ impl TransportBuilder<RedisOptions> {
         super::binding::check_credentials(url)?;
         let (address, query) = url.split_once('?').unwrap_or((url, ""));
         let mut retry_after = self.options.retry_after;
+        let mut laravel = self.options.laravel;
+        let mut prefix = self.options.prefix.clone();
         for pair in query.split('&').filter(|pair| !pair.is_empty()) {
             let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
             match name {
@@ -311,15 +392,21 @@ impl TransportBuilder<RedisOptions> {
                         "1" | "true" | "yes" | "on"
                     ) =>
                 {
-                    return Err(invalid(
-                        "the Laravel-compatible layout is not supported; only the legacy layout is"
-                            .to_owned(),
-                    ));
+                    laravel = true;
+                }
+                "prefix" => {
+                    if let Some(value) = laravel::url_prefix(value) {
+                        prefix = value;
+                    }
                 }
                 _ => {}
             }
         }
-        Ok((address, retry_after))
+        Ok(ParsedUrl {
+            address,
+            retry_after,
+            laravel: laravel.then_some(prefix),
+        })
     }
 }
 
@@ -335,9 +422,14 @@ impl RedisTransport {
         RedisTransportBuilder::default()
     }
 
-    /// Appends `body` to `queue` (`RPUSH`), as every BabelQueue producer does.
+    /// Appends `body` to `queue` (`RPUSH`), as every BabelQueue producer does;
+    /// in the Laravel layout, to `<prefix><queue>` with a wake-up token on
+    /// its `:notify` list (Laravel's push, one script).
     pub async fn publish(&self, queue: &str, body: &[u8]) -> Result<(), TransportError> {
         self.check_queue(queue)?;
+        if let Some(laravel) = &self.laravel {
+            return self.push_laravel(laravel, queue, body).await;
+        }
         let mut connection = self.connection.clone();
         ::redis::cmd("RPUSH")
             .arg(queue)
@@ -350,12 +442,18 @@ impl RedisTransport {
     /// Appends `body` to `queue` with transport headers beside it, in a
     /// `__bq_frame` frame (the Python SDK's `publish_with_headers`). Blank
     /// names and values are dropped; with none left the body is stored bare.
+    /// The Laravel layout stores no headers (its pop decodes the stored
+    /// job): they are dropped and the body is published bare, as the Python
+    /// SDK does.
     pub async fn publish_with_headers(
         &self,
         queue: &str,
         body: &str,
         headers: &[(String, String)],
     ) -> Result<(), TransportError> {
+        if self.laravel.is_some() {
+            return self.publish(queue, body.as_bytes()).await;
+        }
         let value = frame::frame(body.as_bytes(), headers)
             .expect("a &str body is UTF-8, so it can always be framed");
         self.publish(queue, &value).await
@@ -363,9 +461,14 @@ impl RedisTransport {
 
     /// Returns the reservations of `queue` whose deadline has lapsed to the
     /// end of the queue; how many moved. [`reserve`](Transport::reserve)
-    /// sweeps first on its own; this is for tools and tests.
+    /// sweeps first on its own; this is for tools and tests. In the Laravel
+    /// layout, the due delayed jobs and the lapsed reservations go back to
+    /// the end of the ready list (the migrations a reserve makes first).
     pub async fn sweep(&self, queue: &str) -> Result<u64, TransportError> {
         self.check_queue(queue)?;
+        if let Some(laravel) = &self.laravel {
+            return self.migrate_laravel(laravel, queue).await;
+        }
         let mut connection = self.connection.clone();
         self.scripts
             .sweep
@@ -425,6 +528,7 @@ impl RedisTransport {
                     body,
                     headers: headers.clone(),
                     attempts: None,
+                    poison: false,
                     handle: RedisHandle {
                         queue: Arc::clone(&queue),
                         raw,
@@ -439,6 +543,9 @@ impl RedisTransport {
     /// The settle script as an `EVALSHA` for one reservation: the optional
     /// third key receives the requeued or dead-lettered value.
     fn settle_command(&self, handle: &RedisHandle, settlement: &Settlement) -> Cmd {
+        if let Some(laravel) = &self.laravel {
+            return self.settle_command_laravel(laravel, handle, settlement);
+        }
         let queue = &*handle.queue;
         let target = settlement.destination(queue);
         let mut command = ::redis::cmd("EVALSHA");
@@ -506,7 +613,8 @@ impl RedisTransport {
         &self,
         commands: Vec<Cmd>,
     ) -> Result<Vec<RedisResult<bool>>, RedisError> {
-        // A settle's first key is `<queue>:processing`, in the queue's slot.
+        // A settle's first key is `<queue>:processing` (Laravel:
+        // `<prefix><queue>:reserved`), in the queue's slot.
         let mut queues: Vec<(Vec<u8>, Vec<usize>)> = Vec::new();
         for (i, command) in commands.iter().enumerate() {
             let key = match command.args_iter().nth(3) {
@@ -553,7 +661,7 @@ impl RedisTransport {
             && let Some((target, _)) = settlement.destination(&handle.queue)
         {
             use crate::redis_client::cluster::slot;
-            if slot(target.as_bytes()) != slot(handle.queue.as_bytes()) {
+            if slot(self.key(target).as_bytes()) != slot(self.key(&handle.queue).as_bytes()) {
                 return Err(TransportError::InvalidQueue {
                     queue: target.to_owned(),
                     reason: "on a Redis Cluster the dead-letter queue must carry the queue's hash \
@@ -601,6 +709,9 @@ impl RedisTransport {
         let Some(retry_after) = self.retry_after else {
             return Ok(true);
         };
+        if let Some(laravel) = &self.laravel {
+            return self.extend_laravel(laravel, handle, retry_after).await;
+        }
         let seconds = whole_seconds_up(retry_after);
         let mut connection = self.connection.clone();
         let extended: i64 = self
@@ -622,15 +733,17 @@ impl Transport for RedisTransport {
 
     /// A queue name must be non-empty, at most 512 bytes, with no whitespace
     /// or control characters, and must not end in the layout's own suffixes
-    /// (`:processing`, `:processing:deadlines`), whose keys it would collide with.
+    /// (`:processing`, `:processing:deadlines`; in the Laravel layout
+    /// `:reserved`, `:delayed`, `:notify`), whose keys it would collide with.
     ///
-    /// On a Redis Cluster the name must also carry a hash tag (`{orders}`),
-    /// so every key of the queue's layout is in one slot.
+    /// On a Redis Cluster the name (with the Laravel layout's prefix) must
+    /// also carry a hash tag (`{orders}`), so every key of the queue's
+    /// layout is in one slot.
     fn check_queue(&self, queue: &str) -> Result<(), TransportError> {
-        QUEUE_NAMES.check(queue)?;
+        self.queue_names().check(queue)?;
         #[cfg(feature = "redis-cluster")]
         if self.connection.is_cluster()
-            && crate::redis_client::cluster::hash_tag(queue.as_bytes()).is_none()
+            && crate::redis_client::cluster::hash_tag(self.key(queue).as_bytes()).is_none()
         {
             return Err(TransportError::InvalidQueue {
                 queue: queue.to_owned(),
@@ -682,6 +795,12 @@ impl Transport for RedisTransport {
             if max == 0 {
                 return Ok(Vec::new());
             }
+            if let Some(laravel) = &self.laravel {
+                return self
+                    .reserve_laravel(laravel, queue, max)
+                    .await
+                    .map_err(broker);
+            }
             self.reserve_batch(queue, max).await.map_err(broker)
         })
     }
@@ -699,7 +818,27 @@ impl fmt::Debug for RedisTransport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisTransport")
             .field("retry_after", &self.retry_after)
+            .field("laravel", &self.laravel)
             .finish_non_exhaustive()
+    }
+}
+
+impl RedisTransport {
+    /// The queue names the layout can hold.
+    fn queue_names(&self) -> &'static QueueNames {
+        match &self.laravel {
+            Some(_) => &laravel::QUEUE_NAMES,
+            None => &QUEUE_NAMES,
+        }
+    }
+
+    /// The key that names `queue` in the layout: the queue itself, or in
+    /// the Laravel layout its ready list.
+    fn key(&self, queue: &str) -> String {
+        match &self.laravel {
+            Some(laravel) => laravel.ready(queue),
+            None => queue.to_owned(),
+        }
     }
 }
 
@@ -812,21 +951,39 @@ mod tests {
     #[test]
     fn url_parameters_follow_the_python_sdk() {
         let builder = RedisTransport::builder();
-        let (address, retry) = builder.parse_url("redis://h:1/0?retry_after=7").unwrap();
+        let parsed = builder.parse_url("redis://h:1/0?retry_after=7").unwrap();
         assert_eq!(
-            (address, retry),
-            ("redis://h:1/0", Some(Duration::from_secs(7)))
+            (parsed.address, parsed.retry_after, parsed.laravel),
+            ("redis://h:1/0", Some(Duration::from_secs(7)), None)
         );
         assert_eq!(
-            builder.parse_url("redis://h/0?retry_after=null").unwrap().1,
+            builder
+                .parse_url("redis://h/0?retry_after=null")
+                .unwrap()
+                .retry_after,
             None
         );
         let bad = builder
             .parse_url("redis://h/0?retry_after=soon")
             .unwrap_err();
         assert!(bad.to_string().contains("retry_after"), "{bad}");
-        let laravel = builder.parse_url("redis://h/0?laravel=1").unwrap_err();
-        assert!(laravel.to_string().contains("Laravel"), "{laravel}");
+        for (url, prefix) in [
+            ("redis://h/0?laravel=1", "queues:"),
+            ("redis://h/0?laravel_compat=true&prefix=app%3A", "app:"),
+            ("redis://h/0?prefix=&laravel=on", "queues:"),
+        ] {
+            let parsed = builder.parse_url(url).unwrap();
+            assert_eq!(parsed.laravel.as_deref(), Some(prefix), "{url}");
+        }
+        assert_eq!(
+            builder.parse_url("redis://h/0?laravel=0").unwrap().laravel,
+            None
+        );
+        let chosen = RedisTransport::builder()
+            .laravel_layout()
+            .key_prefix("app:");
+        let parsed = chosen.parse_url("redis://h/0?laravel=0").unwrap();
+        assert_eq!(parsed.laravel.as_deref(), Some("app:"));
         let scheme = builder.parse_url("http://h/0").unwrap_err();
         assert!(scheme.to_string().contains("redis://"), "{scheme}");
     }

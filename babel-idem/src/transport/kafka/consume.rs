@@ -156,6 +156,7 @@ impl Taken {
             body: self.value,
             headers: text_headers,
             attempts,
+            poison: false,
             handle: KafkaHandle {
                 topic: Arc::clone(topic),
                 partition: self.partition,

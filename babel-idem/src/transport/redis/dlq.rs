@@ -1,6 +1,6 @@
 //! The dead-letter queue operations of [`RedisTransport`]
-//! ([`DeadLetters`]): the list `<queue>.dlq` read and moved from, in the
-//! legacy layout.
+//! ([`DeadLetters`]): the list `<queue>.dlq` read and moved from (in the
+//! Laravel-compatible layout `<prefix><queue>.dlq`).
 //!
 //! | operation | commands |
 //! |---|---|
@@ -12,15 +12,22 @@
 //! A record stored as a `__bq_frame` frame is read unframed (its headers
 //! beside it). The redriven value is the bare body, or a frame holding only
 //! `bq-replay-bypass` with a bypass: the Python SDK's `redrive` stores the
-//! same. Since the record leaves the list in the same script that appends
+//! same. In the Laravel layout the redriven value is always the bare body
+//! (the layout stores no headers, as the Python SDK's redrive there
+//! publishes), appended to `<prefix><target>` with a wake-up token on its
+//! `:notify` list, and the dead-letter list's own `:notify` gives one up. Since the record leaves the list in the same script that appends
 //! the redriven value, a process killed at any point leaves each message in
 //! exactly one of the two lists.
 
 use crate::redis_client::Connection;
+use crate::transport::binding::QueueNames;
 use ::redis::{RedisError, Script};
 
+use std::sync::Arc;
+
 use super::frame;
-use super::{QUEUE_NAMES, RedisTransport, broker};
+use super::laravel::Laravel;
+use super::{RedisTransport, broker};
 use crate::broker::{
     BoxedRun, DeadLetterMessage, DeadLetterRun, DeadLetters, Outgoing, TransportError,
     TransportFuture,
@@ -35,10 +42,13 @@ impl DeadLetters for RedisTransport {
         dlq: &'a str,
     ) -> TransportFuture<'a, Option<BoxedRun<Vec<u8>>>> {
         Box::pin(async move {
-            QUEUE_NAMES.check(dlq)?;
+            self.queue_names().check(dlq)?;
             let run: BoxedRun<Vec<u8>> = Box::new(RedisDlq {
+                names: self.queue_names(),
+                laravel: self.laravel.clone(),
                 connection: self.connection.clone(),
-                dlq: dlq.to_owned(),
+                name: dlq.to_owned(),
+                dlq: self.key(dlq),
                 offset: 0,
                 script: Script::new(concat!(
                     include_str!("keys.lua"),
@@ -53,7 +63,13 @@ impl DeadLetters for RedisTransport {
 /// One run over a dead-letter list: `offset` is how many records before
 /// the next one to look at are still in the list (looked at, not moved).
 struct RedisDlq {
+    /// The queue names the transport's layout can hold.
+    names: &'static QueueNames,
+    laravel: Option<Arc<Laravel>>,
     connection: Connection,
+    /// The dead-letter queue's name.
+    name: String,
+    /// The list that holds it: the name, or in the Laravel layout its ready list.
     dlq: String,
     offset: usize,
     script: Script,
@@ -124,12 +140,23 @@ impl DeadLetterRun for RedisDlq {
     ) -> TransportFuture<'a, bool> {
         Box::pin(async move {
             let raw = message.handle;
-            // A body that cannot be framed (not UTF-8) goes bare.
-            let value = frame::frame(copy.body, copy.headers).unwrap_or_else(|| copy.body.to_vec());
-            let moved: Result<i64, RedisError> = self
-                .script
-                .key(&self.dlq)
-                .key(copy.queue)
+            let mut invocation = self.script.prepare_invoke();
+            invocation.key(&self.dlq);
+            let value = match &self.laravel {
+                Some(laravel) => {
+                    invocation
+                        .key(laravel.ready(copy.queue))
+                        .key(laravel.notify(copy.queue))
+                        .key(laravel.notify(&self.name));
+                    copy.body.to_vec()
+                }
+                None => {
+                    invocation.key(copy.queue);
+                    // A body that cannot be framed (not UTF-8) goes bare.
+                    frame::frame(copy.body, copy.headers).unwrap_or_else(|| copy.body.to_vec())
+                }
+            };
+            let moved: Result<i64, RedisError> = invocation
                 .arg(&raw)
                 .arg(&value)
                 .invoke_async(&mut self.connection)
@@ -152,6 +179,6 @@ impl DeadLetterRun for RedisDlq {
     }
 
     fn check_queue(&self, queue: &str) -> Result<(), TransportError> {
-        QUEUE_NAMES.check(queue)
+        self.names.check(queue)
     }
 }

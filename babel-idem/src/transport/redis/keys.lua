@@ -1,4 +1,5 @@
--- Prepended to every script of the layout (BabelQueue Redis binding, legacy layout).
+-- Prepended to every script of both layouts (BabelQueue Redis binding): the legacy layout's
+-- scripts, and the Laravel-compatible layout's behind it and laravel_keys.lua.
 -- Redis does not undo a script's earlier writes when a later command fails, so no script writes
 -- before every key it writes has shown its type: a key of another type (a list's key holding a
 -- string, say) fails the script with an error reply that names the key, and nothing changed,
@@ -21,16 +22,59 @@ local function failed(reply)
     return type(reply) == 'table' and reply['err'] ~= nil
 end
 
--- The error reply for a pcall that failed on `keys` (each {key, expected type}): the first key
--- of the wrong type by name, else the server's own error.
-local function refusal(reply, keys)
+-- An error reply naming the first of `keys` (each {key, expected type}) of another type, or nil.
+local function refused_types(keys)
     for _, key in ipairs(keys) do
         local refused = wrong_type(key[1], key[2])
         if refused then
             return redis.error_reply(refused)
         end
     end
-    return reply
+    return nil
+end
+
+-- The error reply for a pcall that failed on `keys` (each {key, expected type}): the first key
+-- of the wrong type by name, else the server's own error.
+local function refusal(reply, keys)
+    return refused_types(keys) or reply
+end
+
+-- The server's clock `time` (TIME's reply) in whole seconds, rounded up.
+local function seconds_up(time)
+    local seconds = tonumber(time[1])
+    if tonumber(time[2]) > 0 then
+        seconds = seconds + 1
+    end
+    return seconds
+end
+
+-- The deadline score of a reservation made at the server's clock `time` that lasts `lifetime`
+-- whole seconds ('+inf': it never lapses): `time` rounded up to the whole second plus
+-- `lifetime`, so it lasts at least that long by the clock the sweep reads.
+local function deadline_at(time, lifetime)
+    if lifetime == '+inf' then
+        return '+inf'
+    end
+    return string.format('%.17g', seconds_up(time) + tonumber(lifetime))
+end
+
+-- Keeps one reservation alive: moves the score of `member` in the deadline set `key` to the
+-- server's now, rounded up, plus `seconds`; never earlier than it was. Gated on the member: a
+-- reservation the sweep took back stays taken back. Returns 1, 0 when the member is gone, or
+-- an error reply (nothing changed).
+local function extend(key, member, seconds)
+    local score = redis.pcall('ZSCORE', key, member)
+    if failed(score) then
+        return refusal(score, {{key, 'zset'}})
+    end
+    if not score then
+        return 0
+    end
+    local deadline = seconds_up(redis.call('TIME')) + tonumber(seconds)
+    if deadline > tonumber(score) then
+        redis.call('ZADD', key, 'XX', deadline, member)
+    end
+    return 1
 end
 
 -- Returns the reservations of the queue KEYS[1] (processing list KEYS[2], deadline set KEYS[3])

@@ -10,7 +10,8 @@ use crate::broker::{BatchOutcome, Outgoing, Publisher, TransportError, Transport
 
 impl RedisTransport {
     /// Publishes every message of `messages` with one pipelined round trip
-    /// (an `RPUSH` each, framed when it has headers); see [`BatchOutcome`]
+    /// (an `RPUSH` each, framed when it has headers; in the Laravel layout
+    /// its push script each, headers dropped); see [`BatchOutcome`]
     /// for what the answer says. A queue name the layout cannot hold fails
     /// that message only, before anything is sent.
     ///
@@ -35,6 +36,10 @@ impl RedisTransport {
             let mut pipeline = ::redis::pipe();
             pipeline.ignore_errors();
             for message in &sendable {
+                if let Some(laravel) = &self.laravel {
+                    pipeline.add_command(laravel.push_command(message.queue, message.body));
+                    continue;
+                }
                 let framed = frame::frame(message.body, message.headers);
                 pipeline
                     .cmd("RPUSH")
@@ -102,6 +107,10 @@ impl Publisher for RedisTransport {
         headers: &'a [(String, String)],
     ) -> TransportFuture<'a, ()> {
         Box::pin(async move {
+            // The Laravel layout stores no headers: the body goes bare.
+            if self.laravel.is_some() {
+                return self.publish(queue, body).await;
+            }
             // A body that cannot be framed (not UTF-8, no headers left) goes bare.
             let framed = frame::frame(body, headers);
             self.publish(queue, framed.as_deref().unwrap_or(body)).await

@@ -18,14 +18,7 @@ local swept = sweep(now[1], -1)
 if failed(swept) then
     return swept
 end
-local deadline = '+inf'
-if ARGV[1] ~= '+inf' then
-    local seconds = tonumber(now[1])
-    if tonumber(now[2]) > 0 then
-        seconds = seconds + 1
-    end
-    deadline = string.format('%.17g', seconds + tonumber(ARGV[1]))
-end
+local deadline = deadline_at(now, ARGV[1])
 local reserved = {}
 for i = 2, #ARGV do
     local raw = redis.pcall('LMOVE', KEYS[1], KEYS[2], 'LEFT', 'RIGHT')
