@@ -264,7 +264,8 @@ fn no_room(operation: StoreOperation) -> StoreError {
     )
 }
 
-/// The scripts, hashed once per process.
+/// The scripts, hashed once per process. The four claim scripts start with
+/// `held.lua`, the answer for a claim another owner holds.
 struct Scripts {
     claim: Script,
     claim_many: Script,
@@ -283,10 +284,19 @@ struct Scripts {
 }
 
 static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    claim: Script::new(include_str!("claim.lua")),
-    claim_many: Script::new(include_str!("claim_many.lua")),
-    claim_cluster: Script::new(include_str!("claim_cluster.lua")),
-    claim_many_cluster: Script::new(include_str!("claim_many_cluster.lua")),
+    claim: Script::new(concat!(include_str!("held.lua"), include_str!("claim.lua"))),
+    claim_many: Script::new(concat!(
+        include_str!("held.lua"),
+        include_str!("claim_many.lua")
+    )),
+    claim_cluster: Script::new(concat!(
+        include_str!("held.lua"),
+        include_str!("claim_cluster.lua")
+    )),
+    claim_many_cluster: Script::new(concat!(
+        include_str!("held.lua"),
+        include_str!("claim_many_cluster.lua")
+    )),
     commit: Script::new(include_str!("commit.lua")),
     commit_many: Script::new(include_str!("commit_many.lua")),
     release: Script::new(include_str!("release.lua")),
