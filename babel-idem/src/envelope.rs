@@ -64,7 +64,7 @@ pub const LANG: &str = "rust";
 ///
 /// Two envelopes are equal when their fields are; the text an envelope was
 /// decoded from (kept for faithful re-encoding) takes no part.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct Envelope {
     /// The message URN (`job` on the wire; `urn` is accepted as an alias).
@@ -81,41 +81,28 @@ pub struct Envelope {
     pub dead_letter: Option<DeadLetter>,
     /// Top-level fields this crate does not know, kept for re-encoding.
     pub extra: Map<String, Value>,
-    /// The text this envelope was decoded from, if it was decoded from text.
-    source: Option<Source>,
+    /// The text this envelope was decoded from.
+    source: Source,
 }
 
-impl PartialEq for Envelope {
-    fn eq(&self, other: &Self) -> bool {
-        // Destructured so that a new field cannot be left out of the comparison.
-        let Envelope {
-            job,
-            trace_id,
-            data,
-            meta,
-            attempts,
-            dead_letter,
-            extra,
-            source: _,
-        } = self;
-        *job == other.job
-            && *trace_id == other.trace_id
-            && *data == other.data
-            && *meta == other.meta
-            && *attempts == other.attempts
-            && *dead_letter == other.dead_letter
-            && *extra == other.extra
+/// The JSON text a decoded envelope came from, if it was decoded from text:
+/// re-encoding writes every member the code did not change as this text
+/// spells it. It is no part of the envelope's value: any two are equal.
+#[derive(Clone, Default)]
+struct Source(Option<Arc<str>>);
+
+impl PartialEq for Source {
+    fn eq(&self, _: &Self) -> bool {
+        true
     }
 }
 
-/// The JSON text a decoded envelope came from: re-encoding writes every
-/// member the code did not change as this text spells it.
-#[derive(Clone)]
-struct Source(Arc<str>);
-
 impl fmt::Debug for Source {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Source({} bytes)", self.0.len())
+        match &self.0 {
+            Some(text) => write!(f, "Some(Source({} bytes))", text.len()),
+            None => f.write_str("None"),
+        }
     }
 }
 
@@ -240,7 +227,7 @@ impl Envelope {
             attempts: 0,
             dead_letter: None,
             extra: Map::new(),
-            source: None,
+            source: Source::default(),
         }
     }
 
@@ -308,7 +295,7 @@ impl Envelope {
 
     fn from_text(text: &str) -> Result<Self, EnvelopeError> {
         let mut envelope = decode::text(text)?;
-        envelope.source = Some(Source(Arc::from(text)));
+        envelope.source = Source(Some(Arc::from(text)));
         Ok(envelope)
     }
 

@@ -19,8 +19,9 @@ use super::{DeadLetter, Envelope, Meta, decode};
 pub(super) fn envelope(envelope: &Envelope) -> Vec<u8> {
     envelope
         .source
-        .as_ref()
-        .and_then(|source| faithful(envelope, &source.0))
+        .0
+        .as_deref()
+        .and_then(|source| faithful(envelope, source))
         .unwrap_or_else(|| canonical(envelope))
 }
 
