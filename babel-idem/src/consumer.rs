@@ -80,8 +80,8 @@ mod run;
 mod settle;
 
 use std::fmt;
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::broker::Transport;
@@ -90,7 +90,7 @@ use crate::router::Router;
 
 pub use replay::{HEADER_REPLAY_BYPASS, bypass_external_effects, is_replay};
 
-use settle::Counters;
+use outage::Outage;
 
 /// Reserves, dispatches and settles the deliveries of one queue.
 ///
@@ -649,33 +649,15 @@ pub struct Progress {
 impl Progress {
     /// The totals so far.
     pub fn report(&self) -> ConsumerReport {
-        let read = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
         let c = &*self.counters;
-        ConsumerReport {
-            delivered: read(&c.delivered),
-            reserve_calls: read(&c.reserve_calls),
-            in_flight: read(&c.in_flight),
-            acked: read(&c.acked),
-            deleted: read(&c.deleted),
-            retried: read(&c.retried),
-            released: read(&c.released),
-            dead_lettered: read(&c.dead_lettered),
-            lapsed: read(&c.lapsed),
-            unfinished: read(&c.unfinished),
-            broker_errors: read(&c.broker_errors),
-            timed_out: read(&c.timed_out),
-            store_unavailable: read(&c.store_unavailable),
-            store_outages: read(&c.store_outages),
-            waited_for_id: read(&c.waited_for_id),
-            id_busy: read(&c.id_busy),
-            failing: if c.reserve_failing.load(Ordering::Relaxed) {
-                Some(Failing::Broker)
-            } else if c.outage.is_down() {
-                Some(Failing::Store)
-            } else {
-                None
-            },
-        }
+        let failing = if c.reserve_failing.load(Ordering::Relaxed) {
+            Some(Failing::Broker)
+        } else if c.outage.is_down() {
+            Some(Failing::Store)
+        } else {
+            None
+        };
+        c.counts(failing)
     }
 
     /// The last reservation error, while reservations fail; `None` once
@@ -792,53 +774,97 @@ impl fmt::Display for Failing {
     }
 }
 
-/// What a [`Consumer`] did, counted since it was built.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ConsumerReport {
-    /// Deliveries reserved.
-    pub delivered: u64,
-    /// Calls to [`Transport::reserve`] (each one round trip for a batch,
-    /// with the Redis transport), empty answers included.
-    pub reserve_calls: u64,
-    /// Deliveries reserved and not settled yet.
-    pub in_flight: u64,
-    /// Acked: handled, or skipped by the guard as duplicates.
-    pub acked: u64,
-    /// Acked and dropped by the unknown-URN strategy `Delete`.
-    pub deleted: u64,
-    /// Requeued with `attempts + 1`.
-    pub retried: u64,
-    /// Requeued unchanged (`Release`).
-    pub released: u64,
-    /// Written to the dead-letter queue.
-    pub dead_lettered: u64,
-    /// Taken back by the transport's recovery (the Redis sweep) before they
-    /// were settled: the reservation had lapsed, so the settle touched
-    /// nothing and the delivery will come again.
-    pub lapsed: u64,
-    /// Still running when a graceful stop timed out: dropped unsettled, left
-    /// to the broker's recovery.
-    pub unfinished: u64,
-    /// Broker operations that failed and were retried.
-    pub broker_errors: u64,
-    /// Handlers dropped at the per-delivery timeout (each retried as a
-    /// failed attempt).
-    pub timed_out: u64,
-    /// Deliveries handed back unchanged because their guard's store could
-    /// not answer (counted in `released` too; no attempt spent).
-    pub store_unavailable: u64,
-    /// Store outages: each paused reservations until the store answered.
-    pub store_outages: u64,
-    /// Deliveries that met another delivery of the same id being run (and
-    /// waited for it to end, or went back as `id_busy` counts).
-    pub waited_for_id: u64,
-    /// Deliveries handed back unchanged, unattempted, because another
-    /// delivery of their id was being run: every place for copies waiting
-    /// was taken (a burst of one id), or that run went on past the
-    /// per-delivery timeout. Counted in `released` too; no attempt spent.
-    pub id_busy: u64,
-    /// What the consumer was failing on when this was read (`None`: its
-    /// last reservation succeeded and its store answers).
-    pub failing: Option<Failing>,
+/// Declares the counts of a [`ConsumerReport`] once: its `u64` fields, the
+/// [`Counters`] that count them while the consumer runs (with the `state`
+/// kept beside them), and the read of one into the other.
+macro_rules! totals {
+    (
+        counts { $($(#[$doc:meta])* $name:ident,)+ }
+        state { $($(#[$state_doc:meta])* $state:ident: $state_ty:ty,)+ }
+    ) => {
+        /// What a [`Consumer`] did, counted since it was built.
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+        #[non_exhaustive]
+        pub struct ConsumerReport {
+            $($(#[$doc])* pub $name: u64,)+
+            /// What the consumer was failing on when this was read (`None`: its
+            /// last reservation succeeded and its store answers).
+            pub failing: Option<Failing>,
+        }
+
+        /// Running totals, shared by the consumer loop and its [`Progress`]
+        /// handles: the counts of a [`ConsumerReport`] and the state beside them.
+        #[derive(Debug, Default)]
+        struct Counters {
+            $($name: AtomicU64,)+
+            $($(#[$state_doc])* $state: $state_ty,)+
+        }
+
+        impl Counters {
+            /// The counts so far, with what the consumer is `failing` on.
+            fn counts(&self, failing: Option<Failing>) -> ConsumerReport {
+                ConsumerReport {
+                    $($name: self.$name.load(Ordering::Relaxed),)+
+                    failing,
+                }
+            }
+        }
+    };
+}
+
+totals! {
+    counts {
+        /// Deliveries reserved.
+        delivered,
+        /// Calls to [`Transport::reserve`] (each one round trip for a batch,
+        /// with the Redis transport), empty answers included.
+        reserve_calls,
+        /// Deliveries reserved and not settled yet.
+        in_flight,
+        /// Acked: handled, or skipped by the guard as duplicates.
+        acked,
+        /// Acked and dropped by the unknown-URN strategy `Delete`.
+        deleted,
+        /// Requeued with `attempts + 1`.
+        retried,
+        /// Requeued unchanged (`Release`).
+        released,
+        /// Written to the dead-letter queue.
+        dead_lettered,
+        /// Taken back by the transport's recovery (the Redis sweep) before they
+        /// were settled: the reservation had lapsed, so the settle touched
+        /// nothing and the delivery will come again.
+        lapsed,
+        /// Still running when a graceful stop timed out: dropped unsettled, left
+        /// to the broker's recovery.
+        unfinished,
+        /// Broker operations that failed and were retried.
+        broker_errors,
+        /// Handlers dropped at the per-delivery timeout (each retried as a
+        /// failed attempt).
+        timed_out,
+        /// Deliveries handed back unchanged because their guard's store could
+        /// not answer (counted in `released` too; no attempt spent).
+        store_unavailable,
+        /// Store outages: each paused reservations until the store answered.
+        store_outages,
+        /// Deliveries that met another delivery of the same id being run (and
+        /// waited for it to end, or went back as `id_busy` counts).
+        waited_for_id,
+        /// Deliveries handed back unchanged, unattempted, because another
+        /// delivery of their id was being run: every place for copies waiting
+        /// was taken (a burst of one id), or that run went on past the
+        /// per-delivery timeout. Counted in `released` too; no attempt spent.
+        id_busy,
+    }
+    state {
+        /// Reservations that succeeded with nothing to hand out.
+        empty_reserves: AtomicU64,
+        /// Whether the last reservation failed.
+        reserve_failing: AtomicBool,
+        /// The last reservation error, while reservations fail.
+        reserve_error: Mutex<Option<String>>,
+        /// Whether the store is down, and the pause it imposes.
+        outage: Outage,
+    }
 }
