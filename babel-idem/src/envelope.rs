@@ -18,8 +18,7 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::de::Error as _;
-use serde::ser::SerializeMap;
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 
 use crate::message::MessageId;
@@ -407,60 +406,6 @@ fn now_millis() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|elapsed| elapsed.as_millis() as u64)
         .unwrap_or(0)
-}
-
-impl Serialize for Envelope {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut map = serializer.serialize_map(None)?;
-        map.serialize_entry("job", &self.job)?;
-        map.serialize_entry("trace_id", &self.trace_id)?;
-        map.serialize_entry("data", &self.data)?;
-        map.serialize_entry("meta", &self.meta)?;
-        map.serialize_entry("attempts", &self.attempts)?;
-        if let Some(dead_letter) = &self.dead_letter {
-            map.serialize_entry("dead_letter", dead_letter)?;
-        }
-        for (key, value) in &self.extra {
-            map.serialize_entry(key, value)?;
-        }
-        map.end()
-    }
-}
-
-impl Serialize for Meta {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut map = serializer.serialize_map(None)?;
-        if let Some(id) = &self.id {
-            map.serialize_entry("id", id)?;
-        }
-        map.serialize_entry("queue", &self.queue)?;
-        map.serialize_entry("lang", &self.lang)?;
-        map.serialize_entry("schema_version", &self.schema_version)?;
-        map.serialize_entry("created_at", &self.created_at)?;
-        for (key, value) in &self.extra {
-            map.serialize_entry(key, value)?;
-        }
-        map.end()
-    }
-}
-
-impl Serialize for DeadLetter {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut map = serializer.serialize_map(None)?;
-        map.serialize_entry("reason", self.reason.as_str())?;
-        map.serialize_entry("error", &self.error)?;
-        map.serialize_entry("exception", &self.exception)?;
-        map.serialize_entry("failed_at", &self.failed_at)?;
-        map.serialize_entry("original_queue", &self.original_queue)?;
-        map.serialize_entry("attempts", &self.attempts)?;
-        if let Some(lang) = &self.lang {
-            map.serialize_entry("lang", lang)?;
-        }
-        for (key, value) in &self.extra {
-            map.serialize_entry(key, value)?;
-        }
-        map.end()
-    }
 }
 
 /// Applies the same rules as [`Envelope::from_value`]; like it, the result
