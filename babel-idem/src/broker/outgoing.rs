@@ -140,7 +140,7 @@ where
 /// `publish_batch` (with the doc comment given first) and as its
 /// [`Publisher`](super::Publisher), over the binding's own writes:
 ///
-/// - `check`: the queue-name check, `fn(&Self, &str) -> Result<(), TransportError>`;
+/// - `check`: the queue-name check, a `Fn(&Self, &str) -> Result<(), TransportError>`;
 /// - `one`: the method that publishes one body with its headers;
 /// - `send`: the method that publishes the messages whose names passed
 ///   `check` in one round trip, answering for each in order
@@ -155,7 +155,7 @@ macro_rules! batch_publisher {
         $(#[$doc:meta])*
         $binding:ident {
             $(#[$check_doc:meta])*
-            check: $check:path,
+            check: $check:expr,
             $(#[$one_doc:meta])*
             one: $one:ident,
             send: $send:ident,

@@ -6,7 +6,7 @@
 use rdkafka::producer::FutureRecord;
 
 use super::produce::{self, Record};
-use super::{KafkaTransport, headers};
+use super::{KafkaTransport, check_topic, headers};
 use crate::broker::outgoing::batch_publisher;
 use crate::broker::{BatchOutcome, Outgoing, TransportError};
 
@@ -60,7 +60,7 @@ batch_publisher! {
     KafkaTransport {
         /// A Kafka topic name: 1 to 249 characters of `a-z A-Z 0-9 . _ -`, and
         /// not `.` or `..`.
-        check: KafkaTransport::check_topic,
+        check: |_: &KafkaTransport, topic: &str| check_topic(topic),
         /// Writes `body` byte for byte to the topic `queue`, with the `bq-`
         /// projection and `headers` beside it, the record timestamp from
         /// `meta.created_at`, a null key; returns once the broker's delivery
@@ -72,11 +72,6 @@ batch_publisher! {
 }
 
 impl KafkaTransport {
-    /// The publisher's name check: a Kafka topic name.
-    fn check_topic(&self, queue: &str) -> Result<(), TransportError> {
-        super::QUEUE_NAMES.check(queue)
-    }
-
     /// Hands every message of `sendable` to the producer, then awaits every
     /// delivery report: one outcome per message, in order.
     async fn publish_each(
@@ -129,7 +124,7 @@ impl KafkaTransport {
         body: &[u8],
         extra: &[(String, String)],
     ) -> Result<(), TransportError> {
-        self.check_topic(queue)?;
+        check_topic(queue)?;
         let prepared = Prepared::new(queue, body, extra);
         let header_refs = prepared.header_refs();
         let record = Record {
