@@ -21,6 +21,7 @@ use serde::de::Error as _;
 use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 
+use crate::builders::setters;
 use crate::message::MessageId;
 
 mod decode;
@@ -242,10 +243,9 @@ impl Envelope {
         self
     }
 
-    /// Sets `trace_id`, to continue an existing causal chain.
-    pub fn with_trace_id(mut self, trace_id: impl Into<String>) -> Self {
-        self.trace_id = trace_id.into();
-        self
+    setters! {
+        /// Sets `trace_id`, to continue an existing causal chain.
+        pub fn with_trace_id(trace_id: impl Into<String>) => self.trace_id = trace_id.into();
     }
 
     /// Sets `meta.queue`.
@@ -254,10 +254,9 @@ impl Envelope {
         self
     }
 
-    /// Sets `attempts`.
-    pub fn with_attempts(mut self, attempts: u64) -> Self {
-        self.attempts = attempts;
-        self
+    setters! {
+        /// Sets `attempts`.
+        pub fn with_attempts(attempts: u64) => self.attempts;
     }
 
     /// Decodes and checks an envelope from JSON bytes.
@@ -388,16 +387,12 @@ impl DeadLetter {
         }
     }
 
-    /// Sets the human-readable error.
-    pub fn with_error(mut self, error: impl Into<String>) -> Self {
-        self.error = Some(error.into());
-        self
-    }
+    setters! {
+        /// Sets the human-readable error.
+        pub fn with_error(error: impl Into<String>) => self.error = Some(error.into());
 
-    /// Sets the error type name.
-    pub fn with_exception(mut self, exception: impl Into<String>) -> Self {
-        self.exception = Some(exception.into());
-        self
+        /// Sets the error type name.
+        pub fn with_exception(exception: impl Into<String>) => self.exception = Some(exception.into());
     }
 }
 

@@ -21,6 +21,7 @@ use super::headers::{self, DELAY, ORIGINAL_TOPIC, Stored};
 use super::tiers::millis;
 use super::{KafkaTransport, RetryTiers, produce};
 use crate::broker::TransportError;
+use crate::builders::setters;
 
 /// The consumer group the re-injectors share, as in the Python SDK.
 pub const DEFAULT_REINJECT_GROUP: &str = "babelqueue-retry-reinject";
@@ -138,33 +139,23 @@ impl ReinjectorBuilder {
         self
     }
 
-    /// The consumer group (default [`DEFAULT_REINJECT_GROUP`],
-    /// `babelqueue-retry-reinject`): re-injectors of one group share the
-    /// tier partitions.
-    pub fn group(mut self, group: impl Into<String>) -> Self {
-        self.group = group.into();
-        self
-    }
+    setters! {
+        /// The consumer group (default [`DEFAULT_REINJECT_GROUP`],
+        /// `babelqueue-retry-reinject`): re-injectors of one group share the
+        /// tier partitions.
+        pub fn group(group: impl Into<String>) => self.group = group.into();
 
-    /// The retry tiers: the producers' list (tier `n`'s delay is the
-    /// `n`-th). Default: the transport's, with [`build`](Self::build).
-    pub fn retry_tiers(mut self, tiers: RetryTiers) -> Self {
-        self.tiers = Some(tiers);
-        self
-    }
+        /// The retry tiers: the producers' list (tier `n`'s delay is the
+        /// `n`-th). Default: the transport's, with [`build`](Self::build).
+        pub fn retry_tiers(tiers: RetryTiers) => self.tiers = Some(tiers);
 
-    /// How long one [`Reinjector::run_once`] waits for a record at most
-    /// (default 1 s); it never waits past the next due record.
-    pub fn poll_interval(mut self, interval: Duration) -> Self {
-        self.poll_interval = interval;
-        self
-    }
+        /// How long one [`Reinjector::run_once`] waits for a record at most
+        /// (default 1 s); it never waits past the next due record.
+        pub fn poll_interval(interval: Duration) => self.poll_interval;
 
-    /// How long connecting, a commit or a seek may take (default: the
-    /// transport's timeout, 5 s).
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = Some(timeout);
-        self
+        /// How long connecting, a commit or a seek may take (default: the
+        /// transport's timeout, 5 s).
+        pub fn timeout(timeout: Duration) => self.timeout = Some(timeout);
     }
 
     /// A librdkafka setting for the re-injector's clients (SASL, TLS,
