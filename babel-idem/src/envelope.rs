@@ -308,9 +308,9 @@ impl Envelope {
     /// An envelope decoded from bytes comes back as those bytes, in compact
     /// form, apart from the members the code changed: each changed member is
     /// written in its old place, a new one is appended, a removed one is left
-    /// out. Every other envelope, and the [`Serialize`] impl, write the
-    /// canonical layout (`job`, `trace_id`, `data`, `meta`, `attempts`,
-    /// `dead_letter`, then unknown fields).
+    /// out. Every other envelope, and the [`Serialize`](serde::Serialize)
+    /// impl, write the canonical layout (`job`, `trace_id`, `data`, `meta`,
+    /// `attempts`, `dead_letter`, then unknown fields).
     ///
     /// ```
     /// use babel_idem::Envelope;
