@@ -80,17 +80,18 @@ mod run;
 mod settle;
 
 use std::fmt;
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::broker::Transport;
 use crate::broker::TransportError;
+use crate::builders::setters;
 use crate::router::Router;
 
 pub use replay::{HEADER_REPLAY_BYPASS, bypass_external_effects, is_replay};
 
-use settle::Counters;
+use outage::Outage;
 
 /// Reserves, dispatches and settles the deliveries of one queue.
 ///
@@ -327,79 +328,66 @@ impl<T: Transport> Consumer<T> {
 }
 
 impl<T: Transport> ConsumerBuilder<T> {
-    /// How many deliveries are handled at once (default
-    /// [`DEFAULT_CONCURRENCY`]): handler bodies never run more at a time.
-    /// The consumer holds at most this many plus its
-    /// [`read_ahead`](Self::read_ahead) reservations, besides those waiting
-    /// out a backoff or a delay (at most 4 per slot), deliveries held back
-    /// unattempted (copies of an id waiting for its run, deliveries whose
-    /// part of the store is down: at most 16 per slot), or a mark on its
-    /// way: a delivery whose
-    /// guard is marking its run done hands its slot to the next one, whose
-    /// guard then asks its store while that mark is on its way (a handler
-    /// that goes on into a second guard takes a slot back first).
-    pub fn concurrency(mut self, concurrency: usize) -> Self {
-        self.concurrency = concurrency;
-        self
-    }
+    setters! {
+        /// How many deliveries are handled at once (default
+        /// [`DEFAULT_CONCURRENCY`]): handler bodies never run more at a time.
+        /// The consumer holds at most this many plus its
+        /// [`read_ahead`](Self::read_ahead) reservations, besides those waiting
+        /// out a backoff or a delay (at most 4 per slot), deliveries held back
+        /// unattempted (copies of an id waiting for its run, deliveries whose
+        /// part of the store is down: at most 16 per slot), or a mark on its
+        /// way: a delivery whose
+        /// guard is marking its run done hands its slot to the next one, whose
+        /// guard then asks its store while that mark is on its way (a handler
+        /// that goes on into a second guard takes a slot back first).
+        pub fn concurrency(concurrency: usize) => self.concurrency;
 
-    /// How many deliveries the consumer reserves ahead of a free handler
-    /// slot (default: as many as its [`concurrency`](Self::concurrency),
-    /// and at least 4), so the next one is at hand when a handler finishes
-    /// and its reservation's round trip overlaps the handlers running. With
-    /// every slot busy it reserves again once half its places ahead are
-    /// free, so a reservation fetches several deliveries while the rest
-    /// ahead keep the handlers busy. A delivery reserved ahead waits for a
-    /// slot, in the order reserved, and its reservation is kept alive
-    /// meanwhile; a graceful stop handles it like the others held. `0`
-    /// reserves only for free slots.
-    ///
-    /// On a transport whose reservations lapse and cannot be extended
-    /// ([`Transport::extends_reservations`]), nothing is read ahead: a
-    /// delivery waiting for a slot could outlive its reservation. RabbitMQ
-    /// with a `consumer_timeout` is one: there the channel's
-    /// [`prefetch`](crate::transport::TransportBuilder::prefetch) reads
-    /// ahead instead (deliveries wait in the client, and reserving one takes
-    /// no round trip), so set it above the concurrency. Without a consumer
-    /// timeout the prefetch bounds what the consumer holds: set it to at
-    /// least the concurrency plus the read-ahead.
-    ///
-    /// ```no_run
-    /// # async fn run(router: babel_idem::Router) -> Result<(), Box<dyn std::error::Error>> {
-    /// use babel_idem::Consumer;
-    /// use babel_idem::transport::RedisTransport;
-    ///
-    /// let transport = RedisTransport::connect("redis://127.0.0.1:6379/0").await?;
-    /// let consumer = Consumer::builder(router, transport, "orders")
-    ///     .concurrency(1)
-    ///     .read_ahead(0) // reserve only when the handler is free
-    ///     .build()?;
-    /// assert_eq!(consumer.read_ahead(), 0);
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn read_ahead(mut self, deliveries: usize) -> Self {
-        self.read_ahead = Some(deliveries);
-        self
-    }
+        /// How many deliveries the consumer reserves ahead of a free handler
+        /// slot (default: as many as its [`concurrency`](Self::concurrency),
+        /// and at least 4), so the next one is at hand when a handler finishes
+        /// and its reservation's round trip overlaps the handlers running. With
+        /// every slot busy it reserves again once half its places ahead are
+        /// free, so a reservation fetches several deliveries while the rest
+        /// ahead keep the handlers busy. A delivery reserved ahead waits for a
+        /// slot, in the order reserved, and its reservation is kept alive
+        /// meanwhile; a graceful stop handles it like the others held. `0`
+        /// reserves only for free slots.
+        ///
+        /// On a transport whose reservations lapse and cannot be extended
+        /// ([`Transport::extends_reservations`]), nothing is read ahead: a
+        /// delivery waiting for a slot could outlive its reservation. RabbitMQ
+        /// with a `consumer_timeout` is one: there the channel's
+        /// [`prefetch`](crate::transport::TransportBuilder::prefetch) reads
+        /// ahead instead (deliveries wait in the client, and reserving one takes
+        /// no round trip), so set it above the concurrency. Without a consumer
+        /// timeout the prefetch bounds what the consumer holds: set it to at
+        /// least the concurrency plus the read-ahead.
+        ///
+        /// ```no_run
+        /// # async fn run(router: babel_idem::Router) -> Result<(), Box<dyn std::error::Error>> {
+        /// use babel_idem::Consumer;
+        /// use babel_idem::transport::RedisTransport;
+        ///
+        /// let transport = RedisTransport::connect("redis://127.0.0.1:6379/0").await?;
+        /// let consumer = Consumer::builder(router, transport, "orders")
+        ///     .concurrency(1)
+        ///     .read_ahead(0) // reserve only when the handler is free
+        ///     .build()?;
+        /// assert_eq!(consumer.read_ahead(), 0);
+        /// # Ok(())
+        /// # }
+        /// ```
+        pub fn read_ahead(deliveries: usize) => self.read_ahead = Some(deliveries);
 
-    /// How long a graceful stop waits for in-flight deliveries (default 30 s).
-    pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
-        self.shutdown_timeout = timeout;
-        self
-    }
+        /// How long a graceful stop waits for in-flight deliveries (default 30 s).
+        pub fn shutdown_timeout(timeout: Duration) => self.shutdown_timeout;
 
-    /// Bodies longer than `bytes` are dead-lettered as poison without being
-    /// decoded (default: no limit).
-    pub fn max_body_bytes(mut self, bytes: usize) -> Self {
-        self.max_body_bytes = Some(bytes);
-        self
-    }
+        /// Bodies longer than `bytes` are dead-lettered as poison without being
+        /// decoded (default: no limit).
+        pub fn max_body_bytes(bytes: usize) => self.max_body_bytes = Some(bytes);
 
-    /// The dead-letter queue (default `<queue>.dlq`, the BabelQueue convention).
-    pub fn dead_letter_queue(mut self, queue: impl Into<String>) -> Self {
-        self.dead_letter_queue = Some(queue.into());
-        self
+        /// The dead-letter queue (default `<queue>.dlq`, the BabelQueue convention).
+        pub fn dead_letter_queue(queue: impl Into<String>) => self.dead_letter_queue = Some(queue.into());
     }
 
     /// How long to wait before asking an empty queue again: `first`, doubling
@@ -409,41 +397,40 @@ impl<T: Transport> ConsumerBuilder<T> {
         self
     }
 
-    /// How long one handler may run. A handler that runs longer is dropped
-    /// (its guard leaves the id unmarked) and the delivery is retried as a
-    /// failed attempt, so a hung handler cannot keep a handler slot, or the
-    /// message, for ever.
-    ///
-    /// The default depends on the transport's reservations:
-    /// - kept alive while the handler runs
-    ///   ([`Transport::extends_reservations`], Redis):
-    ///   [`DEFAULT_DELIVERY_TIMEOUT`], 15 minutes, whatever the
-    ///   reservation's lifetime: a handler may outlive any number of
-    ///   reservations, and `retry_after` only says how soon a crashed
-    ///   worker's deliveries come back;
-    /// - lapsing and never extended (RabbitMQ's `consumer_timeout`): 90 %
-    ///   of the [`reservation_lifetime`](Transport::reservation_lifetime)
-    ///   less the longest retry backoff or release delay, so the handler
-    ///   and the wait after it fit in one reservation;
-    /// - never lapsing: none.
-    ///
-    /// ```no_run
-    /// # async fn run(router: babel_idem::Router) -> Result<(), Box<dyn std::error::Error>> {
-    /// use babel_idem::Consumer;
-    /// use babel_idem::transport::RedisTransport;
-    /// use std::time::Duration;
-    ///
-    /// let transport = RedisTransport::connect("redis://127.0.0.1:6379/0").await?;
-    /// // Reports that take up to half an hour.
-    /// let consumer = Consumer::builder(router, transport, "reports")
-    ///     .delivery_timeout(Duration::from_secs(45 * 60))
-    ///     .build()?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn delivery_timeout(mut self, timeout: Duration) -> Self {
-        self.delivery_timeout = Timeout::Set(timeout);
-        self
+    setters! {
+        /// How long one handler may run. A handler that runs longer is dropped
+        /// (its guard leaves the id unmarked) and the delivery is retried as a
+        /// failed attempt, so a hung handler cannot keep a handler slot, or the
+        /// message, for ever.
+        ///
+        /// The default depends on the transport's reservations:
+        /// - kept alive while the handler runs
+        ///   ([`Transport::extends_reservations`], Redis):
+        ///   [`DEFAULT_DELIVERY_TIMEOUT`], 15 minutes, whatever the
+        ///   reservation's lifetime: a handler may outlive any number of
+        ///   reservations, and `retry_after` only says how soon a crashed
+        ///   worker's deliveries come back;
+        /// - lapsing and never extended (RabbitMQ's `consumer_timeout`): 90 %
+        ///   of the [`reservation_lifetime`](Transport::reservation_lifetime)
+        ///   less the longest retry backoff or release delay, so the handler
+        ///   and the wait after it fit in one reservation;
+        /// - never lapsing: none.
+        ///
+        /// ```no_run
+        /// # async fn run(router: babel_idem::Router) -> Result<(), Box<dyn std::error::Error>> {
+        /// use babel_idem::Consumer;
+        /// use babel_idem::transport::RedisTransport;
+        /// use std::time::Duration;
+        ///
+        /// let transport = RedisTransport::connect("redis://127.0.0.1:6379/0").await?;
+        /// // Reports that take up to half an hour.
+        /// let consumer = Consumer::builder(router, transport, "reports")
+        ///     .delivery_timeout(Duration::from_secs(45 * 60))
+        ///     .build()?;
+        /// # Ok(())
+        /// # }
+        /// ```
+        pub fn delivery_timeout(timeout: Duration) => self.delivery_timeout = Timeout::Set(timeout);
     }
 
     /// No per-delivery timeout: a handler may run for ever.
@@ -452,50 +439,46 @@ impl<T: Transport> ConsumerBuilder<T> {
         self
     }
 
-    /// How long a released delivery with no delay of its own (an unknown
-    /// URN under [`UnknownUrnStrategy::Release`](crate::router::UnknownUrnStrategy::Release))
-    /// waits before it goes back (default [`DEFAULT_RELEASE_DELAY`]), without
-    /// a handler slot: a message no consumer knows is not reserved in a loop.
-    pub fn release_delay(mut self, delay: Duration) -> Self {
-        self.release_delay = delay;
-        self
-    }
+    setters! {
+        /// How long a released delivery with no delay of its own (an unknown
+        /// URN under [`UnknownUrnStrategy::Release`](crate::router::UnknownUrnStrategy::Release))
+        /// waits before it goes back (default [`DEFAULT_RELEASE_DELAY`]), without
+        /// a handler slot: a message no consumer knows is not reserved in a loop.
+        pub fn release_delay(delay: Duration) => self.release_delay;
 
-    /// Whether the `seen` and `remember` calls of the deliveries held
-    /// together go to the store together (default `true`; it takes effect
-    /// with a [`concurrency`](Self::concurrency) above 1).
-    ///
-    /// While on, a guard (`#[idempotent]`, [`run_once`](crate::guard::run_once),
-    /// [`Guard`](crate::guard::Guard) in seen-set mode) running in one of
-    /// this consumer's deliveries sends its call to a store that answers a
-    /// batch in one round trip (`Store::batch_target`:
-    /// Redis, PostgreSQL, SQLite) through a meeting point shared by the
-    /// consumer's deliveries, as [`Batched`](crate::store::Batched) does:
-    /// a lone call goes out at once as the single call; calls that meet go
-    /// out as one `seen_many` / `remember_many`; a batch that fails leaves
-    /// each call to ask alone. Answers and decisions are those of single
-    /// calls. Calls to other stores (in memory, a store of your own that
-    /// does not override `batch_target`, a store already in `Batched`),
-    /// claim mode's calls and transactional mode's marks stay one per
-    /// message. `false` keeps every call one per message.
-    ///
-    /// ```no_run
-    /// # async fn run(router: babel_idem::Router) -> Result<(), Box<dyn std::error::Error>> {
-    /// use babel_idem::Consumer;
-    /// use babel_idem::transport::RedisTransport;
-    ///
-    /// let transport = RedisTransport::connect("redis://127.0.0.1:6379/0").await?;
-    /// let consumer = Consumer::builder(router, transport, "orders")
-    ///     .concurrency(64)
-    ///     .batch_store_calls(false) // one store call per message
-    ///     .build()?;
-    /// assert!(!consumer.batches_store_calls());
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn batch_store_calls(mut self, batch: bool) -> Self {
-        self.batch_store_calls = batch;
-        self
+        /// Whether the `seen` and `remember` calls of the deliveries held
+        /// together go to the store together (default `true`; it takes effect
+        /// with a [`concurrency`](Self::concurrency) above 1).
+        ///
+        /// While on, a guard (`#[idempotent]`, [`run_once`](crate::guard::run_once),
+        /// [`Guard`](crate::guard::Guard) in seen-set mode) running in one of
+        /// this consumer's deliveries sends its call to a store that answers a
+        /// batch in one round trip (`Store::batch_target`:
+        /// Redis, PostgreSQL, SQLite) through a meeting point shared by the
+        /// consumer's deliveries, as [`Batched`](crate::store::Batched) does:
+        /// a lone call goes out at once as the single call; calls that meet go
+        /// out as one `seen_many` / `remember_many`; a batch that fails leaves
+        /// each call to ask alone. Answers and decisions are those of single
+        /// calls. Calls to other stores (in memory, a store of your own that
+        /// does not override `batch_target`, a store already in `Batched`),
+        /// claim mode's calls and transactional mode's marks stay one per
+        /// message. `false` keeps every call one per message.
+        ///
+        /// ```no_run
+        /// # async fn run(router: babel_idem::Router) -> Result<(), Box<dyn std::error::Error>> {
+        /// use babel_idem::Consumer;
+        /// use babel_idem::transport::RedisTransport;
+        ///
+        /// let transport = RedisTransport::connect("redis://127.0.0.1:6379/0").await?;
+        /// let consumer = Consumer::builder(router, transport, "orders")
+        ///     .concurrency(64)
+        ///     .batch_store_calls(false) // one store call per message
+        ///     .build()?;
+        /// assert!(!consumer.batches_store_calls());
+        /// # Ok(())
+        /// # }
+        /// ```
+        pub fn batch_store_calls(batch: bool) => self.batch_store_calls;
     }
 
     /// Checks the settings, and the queue and dead-letter queue names
@@ -649,33 +632,15 @@ pub struct Progress {
 impl Progress {
     /// The totals so far.
     pub fn report(&self) -> ConsumerReport {
-        let read = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
         let c = &*self.counters;
-        ConsumerReport {
-            delivered: read(&c.delivered),
-            reserve_calls: read(&c.reserve_calls),
-            in_flight: read(&c.in_flight),
-            acked: read(&c.acked),
-            deleted: read(&c.deleted),
-            retried: read(&c.retried),
-            released: read(&c.released),
-            dead_lettered: read(&c.dead_lettered),
-            lapsed: read(&c.lapsed),
-            unfinished: read(&c.unfinished),
-            broker_errors: read(&c.broker_errors),
-            timed_out: read(&c.timed_out),
-            store_unavailable: read(&c.store_unavailable),
-            store_outages: read(&c.store_outages),
-            waited_for_id: read(&c.waited_for_id),
-            id_busy: read(&c.id_busy),
-            failing: if c.reserve_failing.load(Ordering::Relaxed) {
-                Some(Failing::Broker)
-            } else if c.outage.is_down() {
-                Some(Failing::Store)
-            } else {
-                None
-            },
-        }
+        let failing = if c.reserve_failing.load(Ordering::Relaxed) {
+            Some(Failing::Broker)
+        } else if c.outage.is_down() {
+            Some(Failing::Store)
+        } else {
+            None
+        };
+        c.counts(failing)
     }
 
     /// The last reservation error, while reservations fail; `None` once
@@ -792,53 +757,97 @@ impl fmt::Display for Failing {
     }
 }
 
-/// What a [`Consumer`] did, counted since it was built.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ConsumerReport {
-    /// Deliveries reserved.
-    pub delivered: u64,
-    /// Calls to [`Transport::reserve`] (each one round trip for a batch,
-    /// with the Redis transport), empty answers included.
-    pub reserve_calls: u64,
-    /// Deliveries reserved and not settled yet.
-    pub in_flight: u64,
-    /// Acked: handled, or skipped by the guard as duplicates.
-    pub acked: u64,
-    /// Acked and dropped by the unknown-URN strategy `Delete`.
-    pub deleted: u64,
-    /// Requeued with `attempts + 1`.
-    pub retried: u64,
-    /// Requeued unchanged (`Release`).
-    pub released: u64,
-    /// Written to the dead-letter queue.
-    pub dead_lettered: u64,
-    /// Taken back by the transport's recovery (the Redis sweep) before they
-    /// were settled: the reservation had lapsed, so the settle touched
-    /// nothing and the delivery will come again.
-    pub lapsed: u64,
-    /// Still running when a graceful stop timed out: dropped unsettled, left
-    /// to the broker's recovery.
-    pub unfinished: u64,
-    /// Broker operations that failed and were retried.
-    pub broker_errors: u64,
-    /// Handlers dropped at the per-delivery timeout (each retried as a
-    /// failed attempt).
-    pub timed_out: u64,
-    /// Deliveries handed back unchanged because their guard's store could
-    /// not answer (counted in `released` too; no attempt spent).
-    pub store_unavailable: u64,
-    /// Store outages: each paused reservations until the store answered.
-    pub store_outages: u64,
-    /// Deliveries that met another delivery of the same id being run (and
-    /// waited for it to end, or went back as `id_busy` counts).
-    pub waited_for_id: u64,
-    /// Deliveries handed back unchanged, unattempted, because another
-    /// delivery of their id was being run: every place for copies waiting
-    /// was taken (a burst of one id), or that run went on past the
-    /// per-delivery timeout. Counted in `released` too; no attempt spent.
-    pub id_busy: u64,
-    /// What the consumer was failing on when this was read (`None`: its
-    /// last reservation succeeded and its store answers).
-    pub failing: Option<Failing>,
+/// Declares the counts of a [`ConsumerReport`] once: its `u64` fields, the
+/// [`Counters`] that count them while the consumer runs (with the `state`
+/// kept beside them), and the read of one into the other.
+macro_rules! totals {
+    (
+        counts { $($(#[$doc:meta])* $name:ident,)+ }
+        state { $($(#[$state_doc:meta])* $state:ident: $state_ty:ty,)+ }
+    ) => {
+        /// What a [`Consumer`] did, counted since it was built.
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+        #[non_exhaustive]
+        pub struct ConsumerReport {
+            $($(#[$doc])* pub $name: u64,)+
+            /// What the consumer was failing on when this was read (`None`: its
+            /// last reservation succeeded and its store answers).
+            pub failing: Option<Failing>,
+        }
+
+        /// Running totals, shared by the consumer loop and its [`Progress`]
+        /// handles: the counts of a [`ConsumerReport`] and the state beside them.
+        #[derive(Debug, Default)]
+        struct Counters {
+            $($name: AtomicU64,)+
+            $($(#[$state_doc])* $state: $state_ty,)+
+        }
+
+        impl Counters {
+            /// The counts so far, with what the consumer is `failing` on.
+            fn counts(&self, failing: Option<Failing>) -> ConsumerReport {
+                ConsumerReport {
+                    $($name: self.$name.load(Ordering::Relaxed),)+
+                    failing,
+                }
+            }
+        }
+    };
+}
+
+totals! {
+    counts {
+        /// Deliveries reserved.
+        delivered,
+        /// Calls to [`Transport::reserve`] (each one round trip for a batch,
+        /// with the Redis transport), empty answers included.
+        reserve_calls,
+        /// Deliveries reserved and not settled yet.
+        in_flight,
+        /// Acked: handled, or skipped by the guard as duplicates.
+        acked,
+        /// Acked and dropped by the unknown-URN strategy `Delete`.
+        deleted,
+        /// Requeued with `attempts + 1`.
+        retried,
+        /// Requeued unchanged (`Release`).
+        released,
+        /// Written to the dead-letter queue.
+        dead_lettered,
+        /// Taken back by the transport's recovery (the Redis sweep) before they
+        /// were settled: the reservation had lapsed, so the settle touched
+        /// nothing and the delivery will come again.
+        lapsed,
+        /// Still running when a graceful stop timed out: dropped unsettled, left
+        /// to the broker's recovery.
+        unfinished,
+        /// Broker operations that failed and were retried.
+        broker_errors,
+        /// Handlers dropped at the per-delivery timeout (each retried as a
+        /// failed attempt).
+        timed_out,
+        /// Deliveries handed back unchanged because their guard's store could
+        /// not answer (counted in `released` too; no attempt spent).
+        store_unavailable,
+        /// Store outages: each paused reservations until the store answered.
+        store_outages,
+        /// Deliveries that met another delivery of the same id being run (and
+        /// waited for it to end, or went back as `id_busy` counts).
+        waited_for_id,
+        /// Deliveries handed back unchanged, unattempted, because another
+        /// delivery of their id was being run: every place for copies waiting
+        /// was taken (a burst of one id), or that run went on past the
+        /// per-delivery timeout. Counted in `released` too; no attempt spent.
+        id_busy,
+    }
+    state {
+        /// Reservations that succeeded with nothing to hand out.
+        empty_reserves: AtomicU64,
+        /// Whether the last reservation failed.
+        reserve_failing: AtomicBool,
+        /// The last reservation error, while reservations fail.
+        reserve_error: Mutex<Option<String>>,
+        /// Whether the store is down, and the pause it imposes.
+        outage: Outage,
+    }
 }

@@ -18,10 +18,10 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::de::Error as _;
-use serde::ser::SerializeMap;
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 
+use crate::builders::setters;
 use crate::message::MessageId;
 
 mod decode;
@@ -64,7 +64,7 @@ pub const LANG: &str = "rust";
 ///
 /// Two envelopes are equal when their fields are; the text an envelope was
 /// decoded from (kept for faithful re-encoding) takes no part.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct Envelope {
     /// The message URN (`job` on the wire; `urn` is accepted as an alias).
@@ -81,41 +81,28 @@ pub struct Envelope {
     pub dead_letter: Option<DeadLetter>,
     /// Top-level fields this crate does not know, kept for re-encoding.
     pub extra: Map<String, Value>,
-    /// The text this envelope was decoded from, if it was decoded from text.
-    source: Option<Source>,
+    /// The text this envelope was decoded from.
+    source: Source,
 }
 
-impl PartialEq for Envelope {
-    fn eq(&self, other: &Self) -> bool {
-        // Destructured so that a new field cannot be left out of the comparison.
-        let Envelope {
-            job,
-            trace_id,
-            data,
-            meta,
-            attempts,
-            dead_letter,
-            extra,
-            source: _,
-        } = self;
-        *job == other.job
-            && *trace_id == other.trace_id
-            && *data == other.data
-            && *meta == other.meta
-            && *attempts == other.attempts
-            && *dead_letter == other.dead_letter
-            && *extra == other.extra
+/// The JSON text a decoded envelope came from, if it was decoded from text:
+/// re-encoding writes every member the code did not change as this text
+/// spells it. It is no part of the envelope's value: any two are equal.
+#[derive(Clone, Default)]
+struct Source(Option<Arc<str>>);
+
+impl PartialEq for Source {
+    fn eq(&self, _: &Self) -> bool {
+        true
     }
 }
 
-/// The JSON text a decoded envelope came from: re-encoding writes every
-/// member the code did not change as this text spells it.
-#[derive(Clone)]
-struct Source(Arc<str>);
-
 impl fmt::Debug for Source {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Source({} bytes)", self.0.len())
+        match &self.0 {
+            Some(text) => write!(f, "Some(Source({} bytes))", text.len()),
+            None => f.write_str("None"),
+        }
     }
 }
 
@@ -240,7 +227,7 @@ impl Envelope {
             attempts: 0,
             dead_letter: None,
             extra: Map::new(),
-            source: None,
+            source: Source::default(),
         }
     }
 
@@ -256,10 +243,9 @@ impl Envelope {
         self
     }
 
-    /// Sets `trace_id`, to continue an existing causal chain.
-    pub fn with_trace_id(mut self, trace_id: impl Into<String>) -> Self {
-        self.trace_id = trace_id.into();
-        self
+    setters! {
+        /// Sets `trace_id`, to continue an existing causal chain.
+        pub fn with_trace_id(trace_id: impl Into<String>) => self.trace_id = trace_id.into();
     }
 
     /// Sets `meta.queue`.
@@ -268,10 +254,9 @@ impl Envelope {
         self
     }
 
-    /// Sets `attempts`.
-    pub fn with_attempts(mut self, attempts: u64) -> Self {
-        self.attempts = attempts;
-        self
+    setters! {
+        /// Sets `attempts`.
+        pub fn with_attempts(attempts: u64) => self.attempts;
     }
 
     /// Decodes and checks an envelope from JSON bytes.
@@ -308,7 +293,7 @@ impl Envelope {
 
     fn from_text(text: &str) -> Result<Self, EnvelopeError> {
         let mut envelope = decode::text(text)?;
-        envelope.source = Some(Source(Arc::from(text)));
+        envelope.source = Source(Some(Arc::from(text)));
         Ok(envelope)
     }
 
@@ -323,9 +308,9 @@ impl Envelope {
     /// An envelope decoded from bytes comes back as those bytes, in compact
     /// form, apart from the members the code changed: each changed member is
     /// written in its old place, a new one is appended, a removed one is left
-    /// out. Every other envelope, and the [`Serialize`] impl, write the
-    /// canonical layout (`job`, `trace_id`, `data`, `meta`, `attempts`,
-    /// `dead_letter`, then unknown fields).
+    /// out. Every other envelope, and the [`Serialize`](serde::Serialize)
+    /// impl, write the canonical layout (`job`, `trace_id`, `data`, `meta`,
+    /// `attempts`, `dead_letter`, then unknown fields).
     ///
     /// ```
     /// use babel_idem::Envelope;
@@ -402,16 +387,12 @@ impl DeadLetter {
         }
     }
 
-    /// Sets the human-readable error.
-    pub fn with_error(mut self, error: impl Into<String>) -> Self {
-        self.error = Some(error.into());
-        self
-    }
+    setters! {
+        /// Sets the human-readable error.
+        pub fn with_error(error: impl Into<String>) => self.error = Some(error.into());
 
-    /// Sets the error type name.
-    pub fn with_exception(mut self, exception: impl Into<String>) -> Self {
-        self.exception = Some(exception.into());
-        self
+        /// Sets the error type name.
+        pub fn with_exception(exception: impl Into<String>) => self.exception = Some(exception.into());
     }
 }
 
@@ -420,60 +401,6 @@ fn now_millis() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|elapsed| elapsed.as_millis() as u64)
         .unwrap_or(0)
-}
-
-impl Serialize for Envelope {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut map = serializer.serialize_map(None)?;
-        map.serialize_entry("job", &self.job)?;
-        map.serialize_entry("trace_id", &self.trace_id)?;
-        map.serialize_entry("data", &self.data)?;
-        map.serialize_entry("meta", &self.meta)?;
-        map.serialize_entry("attempts", &self.attempts)?;
-        if let Some(dead_letter) = &self.dead_letter {
-            map.serialize_entry("dead_letter", dead_letter)?;
-        }
-        for (key, value) in &self.extra {
-            map.serialize_entry(key, value)?;
-        }
-        map.end()
-    }
-}
-
-impl Serialize for Meta {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut map = serializer.serialize_map(None)?;
-        if let Some(id) = &self.id {
-            map.serialize_entry("id", id)?;
-        }
-        map.serialize_entry("queue", &self.queue)?;
-        map.serialize_entry("lang", &self.lang)?;
-        map.serialize_entry("schema_version", &self.schema_version)?;
-        map.serialize_entry("created_at", &self.created_at)?;
-        for (key, value) in &self.extra {
-            map.serialize_entry(key, value)?;
-        }
-        map.end()
-    }
-}
-
-impl Serialize for DeadLetter {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut map = serializer.serialize_map(None)?;
-        map.serialize_entry("reason", self.reason.as_str())?;
-        map.serialize_entry("error", &self.error)?;
-        map.serialize_entry("exception", &self.exception)?;
-        map.serialize_entry("failed_at", &self.failed_at)?;
-        map.serialize_entry("original_queue", &self.original_queue)?;
-        map.serialize_entry("attempts", &self.attempts)?;
-        if let Some(lang) = &self.lang {
-            map.serialize_entry("lang", lang)?;
-        }
-        for (key, value) in &self.extra {
-            map.serialize_entry(key, value)?;
-        }
-        map.end()
-    }
 }
 
 /// Applies the same rules as [`Envelope::from_value`]; like it, the result

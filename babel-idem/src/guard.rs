@@ -15,6 +15,7 @@ use std::borrow::Cow;
 use std::future::Future;
 use std::time::Duration;
 
+use crate::builders::setters;
 use crate::key::DedupeKey;
 use crate::message::MessageId;
 use crate::store::InvalidLease;
@@ -257,34 +258,30 @@ impl<S: Store, Mode> Guard<S, Mode> {
         })
     }
 
-    /// Namespaces every key as `<scope length>:<scope>:<id>` (see
-    /// [`DedupeKey`]), so services sharing one store do
-    /// not skip each other's messages.
-    ///
-    /// Every scope is accepted: the length in front keeps any two
-    /// `(scope, id)` pairs apart, whatever `:` they contain, and the empty
-    /// scope is a scope of its own. An unscoped guard keys on the bare id
-    /// (the Go SDK's layout).
-    ///
-    /// ```
-    /// use babel_idem::{Envelope, Guard, InMemoryStore};
-    /// use serde_json::json;
-    ///
-    /// let env = Envelope::new("urn:babel:orders:created", json!({})).with_id("eu:123");
-    /// let store = InMemoryStore::new();
-    /// assert_eq!(Guard::new(&store).scope("orders").key(&env).as_str(), Some("6:orders:eu:123"));
-    /// assert_eq!(Guard::new(&store).key(&env).as_str(), Some("eu:123"));
-    /// ```
-    pub fn scope(mut self, scope: impl Into<Cow<'static, str>>) -> Self {
-        self.scope = Some(scope.into());
-        self
-    }
+    setters! {
+        /// Namespaces every key as `<scope length>:<scope>:<id>` (see
+        /// [`DedupeKey`]), so services sharing one store do
+        /// not skip each other's messages.
+        ///
+        /// Every scope is accepted: the length in front keeps any two
+        /// `(scope, id)` pairs apart, whatever `:` they contain, and the empty
+        /// scope is a scope of its own. An unscoped guard keys on the bare id
+        /// (the Go SDK's layout).
+        ///
+        /// ```
+        /// use babel_idem::{Envelope, Guard, InMemoryStore};
+        /// use serde_json::json;
+        ///
+        /// let env = Envelope::new("urn:babel:orders:created", json!({})).with_id("eu:123");
+        /// let store = InMemoryStore::new();
+        /// assert_eq!(Guard::new(&store).scope("orders").key(&env).as_str(), Some("6:orders:eu:123"));
+        /// assert_eq!(Guard::new(&store).key(&env).as_str(), Some("eu:123"));
+        /// ```
+        pub fn scope(scope: impl Into<Cow<'static, str>>) => self.scope = Some(scope.into());
 
-    /// Chooses what to return when the handler succeeded but `remember` (in
-    /// claim mode, `commit`) failed.
-    pub fn on_remember_failure(mut self, policy: OnRememberFailure) -> Self {
-        self.on_remember_failure = policy;
-        self
+        /// Chooses what to return when the handler succeeded but `remember` (in
+        /// claim mode, `commit`) failed.
+        pub fn on_remember_failure(policy: OnRememberFailure) => self.on_remember_failure;
     }
 
     /// The store this guard consults.

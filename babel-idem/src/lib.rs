@@ -63,6 +63,7 @@
 
 pub mod adapters;
 pub mod broker;
+mod builders;
 mod coalesce;
 pub mod envelope;
 pub mod guard;

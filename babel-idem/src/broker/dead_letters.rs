@@ -11,6 +11,7 @@
 use std::any::Any;
 
 use super::{Outgoing, TransportError, TransportFuture};
+use crate::builders::setters;
 
 /// The broker's own account of a message it dead-lettered itself (on
 /// RabbitMQ, the latest `x-death` entry): why, from which queue, and when.
@@ -42,10 +43,9 @@ impl Death {
         }
     }
 
-    /// The same death at `millis` (Unix milliseconds).
-    pub fn at(mut self, millis: u64) -> Self {
-        self.time_ms = Some(millis);
-        self
+    setters! {
+        /// The same death at `millis` (Unix milliseconds).
+        pub fn at(millis: u64) => self.time_ms = Some(millis);
     }
 }
 
@@ -85,10 +85,9 @@ impl<H> DeadLetterMessage<H> {
         }
     }
 
-    /// The same message with the broker's account of its death.
-    pub fn with_death(mut self, death: Option<Death>) -> Self {
-        self.death = death;
-        self
+    setters! {
+        /// The same message with the broker's account of its death.
+        pub fn with_death(death: Option<Death>) => self.death;
     }
 
     fn map_handle<G>(self, map: impl FnOnce(H) -> G) -> DeadLetterMessage<G> {

@@ -135,3 +135,73 @@ where
         .map(|outcome| outcome.unwrap_or(Ok(())))
         .collect())
 }
+
+/// Implements a broker binding's batch publish, as an inherent
+/// `publish_batch` (with the doc comment given first) and as its
+/// [`Publisher`](super::Publisher), over the binding's own writes:
+///
+/// - `check`: the queue-name check, a `Fn(&Self, &str) -> Result<(), TransportError>`;
+/// - `one`: the method that publishes one body with its headers;
+/// - `send`: the method that publishes the messages whose names passed
+///   `check` in one round trip, answering for each in order
+///   ([`publish_checked`]'s `send`).
+///
+/// Doc comments before `check` and `one` document the trait's
+/// `check_queue` and `publish_body`; any further tokens are more items of
+/// the [`Publisher`](super::Publisher) impl.
+#[cfg(any(feature = "amqp-transport", feature = "kafka-transport"))]
+macro_rules! batch_publisher {
+    (
+        $(#[$doc:meta])*
+        $binding:ident {
+            $(#[$check_doc:meta])*
+            check: $check:expr,
+            $(#[$one_doc:meta])*
+            one: $one:ident,
+            send: $send:ident,
+        }
+        $($more:tt)*
+    ) => {
+        impl $binding {
+            $(#[$doc])*
+            pub async fn publish_batch(
+                &self,
+                messages: &[$crate::broker::Outgoing<'_>],
+            ) -> Result<$crate::broker::BatchOutcome, $crate::broker::TransportError> {
+                let check = |queue: &str| $check(self, queue);
+                $crate::broker::outgoing::publish_checked(messages, check, |sendable| {
+                    self.$send(sendable)
+                })
+                .await
+            }
+        }
+
+        impl $crate::broker::Publisher for $binding {
+            $(#[$check_doc])*
+            fn check_queue(&self, queue: &str) -> Result<(), $crate::broker::TransportError> {
+                $check(self, queue)
+            }
+
+            $(#[$one_doc])*
+            fn publish_body<'a>(
+                &'a self,
+                queue: &'a str,
+                body: &'a [u8],
+                headers: &'a [(String, String)],
+            ) -> $crate::broker::TransportFuture<'a, ()> {
+                Box::pin(self.$one(queue, body, headers))
+            }
+
+            fn publish_batch<'a>(
+                &'a self,
+                messages: &'a [$crate::broker::Outgoing<'a>],
+            ) -> $crate::broker::TransportFuture<'a, $crate::broker::BatchOutcome> {
+                Box::pin($binding::publish_batch(self, messages))
+            }
+
+            $($more)*
+        }
+    };
+}
+#[cfg(any(feature = "amqp-transport", feature = "kafka-transport"))]
+pub(crate) use batch_publisher;

@@ -18,9 +18,10 @@ use crate::guard::context::{self, DeliveryContext, HandlerSlot, StoreBatches};
 use crate::guard::inflight::{InFlight, Running};
 use crate::router::{Delivery, Disposition, ReleaseReason, Router};
 
+use super::Counters;
 use super::handoff::Slot;
 use super::outage::{Failure, Outage};
-use super::settle::{self, Counters, Outcome};
+use super::settle::{self, Outcome};
 use super::{Consumer, ConsumerReport, MAX_BATCH, replay};
 
 /// The first and the longest pause after a broker error.

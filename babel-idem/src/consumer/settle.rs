@@ -1,8 +1,8 @@
 //! From a [`Disposition`] to the [`Settlement`] a transport carries out, and
 //! the counters that say what happened.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::PoisonError;
+use std::sync::atomic::Ordering;
 
 use crate::broker::Settlement;
 use crate::broker::TransportError;
@@ -11,7 +11,7 @@ use crate::envelope::DeadLetterReason;
 use crate::router::DispatchError;
 use crate::router::Disposition;
 
-use super::outage::Outage;
+use super::Counters;
 use super::poison::poison_record;
 
 /// The settlement for `disposition`; `body` is the delivery's body, `queue`
@@ -105,35 +105,6 @@ pub(super) enum Outcome {
     Retried,
     Released,
     DeadLettered,
-}
-
-/// Running totals, shared by the consumer loop and its [`Progress`](super::Progress) handles.
-#[derive(Debug, Default)]
-pub(super) struct Counters {
-    pub(super) delivered: AtomicU64,
-    pub(super) reserve_calls: AtomicU64,
-    pub(super) in_flight: AtomicU64,
-    pub(super) acked: AtomicU64,
-    pub(super) deleted: AtomicU64,
-    pub(super) retried: AtomicU64,
-    pub(super) released: AtomicU64,
-    pub(super) dead_lettered: AtomicU64,
-    pub(super) lapsed: AtomicU64,
-    pub(super) unfinished: AtomicU64,
-    pub(super) broker_errors: AtomicU64,
-    pub(super) timed_out: AtomicU64,
-    pub(super) store_unavailable: AtomicU64,
-    pub(super) store_outages: AtomicU64,
-    pub(super) waited_for_id: AtomicU64,
-    pub(super) id_busy: AtomicU64,
-    /// Reservations that succeeded with nothing to hand out.
-    pub(super) empty_reserves: AtomicU64,
-    /// Whether the last reservation failed.
-    pub(super) reserve_failing: AtomicBool,
-    /// The last reservation error, while reservations fail.
-    pub(super) reserve_error: Mutex<Option<String>>,
-    /// Whether the store is down, and the pause it imposes.
-    pub(super) outage: Outage,
 }
 
 impl Counters {

@@ -4,7 +4,8 @@ use serde_json::{Map, Value};
 
 use super::members::{Members, MetaBlock, MetaMembers};
 use super::{
-    DeadLetter, DeadLetterReason, Envelope, EnvelopeError, Meta, SCHEMA_VERSION, integer, raw,
+    DeadLetter, DeadLetterReason, Envelope, EnvelopeError, Meta, SCHEMA_VERSION, Source, integer,
+    raw,
 };
 
 /// Decodes JSON `text`: an object is read member by member (see
@@ -100,7 +101,7 @@ fn from_members(members: Members, source: Option<&str>) -> Result<Envelope, Enve
         attempts,
         dead_letter,
         extra,
-        source: None,
+        source: Source::default(),
     })
 }
 

@@ -9,7 +9,8 @@
 
 use std::collections::HashSet;
 
-use serde::Serialize;
+use serde::ser::SerializeMap;
+use serde::{Serialize, Serializer};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
@@ -19,8 +20,9 @@ use super::{DeadLetter, Envelope, Meta, decode};
 pub(super) fn envelope(envelope: &Envelope) -> Vec<u8> {
     envelope
         .source
-        .as_ref()
-        .and_then(|source| faithful(envelope, &source.0))
+        .0
+        .as_deref()
+        .and_then(|source| faithful(envelope, source))
         .unwrap_or_else(|| canonical(envelope))
 }
 
@@ -172,74 +174,99 @@ fn nested<B: Block + Serialize>(now: &B, was: &B, raw: Option<&RawValue>) -> Wri
     }
 }
 
-impl Block for Envelope {
-    const KNOWN: &'static [&'static str] =
-        &["job", "trace_id", "data", "meta", "attempts", "dead_letter"];
-
-    fn extra(&self) -> &Map<String, Value> {
-        &self.extra
-    }
-
-    fn known(&self, was: &Self, key: &str, raw: Option<&RawValue>) -> Write {
-        match key {
-            "job" => scalar(&self.job, &was.job),
-            "trace_id" => scalar(&self.trace_id, &was.trace_id),
-            "data" => scalar(&self.data, &was.data),
-            "meta" => nested(&self.meta, &was.meta, raw),
-            "attempts" => scalar(&self.attempts, &was.attempts),
-            "dead_letter" => match (&self.dead_letter, &was.dead_letter) {
-                (Some(now), Some(was)) => nested(now, was, raw),
-                (now, was) => omitted_when_none(now, was),
-            },
-            _ => Write::Keep,
+/// Writes a block of the envelope from its known members, listed once in
+/// the canonical layout's order: its `Serialize` (the canonical encoding:
+/// the known members, then every member of its `extra`) and its [`Block`]
+/// (the faithful one). A member is `always` written (`null` included),
+/// `optional` (left out when `None`), `text` (written as its `as_str()`),
+/// `nested` (a block of its own), or `optional_nested` (a block of its own,
+/// left out when `None`).
+macro_rules! block {
+    ($block:ty { $($kind:ident $member:ident),+ $(,)? }) => {
+        impl Serialize for $block {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                let mut map = serializer.serialize_map(None)?;
+                $(block!(@serialize $kind map, self, $member);)+
+                for (key, value) in &self.extra {
+                    map.serialize_entry(key, value)?;
+                }
+                map.end()
+            }
         }
-    }
+
+        impl Block for $block {
+            const KNOWN: &'static [&'static str] = &[$(stringify!($member)),+];
+
+            fn extra(&self) -> &Map<String, Value> {
+                &self.extra
+            }
+
+            #[allow(unused_variables, reason = "only a nested member reads `raw`")]
+            fn known(&self, was: &Self, key: &str, raw: Option<&RawValue>) -> Write {
+                match key {
+                    $(stringify!($member) => block!(@$kind self, was, raw, $member),)+
+                    _ => Write::Keep,
+                }
+            }
+        }
+    };
+    (@serialize text $map:ident, $block:ident, $member:ident) => {
+        $map.serialize_entry(stringify!($member), $block.$member.as_str())?
+    };
+    (@serialize optional $map:ident, $block:ident, $member:ident) => {
+        if let Some(value) = &$block.$member {
+            $map.serialize_entry(stringify!($member), value)?;
+        }
+    };
+    (@serialize optional_nested $map:ident, $block:ident, $member:ident) => {
+        block!(@serialize optional $map, $block, $member)
+    };
+    (@serialize $kind:ident $map:ident, $block:ident, $member:ident) => {
+        $map.serialize_entry(stringify!($member), &$block.$member)?
+    };
+    (@always $now:ident, $was:ident, $raw:ident, $member:ident) => {
+        scalar(&$now.$member, &$was.$member)
+    };
+    (@optional $now:ident, $was:ident, $raw:ident, $member:ident) => {
+        omitted_when_none(&$now.$member, &$was.$member)
+    };
+    (@text $now:ident, $was:ident, $raw:ident, $member:ident) => {
+        scalar($now.$member.as_str(), $was.$member.as_str())
+    };
+    (@nested $now:ident, $was:ident, $raw:ident, $member:ident) => {
+        nested(&$now.$member, &$was.$member, $raw)
+    };
+    (@optional_nested $now:ident, $was:ident, $raw:ident, $member:ident) => {
+        match (&$now.$member, &$was.$member) {
+            (Some(now), Some(was)) => nested(now, was, $raw),
+            (now, was) => omitted_when_none(now, was),
+        }
+    };
 }
 
-impl Block for Meta {
-    const KNOWN: &'static [&'static str] = &["id", "queue", "lang", "schema_version", "created_at"];
+block!(Envelope {
+    always job,
+    always trace_id,
+    always data,
+    nested meta,
+    always attempts,
+    optional_nested dead_letter,
+});
 
-    fn extra(&self) -> &Map<String, Value> {
-        &self.extra
-    }
+block!(Meta {
+    optional id,
+    always queue,
+    always lang,
+    always schema_version,
+    always created_at,
+});
 
-    fn known(&self, was: &Self, key: &str, _raw: Option<&RawValue>) -> Write {
-        match key {
-            "id" => omitted_when_none(&self.id, &was.id),
-            "queue" => scalar(&self.queue, &was.queue),
-            "lang" => scalar(&self.lang, &was.lang),
-            "schema_version" => scalar(&self.schema_version, &was.schema_version),
-            "created_at" => scalar(&self.created_at, &was.created_at),
-            _ => Write::Keep,
-        }
-    }
-}
-
-impl Block for DeadLetter {
-    const KNOWN: &'static [&'static str] = &[
-        "reason",
-        "error",
-        "exception",
-        "failed_at",
-        "original_queue",
-        "attempts",
-        "lang",
-    ];
-
-    fn extra(&self) -> &Map<String, Value> {
-        &self.extra
-    }
-
-    fn known(&self, was: &Self, key: &str, _raw: Option<&RawValue>) -> Write {
-        match key {
-            "reason" => scalar(self.reason.as_str(), was.reason.as_str()),
-            "error" => scalar(&self.error, &was.error),
-            "exception" => scalar(&self.exception, &was.exception),
-            "failed_at" => scalar(&self.failed_at, &was.failed_at),
-            "original_queue" => scalar(&self.original_queue, &was.original_queue),
-            "attempts" => scalar(&self.attempts, &was.attempts),
-            "lang" => omitted_when_none(&self.lang, &was.lang),
-            _ => Write::Keep,
-        }
-    }
-}
+block!(DeadLetter {
+    text reason,
+    always error,
+    always exception,
+    always failed_at,
+    always original_queue,
+    always attempts,
+    optional lang,
+});

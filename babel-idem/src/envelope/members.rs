@@ -12,30 +12,49 @@ use std::fmt;
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
-/// The envelope's top-level members.
-#[derive(Default)]
-pub(super) struct Members {
-    pub(super) job: Option<Value>,
-    pub(super) urn: Option<Value>,
-    pub(super) trace_id: Option<Value>,
-    pub(super) data: Option<Value>,
-    pub(super) meta: Option<MetaBlock>,
-    pub(super) attempts: Option<Value>,
-    pub(super) dead_letter: Option<Value>,
-    /// Every other member.
-    pub(super) extra: Map<String, Value>,
+/// Declares a struct of [`Slots`]: a field of `Option<Value>` for each
+/// known member, named as the member, any other fields given after the
+/// braces, and `extra` for every other member.
+macro_rules! slots {
+    (
+        $(#[$doc:meta])*
+        $name:ident { $($slot:ident),+ }
+        $($(#[$field_doc:meta])* $field:ident: $ty:ty,)*
+    ) => {
+        $(#[$doc])*
+        #[derive(Default)]
+        pub(super) struct $name {
+            $(pub(super) $slot: Option<Value>,)+
+            $($(#[$field_doc])* pub(super) $field: $ty,)*
+            /// Every other member.
+            pub(super) extra: Map<String, Value>,
+        }
+
+        impl Slots for $name {
+            fn slot(&mut self, name: &str) -> Option<&mut Option<Value>> {
+                Some(match name {
+                    $(stringify!($slot) => &mut self.$slot,)+
+                    _ => return None,
+                })
+            }
+
+            fn extra(&mut self) -> &mut Map<String, Value> {
+                &mut self.extra
+            }
+        }
+    };
 }
 
-/// The members of `meta`.
-#[derive(Default)]
-pub(super) struct MetaMembers {
-    pub(super) id: Option<Value>,
-    pub(super) queue: Option<Value>,
-    pub(super) lang: Option<Value>,
-    pub(super) schema_version: Option<Value>,
-    pub(super) created_at: Option<Value>,
-    /// Every other member.
-    pub(super) extra: Map<String, Value>,
+slots! {
+    /// The envelope's top-level members.
+    Members { job, urn, trace_id, data, attempts, dead_letter }
+    /// `meta`, moved in on its own.
+    meta: Option<MetaBlock>,
+}
+
+slots! {
+    /// The members of `meta`.
+    MetaMembers { id, queue, lang, schema_version, created_at }
 }
 
 /// `meta`, which must be an object: its members, or the value found instead
@@ -68,41 +87,6 @@ trait Slots: Default {
             slots.put(Cow::Owned(name), value);
         }
         slots
-    }
-}
-
-impl Slots for Members {
-    fn slot(&mut self, name: &str) -> Option<&mut Option<Value>> {
-        Some(match name {
-            "job" => &mut self.job,
-            "urn" => &mut self.urn,
-            "trace_id" => &mut self.trace_id,
-            "data" => &mut self.data,
-            "attempts" => &mut self.attempts,
-            "dead_letter" => &mut self.dead_letter,
-            _ => return None,
-        })
-    }
-
-    fn extra(&mut self) -> &mut Map<String, Value> {
-        &mut self.extra
-    }
-}
-
-impl Slots for MetaMembers {
-    fn slot(&mut self, name: &str) -> Option<&mut Option<Value>> {
-        Some(match name {
-            "id" => &mut self.id,
-            "queue" => &mut self.queue,
-            "lang" => &mut self.lang,
-            "schema_version" => &mut self.schema_version,
-            "created_at" => &mut self.created_at,
-            _ => return None,
-        })
-    }
-
-    fn extra(&mut self) -> &mut Map<String, Value> {
-        &mut self.extra
     }
 }
 

@@ -1,5 +1,7 @@
 //! [`Delivery`]: what the transport knows about one delivery, beside the body.
 
+use crate::builders::setters;
+
 /// The facts a broker loop knows about one delivery: the queue it came from,
 /// the attempts made before it and the transport headers. A handler of the
 /// shape `async fn(Envelope, Delivery)` receives it.
@@ -30,22 +32,18 @@ impl Delivery {
         Delivery::default()
     }
 
-    /// The queue the message was consumed from. Dispatch writes it as the
-    /// dead-letter block's `original_queue` when the envelope's `meta.queue`
-    /// is empty, and for bytes that are not an envelope at all.
-    pub fn with_queue(mut self, queue: impl Into<String>) -> Self {
-        self.queue = Some(queue.into());
-        self
-    }
+    setters! {
+        /// The queue the message was consumed from. Dispatch writes it as the
+        /// dead-letter block's `original_queue` when the envelope's `meta.queue`
+        /// is empty, and for bytes that are not an envelope at all.
+        pub fn with_queue(queue: impl Into<String>) => self.queue = Some(queue.into());
 
-    /// The attempts made before this delivery (0 on a first delivery), as the
-    /// transport binding reconciles them: for example `max(body attempts,
-    /// ApproximateReceiveCount - 1)` on SQS, the `bq-attempts` header on
-    /// Kafka. Without it dispatch uses the envelope's `attempts` field, which
-    /// is what the Redis binding carries.
-    pub fn with_attempts(mut self, attempts: u64) -> Self {
-        self.attempts = Some(attempts);
-        self
+        /// The attempts made before this delivery (0 on a first delivery), as the
+        /// transport binding reconciles them: for example `max(body attempts,
+        /// ApproximateReceiveCount - 1)` on SQS, the `bq-attempts` header on
+        /// Kafka. Without it dispatch uses the envelope's `attempts` field, which
+        /// is what the Redis binding carries.
+        pub fn with_attempts(attempts: u64) => self.attempts = Some(attempts);
     }
 
     /// Adds one transport header (a W3C `traceparent`, a broker's native

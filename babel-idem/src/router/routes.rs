@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::handler::{Handler, HandlerFuture};
 use super::{Backoff, Delivery, UnknownUrnStrategy, Urn};
+use crate::builders::setters;
 use crate::envelope::Envelope;
 
 /// The default number of attempts a message gets before it is dead-lettered,
@@ -197,49 +198,39 @@ impl RouterBuilder {
         self
     }
 
-    /// How many attempts a message gets: after the `max_attempts`-th failed
-    /// delivery it is dead-lettered with reason `failed`. Default 3; 0 makes
-    /// [`build`](Self::build) fail with [`RouterError::ZeroMaxAttempts`].
-    pub fn max_attempts(mut self, max_attempts: u64) -> Self {
-        self.max_attempts = max_attempts;
-        self
-    }
+    setters! {
+        /// How many attempts a message gets: after the `max_attempts`-th failed
+        /// delivery it is dead-lettered with reason `failed`. Default 3; 0 makes
+        /// [`build`](Self::build) fail with [`RouterError::ZeroMaxAttempts`].
+        pub fn max_attempts(max_attempts: u64) => self.max_attempts;
 
-    /// What happens to a message whose URN has no handler. Default
-    /// [`UnknownUrnStrategy::Fail`].
-    pub fn on_unknown_urn(mut self, strategy: UnknownUrnStrategy) -> Self {
-        self.unknown_urn = strategy;
-        self
-    }
+        /// What happens to a message whose URN has no handler. Default
+        /// [`UnknownUrnStrategy::Fail`].
+        pub fn on_unknown_urn(strategy: UnknownUrnStrategy) => self.unknown_urn;
 
-    /// The delay a [`Retry`](crate::router::Retry) asks for. Default none.
-    pub fn backoff(mut self, backoff: Backoff) -> Self {
-        self.backoff = backoff;
-        self
-    }
+        /// The delay a [`Retry`](crate::router::Retry) asks for. Default none.
+        pub fn backoff(backoff: Backoff) => self.backoff;
 
-    /// The longest a delivery parked behind another owner's claim waits
-    /// before it is tried again. Default [`DEFAULT_MAX_PARK_DELAY`] (5 s).
-    ///
-    /// A parked delivery is released with the other owner's lease time left
-    /// as its delay, but never longer than this: a foreign claim (the PHP
-    /// SDK's layout, `RedisStoreBuilder::php_claims` with the feature `redis`,
-    /// writes its claim with a TTL that may be an hour) can turn done long
-    /// before it expires, and the delivery then comes back within this
-    /// bound to find it done. `Duration::ZERO` releases a parked delivery
-    /// with no delay at all.
-    ///
-    /// ```
-    /// use babel_idem::Router;
-    /// use std::time::Duration;
-    ///
-    /// let router = Router::builder().max_park_delay(Duration::from_secs(2)).build()?;
-    /// assert_eq!(router.max_park_delay(), Duration::from_secs(2));
-    /// # Ok::<(), babel_idem::router::RouterError>(())
-    /// ```
-    pub fn max_park_delay(mut self, max: Duration) -> Self {
-        self.max_park_delay = max;
-        self
+        /// The longest a delivery parked behind another owner's claim waits
+        /// before it is tried again. Default [`DEFAULT_MAX_PARK_DELAY`] (5 s).
+        ///
+        /// A parked delivery is released with the other owner's lease time left
+        /// as its delay, but never longer than this: a foreign claim (the PHP
+        /// SDK's layout, `RedisStoreBuilder::php_claims` with the feature `redis`,
+        /// writes its claim with a TTL that may be an hour) can turn done long
+        /// before it expires, and the delivery then comes back within this
+        /// bound to find it done. `Duration::ZERO` releases a parked delivery
+        /// with no delay at all.
+        ///
+        /// ```
+        /// use babel_idem::Router;
+        /// use std::time::Duration;
+        ///
+        /// let router = Router::builder().max_park_delay(Duration::from_secs(2)).build()?;
+        /// assert_eq!(router.max_park_delay(), Duration::from_secs(2));
+        /// # Ok::<(), babel_idem::router::RouterError>(())
+        /// ```
+        pub fn max_park_delay(max: Duration) => self.max_park_delay;
     }
 
     /// Checks the routes and policies and returns the router.

@@ -32,6 +32,7 @@ mod loom;
 mod sync;
 mod uuid_table;
 
+use crate::builders::setters;
 use canonical_uuid::Uuid;
 use sync::{IdHasher, Mutex, MutexGuard};
 use uuid_table::{Probe, UuidTable};
@@ -124,68 +125,61 @@ const EXACT_EVICTION_UP_TO: usize = 4096;
 const BACKEND: &str = "memory";
 
 impl InMemoryStoreBuilder {
-    /// Forget each id this long after it was remembered, counted in whole
-    /// milliseconds (a fraction of a millisecond is dropped).
-    ///
-    /// The rule is every store's: at least 1 ms and at most
-    /// [`MAX_TTL`](crate::store::MAX_TTL) (36,500 days). A TTL outside it is
-    /// refused by [`build`](Self::build), with an error that states the
-    /// range. For ids that never expire, set no TTL.
-    ///
-    /// ```
-    /// use babel_idem::InMemoryStore;
-    /// use std::time::Duration;
-    ///
-    /// assert!(InMemoryStore::builder().ttl(Duration::from_secs(3600)).build().is_ok());
-    /// let error = InMemoryStore::builder().ttl(Duration::ZERO).build().unwrap_err();
-    /// assert!(error.to_string().contains("at least 1 ms"));
-    /// ```
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = Some(ttl);
-        self
-    }
+    setters! {
+        /// Forget each id this long after it was remembered, counted in whole
+        /// milliseconds (a fraction of a millisecond is dropped).
+        ///
+        /// The rule is every store's: at least 1 ms and at most
+        /// [`MAX_TTL`](crate::store::MAX_TTL) (36,500 days). A TTL outside it is
+        /// refused by [`build`](Self::build), with an error that states the
+        /// range. For ids that never expire, set no TTL.
+        ///
+        /// ```
+        /// use babel_idem::InMemoryStore;
+        /// use std::time::Duration;
+        ///
+        /// assert!(InMemoryStore::builder().ttl(Duration::from_secs(3600)).build().is_ok());
+        /// let error = InMemoryStore::builder().ttl(Duration::ZERO).build().unwrap_err();
+        /// assert!(error.to_string().contains("at least 1 ms"));
+        /// ```
+        pub fn ttl(ttl: Duration) => self.ttl = Some(ttl);
 
-    /// Keep at most this many ids in the whole store, evicting the oldest
-    /// first. A capacity of 0 is taken as 1.
-    ///
-    /// ```
-    /// use babel_idem::{InMemoryStore, Store};
-    ///
-    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
-    /// let store = InMemoryStore::builder().capacity(2).build()?;
-    /// for id in ["a", "b", "c"] {
-    ///     store.remember(id).await?;
-    /// }
-    /// assert_eq!(store.len(), 2);
-    /// assert!(!store.seen("a").await?, "the oldest id was evicted");
-    /// # Ok::<(), babel_idem::StoreError>(())
-    /// # }).unwrap();
-    /// ```
-    pub fn capacity(mut self, capacity: usize) -> Self {
-        self.capacity = Some(capacity.max(1));
-        self
-    }
+        /// Keep at most this many ids in the whole store, evicting the oldest
+        /// first. A capacity of 0 is taken as 1.
+        ///
+        /// ```
+        /// use babel_idem::{InMemoryStore, Store};
+        ///
+        /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+        /// let store = InMemoryStore::builder().capacity(2).build()?;
+        /// for id in ["a", "b", "c"] {
+        ///     store.remember(id).await?;
+        /// }
+        /// assert_eq!(store.len(), 2);
+        /// assert!(!store.seen("a").await?, "the oldest id was evicted");
+        /// # Ok::<(), babel_idem::StoreError>(())
+        /// # }).unwrap();
+        /// ```
+        pub fn capacity(capacity: usize) => self.capacity = Some(capacity.max(1));
 
-    /// The number of shards, rounded up to a power of two and at most 1,024
-    /// (default 16, fewer for small capacities so eviction stays exact).
-    /// With a capacity, the count is also at most the capacity: each shard
-    /// holds a share of it, never a copy.
-    ///
-    /// ```
-    /// use babel_idem::{InMemoryStore, Store};
-    ///
-    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
-    /// let store = InMemoryStore::builder().capacity(10).shards(64).build()?;
-    /// for n in 0..1_000 {
-    ///     store.remember(&format!("order-{n}")).await?;
-    /// }
-    /// assert!(store.len() <= 10);
-    /// # Ok::<(), babel_idem::StoreError>(())
-    /// # }).unwrap();
-    /// ```
-    pub fn shards(mut self, shards: usize) -> Self {
-        self.shards = Some(shards.clamp(1, 1024).next_power_of_two());
-        self
+        /// The number of shards, rounded up to a power of two and at most 1,024
+        /// (default 16, fewer for small capacities so eviction stays exact).
+        /// With a capacity, the count is also at most the capacity: each shard
+        /// holds a share of it, never a copy.
+        ///
+        /// ```
+        /// use babel_idem::{InMemoryStore, Store};
+        ///
+        /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+        /// let store = InMemoryStore::builder().capacity(10).shards(64).build()?;
+        /// for n in 0..1_000 {
+        ///     store.remember(&format!("order-{n}")).await?;
+        /// }
+        /// assert!(store.len() <= 10);
+        /// # Ok::<(), babel_idem::StoreError>(())
+        /// # }).unwrap();
+        /// ```
+        pub fn shards(shards: usize) => self.shards = Some(shards.clamp(1, 1024).next_power_of_two());
     }
 
     /// Builds the store, after checking its TTL.

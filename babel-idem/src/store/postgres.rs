@@ -11,6 +11,7 @@ use super::settings::{
     Drivers, InvalidUrl, SqlBuilder, SqlSettings, Statements, sql_builder_setters,
 };
 use super::{Store, StoreError, StoreFuture, StoreOperation, failed};
+use crate::builders::setters;
 
 mod admin;
 mod claim;
@@ -118,36 +119,32 @@ impl Default for PostgresStoreBuilder {
 impl PostgresStoreBuilder {
     sql_builder_setters!(10);
 
-    /// How long an operation waits for a connection, including connecting,
-    /// before it fails (default 5 s). While the server is down every
-    /// operation takes this long to fail.
-    pub fn acquire_timeout(mut self, timeout: Duration) -> Self {
-        self.acquire_timeout = timeout;
-        self
-    }
+    setters! {
+        /// How long an operation waits for a connection, including connecting,
+        /// before it fails (default 5 s). While the server is down every
+        /// operation takes this long to fail.
+        pub fn acquire_timeout(timeout: Duration) => self.acquire_timeout;
 
-    /// How often claim mode deletes its finished claim rows on its own
-    /// (default every minute; `None`: never, leave it to
-    /// [`Admin::purge_finished_claims`](crate::store::Admin::purge_finished_claims)
-    /// or `babel-idem purge-expired --claims`). A commit that finds the last
-    /// purge this long ago starts the next one beside it; each deletes the
-    /// tombstones and lapsed claims older than a minute. Seen-set mode has
-    /// no claim rows and never purges.
-    ///
-    /// ```no_run
-    /// use std::time::Duration;
-    /// use babel_idem::store::PostgresStore;
-    ///
-    /// # fn run() -> Result<(), babel_idem::StoreError> {
-    /// let store = PostgresStore::builder()
-    ///     .purge_finished_claims_every(Some(Duration::from_secs(300)))
-    ///     .connect_lazy("postgres://app@db.internal/app")?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn purge_finished_claims_every(mut self, every: Option<Duration>) -> Self {
-        self.purge_claims_every = every;
-        self
+        /// How often claim mode deletes its finished claim rows on its own
+        /// (default every minute; `None`: never, leave it to
+        /// [`Admin::purge_finished_claims`](crate::store::Admin::purge_finished_claims)
+        /// or `babel-idem purge-expired --claims`). A commit that finds the last
+        /// purge this long ago starts the next one beside it; each deletes the
+        /// tombstones and lapsed claims older than a minute. Seen-set mode has
+        /// no claim rows and never purges.
+        ///
+        /// ```no_run
+        /// use std::time::Duration;
+        /// use babel_idem::store::PostgresStore;
+        ///
+        /// # fn run() -> Result<(), babel_idem::StoreError> {
+        /// let store = PostgresStore::builder()
+        ///     .purge_finished_claims_every(Some(Duration::from_secs(300)))
+        ///     .connect_lazy("postgres://app@db.internal/app")?;
+        /// # Ok(())
+        /// # }
+        /// ```
+        pub fn purge_finished_claims_every(every: Option<Duration>) => self.purge_claims_every;
     }
 
     /// A store with its own pool for `url` (`postgres://user:password@host/db`).

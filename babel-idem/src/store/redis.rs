@@ -11,6 +11,7 @@ use ::redis::{Client, Cmd, FromRedisValue, Pipeline, RedisError, Script, Value};
 
 use super::settings::{Drivers, InvalidUrl, optional_ttl_millis, require_tokio};
 use super::{Store, StoreError, StoreFuture, StoreOperation, failed};
+use crate::builders::setters;
 use crate::redis_client::Connection;
 
 mod admin;
@@ -152,34 +153,24 @@ impl Default for RedisStoreBuilder {
 }
 
 impl RedisStoreBuilder {
-    /// The key prefix (default `bq:idemp:`, the Go SDK's). Two sibling
-    /// prefixes are two separate seen-sets on one server; see
-    /// [the rules](RedisStore#prefixes), checked when the store is built.
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
-    }
+    setters! {
+        /// The key prefix (default `bq:idemp:`, the Go SDK's). Two sibling
+        /// prefixes are two separate seen-sets on one server; see
+        /// [the rules](RedisStore#prefixes), checked when the store is built.
+        pub fn prefix(prefix: impl Into<String>) => self.prefix = prefix.into();
 
-    /// Forget each id this long after it was first remembered: at least
-    /// 1 ms and at most [`MAX_TTL`](crate::store::MAX_TTL) (about 100 years),
-    /// counted in whole milliseconds; checked when the store is built.
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = Some(ttl);
-        self
-    }
+        /// Forget each id this long after it was first remembered: at least
+        /// 1 ms and at most [`MAX_TTL`](crate::store::MAX_TTL) (about 100 years),
+        /// counted in whole milliseconds; checked when the store is built.
+        pub fn ttl(ttl: Duration) => self.ttl = Some(ttl);
 
-    /// How long connecting, and then each command, may take before the
-    /// operation fails (default 2 s).
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
+        /// How long connecting, and then each command, may take before the
+        /// operation fails (default 2 s).
+        pub fn timeout(timeout: Duration) => self.timeout;
 
-    /// How many times a lost connection is retried, with backoff, before an
-    /// operation gives up (default 2). The next operation tries again.
-    pub fn reconnect_attempts(mut self, attempts: usize) -> Self {
-        self.reconnect_attempts = attempts;
-        self
+        /// How many times a lost connection is retried, with backoff, before an
+        /// operation gives up (default 2). The next operation tries again.
+        pub fn reconnect_attempts(attempts: usize) => self.reconnect_attempts;
     }
 
     /// A store for `url` (`redis://[user:password@]host:port/db`, `rediss://`

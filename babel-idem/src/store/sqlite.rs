@@ -12,6 +12,7 @@ use sqlx::sqlite::{
 
 use super::settings::{Drivers, SqlBuilder, SqlSettings, Statements, sql_builder_setters};
 use super::{Store, StoreError, StoreFuture, StoreOperation, failed};
+use crate::builders::setters;
 
 mod admin;
 mod claim;
@@ -97,10 +98,9 @@ impl Default for SqliteStoreBuilder {
 impl SqliteStoreBuilder {
     sql_builder_setters!(4);
 
-    /// How long a write waits for another connection's lock (default 5 s).
-    pub fn busy_timeout(mut self, timeout: Duration) -> Self {
-        self.busy_timeout = timeout;
-        self
+    setters! {
+        /// How long a write waits for another connection's lock (default 5 s).
+        pub fn busy_timeout(timeout: Duration) => self.busy_timeout;
     }
 
     /// Opens (creating if missing) the database file at `path`, in WAL mode,

@@ -11,6 +11,7 @@ use arrayvec::ArrayString;
 use foldhash::fast::RandomState;
 use hashbrown::HashTable;
 
+use crate::builders::setters;
 use crate::store::claim::{Claim, ClaimFuture, ClaimStore, ClaimToken};
 use crate::store::{BatchTarget, Store, StoreError, StoreFuture};
 
@@ -222,60 +223,53 @@ impl<S: Store> Cached<S> {
 }
 
 impl<S: Store> CachedBuilder<S> {
-    /// How long a positive answer is kept at most (default
-    /// [`DEFAULT_WINDOW`]): the longest a `forget` made by another process
-    /// goes unseen here. Zero keeps nothing.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use babel_idem::store::Cached;
-    /// use babel_idem::{InMemoryStore, Store};
-    ///
-    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
-    /// let store = Cached::builder(InMemoryStore::new()).window(Duration::ZERO).build();
-    /// store.remember("id-A").await?;
-    /// assert!(!store.is_kept("id-A"));
-    /// # Ok::<(), babel_idem::StoreError>(())
-    /// # }).unwrap();
-    /// ```
-    pub fn window(mut self, window: Duration) -> Self {
-        self.window = window;
-        self
-    }
+    setters! {
+        /// How long a positive answer is kept at most (default
+        /// [`DEFAULT_WINDOW`]): the longest a `forget` made by another process
+        /// goes unseen here. Zero keeps nothing.
+        ///
+        /// ```
+        /// use std::time::Duration;
+        /// use babel_idem::store::Cached;
+        /// use babel_idem::{InMemoryStore, Store};
+        ///
+        /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+        /// let store = Cached::builder(InMemoryStore::new()).window(Duration::ZERO).build();
+        /// store.remember("id-A").await?;
+        /// assert!(!store.is_kept("id-A"));
+        /// # Ok::<(), babel_idem::StoreError>(())
+        /// # }).unwrap();
+        /// ```
+        pub fn window(window: Duration) => self.window;
 
-    /// The store's TTL: no answer is kept longer (default: no limit but the
-    /// window).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use babel_idem::store::Cached;
-    /// use babel_idem::InMemoryStore;
-    ///
-    /// let store = Cached::builder(InMemoryStore::new()).ttl(Duration::from_secs(1)).build();
-    /// assert_eq!(store.lifetime(), Duration::from_secs(1));
-    /// ```
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = Some(ttl);
-        self
-    }
+        /// The store's TTL: no answer is kept longer (default: no limit but the
+        /// window).
+        ///
+        /// ```
+        /// use std::time::Duration;
+        /// use babel_idem::store::Cached;
+        /// use babel_idem::InMemoryStore;
+        ///
+        /// let store = Cached::builder(InMemoryStore::new()).ttl(Duration::from_secs(1)).build();
+        /// assert_eq!(store.lifetime(), Duration::from_secs(1));
+        /// ```
+        pub fn ttl(ttl: Duration) => self.ttl = Some(ttl);
 
-    /// How many ids are kept at most (default [`DEFAULT_CAPACITY`]); the
-    /// oldest go first. Zero keeps nothing.
-    ///
-    /// ```
-    /// use babel_idem::store::Cached;
-    /// use babel_idem::{InMemoryStore, Store};
-    ///
-    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
-    /// let store = Cached::builder(InMemoryStore::new()).capacity(1).build();
-    /// store.remember_many(&["id-A", "id-B"]).await?;
-    /// assert!(!store.is_kept("id-A") && store.is_kept("id-B"));
-    /// # Ok::<(), babel_idem::StoreError>(())
-    /// # }).unwrap();
-    /// ```
-    pub fn capacity(mut self, capacity: usize) -> Self {
-        self.capacity = capacity;
-        self
+        /// How many ids are kept at most (default [`DEFAULT_CAPACITY`]); the
+        /// oldest go first. Zero keeps nothing.
+        ///
+        /// ```
+        /// use babel_idem::store::Cached;
+        /// use babel_idem::{InMemoryStore, Store};
+        ///
+        /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+        /// let store = Cached::builder(InMemoryStore::new()).capacity(1).build();
+        /// store.remember_many(&["id-A", "id-B"]).await?;
+        /// assert!(!store.is_kept("id-A") && store.is_kept("id-B"));
+        /// # Ok::<(), babel_idem::StoreError>(())
+        /// # }).unwrap();
+        /// ```
+        pub fn capacity(capacity: usize) => self.capacity;
     }
 
     /// The wrapper.

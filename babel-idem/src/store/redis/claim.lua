@@ -12,8 +12,4 @@ if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then
   -- The counter outlives every claim record, so fences never repeat for an id.
   return redis.call('INCR', KEYS[3])
 end
-local left = redis.call('PTTL', KEYS[2])
-if left < 0 then
-  return -2
-end
-return -3 - left
+return held(KEYS[2])

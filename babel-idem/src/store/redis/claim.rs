@@ -163,9 +163,8 @@ impl RedisStore {
     /// `remember` in the PHP layout: `'2'` over a claim or nothing.
     pub(super) fn php_remember<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
         StoreFuture::new(async move {
-            let script = &SCRIPTS.php_done;
-            let mut done = evalsha(script, 1, id);
-            done.arg(self.id_key(id)).arg(self.ttl_ms.unwrap_or(0));
+            let ttl_ms = self.ttl_ms.unwrap_or(0);
+            let (script, done) = self.php_call(&SCRIPTS.php_done, id, Some(ttl_ms));
             self.eval::<i64>(StoreOperation::Remember, script, &done)
                 .await?;
             Ok(())
@@ -175,6 +174,21 @@ impl RedisStore {
     /// The seen-set key of `id`, as a script argument.
     fn id_key<'a>(&'a self, id: &'a str) -> Joined<'a> {
         Joined(self.prefix.as_bytes(), id)
+    }
+
+    /// A PHP-layout script's call: `id`'s own key, then `arg` if there is one.
+    fn php_call(
+        &self,
+        script: &'static Script,
+        id: &str,
+        arg: Option<i64>,
+    ) -> (&'static Script, Cmd) {
+        let mut call = evalsha(script, 1, id);
+        call.arg(self.id_key(id));
+        if let Some(arg) = arg {
+            call.arg(arg);
+        }
+        (script, call)
     }
 
     /// Runs a script call made by [`evalsha`], loading the script into the
@@ -264,7 +278,8 @@ fn no_room(operation: StoreOperation) -> StoreError {
     )
 }
 
-/// The scripts, hashed once per process.
+/// The scripts, hashed once per process. The four claim scripts start with
+/// `held.lua`, the answer for a claim another owner holds.
 struct Scripts {
     claim: Script,
     claim_many: Script,
@@ -283,10 +298,19 @@ struct Scripts {
 }
 
 static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    claim: Script::new(include_str!("claim.lua")),
-    claim_many: Script::new(include_str!("claim_many.lua")),
-    claim_cluster: Script::new(include_str!("claim_cluster.lua")),
-    claim_many_cluster: Script::new(include_str!("claim_many_cluster.lua")),
+    claim: Script::new(concat!(include_str!("held.lua"), include_str!("claim.lua"))),
+    claim_many: Script::new(concat!(
+        include_str!("held.lua"),
+        include_str!("claim_many.lua")
+    )),
+    claim_cluster: Script::new(concat!(
+        include_str!("held.lua"),
+        include_str!("claim_cluster.lua")
+    )),
+    claim_many_cluster: Script::new(concat!(
+        include_str!("held.lua"),
+        include_str!("claim_many_cluster.lua")
+    )),
     commit: Script::new(include_str!("commit.lua")),
     commit_many: Script::new(include_str!("commit_many.lua")),
     release: Script::new(include_str!("release.lua")),
@@ -359,12 +383,7 @@ impl ClaimStore for RedisStore {
                         .arg(lease_ms);
                     (script, call)
                 }
-                ClaimKeys::Php => {
-                    let script = &SCRIPTS.php_claim;
-                    let mut call = evalsha(script, 1, id);
-                    call.arg(self.id_key(id)).arg(lease_ms);
-                    (script, call)
-                }
+                ClaimKeys::Php => self.php_call(&SCRIPTS.php_claim, id, Some(lease_ms)),
                 ClaimKeys::NoRoom => return Err(no_room(operation)),
             };
             let reply = self.eval(operation, script, &call).await?;
@@ -386,12 +405,7 @@ impl ClaimStore for RedisStore {
                         .arg(ttl_ms);
                     (script, call)
                 }
-                ClaimKeys::Php => {
-                    let script = &SCRIPTS.php_done;
-                    let mut call = evalsha(script, 1, id);
-                    call.arg(self.id_key(id)).arg(ttl_ms);
-                    (script, call)
-                }
+                ClaimKeys::Php => self.php_call(&SCRIPTS.php_done, id, Some(ttl_ms)),
                 ClaimKeys::NoRoom => return Err(no_room(operation)),
             };
             let reply = self.eval::<i64>(operation, script, &call).await?;
@@ -412,12 +426,7 @@ impl ClaimStore for RedisStore {
                     call.arg(self.claim_arg(claim_prefix, id)).arg(Owner(owner));
                     (script, call)
                 }
-                ClaimKeys::Php => {
-                    let script = &SCRIPTS.php_release;
-                    let mut call = evalsha(script, 1, id);
-                    call.arg(self.id_key(id));
-                    (script, call)
-                }
+                ClaimKeys::Php => self.php_call(&SCRIPTS.php_release, id, None),
                 ClaimKeys::NoRoom => return Err(no_room(operation)),
             };
             Ok(self.eval::<i64>(operation, script, &call).await? == 1)
@@ -437,12 +446,7 @@ impl ClaimStore for RedisStore {
                         .arg(lease_ms);
                     (script, call)
                 }
-                ClaimKeys::Php => {
-                    let script = &SCRIPTS.php_renew;
-                    let mut call = evalsha(script, 1, id);
-                    call.arg(self.id_key(id)).arg(lease_ms);
-                    (script, call)
-                }
+                ClaimKeys::Php => self.php_call(&SCRIPTS.php_renew, id, Some(lease_ms)),
                 ClaimKeys::NoRoom => return Err(no_room(operation)),
             };
             Ok(self.eval::<i64>(operation, script, &call).await? == 1)

@@ -22,8 +22,4 @@ if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then
   end
   return fence
 end
-local left = redis.call('PTTL', KEYS[2])
-if left < 0 then
-  return -2
-end
-return -3 - left
+return held(KEYS[2])

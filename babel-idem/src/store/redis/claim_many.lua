@@ -13,12 +13,7 @@ for i = 1, #ARGV - 1 do
   elseif redis.call('SET', claim, ARGV[i + 1], 'NX', 'PX', ARGV[1]) then
     replies[i] = redis.call('INCR', KEYS[1])
   else
-    local left = redis.call('PTTL', claim)
-    if left < 0 then
-      replies[i] = -2
-    else
-      replies[i] = -3 - left
-    end
+    replies[i] = held(claim)
   end
 end
 return replies

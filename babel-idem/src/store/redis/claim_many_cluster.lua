@@ -22,12 +22,7 @@ for i = 1, #ARGV - 1 do
     end
     replies[i] = fence
   else
-    local left = redis.call('PTTL', claim)
-    if left < 0 then
-      replies[i] = -2
-    else
-      replies[i] = -3 - left
-    end
+    replies[i] = held(claim)
   end
 end
 return replies

@@ -1,12 +1,13 @@
 //! Publishing on the RabbitMQ binding: its [`Publisher`] operations, a
 //! batch across queues with one confirm round.
+//!
+//! [`Publisher`]: crate::broker::Publisher
 
 use super::{AmqpTransport, properties};
-use crate::broker::Transport;
-use crate::broker::outgoing::publish_checked;
-use crate::broker::{BatchOutcome, Outgoing, Publisher, TransportError, TransportFuture};
+use crate::broker::outgoing::batch_publisher;
+use crate::broker::{BatchOutcome, Outgoing, Transport, TransportError};
 
-impl AmqpTransport {
+batch_publisher! {
     /// Publishes every message of `messages`, each to its own queue, on one
     /// confirm channel, then waits for all the confirms at once: one round
     /// trip for the batch. See [`BatchOutcome`] for what the answer says; a
@@ -30,22 +31,34 @@ impl AmqpTransport {
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn publish_batch(
+    AmqpTransport {
+        check: Transport::check_queue,
+        one: publish_with_headers,
+        send: publish_each,
+    }
+
+    fn refused_while_reachable(
         &self,
-        messages: &[Outgoing<'_>],
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + '_>> {
+        Box::pin(self.reachable())
+    }
+}
+
+impl AmqpTransport {
+    /// Publishes `sendable` on one confirm channel and waits for all the
+    /// confirms at once.
+    async fn publish_each(
+        &self,
+        sendable: Vec<&Outgoing<'_>>,
     ) -> Result<BatchOutcome, TransportError> {
-        let check = |queue: &str| Transport::check_queue(self, queue);
-        publish_checked(messages, check, |sendable| async move {
-            let sendable: Vec<_> = sendable
-                .iter()
-                .map(|message| {
-                    let table = properties::table(message.headers);
-                    (message.queue, message.body, table)
-                })
-                .collect();
-            self.sessions.publish_each(&sendable).await
-        })
-        .await
+        let sendable: Vec<_> = sendable
+            .iter()
+            .map(|message| {
+                let table = properties::table(message.headers);
+                (message.queue, message.body, table)
+            })
+            .collect();
+        self.sessions.publish_each(&sendable).await
     }
 
     /// Whether the broker answers, on a publishing channel that works: after
@@ -53,33 +66,5 @@ impl AmqpTransport {
     /// its messages from a broker that cannot be reached.
     pub(crate) async fn reachable(&self) -> bool {
         self.sessions.reachable().await
-    }
-}
-
-impl Publisher for AmqpTransport {
-    fn check_queue(&self, queue: &str) -> Result<(), TransportError> {
-        Transport::check_queue(self, queue)
-    }
-
-    fn publish_body<'a>(
-        &'a self,
-        queue: &'a str,
-        body: &'a [u8],
-        headers: &'a [(String, String)],
-    ) -> TransportFuture<'a, ()> {
-        Box::pin(self.publish_with_headers(queue, body, headers))
-    }
-
-    fn publish_batch<'a>(
-        &'a self,
-        messages: &'a [Outgoing<'a>],
-    ) -> TransportFuture<'a, BatchOutcome> {
-        Box::pin(AmqpTransport::publish_batch(self, messages))
-    }
-
-    fn refused_while_reachable(
-        &self,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + '_>> {
-        Box::pin(self.reachable())
     }
 }

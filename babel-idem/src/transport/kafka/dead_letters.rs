@@ -17,7 +17,6 @@ use super::KafkaTransport;
 use super::check_topic;
 use super::headers;
 use super::produce::{self, Record};
-use super::reinject::{self, Copy};
 use crate::broker::{
     BoxedRun, DeadLetterMessage, DeadLetterRun, DeadLetters, Outgoing, TransportError,
     TransportFuture,
@@ -295,17 +294,13 @@ impl KafkaDlq {
                     continue;
                 };
                 let handle = &kept.handle;
-                reinject::copy(
-                    &self.producer,
-                    &self.dlq,
-                    Copy {
-                        key: handle.key.as_deref(),
-                        value: kept.value.as_deref(),
-                        headers: handle.headers.clone(),
-                        timestamp: handle.timestamp,
-                    },
-                )
-                .await?;
+                let stored = produce::Stored {
+                    key: handle.key.as_deref(),
+                    value: kept.value.as_deref(),
+                    headers: produce::stored_headers(&handle.headers),
+                    timestamp: handle.timestamp,
+                };
+                produce::send(&self.producer, &self.dlq, stored).await?;
                 *fate = Fate::Appended;
             }
         }

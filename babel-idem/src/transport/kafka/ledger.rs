@@ -140,19 +140,14 @@ mod tests {
 
     #[test]
     fn nothing_is_committable_before_a_record_settles() {
-        let mut ledger = Ledger::default();
-        ledger.take(0, 10);
-        ledger.take(0, 11);
+        let ledger = taken(&[(0, 10), (0, 11)]);
         assert_eq!(ledger.position(0), None);
         assert_eq!(ledger.positions(), vec![]);
     }
 
     #[test]
     fn settling_in_order_moves_the_position_one_past_each_record() {
-        let mut ledger = Ledger::default();
-        for offset in 0..3 {
-            ledger.take(0, offset);
-        }
+        let mut ledger = taken(&[(0, 0), (0, 1), (0, 2)]);
         assert_eq!(ledger.settle(0, 0), Some(1));
         assert_eq!(ledger.settle(0, 1), Some(2));
         assert_eq!(ledger.settle(0, 2), Some(3));
@@ -161,10 +156,7 @@ mod tests {
 
     #[test]
     fn a_later_record_settling_first_does_not_pass_the_earlier_unsettled_one() {
-        let mut ledger = Ledger::default();
-        for offset in 5..9 {
-            ledger.take(0, offset);
-        }
+        let mut ledger = taken(&[(0, 5), (0, 6), (0, 7), (0, 8)]);
         // 6 and 8 settle while 5 still runs: nothing may be committed past 5.
         assert_eq!(ledger.settle(0, 6), None);
         assert_eq!(ledger.settle(0, 8), None);
@@ -178,10 +170,7 @@ mod tests {
 
     #[test]
     fn the_position_is_the_lowest_unsettled_offset_once_one_settled() {
-        let mut ledger = Ledger::default();
-        ledger.take(0, 0);
-        ledger.take(0, 1);
-        ledger.take(0, 2);
+        let mut ledger = taken(&[(0, 0), (0, 1), (0, 2)]);
         assert_eq!(ledger.settle(0, 0), Some(1));
         assert_eq!(ledger.settle(0, 2), None);
         assert_eq!(ledger.position(0), Some(1));
@@ -191,19 +180,14 @@ mod tests {
     fn gaps_in_offsets_commit_one_past_the_last_settled_record() {
         // Compaction and transaction markers leave gaps: the position is
         // one past the record, never a made-up offset in between.
-        let mut ledger = Ledger::default();
-        ledger.take(0, 3);
-        ledger.take(0, 10);
+        let mut ledger = taken(&[(0, 3), (0, 10)]);
         assert_eq!(ledger.settle(0, 3), Some(10));
         assert_eq!(ledger.settle(0, 10), Some(11));
     }
 
     #[test]
     fn partitions_move_independently() {
-        let mut ledger = Ledger::default();
-        ledger.take(0, 0);
-        ledger.take(1, 0);
-        ledger.take(1, 1);
+        let mut ledger = taken(&[(0, 0), (1, 0), (1, 1)]);
         assert_eq!(ledger.settle(1, 1), None);
         assert_eq!(ledger.settle(0, 0), Some(1));
         assert_eq!(ledger.positions(), vec![(0, 1)]);
@@ -213,8 +197,7 @@ mod tests {
 
     #[test]
     fn a_settle_that_does_not_move_the_position_asks_for_no_commit() {
-        let mut ledger = Ledger::default();
-        ledger.take(0, 0);
+        let mut ledger = taken(&[(0, 0)]);
         assert_eq!(ledger.settle(0, 0), Some(1));
         // Settled twice (a settle tried again): nothing new to commit.
         assert_eq!(ledger.settle(0, 0), None);
@@ -222,9 +205,7 @@ mod tests {
 
     #[test]
     fn a_forgotten_partition_settles_nothing_and_commits_nothing() {
-        let mut ledger = Ledger::default();
-        ledger.take(2, 40);
-        ledger.take(2, 41);
+        let mut ledger = taken(&[(2, 40), (2, 41)]);
         ledger.forget(2);
         assert_eq!(ledger.settle(2, 40), None);
         assert_eq!(ledger.position(2), None);
@@ -233,8 +214,7 @@ mod tests {
 
     #[test]
     fn records_taken_after_a_fold_keep_the_position_below_them() {
-        let mut ledger = Ledger::default();
-        ledger.take(0, 0);
+        let mut ledger = taken(&[(0, 0)]);
         assert_eq!(ledger.settle(0, 0), Some(1));
         ledger.take(0, 1);
         ledger.take(0, 2);
@@ -251,10 +231,7 @@ mod tests {
         let records = [(0, 0), (0, 1), (1, 7), (0, 2), (1, 8)];
         let orders = permutations(records.len());
         for order in orders {
-            let mut ledger = Ledger::default();
-            for (partition, offset) in records {
-                ledger.take(partition, offset);
-            }
+            let mut ledger = taken(&records);
             let mut last = [None::<i64>; 2];
             let mut settled = Vec::new();
             for index in order {
@@ -276,6 +253,15 @@ mod tests {
             }
             assert_eq!(ledger.positions(), vec![(0, 3), (1, 9)]);
         }
+    }
+
+    /// A ledger that took `records` (partition, offset), in order.
+    fn taken(records: &[(i32, i64)]) -> Ledger {
+        let mut ledger = Ledger::default();
+        for &(partition, offset) in records {
+            ledger.take(partition, offset);
+        }
+        ledger
     }
 
     /// Every order of `0..n`.

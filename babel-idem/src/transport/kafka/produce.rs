@@ -43,15 +43,24 @@ pub(super) fn envelope_headers(body: &[u8], extra: &[(String, String)]) -> Vec<(
 
 /// `headers` as librdkafka's.
 pub(super) fn owned_headers(headers: &[(&str, &[u8])]) -> OwnedHeaders {
-    headers.iter().fold(
-        OwnedHeaders::new_with_capacity(headers.len()),
-        |all, (key, value)| {
-            all.insert(Header {
-                key,
-                value: Some(*value),
-            })
-        },
+    header_list(headers.iter().map(|(name, value)| (*name, Some(*value))))
+}
+
+/// Headers as a record stored them, a null value kept null.
+pub(super) fn stored_headers(headers: &[headers::Stored]) -> OwnedHeaders {
+    header_list(
+        headers
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_deref())),
     )
+}
+
+/// `headers` in order, as librdkafka takes them.
+fn header_list<'h>(
+    headers: impl ExactSizeIterator<Item = (&'h str, Option<&'h [u8]>)>,
+) -> OwnedHeaders {
+    let all = OwnedHeaders::new_with_capacity(headers.len());
+    headers.fold(all, |all, (key, value)| all.insert(Header { key, value }))
 }
 
 /// Writes `record` and waits for its delivery report: `Ok` with the

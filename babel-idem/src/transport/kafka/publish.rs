@@ -1,4 +1,4 @@
-//! Publishing on the Kafka binding: its [`Publisher`] operations. Every
+//! Publishing on the Kafka binding: its [`Publisher`](crate::broker::Publisher) operations. Every
 //! record carries the envelope byte for byte, the `bq-` header projection,
 //! the timestamp of `meta.created_at` and a null key, and counts as
 //! published once the broker's delivery report says so.
@@ -6,9 +6,9 @@
 use rdkafka::producer::FutureRecord;
 
 use super::produce::{self, Record};
-use super::{KafkaTransport, headers};
-use crate::broker::outgoing::publish_checked;
-use crate::broker::{BatchOutcome, Outgoing, Publisher, TransportError, TransportFuture};
+use super::{KafkaTransport, check_topic, headers};
+use crate::broker::outgoing::batch_publisher;
+use crate::broker::{BatchOutcome, Outgoing, TransportError};
 
 /// One message as the producer writes it: the value and its headers.
 struct Prepared<'m> {
@@ -36,7 +36,7 @@ impl<'m> Prepared<'m> {
     }
 }
 
-impl KafkaTransport {
+batch_publisher! {
     /// Publishes every message of `messages`, each to its own topic: all
     /// are handed to the producer first, then every delivery report is
     /// awaited, so the batch costs one round of the broker's
@@ -57,49 +57,62 @@ impl KafkaTransport {
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn publish_batch(
+    KafkaTransport {
+        /// A Kafka topic name: 1 to 249 characters of `a-z A-Z 0-9 . _ -`, and
+        /// not `.` or `..`.
+        check: |_: &KafkaTransport, topic: &str| check_topic(topic),
+        /// Writes `body` byte for byte to the topic `queue`, with the `bq-`
+        /// projection and `headers` beside it, the record timestamp from
+        /// `meta.created_at`, a null key; returns once the broker's delivery
+        /// report confirms it (a topic that does not exist fails with
+        /// [`TransportError::Unroutable`] once the producer gives up on it).
+        one: publish_one,
+        send: publish_each,
+    }
+}
+
+impl KafkaTransport {
+    /// Hands every message of `sendable` to the producer, then awaits every
+    /// delivery report: one outcome per message, in order.
+    async fn publish_each(
         &self,
-        messages: &[Outgoing<'_>],
+        sendable: Vec<&Outgoing<'_>>,
     ) -> Result<BatchOutcome, TransportError> {
-        let check = |queue: &str| Publisher::check_queue(self, queue);
-        publish_checked(messages, check, |sendable| async move {
-            let prepared: Vec<Prepared<'_>> = sendable
-                .iter()
-                .map(|message| Prepared::new(message.queue, message.body, message.headers))
-                .collect();
-            // Every record is queued before any report is awaited: the
-            // producer batches them, and the reports come back together.
-            let mut pending = Vec::with_capacity(prepared.len());
-            for message in &prepared {
-                let header_refs = message.header_refs();
-                let mut record = FutureRecord::<[u8], [u8]>::to(message.topic)
-                    .payload(message.value)
-                    .headers(produce::owned_headers(&header_refs));
-                if let Some(timestamp) = message.timestamp {
-                    record = record.timestamp(timestamp);
-                }
-                pending.push(
-                    self.inner
-                        .producer
-                        .send_result(record)
-                        .map_err(|(error, _)| produce::delivery_error(message.topic, error)),
-                );
+        let prepared: Vec<Prepared<'_>> = sendable
+            .iter()
+            .map(|message| Prepared::new(message.queue, message.body, message.headers))
+            .collect();
+        // Every record is queued before any report is awaited: the
+        // producer batches them, and the reports come back together.
+        let mut pending = Vec::with_capacity(prepared.len());
+        for message in &prepared {
+            let header_refs = message.header_refs();
+            let mut record = FutureRecord::<[u8], [u8]>::to(message.topic)
+                .payload(message.value)
+                .headers(produce::owned_headers(&header_refs));
+            if let Some(timestamp) = message.timestamp {
+                record = record.timestamp(timestamp);
             }
-            let mut outcome = Vec::with_capacity(pending.len());
-            for (sent, message) in pending.into_iter().zip(&prepared) {
-                let result = match sent {
-                    Err(error) => Err(error),
-                    Ok(delivery) => match delivery.await {
-                        Ok(Ok(_)) => Ok(()),
-                        Ok(Err((error, _))) => Err(produce::delivery_error(message.topic, error)),
-                        Err(canceled) => Err(TransportError::Broker(Box::new(canceled))),
-                    },
-                };
-                outcome.push(result);
-            }
-            Ok(outcome)
-        })
-        .await
+            pending.push(
+                self.inner
+                    .producer
+                    .send_result(record)
+                    .map_err(|(error, _)| produce::delivery_error(message.topic, error)),
+            );
+        }
+        let mut outcome = Vec::with_capacity(pending.len());
+        for (sent, message) in pending.into_iter().zip(&prepared) {
+            let result = match sent {
+                Err(error) => Err(error),
+                Ok(delivery) => match delivery.await {
+                    Ok(Ok(_)) => Ok(()),
+                    Ok(Err((error, _))) => Err(produce::delivery_error(message.topic, error)),
+                    Err(canceled) => Err(TransportError::Broker(Box::new(canceled))),
+                },
+            };
+            outcome.push(result);
+        }
+        Ok(outcome)
     }
 
     /// Publishes `body` to the topic `queue` with `extra` headers (a
@@ -111,7 +124,7 @@ impl KafkaTransport {
         body: &[u8],
         extra: &[(String, String)],
     ) -> Result<(), TransportError> {
-        Publisher::check_queue(self, queue)?;
+        check_topic(queue)?;
         let prepared = Prepared::new(queue, body, extra);
         let header_refs = prepared.header_refs();
         let record = Record {
@@ -124,34 +137,5 @@ impl KafkaTransport {
         produce::confirmed(&self.inner.producer, record)
             .await
             .map(drop)
-    }
-}
-
-impl Publisher for KafkaTransport {
-    /// A Kafka topic name: 1 to 249 characters of `a-z A-Z 0-9 . _ -`, and
-    /// not `.` or `..`.
-    fn check_queue(&self, queue: &str) -> Result<(), TransportError> {
-        super::QUEUE_NAMES.check(queue)
-    }
-
-    /// Writes `body` byte for byte to the topic `queue`, with the `bq-`
-    /// projection and `headers` beside it, the record timestamp from
-    /// `meta.created_at`, a null key; returns once the broker's delivery
-    /// report confirms it (a topic that does not exist fails with
-    /// [`TransportError::Unroutable`] once the producer gives up on it).
-    fn publish_body<'a>(
-        &'a self,
-        queue: &'a str,
-        body: &'a [u8],
-        headers: &'a [(String, String)],
-    ) -> TransportFuture<'a, ()> {
-        Box::pin(self.publish_one(queue, body, headers))
-    }
-
-    fn publish_batch<'a>(
-        &'a self,
-        messages: &'a [Outgoing<'a>],
-    ) -> TransportFuture<'a, BatchOutcome> {
-        Box::pin(KafkaTransport::publish_batch(self, messages))
     }
 }

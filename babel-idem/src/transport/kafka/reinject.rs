@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rdkafka::consumer::{
     BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
 };
-use rdkafka::message::{Header, Message, OwnedHeaders, OwnedMessage};
+use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::producer::FutureProducer;
 use rdkafka::util::Timeout;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
@@ -21,6 +21,7 @@ use super::headers::{self, DELAY, ORIGINAL_TOPIC, Stored};
 use super::tiers::millis;
 use super::{KafkaTransport, RetryTiers, produce};
 use crate::broker::TransportError;
+use crate::builders::setters;
 
 /// The consumer group the re-injectors share, as in the Python SDK.
 pub const DEFAULT_REINJECT_GROUP: &str = "babelqueue-retry-reinject";
@@ -138,33 +139,23 @@ impl ReinjectorBuilder {
         self
     }
 
-    /// The consumer group (default [`DEFAULT_REINJECT_GROUP`],
-    /// `babelqueue-retry-reinject`): re-injectors of one group share the
-    /// tier partitions.
-    pub fn group(mut self, group: impl Into<String>) -> Self {
-        self.group = group.into();
-        self
-    }
+    setters! {
+        /// The consumer group (default [`DEFAULT_REINJECT_GROUP`],
+        /// `babelqueue-retry-reinject`): re-injectors of one group share the
+        /// tier partitions.
+        pub fn group(group: impl Into<String>) => self.group = group.into();
 
-    /// The retry tiers: the producers' list (tier `n`'s delay is the
-    /// `n`-th). Default: the transport's, with [`build`](Self::build).
-    pub fn retry_tiers(mut self, tiers: RetryTiers) -> Self {
-        self.tiers = Some(tiers);
-        self
-    }
+        /// The retry tiers: the producers' list (tier `n`'s delay is the
+        /// `n`-th). Default: the transport's, with [`build`](Self::build).
+        pub fn retry_tiers(tiers: RetryTiers) => self.tiers = Some(tiers);
 
-    /// How long one [`Reinjector::run_once`] waits for a record at most
-    /// (default 1 s); it never waits past the next due record.
-    pub fn poll_interval(mut self, interval: Duration) -> Self {
-        self.poll_interval = interval;
-        self
-    }
+        /// How long one [`Reinjector::run_once`] waits for a record at most
+        /// (default 1 s); it never waits past the next due record.
+        pub fn poll_interval(interval: Duration) => self.poll_interval;
 
-    /// How long connecting, a commit or a seek may take (default: the
-    /// transport's timeout, 5 s).
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = Some(timeout);
-        self
+        /// How long connecting, a commit or a seek may take (default: the
+        /// transport's timeout, 5 s).
+        pub fn timeout(timeout: Duration) => self.timeout = Some(timeout);
     }
 
     /// A librdkafka setting for the re-injector's clients (SASL, TLS,
@@ -539,17 +530,13 @@ impl Reinjector {
         let mut headers = headers::stored(record);
         let target = target_topic(record, &headers);
         headers.retain(|(name, _)| name != DELAY && name != ORIGINAL_TOPIC);
-        let written = copy(
-            &self.producer,
-            &target,
-            Copy {
-                key: record.key(),
-                value: record.payload(),
-                headers,
-                timestamp: None,
-            },
-        )
-        .await;
+        let stored = produce::Stored {
+            key: record.key(),
+            value: record.payload(),
+            headers: produce::stored_headers(&headers),
+            timestamp: None,
+        };
+        let written = produce::send(&self.producer, &target, stored).await;
         match written {
             Ok(_) => {
                 tracing::debug!(from = record.topic(), partition = record.partition(), offset = record.offset(), to = %target, "re-injected a retry record");
@@ -647,40 +634,6 @@ fn now_ms() -> i64 {
         .map_or(0, |since| {
             i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
         })
-}
-
-/// A record copied as it was stored.
-pub(super) struct Copy<'a> {
-    pub(super) key: Option<&'a [u8]>,
-    /// `None`: a null value (a tombstone), kept null.
-    pub(super) value: Option<&'a [u8]>,
-    pub(super) headers: Vec<(String, Option<Vec<u8>>)>,
-    pub(super) timestamp: Option<i64>,
-}
-
-/// Writes `record` to `topic` as it was stored (key, value, headers with
-/// their null values) and waits for the delivery report.
-pub(super) async fn copy(
-    producer: &FutureProducer,
-    topic: &str,
-    record: Copy<'_>,
-) -> Result<(i32, i64), TransportError> {
-    let headers = record.headers.iter().fold(
-        OwnedHeaders::new_with_capacity(record.headers.len()),
-        |all, (key, value)| {
-            all.insert(Header {
-                key,
-                value: value.as_deref(),
-            })
-        },
-    );
-    let stored = produce::Stored {
-        key: record.key,
-        value: record.value,
-        headers,
-        timestamp: record.timestamp,
-    };
-    produce::send(producer, topic, stored).await
 }
 
 /// The consumer's context: notes the partitions a rebalance takes away,
