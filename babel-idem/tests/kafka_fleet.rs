@@ -42,7 +42,7 @@ use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 const IDS: usize = 3000;
 const PARTITIONS: i32 = 6;
 const HANDLERS: usize = 8;
-/// The transport's default group session timeout, which the workers keep.
+/// The workers' consumer-group session timeout.
 const SESSION_TIMEOUT: Duration = Duration::from_secs(6);
 const WORKER_ENV: &str = "BABEL_IDEM_KAFKA_FLEET_WORKER";
 /// The binding's events' target.
@@ -138,6 +138,7 @@ fn kafka_worker() {
     runtime.block_on(async move {
         let transport = KafkaTransport::builder()
             .group(group)
+            .session_timeout(SESSION_TIMEOUT)
             .client_setting(ONE_RECORD_PER_BATCH.0, ONE_RECORD_PER_BATCH.1)
             .connect(kafka)
             .await
@@ -373,9 +374,9 @@ async fn a_fleet_with_a_kill_and_a_join_runs_every_id_once_and_never_commits_pas
     workers[0].kill().expect("kill -9 a worker");
     let _ = workers[0].wait();
     // tansu drops a dead member only when a rebalance begins after its
-    // session ran out (Kafka also expires it on its own): the join waits
-    // out the killed worker's session, and its rebalance hands the killed
-    // worker's partitions on.
+    // group session timed out (Kafka also expires it on its own): the join
+    // waits out the killed worker's session timeout, and its rebalance
+    // hands the killed worker's partitions on.
     tokio::time::sleep(2 * SESSION_TIMEOUT).await;
     eventually("half of the ids ran", || async {
         counts().await.len() >= IDS / 2
