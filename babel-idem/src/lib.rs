@@ -51,6 +51,8 @@
 //! - [`adapters`]: the guard in other frameworks, such as a tower `Layer`
 //!   (feature `tower`).
 //! - `conformance` (feature `conformance`): the BabelQueue conformance runner.
+//! - `schema` (feature `schema`): per-URN payload schemas, checked with the
+//!   family's verdicts and the Python SDK's violation texts.
 //! - `Consumer`, `consumer` and `transport` (features `consumer`,
 //!   `redis-transport`, `amqp-transport`): a broker loop that reserves,
 //!   dispatches and settles, with the BabelQueue Redis and RabbitMQ bindings;
@@ -85,6 +87,8 @@ pub mod conformance;
 pub mod consumer;
 #[cfg(feature = "redrive")]
 pub mod redrive;
+#[cfg(feature = "schema")]
+pub mod schema;
 #[cfg(feature = "consumer")]
 pub mod transport;
 
