@@ -67,5 +67,6 @@ for binary in conformance router_conformance store_memory store_sqlite envelope_
   expect_line "$binary" "skipping upstream conformance: BABEL_IDEM_CONFORMANCE_DIR is unset"
 done
 expect_line envelope_python "BABEL_IDEM_PYTHON not set"
+expect_line schema_parity "skipped: schema_parity: BABEL_IDEM_PYTHON is not set"
 [ "$missing" = 0 ] || exit 1
 echo "fresh clone: the suites without their servers, peer or upstream suite said so"
