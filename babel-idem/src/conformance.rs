@@ -36,16 +36,22 @@
 //!   The binding blocks are checked offline, against the encoding and
 //!   projection the transports publish with; the live round trips are the
 //!   transports' own tests.
-//! - Any other block (`sqs`, `payload_schema`, ...), or a binding
-//!   block in a build without its feature: reported as not applicable,
-//!   with why ([`Report::skipped_blocks`]).
+//! - `payload_schema`: each case's `data` is checked against the block's
+//!   `schema` with [`crate::schema`] (the feature `conformance` pulls in
+//!   `schema`), and the verdict must equal the case's `valid`.
+//! - Any other block (`sqs`, `asb`, ...), or a binding block in a build
+//!   without its feature: reported as not applicable, with why
+//!   ([`Report::skipped_blocks`]).
 //!
 //! This repository's own fixtures add one optional key to a `valid: false`
 //! case, `rejected_by`, naming the rule that must reject it:
 //! `not_json`, `not_an_object`, `missing_schema_version`,
 //! `unsupported_schema_version`, `missing_urn`, `blank_trace_id`,
 //! `data_not_object`, `missing_field(<field>)` or `wrong_type(<field>)`.
-//! Without it any rejection passes, as upstream manifests expect.
+//! Without it any rejection passes, as upstream manifests expect. In the
+//! same way, a `valid: false` case of `payload_schema` may name the
+//! `violation` it must report, in the Python SDK's text
+//! (`order_id: below_minimum`).
 //!
 //! The runner needs no async runtime: the in-memory store answers at once,
 //! and a small executor of its own (a poll loop that parks the thread while
@@ -100,6 +106,7 @@ mod block_on;
 mod envelope_cases;
 mod idempotency;
 mod manifest;
+mod payload_schema;
 mod report;
 
 pub use report::{Block, CaseOutcome, Report};
@@ -211,6 +218,11 @@ pub fn run(dir: impl AsRef<Path>) -> Result<Report, ConformanceError> {
         }
         for case in block.attempts_reconciliation.iter().flat_map(|b| &b.cases) {
             report.push_binding("kafka", bindings::kafka_attempts_reconciliation(case));
+        }
+    }
+    if let Some(block) = manifest.payload_schema.as_ref() {
+        for outcome in payload_schema::check(block) {
+            report.push(outcome);
         }
     }
     for block in bindings::other_blocks(&manifest.rest) {

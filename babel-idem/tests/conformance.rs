@@ -38,8 +38,9 @@ fn binding_outcomes(manifest: &Value, block: &str) -> usize {
 }
 
 /// How many outcomes a full run of `manifest` must report: each envelope
-/// case, the dedupe key, each sequence, and every outcome of a binding
-/// block. A runner that skipped one would not match.
+/// case, the dedupe key, each sequence, every outcome of a binding block
+/// and each `payload_schema` case. A runner that skipped one would not
+/// match.
 fn case_count(manifest: &Value) -> usize {
     let cases = manifest["cases"].as_array().map_or(0, Vec::len);
     let sequences = manifest["idempotency"]["sequences"]["cases"]
@@ -49,7 +50,10 @@ fn case_count(manifest: &Value) -> usize {
         .iter()
         .map(|block| binding_outcomes(manifest, block))
         .sum();
-    cases + 1 + sequences + bindings
+    let payload_schema = manifest["payload_schema"]["cases"]
+        .as_array()
+        .map_or(0, Vec::len);
+    cases + 1 + sequences + bindings + payload_schema
 }
 
 /// The outcomes of the binding blocks this build reports as not
@@ -97,7 +101,12 @@ fn own_fixtures_all_pass() {
         last,
         format!("{} passed, 0 failed", report.outcomes().len())
     );
-    let mut blocks = vec![Block::Envelope, Block::DedupKey, Block::Sequence];
+    let mut blocks = vec![
+        Block::Envelope,
+        Block::DedupKey,
+        Block::Sequence,
+        Block::PayloadSchema,
+    ];
     if cfg!(all(feature = "redis-transport", feature = "amqp-transport")) {
         blocks.extend([Block::Redis, Block::Rabbitmq]);
     }
@@ -378,6 +387,86 @@ fn a_broken_manifest_is_reported_case_by_case() {
     assert!(text.lines().last().unwrap().ends_with("passed, 12 failed"));
 }
 
+fn payload_case_mut<'a>(manifest: &'a mut Value, name: &str) -> &'a mut Value {
+    manifest["payload_schema"]["cases"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|case| case["name"] == name)
+        .unwrap_or_else(|| panic!("no payload_schema case {name}"))
+}
+
+/// The `payload_schema` block is checked, not skipped: every case is an
+/// outcome of its block, a rejection records the violation, and it is
+/// never listed as not applicable.
+#[test]
+fn the_payload_schema_block_is_checked_case_by_case() {
+    let report = conformance::run(own_fixtures()).unwrap();
+    let cases = manifest_of(&own_fixtures())["payload_schema"]["cases"]
+        .as_array()
+        .unwrap()
+        .len();
+    let outcomes: Vec<_> = report
+        .outcomes()
+        .iter()
+        .filter(|outcome| outcome.block == Block::PayloadSchema)
+        .collect();
+    assert_eq!(outcomes.len(), cases);
+    assert!(cases >= 7);
+    assert!(outcomes.iter().all(|outcome| outcome.passed), "{report}");
+    assert!(
+        report.to_string().contains(
+            "pass payload_schema/invalid-array-item: rejected: lines[1].quantity: below_minimum"
+        ),
+        "{report}"
+    );
+    assert!(
+        report
+            .skipped_blocks()
+            .all(|(block, _)| block != "payload_schema")
+    );
+}
+
+/// A case whose verdict or violation text differs from the validator's
+/// fails, each with what it found; a schema that is not an object fails
+/// every case of the block.
+#[test]
+fn a_payload_schema_case_that_differs_fails() {
+    let scratch = Scratch::new("payload-schema");
+    scratch.edit_manifest(|manifest| {
+        payload_case_mut(manifest, "valid-minimal")["valid"] = json!(false);
+        payload_case_mut(manifest, "invalid-enum")["valid"] = json!(true);
+        payload_case_mut(manifest, "invalid-const")["violation"] = json!("channel: not_in_enum");
+    });
+    let report = conformance::run(&scratch.0).unwrap();
+    assert_eq!(report.failed(), 3, "{report}");
+    let block = Some(Block::PayloadSchema);
+    assert!(
+        failure_in(&report, block, "valid-minimal").contains("accepted data that must be rejected")
+    );
+    assert_eq!(
+        failure_in(&report, block, "invalid-enum"),
+        "rejected valid data: currency: not_in_enum"
+    );
+    assert_eq!(
+        failure_in(&report, block, "invalid-const"),
+        "rejected with \"channel: wrong_const\", but the case expects \"channel: not_in_enum\""
+    );
+
+    scratch.edit_manifest(|manifest| manifest["payload_schema"]["schema"] = json!(["order_id"]));
+    let report = conformance::run(&scratch.0).unwrap();
+    let cases = manifest_of(&scratch.0)["payload_schema"]["cases"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(report.failed(), cases, "{report}");
+    assert!(
+        failure_in(&report, block, "valid-full").contains(
+            "the block's schema is unusable: a schema must be a JSON object, not an array"
+        )
+    );
+}
+
 #[test]
 fn a_dedup_key_on_another_field_fails() {
     let scratch = Scratch::new("key-field");
@@ -520,6 +609,7 @@ fn a_manifest_with_empty_blocks_is_not_a_success() {
         for binding in BINDINGS {
             blocks.remove(binding);
         }
+        blocks.remove("payload_schema");
     });
     let report = conformance::run(&scratch.0).unwrap();
     // Only the dedupe key is left to check; it still passes.

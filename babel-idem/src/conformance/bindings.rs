@@ -14,15 +14,11 @@ use super::report::CaseOutcome;
 
 /// The blocks of the upstream suite that name a broker binding or a layer
 /// babel-idem does not implement, with what a report says of each.
-pub(super) const NOT_IMPLEMENTED: [(&str, &str); 5] = [
+pub(super) const NOT_IMPLEMENTED: [(&str, &str); 4] = [
     ("sqs", "babel-idem has no Amazon SQS binding"),
     ("asb", "babel-idem has no Azure Service Bus binding"),
     ("pulsar", "babel-idem has no Apache Pulsar binding"),
     ("artemis", "babel-idem has no ActiveMQ Artemis binding"),
-    (
-        "payload_schema",
-        "babel-idem has no payload schema validator",
-    ),
 ];
 
 /// `redis.payload_identity`: the queue element is the envelope byte for

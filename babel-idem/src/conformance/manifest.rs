@@ -1,9 +1,11 @@
 //! The parts of a conformance `manifest.json` this runner reads: the envelope
-//! `cases`, the `idempotency` block and the blocks of the bindings
-//! babel-idem implements (`redis`, `rabbitmq`, `kafka`). The names of the other
-//! top-level blocks are kept, so the report can list each as not applicable.
+//! `cases`, the `idempotency` block, the blocks of the bindings
+//! babel-idem implements (`redis`, `rabbitmq`, `kafka`) and `payload_schema`.
+//! The names of the other top-level blocks are kept, so the report can list
+//! each as not applicable.
 
 use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 /// The manifest, reduced to the blocks this runner checks.
@@ -21,10 +23,36 @@ pub(super) struct Manifest {
     /// The Kafka binding's block; absent in manifests older than it.
     #[serde(default)]
     pub(super) kafka: Option<KafkaBlock>,
+    /// The payload schema block; absent in manifests older than it.
+    #[serde(default)]
+    pub(super) payload_schema: Option<PayloadSchemaBlock>,
     /// Every other top-level key: the prose, and the blocks of bindings
     /// this runner reports as not applicable.
     #[serde(flatten)]
     pub(super) rest: Map<String, Value>,
+}
+
+/// `payload_schema`: one schema, and data that must be valid or not
+/// against it. Both are kept as their JSON text, so the check reads their
+/// numbers and member order as the Python SDK reads them.
+#[derive(Debug, Deserialize)]
+pub(super) struct PayloadSchemaBlock {
+    pub(super) schema: Box<RawValue>,
+    #[serde(default)]
+    pub(super) cases: Vec<PayloadSchemaCase>,
+}
+
+/// One `payload_schema` case.
+#[derive(Debug, Deserialize)]
+pub(super) struct PayloadSchemaCase {
+    pub(super) name: String,
+    pub(super) valid: bool,
+    pub(super) data: Box<RawValue>,
+    /// An extension of this repository's fixtures: the violation text (the
+    /// Python SDK's `path: reason`) a `valid: false` case must report.
+    /// Upstream manifests do not carry it, and other runners ignore it.
+    #[serde(default)]
+    pub(super) violation: Option<String>,
 }
 
 /// `redis`: the one static invariant of the Redis binding.

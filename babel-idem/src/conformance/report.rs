@@ -23,11 +23,15 @@ pub enum Block {
     /// the `bq-` headers the Kafka binding writes, and the attempts it
     /// reads back from them.
     Kafka,
+    /// `payload_schema`: data that must be valid, or not, against the
+    /// block's schema.
+    PayloadSchema,
 }
 
 crate::names::named_variants! {
     /// The block's place in the manifest: `cases`, `idempotency`,
-    /// `idempotency.sequences`, `redis`, `rabbitmq`, `kafka`.
+    /// `idempotency.sequences`, `redis`, `rabbitmq`, `kafka`,
+    /// `payload_schema`.
     ///
     /// ```
     /// use babel_idem::conformance::Block;
@@ -41,6 +45,7 @@ crate::names::named_variants! {
         Redis => "redis",
         Rabbitmq => "rabbitmq",
         Kafka => "kafka",
+        PayloadSchema => "payload_schema",
     }
 }
 
