@@ -38,6 +38,7 @@ pass_cases!(
     trait_impl => "idempotent/pass/trait_impl.rs",
     tracing_stacked => "idempotent/pass/tracing_stacked.rs",
     transaction => "idempotent/pass/transaction.rs",
+    typed_handler => "idempotent/pass/typed_handler.rs",
     visibility_generics => "idempotent/pass/visibility_generics.rs",
 );
 

@@ -196,7 +196,7 @@ fn every_mistake_of_one_attribute_is_reported() {
     for mistake in [
         "`async fn` only",
         "returns nothing",
-        "2 parameters are envelopes",
+        "2 parameters are of type `Envelope`",
     ] {
         assert!(output.contains(mistake), "{mistake}: {output}");
     }

@@ -1,14 +1,19 @@
-//! The macros of `babel-idem`: the `#[idempotent]` attribute and the `urn!`
-//! and `routes!` registration macros. Use them through `babel_idem`; this
-//! crate only parses, checks and rewrites.
+//! The macros of `babel-idem`: the `#[idempotent]` attribute, the `urn!`
+//! and `routes!` registration macros and `#[derive(Message)]`. Use them
+//! through `babel_idem`; this crate only parses, checks and rewrites.
 //!
 //! - `attr` parses the attribute's arguments,
 //! - `message` picks the parameter that carries the message id,
 //! - `expand` checks the function and writes it back around a guard,
 //! - `urn` and `routes` check URN literals with the validator `Urn::parse`
-//!   also runs (`babel_idem_urn`), so a malformed literal fails `cargo check`.
+//!   also runs (`babel_idem_urn`), so a malformed literal fails `cargo check`;
+//!   `routes` also writes the compile-time checks that no two rows share a
+//!   URN,
+//! - `derive_message` writes a type's `babel_idem::Message` impl, its URN
+//!   literal checked the same way.
 
 mod attr;
+mod derive_message;
 mod expand;
 mod message;
 mod routes;
@@ -54,7 +59,7 @@ use proc_macro::TokenStream;
 /// | argument | value | default |
 /// |---|---|---|
 /// | `store = EXPR` | any expression whose value is a `Store` or dereferences to one in at most two steps: a `static` (also inside a `LazyLock`), `self.store`, `ctx.store()`, an `Arc<dyn Store>`, an `Arc<LazyLock<S>>`. Evaluated on each call. | required |
-/// | `message = NAME` | the parameter (or `self`) whose type implements `MessageId` | the one parameter typed `Envelope` / `&Envelope` |
+/// | `message = NAME` | the parameter (or `self`) whose type implements `MessageId` | the one parameter typed `Envelope` / `&Envelope`; without one, the one typed `Delivery` / `&Delivery` (a typed handler's, whose `meta.id` dispatch fills in) |
 /// | `scope = "name"` | a prefix for every key, so services sharing a store keep apart | no scope |
 /// | `on_remember_failure = POLICY` | `AckAndReport` or `ReturnError`: what to return when the body succeeded but its id could not be remembered (`babel_idem::OnRememberFailure`) | `AckAndReport` |
 /// | `transaction = NAME` | transactional mode (`babel_idem::Guard::transactional`): the parameter, of type `&mut sqlx::PgConnection`, `&mut sqlx::SqliteConnection` or `&mut sqlx::Transaction<'_, _>`, on which the id is marked before the body runs, so the mark commits or rolls back with the handler's writes. The store must be a `PostgresStore` / `SqliteStore` (`babel_idem::store::TransactionalStore`); the caller begins and commits the transaction. Not with `lease`. | seen-set mode |
@@ -93,6 +98,41 @@ use proc_macro::TokenStream;
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 /// # billing.charge(Payment { key: "p-1".into() }, 1).await.unwrap();
 /// # assert!(billing.store.seen("7:billing:p-1").await.unwrap());
+/// # });
+/// ```
+///
+/// On a typed handler, the id is the envelope's `meta.id`, which dispatch
+/// moves into the `Delivery` parameter; the macro picks that parameter
+/// when no parameter is an `Envelope`:
+///
+/// ```
+/// use babel_idem::{idempotent, Delivery, Envelope, InMemoryStore, Message, Router, StoreError};
+/// use serde::{Deserialize, Serialize};
+/// use std::sync::LazyLock;
+/// use std::sync::atomic::{AtomicU32, Ordering};
+///
+/// static STORE: LazyLock<InMemoryStore> = LazyLock::new(InMemoryStore::new);
+/// static CHARGES: AtomicU32 = AtomicU32::new(0);
+///
+/// #[derive(Serialize, Deserialize, Message)]
+/// #[message(urn = "urn:babel:orders:created")]
+/// struct OrderCreated {
+///     order_id: u64,
+/// }
+///
+/// // Deduped on `delivery`'s `meta.id`.
+/// #[idempotent(store = STORE)]
+/// async fn on_created(order: OrderCreated, delivery: Delivery) -> Result<(), StoreError> {
+///     CHARGES.fetch_add(1, Ordering::Relaxed);
+///     Ok(())
+/// }
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let router = Router::builder().handle(on_created).build().unwrap();
+/// let bytes = Envelope::new("urn:babel:orders:created", serde_json::json!({"order_id": 7})).to_vec();
+/// assert!(router.dispatch(&bytes, Delivery::new()).await.is_ack());
+/// assert!(router.dispatch(&bytes, Delivery::new()).await.is_ack()); // a redelivery: skipped
+/// assert_eq!(CHARGES.load(Ordering::Relaxed), 1);
 /// # });
 /// ```
 ///
@@ -159,7 +199,7 @@ use proc_macro::TokenStream;
 /// | a `fn` that is not `async` | the `fn` keyword |
 /// | no `store = ...` | the attribute |
 /// | an unknown or repeated argument, a missing `=`, a value of the wrong kind, an empty `scope`, an unknown policy | that argument |
-/// | no `Envelope` parameter, or several, without `message = ...` | the parameter list / the second envelope |
+/// | no `Envelope` or `Delivery` parameter, or several, without `message = ...` | the parameter list / the second one |
 /// | an envelope parameter bound by a destructuring pattern | that pattern |
 /// | `message = x` naming no parameter | `x` |
 /// | a message type without `MessageId` | the message parameter |
@@ -253,10 +293,12 @@ pub fn urn(input: TokenStream) -> TokenStream {
     urn::urn(input.into()).into()
 }
 
-/// Builds a `RouterBuilder` from a table of `"urn literal" => handler` rows,
-/// checked while the macro expands: every URN literal is validated like
-/// [`urn!`](macro@urn), and the same URN written twice is an error on the
-/// second one.
+/// Builds a `RouterBuilder` from a table of `"urn literal" => handler` and
+/// `MessageType => handler` rows, checked at compile time: every URN
+/// literal is validated like [`urn!`](macro@urn), and the same URN in two
+/// rows is an error on the second one, whether the rows name it by a
+/// literal or by a message type (whose `Message::URN` is compared in a
+/// constant, so `cargo check` reports it).
 ///
 /// ```
 /// use babel_idem::{Envelope, routes};
@@ -282,7 +324,88 @@ pub fn urn(input: TokenStream) -> TokenStream {
 ///     "urn:babel:orders:created" => on_created, // error: appears twice
 /// };
 /// ```
+///
+/// A type row routes the URN its message type carries; its handler is
+/// usually a typed handler of that type (one of another type makes `build`
+/// fail with `RouterError::UrnMismatch`):
+///
+/// ```
+/// use babel_idem::{Envelope, Message, routes};
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Serialize, Deserialize, Message)]
+/// #[message(urn = "urn:babel:orders:created")]
+/// struct OrderCreated {
+///     order_id: u64,
+/// }
+///
+/// async fn on_created(order: OrderCreated) -> Result<(), anyhow::Error> { Ok(()) }
+/// async fn on_paid(_: Envelope) -> Result<(), anyhow::Error> { Ok(()) }
+///
+/// let router = routes! {
+///     OrderCreated => on_created,
+///     "urn:babel:orders:paid" => on_paid,
+/// }
+/// .build()?;
+/// assert!(router.handles("urn:babel:orders:created"));
+/// # Ok::<(), babel_idem::router::RouterError>(())
+/// ```
+///
+/// ```compile_fail
+/// # use babel_idem::{Envelope, Message, routes};
+/// # use serde::{Deserialize, Serialize};
+/// # #[derive(Serialize, Deserialize, Message)]
+/// # #[message(urn = "urn:babel:orders:created")]
+/// # struct OrderCreated {}
+/// # async fn on_created(_: OrderCreated) -> Result<(), anyhow::Error> { Ok(()) }
+/// # async fn on_envelope(_: Envelope) -> Result<(), anyhow::Error> { Ok(()) }
+/// let router = routes! {
+///     OrderCreated => on_created,
+///     "urn:babel:orders:created" => on_envelope, // error: `OrderCreated` routes it already
+/// };
+/// ```
+///
+/// A type row names a concrete type: the checks are constants of their
+/// own, which cannot see an enclosing function's generic parameters.
 #[proc_macro]
 pub fn routes(input: TokenStream) -> TokenStream {
     routes::routes(input.into()).into()
+}
+
+/// Implements `babel_idem::Message` for a type: the URN it is routed by,
+/// from `#[message(urn = "...")]`, checked against RFC 8141 while the macro
+/// expands, like [`urn!`](macro@urn). The type also derives (or implements)
+/// `serde::Serialize` and `serde::Deserialize`, the trait's supertraits.
+///
+/// ```
+/// use babel_idem::Message;
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Debug, Serialize, Deserialize, Message)]
+/// #[message(urn = "urn:babel:orders:created")]
+/// struct OrderCreated {
+///     order_id: u64,
+///     customer: String,
+/// }
+///
+/// assert_eq!(OrderCreated::URN.as_str(), "urn:babel:orders:created");
+/// ```
+///
+/// Each mistake is an error on its token: no `#[message(urn = ...)]` on
+/// the type's name (saying what to add), a malformed URN on the literal
+/// (saying which rule it breaks), an unknown argument on its name. Generic
+/// parameters are refused: a URN names one payload shape, so implement the
+/// trait by hand for each instantiation that is a message.
+///
+/// ```compile_fail
+/// use babel_idem::Message;
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Serialize, Deserialize, Message)]
+/// #[message(urn = "urn:babel:orders created")] // error: the NSS holds ' ' at byte 16
+/// struct OrderCreated {}
+/// ```
+#[proc_macro_derive(Message, attributes(message))]
+pub fn derive_message(input: TokenStream) -> TokenStream {
+    derive_message::derive(input.into()).into()
 }

@@ -3,8 +3,11 @@
 //! `message = name` picks a binding by name (any binding of the parameter
 //! patterns, or `self`). Without it, the one parameter whose type is
 //! `Envelope`, `&Envelope`, `&'a Envelope` or a path ending in `Envelope`
-//! (such as `babel_idem::Envelope`) is the message. No such parameter, or
-//! several, is an error that asks for `message = ...`.
+//! (such as `babel_idem::Envelope`) is the message; when no parameter is an
+//! envelope, the one whose type is `Delivery` or `&Delivery` (a typed
+//! handler's, into which dispatch moves the envelope's `meta`, and so its
+//! id). No such parameter, or several of the kind chosen, is an error that
+//! asks for `message = ...`.
 //!
 //! The choice is syntactic; whether the chosen type implements `MessageId` is
 //! left to the type checker, whose error carries the trait's
@@ -29,9 +32,14 @@ pub(crate) struct Message {
 pub(crate) fn pick(sig: &Signature, named: Option<&Ident>) -> syn::Result<Message> {
     match named {
         Some(name) => find_named(sig, name),
-        None => find_envelope(sig),
+        None => find_by_type(sig),
     }
 }
+
+/// The types that carry the id, in the order they are looked for: a
+/// parameter of the second kind is the message only when none is of the
+/// first.
+const CARRIERS: [&str; 2] = ["Envelope", "Delivery"];
 
 /// `message = name`: the receiver or a binding in some parameter's pattern.
 fn find_named(sig: &Signature, name: &Ident) -> syn::Result<Message> {
@@ -82,49 +90,72 @@ fn find_named(sig: &Signature, name: &Ident) -> syn::Result<Message> {
     ))
 }
 
-/// No `message = ...`: the single parameter typed as an `Envelope`.
-fn find_envelope(sig: &Signature) -> syn::Result<Message> {
-    let candidates: Vec<&PatType> = sig
-        .inputs
+/// No `message = ...`: the single parameter typed as an `Envelope`, or
+/// without one, as a `Delivery`.
+fn find_by_type(sig: &Signature) -> syn::Result<Message> {
+    let of_type = |carrier: &str| -> Vec<&PatType> {
+        sig.inputs
+            .iter()
+            .filter_map(|input| match input {
+                FnArg::Typed(param) if is_named(&param.ty, carrier) => Some(param),
+                _ => None,
+            })
+            .collect()
+    };
+    let Some((carrier, candidates)) = CARRIERS
         .iter()
-        .filter_map(|input| match input {
-            FnArg::Typed(param) if is_envelope(&param.ty) => Some(param),
-            _ => None,
-        })
-        .collect();
-
-    match candidates.as_slice() {
-        [] => Err(syn::Error::new(
+        .map(|carrier| (*carrier, of_type(carrier)))
+        .find(|(_, candidates)| !candidates.is_empty())
+    else {
+        return Err(syn::Error::new(
             parameters_span(sig),
             format!(
                 "`#[idempotent]` cannot tell which parameter of `{}` carries the message id: \
-                 none has type `Envelope` or `&Envelope`; name it with \
-                 `#[idempotent(store = ..., message = <parameter>)]` \
+                 none has type `Envelope` or `Delivery`; a typed handler takes \
+                 `delivery: Delivery` beside its message, whose `meta.id` is the id; or name \
+                 the parameter with `#[idempotent(store = ..., message = <parameter>)]` \
                  (its type must implement `babel_idem::MessageId`)",
                 sig.ident
             ),
-        )),
+        ));
+    };
+
+    match candidates.as_slice() {
         [param] => binding_name(&param.pat)
             .map(|name| Message {
                 name,
                 is_reference: is_reference(&param.ty),
             })
             .ok_or_else(|| {
+                let lower = carrier.to_lowercase();
                 syn::Error::new_spanned(
                     &param.pat,
-                    "the envelope parameter must be bound to a name, as in `env: Envelope`, \
-                 so the guard can read its id: destructure it inside the body instead",
+                    format!(
+                        "the {lower} parameter must be bound to a name, as in \
+                         `{short}: {carrier}`, so the guard can read its id: destructure it \
+                         inside the body instead",
+                        short = if carrier == "Envelope" {
+                            "env"
+                        } else {
+                            "delivery"
+                        },
+                    ),
                 )
             }),
-        [_, second, ..] => Err(syn::Error::new_spanned(
-            second,
-            format!(
+        // Several (`find` above kept a kind with at least one): the error
+        // goes on the second.
+        several => {
+            let message = format!(
                 "`#[idempotent]` cannot tell which parameter of `{}` carries the message id: \
-                 {} parameters are envelopes; say which with `message = <parameter>`",
+                 {} parameters are of type `{carrier}`; say which with `message = <parameter>`",
                 sig.ident,
-                candidates.len()
-            ),
-        )),
+                several.len()
+            );
+            Err(match several.get(1) {
+                Some(second) => syn::Error::new_spanned(second, message),
+                None => syn::Error::new(parameters_span(sig), message),
+            })
+        }
     }
 }
 
@@ -151,19 +182,20 @@ fn is_reference(ty: &Type) -> bool {
     }
 }
 
-/// `Envelope`, any path ending in `Envelope`, or a reference to one.
-fn is_envelope(ty: &Type) -> bool {
+/// `name` (`Envelope`, `Delivery`), any path ending in it, or a reference
+/// to one.
+fn is_named(ty: &Type, name: &str) -> bool {
     match ty {
-        Type::Reference(reference) => is_envelope(&reference.elem),
-        Type::Paren(inner) => is_envelope(&inner.elem),
-        Type::Group(inner) => is_envelope(&inner.elem),
+        Type::Reference(reference) => is_named(&reference.elem, name),
+        Type::Paren(inner) => is_named(&inner.elem, name),
+        Type::Group(inner) => is_named(&inner.elem, name),
         Type::Path(path) => {
             path.qself.is_none()
                 && path
                     .path
                     .segments
                     .last()
-                    .is_some_and(|last| last.ident == "Envelope" && last.arguments.is_none())
+                    .is_some_and(|last| last.ident == name && last.arguments.is_none())
         }
         _ => false,
     }

@@ -37,6 +37,8 @@
 //! [`router`], [`telemetry`]):
 //!
 //! - [`Envelope`]: the BabelQueue v1 wire envelope, decoded and checked.
+//! - [`Message`] (trait and derive): the Rust type of one URN's `data`, which
+//!   a typed handler takes.
 //! - [`MessageId`]: where a message keeps its identity.
 //! - [`Store`]: the seen-set (`seen` / `remember` / `forget`); [`InMemoryStore`]
 //!   is the reference one, persistent stores sit behind cargo features.
@@ -99,11 +101,11 @@ pub mod __private;
 // inside the crate too, so its own modules and unit tests can use them.
 extern crate self as babel_idem;
 
-pub use babel_idem_macros::{idempotent, routes, urn};
+pub use babel_idem_macros::{Message, idempotent, routes, urn};
 #[cfg(feature = "consumer")]
 pub use consumer::Consumer;
 pub use envelope::{Envelope, EnvelopeError};
 pub use guard::{Guard, OnRememberFailure, run_once, wrap};
-pub use message::MessageId;
+pub use message::{Message, MessageId};
 pub use router::{Delivery, Disposition, Router, Urn};
 pub use store::{ClaimStore, InMemoryStore, Store, StoreError, TransactionalStore};

@@ -61,8 +61,8 @@ use std::time::{Duration, Instant};
 use crate::broker::{
     BoxedRun, DeadLetterMessage, DeadLetterRun, DeadLetters, Outgoing, TransportError,
 };
-use crate::consumer::HEADER_REPLAY_BYPASS;
 use crate::envelope::Envelope;
+use crate::router::HEADER_REPLAY_BYPASS;
 
 /// A predicate over the envelope of a dead-lettered message, as
 /// [`Selection::filter`] keeps it.

@@ -3,7 +3,9 @@
 //! - [`Urn`] and [`urn!`](crate::urn): the name a message is routed by,
 //!   RFC 8141 syntax, checked at compile time for literals.
 //! - [`Handler`]: the function shapes a router accepts, checked by the
-//!   compiler.
+//!   compiler: handlers of the [`Envelope`](crate::Envelope), and typed
+//!   handlers of a [`Message`](crate::Message) type, whose `data` dispatch
+//!   decodes (or fails with [`InvalidPayloadError`]).
 //! - [`Router`], [`RouterBuilder`] and [`routes!`](crate::routes): handlers by
 //!   URN; one URN registered twice is rejected (at compile time in a
 //!   `routes!` table).
@@ -40,13 +42,15 @@ mod dispatch;
 mod disposition;
 mod handler;
 pub(crate) mod parked;
+mod payload;
 mod policy;
 mod routes;
 mod urn;
 
-pub use delivery::Delivery;
+pub use delivery::{Delivery, HEADER_REPLAY_BYPASS};
 pub use disposition::{DeadLettered, DispatchError, Disposition, ReleaseReason, Retry};
-pub use handler::{Handler, HandlerError, HandlerFuture};
+pub use handler::{Handler, HandlerError, HandlerFuture, Typed, TypedArgs};
+pub use payload::InvalidPayloadError;
 pub use policy::{Backoff, Jitter, UnknownUrnStrategy};
 pub use routes::{
     DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_PARK_DELAY, Router, RouterBuilder, RouterError,

@@ -1,13 +1,12 @@
-//! Intended replays: the `bq-replay-bypass` transport header, seen from a
-//! handler as [`is_replay`].
+//! Intended replays: the `bq-replay-bypass` transport header
+//! ([`Delivery::is_replay`](crate::Delivery::is_replay) reads it), seen from
+//! a handler as [`is_replay`].
 
 use std::future::Future;
 
 use crate::guard::context;
 
-/// The transport header a redrive tool stamps on a deliberate replay (any
-/// non-empty value), as in the other BabelQueue SDKs.
-pub const HEADER_REPLAY_BYPASS: &str = "bq-replay-bypass";
+pub use crate::router::HEADER_REPLAY_BYPASS;
 
 /// Whether the delivery being handled is an intended replay: it carried the
 /// `bq-replay-bypass` header with a non-empty value. `false` outside a
@@ -48,12 +47,6 @@ where
     Some(effect().await)
 }
 
-/// Whether a delivery's headers mark it as an intended replay.
-pub(super) fn marks_replay<'h>(mut headers: impl Iterator<Item = (&'h str, &'h str)>) -> bool {
-    headers
-        .any(|(name, value)| name.eq_ignore_ascii_case(HEADER_REPLAY_BYPASS) && !value.is_empty())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -69,12 +62,5 @@ mod tests {
         .await;
         assert_eq!(inside, (true, None));
         assert!(!is_replay());
-    }
-
-    #[test]
-    fn an_empty_marker_is_no_replay() {
-        assert!(marks_replay([("BQ-Replay-Bypass", "1")].into_iter()));
-        assert!(!marks_replay([("bq-replay-bypass", "")].into_iter()));
-        assert!(!marks_replay([("traceparent", "00-1")].into_iter()));
     }
 }

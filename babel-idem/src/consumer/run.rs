@@ -22,7 +22,7 @@ use super::Counters;
 use super::handoff::Slot;
 use super::outage::{Failure, Outage};
 use super::settle::{self, Outcome};
-use super::{Consumer, ConsumerReport, MAX_BATCH, replay};
+use super::{Consumer, ConsumerReport, MAX_BATCH};
 
 /// The first and the longest pause after a broker error.
 const BROKER_BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(2));
@@ -465,7 +465,6 @@ async fn decide<T: Transport>(
         None => None,
     };
 
-    let replay = replay::marks_replay(headers.iter().map(|(n, v)| (n.as_str(), v.as_str())));
     let counted = match attempts {
         Some(attempts) => Delivery::new().with_attempts(attempts),
         None => Delivery::new(),
@@ -475,6 +474,7 @@ async fn decide<T: Transport>(
         .fold(counted.with_queue(queue), |delivery, (name, value)| {
             delivery.with_header(name, value)
         });
+    let replay = delivery.is_replay();
     // The delivery's hold on its handler slot, which its guards reach
     // through its context; the dispatch (and its guard's mark) over, the
     // next delivery of the id may go: `running` ends with the hold.

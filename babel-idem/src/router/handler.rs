@@ -1,38 +1,56 @@
 //! [`Handler`]: the shapes of function a [`Router`](crate::router::Router) accepts,
 //! checked by the compiler.
 //!
-//! Two shapes, for `async fn`s and for closures that return a future:
+//! Four shapes, for `async fn`s and for closures that return a future:
 //!
 //! - `async fn(Envelope) -> Result<(), E>`
 //! - `async fn(Envelope, Delivery) -> Result<(), E>`, when the handler needs
 //!   the delivery's attempts or the transport headers.
+//! - `async fn(M) -> Result<(), E>`, a typed handler: `M` is a
+//!   [`Message`] type, decoded from the envelope's `data` before the handler
+//!   runs.
+//! - `async fn(M, Delivery) -> Result<(), E>`, a typed handler that also
+//!   reads what the envelope said beside `data` (its `meta`, `trace_id` and
+//!   URN, moved into the [`Delivery`]).
 //!
 //! `E` is any error that converts into `Box<dyn Error + Send + Sync>`:
 //! `anyhow::Error`, [`StoreError`](crate::store::StoreError), your own error type. A
 //! function of any other shape does not compile, and the error lists these
 //! shapes (`#[diagnostic::on_unimplemented]`).
 
+use std::any::type_name;
 use std::error::Error;
 use std::fmt;
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::Pin;
 
 use crate::envelope::Envelope;
+use crate::message::Message;
 use crate::store::BoxError;
 
-use super::Delivery;
+use super::payload;
+use super::{Delivery, Urn};
 
 /// The future a [`Handler`] returns once its error type is erased.
 pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<(), HandlerError>> + Send + 'static>>;
 
 /// Something a [`Router`](crate::router::Router) can call for a message.
 ///
-/// Implemented for every `async fn` and closure of the two accepted shapes;
-/// `Args` only tells the shapes apart (it is `(Envelope,)` or
-/// `(Envelope, Delivery)`) and is inferred.
+/// Implemented for every `async fn` and closure of the four accepted shapes;
+/// `Args` only tells the shapes apart (it is `(Envelope,)`,
+/// `(Envelope, Delivery)`, `(Typed<M>,)` or `(Typed<M>, Delivery)`) and is
+/// inferred.
 ///
 /// ```
-/// use babel_idem::{Delivery, Envelope, Router, urn};
+/// use babel_idem::{Delivery, Envelope, Message, Router, urn};
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Serialize, Deserialize, Message)]
+/// #[message(urn = "urn:babel:orders:refunded")]
+/// struct OrderRefunded {
+///     order_id: u64,
+/// }
 ///
 /// async fn on_created(env: Envelope) -> Result<(), anyhow::Error> {
 ///     anyhow::ensure!(env.data.contains_key("order_id"), "order without an id");
@@ -44,6 +62,11 @@ pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<(), HandlerError>> +
 ///     Ok(())
 /// }
 ///
+/// async fn on_refunded(refund: OrderRefunded, delivery: Delivery) -> Result<(), anyhow::Error> {
+///     println!("refund of {} in trace {:?}", refund.order_id, delivery.trace_id());
+///     Ok(())
+/// }
+///
 /// let router = Router::builder()
 ///     .route(urn!("urn:babel:orders:created"), on_created)
 ///     .route(urn!("urn:babel:orders:paid"), on_paid)
@@ -51,18 +74,46 @@ pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<(), HandlerError>> +
 ///         println!("shipped {}", env.data["order_id"]);
 ///         Ok::<(), anyhow::Error>(())
 ///     })
+///     .handle(on_refunded)
 ///     .build()?;
 /// # Ok::<(), babel_idem::router::RouterError>(())
 /// ```
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a BabelQueue message handler",
     label = "not a handler: an `async fn` or closure of a supported shape is expected here",
-    note = "a handler is an `async fn`, or a closure returning a future, of one of these shapes:\n  async fn(Envelope) -> Result<(), E>\n  async fn(Envelope, Delivery) -> Result<(), E>\nwhere `E: Into<Box<dyn std::error::Error + Send + Sync>>` (anyhow::Error, StoreError, your own error type)",
-    note = "the function must be `Send + Sync + 'static` and its future `Send + 'static`: take the envelope by value and move what the closure captures"
+    note = "a handler is an `async fn`, or a closure returning a future, of one of these shapes:\n  async fn(Envelope) -> Result<(), E>\n  async fn(Envelope, Delivery) -> Result<(), E>\n  async fn(M) -> Result<(), E>\n  async fn(M, Delivery) -> Result<(), E>\nwhere `M` is a message type (`#[derive(Message)]` with `#[message(urn = \"...\")]`, or `impl babel_idem::Message`) and `E: Into<Box<dyn std::error::Error + Send + Sync>>` (anyhow::Error, StoreError, your own error type)",
+    note = "the function must be `Send + Sync + 'static` and its future `Send + 'static`: take the message by value and move what the closure captures"
 )]
 pub trait Handler<Args>: Send + Sync + 'static {
     /// Starts handling one message.
     fn call(&self, envelope: Envelope, delivery: Delivery) -> HandlerFuture;
+
+    /// For a typed handler, the URN its message type carries and the type's
+    /// name ([`std::any::type_name`]); `None` for a handler that takes the
+    /// [`Envelope`]. [`RouterBuilder::build`](crate::router::RouterBuilder::build)
+    /// refuses a typed handler registered under another URN.
+    ///
+    /// ```
+    /// use babel_idem::{Envelope, Message};
+    /// use babel_idem::router::Handler;
+    /// use serde::{Deserialize, Serialize};
+    ///
+    /// #[derive(Serialize, Deserialize, Message)]
+    /// #[message(urn = "urn:babel:orders:created")]
+    /// struct OrderCreated {}
+    ///
+    /// async fn typed(_: OrderCreated) -> Result<(), anyhow::Error> { Ok(()) }
+    /// async fn untyped(_: Envelope) -> Result<(), anyhow::Error> { Ok(()) }
+    ///
+    /// fn message_of<H: Handler<Args>, Args>(handler: &H) -> Option<String> {
+    ///     handler.message().map(|(urn, _)| urn.to_string())
+    /// }
+    /// assert_eq!(message_of(&typed).as_deref(), Some("urn:babel:orders:created"));
+    /// assert_eq!(message_of(&untyped), None);
+    /// ```
+    fn message(&self) -> Option<(Urn, &'static str)> {
+        None
+    }
 }
 
 impl<F, Fut, E> Handler<(Envelope,)> for F
@@ -87,6 +138,123 @@ where
         let future = self(envelope, delivery);
         Box::pin(async move { future.await.map_err(HandlerError::new) })
     }
+}
+
+/// In a [`Handler`]'s `Args`, the argument of a typed handler: a value of
+/// the [`Message`] type `M`, decoded from the envelope's `data`. A marker
+/// the compiler infers, never built; it keeps the typed shapes apart from
+/// the envelope ones.
+///
+/// ```
+/// use babel_idem::{Delivery, Message};
+/// use babel_idem::router::{Handler, Typed};
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Serialize, Deserialize, Message)]
+/// #[message(urn = "urn:babel:orders:created")]
+/// struct OrderCreated {}
+///
+/// async fn on_created(_: OrderCreated, _: Delivery) -> Result<(), anyhow::Error> { Ok(()) }
+///
+/// fn typed_with_delivery<M, H: Handler<(Typed<M>, Delivery)>>(_: &H) {}
+/// typed_with_delivery(&on_created);
+/// ```
+pub struct Typed<M>(PhantomData<fn() -> M>);
+
+impl<F, Fut, E, M> Handler<(Typed<M>,)> for F
+where
+    F: Fn(M) -> Fut + Send + Sync + 'static,
+    M: Message,
+    Fut: Future<Output = Result<(), E>> + Send + 'static,
+    E: Into<BoxError> + 'static,
+{
+    fn call(&self, envelope: Envelope, _delivery: Delivery) -> HandlerFuture {
+        let Envelope { job, data, .. } = envelope;
+        match payload::decode::<M>(&data, &job) {
+            Ok(message) => run(self(message)),
+            Err(invalid) => refuse(invalid),
+        }
+    }
+
+    fn message(&self) -> Option<(Urn, &'static str)> {
+        Some((M::URN, type_name::<M>()))
+    }
+}
+
+impl<F, Fut, E, M> Handler<(Typed<M>, Delivery)> for F
+where
+    F: Fn(M, Delivery) -> Fut + Send + Sync + 'static,
+    M: Message,
+    Fut: Future<Output = Result<(), E>> + Send + 'static,
+    E: Into<BoxError> + 'static,
+{
+    fn call(&self, envelope: Envelope, delivery: Delivery) -> HandlerFuture {
+        let (data, delivery) = delivery.take_envelope(envelope);
+        let urn = delivery.urn().unwrap_or_default();
+        match payload::decode::<M>(&data, urn) {
+            Ok(message) => run(self(message, delivery)),
+            Err(invalid) => refuse(invalid),
+        }
+    }
+
+    fn message(&self) -> Option<(Urn, &'static str)> {
+        Some((M::URN, type_name::<M>()))
+    }
+}
+
+/// A typed handler's future, its error type erased.
+fn run<Fut, E>(future: Fut) -> HandlerFuture
+where
+    Fut: Future<Output = Result<(), E>> + Send + 'static,
+    E: Into<BoxError> + 'static,
+{
+    Box::pin(async move { future.await.map_err(HandlerError::new) })
+}
+
+/// The failed attempt of a message whose `data` its type cannot take: the
+/// handler does not run, and dispatch fails the attempt as it fails a
+/// handler's error (a retry, then a dead letter with reason `failed`).
+fn refuse(invalid: payload::InvalidPayloadError) -> HandlerFuture {
+    Box::pin(std::future::ready(Err(HandlerError::new(invalid))))
+}
+
+/// The argument shapes of typed handlers, `(Typed<M>,)` and
+/// `(Typed<M>, Delivery)`, and the message type they take:
+/// [`RouterBuilder::handle`](crate::router::RouterBuilder::handle) registers
+/// a handler under `M::URN` through it.
+///
+/// ```
+/// use babel_idem::{Message, Urn};
+/// use babel_idem::router::{Handler, TypedArgs};
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Serialize, Deserialize, Message)]
+/// #[message(urn = "urn:babel:orders:created")]
+/// struct OrderCreated {}
+///
+/// async fn on_created(_: OrderCreated) -> Result<(), anyhow::Error> { Ok(()) }
+///
+/// fn urn_of<H: Handler<Args>, Args: TypedArgs>(_: &H) -> Urn {
+///     <Args::Message as Message>::URN
+/// }
+/// assert_eq!(urn_of(&on_created), "urn:babel:orders:created");
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`.handle(...)` needs a handler that takes a message type, and this one takes the `Envelope`",
+    label = "this handler has no message type to read a URN from",
+    note = "register a handler of `Envelope` under its URN with `.route(urn!(\"urn:...\"), handler)`, or make it take a `#[derive(Message)]` type: `async fn(OrderCreated) -> Result<(), E>`"
+)]
+pub trait TypedArgs: 'static {
+    /// The message type the handler takes.
+    type Message: Message;
+}
+
+impl<M: Message> TypedArgs for (Typed<M>,) {
+    type Message = M;
+}
+
+impl<M: Message> TypedArgs for (Typed<M>, Delivery) {
+    type Message = M;
 }
 
 /// The error a handler returned, with the name of its type (written to the

@@ -5,10 +5,11 @@ use std::collections::HashMap;
 use std::fmt;
 use std::time::Duration;
 
-use super::handler::{Handler, HandlerFuture};
+use super::handler::{Handler, HandlerFuture, TypedArgs};
 use super::{Backoff, Delivery, UnknownUrnStrategy, Urn};
 use crate::builders::setters;
 use crate::envelope::Envelope;
+use crate::message::Message;
 
 /// The default number of attempts a message gets before it is dead-lettered,
 /// as in the other BabelQueue SDKs.
@@ -167,16 +168,26 @@ impl fmt::Debug for Router {
 /// Collects routes and policies; [`build`](Self::build) checks them.
 #[must_use = "call .build() to get a Router"]
 pub struct RouterBuilder {
-    routes: Vec<(Urn, Route)>,
+    routes: Vec<Registered>,
     max_attempts: u64,
     unknown_urn: UnknownUrnStrategy,
     backoff: Backoff,
     max_park_delay: Duration,
 }
 
+/// One route as registered, before [`RouterBuilder::build`] checks it.
+struct Registered {
+    urn: Urn,
+    route: Route,
+    /// A typed handler's message type: its URN and its name.
+    message: Option<(Urn, &'static str)>,
+}
+
 impl RouterBuilder {
     /// Registers `handler` for `urn`. A second handler for the same URN makes
-    /// [`build`](Self::build) fail with [`RouterError::DuplicateUrn`].
+    /// [`build`](Self::build) fail with [`RouterError::DuplicateUrn`]; a
+    /// typed handler whose message type carries another URN makes it fail
+    /// with [`RouterError::UrnMismatch`].
     ///
     /// A handler annotated with `#[idempotent]` registers exactly like the
     /// plain function: the attribute keeps its signature.
@@ -185,17 +196,67 @@ impl RouterBuilder {
         H: Handler<Args>,
         Args: 'static,
     {
+        let message = handler.message();
         let handler = Shaped {
             handler,
             shape: std::marker::PhantomData,
         };
-        self.routes.push((
+        self.routes.push(Registered {
             urn,
-            Route {
+            route: Route {
                 handler: Box::new(handler),
             },
-        ));
+            message,
+        });
         self
+    }
+
+    /// Registers a typed handler under the URN its message type carries
+    /// ([`Message::URN`]). The handler gets the envelope's `data` decoded
+    /// into its message type; `data` that does not decode fails the attempt
+    /// with [`InvalidPayloadError`](crate::router::InvalidPayloadError),
+    /// without running the handler.
+    ///
+    /// ```
+    /// use babel_idem::{Delivery, Disposition, Envelope, Message, Router};
+    /// use serde::{Deserialize, Serialize};
+    /// use serde_json::json;
+    ///
+    /// #[derive(Serialize, Deserialize, Message)]
+    /// #[message(urn = "urn:babel:orders:created")]
+    /// struct OrderCreated {
+    ///     order_id: u64,
+    /// }
+    ///
+    /// async fn on_created(order: OrderCreated) -> Result<(), anyhow::Error> {
+    ///     anyhow::ensure!(order.order_id > 0, "order 0 does not exist");
+    ///     Ok(())
+    /// }
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let router = Router::builder().handle(on_created).build()?;
+    /// let bytes = Envelope::new("urn:babel:orders:created", json!({"order_id": 7})).to_vec();
+    /// assert!(router.dispatch(&bytes, Delivery::new()).await.is_ack());
+    /// # Ok::<(), babel_idem::router::RouterError>(())
+    /// # }).unwrap();
+    /// ```
+    ///
+    /// A handler that takes the [`Envelope`] has no message type to read a
+    /// URN from: register it with [`route`](Self::route).
+    ///
+    /// ```compile_fail
+    /// use babel_idem::{Envelope, Router};
+    ///
+    /// async fn on_created(_: Envelope) -> Result<(), anyhow::Error> { Ok(()) }
+    ///
+    /// let router = Router::builder().handle(on_created); // error: needs a message type
+    /// ```
+    pub fn handle<H, Args>(self, handler: H) -> Self
+    where
+        H: Handler<Args>,
+        Args: TypedArgs,
+    {
+        self.route(<Args::Message as Message>::URN, handler)
     }
 
     setters! {
@@ -250,6 +311,27 @@ impl RouterBuilder {
     /// assert!(matches!(&err, RouterError::DuplicateUrn { urn } if urn == "urn:babel:orders:created"));
     /// assert_eq!(err.to_string(), "urn:babel:orders:created is routed to more than one handler");
     /// ```
+    ///
+    /// A typed handler under the URN of another message type:
+    ///
+    /// ```
+    /// use babel_idem::{Message, Router, urn};
+    /// use babel_idem::router::RouterError;
+    /// use serde::{Deserialize, Serialize};
+    ///
+    /// #[derive(Serialize, Deserialize, Message)]
+    /// #[message(urn = "urn:babel:orders:created")]
+    /// struct OrderCreated {}
+    ///
+    /// async fn on_created(_: OrderCreated) -> Result<(), anyhow::Error> { Ok(()) }
+    ///
+    /// let err = Router::builder()
+    ///     .route(urn!("urn:babel:orders:paid"), on_created)
+    ///     .build()
+    ///     .unwrap_err();
+    /// assert!(matches!(&err, RouterError::UrnMismatch { urn, message_urn, .. }
+    ///     if urn == "urn:babel:orders:paid" && message_urn == "urn:babel:orders:created"));
+    /// ```
     pub fn build(self) -> Result<Router, RouterError> {
         if self.max_attempts == 0 {
             return Err(RouterError::ZeroMaxAttempts);
@@ -260,7 +342,21 @@ impl RouterBuilder {
             });
         }
         let mut routes = HashMap::with_capacity_and_hasher(self.routes.len(), Default::default());
-        for (urn, route) in self.routes {
+        for Registered {
+            urn,
+            route,
+            message,
+        } in self.routes
+        {
+            if let Some((message_urn, type_name)) = message
+                && message_urn != urn
+            {
+                return Err(RouterError::UrnMismatch {
+                    urn,
+                    message_urn,
+                    type_name,
+                });
+            }
             if routes.contains_key(&urn) {
                 return Err(RouterError::DuplicateUrn { urn });
             }
@@ -281,7 +377,11 @@ impl fmt::Debug for RouterBuilder {
         f.debug_struct("RouterBuilder")
             .field(
                 "urns",
-                &self.routes.iter().map(|(urn, _)| urn).collect::<Vec<_>>(),
+                &self
+                    .routes
+                    .iter()
+                    .map(|registered| &registered.urn)
+                    .collect::<Vec<_>>(),
             )
             .field("max_attempts", &self.max_attempts)
             .field("unknown_urn", &self.unknown_urn)
@@ -300,6 +400,21 @@ pub enum RouterError {
     DuplicateUrn {
         /// The URN registered twice.
         urn: Urn,
+    },
+    /// A typed handler was registered under a URN other than the one its
+    /// message type carries: dispatch would decode another message's `data`
+    /// into it.
+    #[error(
+        "the handler registered for {urn} takes `{type_name}`, whose URN is {message_urn}: \
+         register it with `.handle(handler)`, which reads the URN from its message type"
+    )]
+    UrnMismatch {
+        /// The URN the handler was registered under.
+        urn: Urn,
+        /// The URN its message type carries ([`Message::URN`]).
+        message_urn: Urn,
+        /// The message type's name, as [`std::any::type_name`] gives it.
+        type_name: &'static str,
     },
     /// `max_attempts(0)`: a message needs at least one attempt.
     #[error("max_attempts must be at least 1: a message needs one attempt")]

@@ -72,9 +72,21 @@ impl Urn {
         }
     }
 
-    /// The whole URN, as written.
-    pub fn as_str(&self) -> &str {
-        &self.text
+    /// The whole URN, as written. `const`, so a constant URN's text can be
+    /// compared at compile time (as `routes!` does for message types).
+    ///
+    /// ```
+    /// use babel_idem::{Urn, urn};
+    ///
+    /// const CREATED: &Urn = &urn!("urn:babel:orders:created");
+    /// const TEXT: &str = CREATED.as_str();
+    /// assert_eq!(TEXT, "urn:babel:orders:created");
+    /// ```
+    pub const fn as_str(&self) -> &str {
+        match &self.text {
+            Cow::Borrowed(text) => text,
+            Cow::Owned(text) => text.as_str(),
+        }
     }
 
     /// The namespace identifier (`babel` in `urn:babel:orders:created`).
