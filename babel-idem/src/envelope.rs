@@ -30,7 +30,7 @@ mod error;
 mod integer;
 mod members;
 mod produce;
-mod raw;
+pub(crate) mod raw;
 
 pub use error::EnvelopeError;
 pub use integer::{IntegerProblem, MAX_INTEGER};

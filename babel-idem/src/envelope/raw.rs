@@ -3,15 +3,17 @@
 //! A parsed [`Value`](serde_json::Value) forgets how a value was spelled:
 //! the order of an object's keys, `1e-07` against `1e-7`, `-0`, an integer
 //! beyond 64 bits. The faithful encoder and the integer rule need that
-//! spelling back, so they read it here from the source text. Both run off the
-//! hot path (re-encoding, and a rejected integer), so this module scans on
-//! demand instead of making every decode record it.
+//! spelling back, and a router's payload schema check reads `data` in its
+//! document order, so they read it here from the source text. All run off
+//! the hot path (re-encoding, a rejected integer, a check a router opted
+//! into), so this module scans on demand instead of making every decode
+//! record it.
 
 use std::collections::HashMap;
 use std::fmt;
 
 use serde::Deserializer;
-use serde::de::{MapAccess, Visitor};
+use serde::de::{DeserializeSeed, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
 /// One member of a JSON object: its (unescaped) key and its value's text.
@@ -80,12 +82,65 @@ impl<'de> Visitor<'de> for MembersVisitor {
 /// The text of the value at `path` (keys joined by `.`, such as
 /// `meta.created_at`) inside the JSON object `text`.
 pub(super) fn value_at<'a>(text: &'a str, path: &str) -> Option<&'a str> {
-    path.split('.').try_fold(text, |object, key| {
-        members(object)?
-            .into_iter()
-            .find(|member| member.key == key)
-            .map(|member| member.value.get())
-    })
+    path.split('.').try_fold(text, member)
+}
+
+/// The text of the member `key` of the JSON object `text`: its last value
+/// when the key is repeated, the one the decoder keeps. `None` when `text`
+/// is not an object or has no such member. Keys are compared unescaped
+/// (`"\u0064ata"` is `data`) and none is allocated.
+pub(crate) fn member<'a>(text: &'a str, key: &str) -> Option<&'a str> {
+    let mut deserializer = serde_json::Deserializer::from_str(text);
+    let found = deserializer.deserialize_map(MemberVisitor { key }).ok()?;
+    deserializer.end().ok()?;
+    found.map(RawValue::get)
+}
+
+/// Finds one member's value while reading an object.
+struct MemberVisitor<'k> {
+    key: &'k str,
+}
+
+impl<'de> Visitor<'de> for MemberVisitor<'_> {
+    type Value = Option<&'de RawValue>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut found = None;
+        while let Some(is_key) = map.next_key_seed(IsKey(self.key))? {
+            let value: &'de RawValue = map.next_value()?;
+            if is_key {
+                found = Some(value);
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// Reads a key as whether it is the one wanted, without keeping it.
+struct IsKey<'k>(&'k str);
+
+impl<'de> DeserializeSeed<'de> for IsKey<'_> {
+    type Value = bool;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<bool, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl Visitor<'_> for IsKey<'_> {
+    type Value = bool;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a member name")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<bool, E> {
+        Ok(key == self.0)
+    }
 }
 
 /// Appends the JSON text `json` without its insignificant white space, so a
@@ -171,6 +226,17 @@ mod tests {
         assert_eq!(value_at(text, "attempts"), Some("-0"));
         assert_eq!(value_at(text, "meta.queue"), None);
         assert_eq!(value_at(text, "attempts.x"), None);
+    }
+
+    #[test]
+    fn a_member_is_its_last_value_found_by_its_unescaped_key() {
+        let text = r#"{"data": {"a": 1}, "d\u0061ta": [2], "job": "x", "data" : {"b" : 2} }"#;
+        assert_eq!(member(text, "data"), Some(r#"{"b" : 2}"#));
+        assert_eq!(member(text, "job"), Some(r#""x""#));
+        assert_eq!(member(text, "meta"), None);
+        for not_an_object in ["[]", "1", "{", r#"{"data": 1} x"#] {
+            assert_eq!(member(not_an_object, "data"), None, "{not_an_object}");
+        }
     }
 
     #[test]
