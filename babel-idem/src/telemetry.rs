@@ -18,6 +18,7 @@
 //! | `messaging.message.conversation_id` | `trace_id` |
 //! | `messaging.babelqueue.attempts` | the attempts made before this delivery |
 //! | `messaging.babelqueue.idempotency.decision` | recorded by the guard when it decides (`ran`, `skipped`, ...) |
+//! | `messaging.babelqueue.payload.violation` | recorded when the attempt is refused for an invalid payload: `path: reason`, as in [`InvalidPayloadError`](crate::router::InvalidPayloadError) |
 //!
 //! With the feature `opentelemetry`, a W3C `traceparent` (and `tracestate`)
 //! transport header makes the span a child of the producer's span; without

@@ -1,7 +1,9 @@
 //! [`Router::dispatch`]: from raw bytes to a [`Disposition`].
 //!
 //! Decode and check the envelope (else `poison`), route by URN (else the
-//! unknown-URN strategy), run the handler with panics caught and its claim
+//! unknown-URN strategy), check `data` against the URN's payload schema when
+//! the router has schemas (a violation fails the attempt without running the
+//! handler), run the handler with panics caught and its claim
 //! decisions recorded, and turn a failure into a release when the
 //! handler's claim was parked (see `parked`), else into a retry or, once
 //! the attempts run out, a dead letter.
@@ -21,8 +23,13 @@ use crate::envelope::DeadLetterReason;
 use crate::envelope::{DeadLetter, Envelope, EnvelopeError};
 use crate::telemetry::span;
 
+#[cfg(feature = "schema")]
+use super::handler::HandlerError;
 use super::handler::HandlerFuture;
 use super::parked;
+use super::payload;
+#[cfg(feature = "schema")]
+use super::payload::InvalidPayloadError;
 use super::routes::Route;
 use super::{
     DeadLettered, Delivery, DispatchError, Disposition, ReleaseReason, Retry, Router,
@@ -41,6 +48,7 @@ impl Router {
     /// |---|---|
     /// | not a valid envelope | `DeadLetter`, reason `poison`, the bytes unchanged |
     /// | no handler for its URN | by [`UnknownUrnStrategy`] |
+    /// | with `RouterBuilder::schemas` (feature `schema`): `data` breaks its URN's schema | the handler does not run; failed with [`InvalidPayloadError`](crate::router::InvalidPayloadError), retried or dead-lettered as a handler's `Err` below |
     /// | the handler returns `Ok` | `Ack` |
     /// | claim mode: the handler returns `Err` after its last claim-mode guard found the id held by another owner (whatever the error type keeps of the parked [`StoreError`](crate::store::StoreError)) | `Release`, reason `Parked`, `delay` the other lease's time left (1 s if the store does not know it), at most [`max_park_delay`](crate::router::RouterBuilder::max_park_delay); no attempt counted |
     /// | the handler returns `Err` or panics, attempts + 1 < max | `Retry` with attempts + 1 |
@@ -127,6 +135,20 @@ impl Router {
         } else {
             None
         };
+        // Checked before anything of the handler runs, a typed handler's
+        // decode included; a router without schemas reads nothing here.
+        #[cfg(feature = "schema")]
+        if let Some(schemas) = self.schemas.as_deref() {
+            match payload::check_schema(schemas, envelope.urn(), bytes) {
+                Ok(None) => {}
+                Ok(Some(invalid)) => {
+                    let span = span::consumer(&envelope, delivery.queue(), || delivery.headers());
+                    let error = span.in_scope(|| refused(invalid));
+                    return self.fail(envelope, error, fallback_queue);
+                }
+                Err(error) => return poison(bytes, error),
+            }
+        }
 
         // The handler (and so its guard) runs in the delivery's consumer span.
         let span = span::consumer(&envelope, delivery.queue(), || delivery.headers());
@@ -281,10 +303,23 @@ fn poison(bytes: &[u8], error: EnvelopeError) -> Disposition {
     })
 }
 
+/// The failed attempt of a payload its URN's schema refused: the handler's
+/// failure a typed decode gives, reported as it is (in the current span,
+/// the delivery's consumer span).
+#[cfg(feature = "schema")]
+#[cold]
+fn refused(invalid: InvalidPayloadError) -> DispatchError {
+    let error = DispatchError::Handler(HandlerError::new(invalid));
+    payload::observe_failure(&error);
+    error
+}
+
 /// Runs the handler; a panic while building or polling its future becomes
 /// [`DispatchError::Panicked`] instead of unwinding through the consumer.
 /// Beside the result, the last outcome a guard recorded in the handler's
-/// future (a claim decision, a store failure).
+/// future (a claim decision, a store failure). A failure for an invalid
+/// payload (a typed handler's decode) is reported while the consumer span
+/// is still the current one.
 async fn run_catching_panics(
     route: &Route,
     envelope: Envelope,
@@ -296,7 +331,12 @@ async fn run_catching_panics(
     };
     let watched = Watched { future, last: None };
     match watched.await {
-        (Ok(result), last) => (result.map_err(DispatchError::Handler), last),
+        (Ok(Ok(())), last) => (Ok(()), last),
+        (Ok(Err(error)), last) => {
+            let error = DispatchError::Handler(error);
+            payload::observe_failure(&error);
+            (Err(error), last)
+        }
         (Err(payload), last) => (Err(panicked(payload)), last),
     }
 }

@@ -1,11 +1,19 @@
-//! A typed handler's message, decoded from the envelope's `data`, and
-//! [`InvalidPayloadError`], the family's failure for `data` its type (or its
-//! schema) does not accept.
+//! A typed handler's message, decoded from the envelope's `data`, the
+//! router's payload schema check, and [`InvalidPayloadError`], the family's
+//! failure for `data` its type (or its schema) does not accept.
 
 use std::fmt;
 
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
+
+use super::DispatchError;
+use crate::telemetry::metrics;
+#[cfg(feature = "schema")]
+use crate::{
+    envelope::{EnvelopeError, raw},
+    schema::{SchemaProvider, Violation},
+};
 
 /// The `path` of a violation at the root of `data`, as the Python SDK writes it.
 const ROOT: &str = "<root>";
@@ -83,6 +91,82 @@ impl InvalidPayloadError {
     /// `path: reason`, the Python SDK's `violation`.
     pub fn violation(&self) -> String {
         format!("{}: {}", self.path, self.reason)
+    }
+
+    /// The schema `violation` of the `data` of a message routed by `urn`:
+    /// its path, and its rule's name as the reason (feature `schema`).
+    ///
+    /// ```
+    /// use babel_idem::router::InvalidPayloadError;
+    /// use babel_idem::schema::Schema;
+    /// use serde_json::json;
+    ///
+    /// let schema = Schema::from_value(json!({"type": "object", "required": ["order_id"]}))?;
+    /// let violation = schema.check(&json!({})).unwrap_err();
+    /// let error = InvalidPayloadError::from_violation("urn:babel:orders:created", &violation);
+    /// assert_eq!(error.violation(), "order_id: missing_required");
+    /// assert_eq!(
+    ///     error.to_string(),
+    ///     "data for 'urn:babel:orders:created' does not match its URN schema: order_id: missing_required",
+    /// );
+    /// # Ok::<(), babel_idem::schema::SchemaError>(())
+    /// ```
+    #[cfg(feature = "schema")]
+    pub fn from_violation(urn: impl Into<String>, violation: &Violation) -> Self {
+        InvalidPayloadError::new(urn, violation.path(), violation.rule().as_str())
+    }
+}
+
+/// The verdict of the schema `provider` has for `urn` on the `data` of the
+/// envelope `bytes`, read in its document order (as the Python SDK reads
+/// it): `None` when the URN has no schema (its text is then not read) or
+/// the data matches it.
+///
+/// # Errors
+///
+/// The bytes are poison when `data`'s text cannot be read. Dispatch checks
+/// bytes that just decoded as an envelope, so this does not happen unless
+/// the schema reader refuses a text the envelope decoder took.
+#[cfg(feature = "schema")]
+pub(super) fn check_schema(
+    provider: &dyn SchemaProvider,
+    urn: &str,
+    bytes: &[u8],
+) -> Result<Option<InvalidPayloadError>, EnvelopeError> {
+    let Some(schema) = provider.schema_for(urn) else {
+        return Ok(None);
+    };
+    let text = std::str::from_utf8(bytes)
+        .ok()
+        .and_then(|text| raw::member(text, "data"))
+        .ok_or_else(|| unreadable("no `data` member in the envelope's text"))?;
+    match schema.check_json(text) {
+        Ok(Ok(())) => Ok(None),
+        Ok(Err(violation)) => Ok(Some(InvalidPayloadError::from_violation(urn, &violation))),
+        Err(error) => Err(unreadable(error)),
+    }
+}
+
+/// The poison error of envelope bytes whose `data` text cannot be read.
+#[cfg(feature = "schema")]
+#[cold]
+fn unreadable(cause: impl fmt::Display) -> EnvelopeError {
+    EnvelopeError::NotJson(serde::de::Error::custom(format_args!(
+        "its `data` cannot be read for the payload schema check: {cause}"
+    )))
+}
+
+/// Reports a failed attempt on the consumer span and in the metrics when it
+/// failed with an [`InvalidPayloadError`] (the schema check, a typed
+/// handler's decode, or a handler that returned one itself).
+pub(super) fn observe_failure(error: &DispatchError) {
+    if let DispatchError::Handler(error) = error
+        && let Some(invalid) = error.error().downcast_ref::<InvalidPayloadError>()
+    {
+        metrics::invalid_payload(
+            invalid.urn(),
+            &format_args!("{}: {}", invalid.path(), invalid.reason()),
+        );
     }
 }
 
@@ -209,6 +293,56 @@ mod tests {
         let nested = decode::<Order>(&data(json!({"order_id": 1, "items": [{"sku": "a"}]})), URN)
             .unwrap_err();
         assert_eq!(nested.violation(), "items[0]: missing field `qty`");
+    }
+
+    #[cfg(feature = "schema")]
+    mod schema_check {
+        use super::super::*;
+        use super::URN;
+        use crate::schema::{Schema, Schemas};
+
+        const ORDERS: &str = r#"{"type": "object", "required": ["order_id"],
+            "properties": {"order_id": {"type": "integer"}}, "additionalProperties": false}"#;
+
+        fn schemas() -> Schemas {
+            Schemas::new().with(URN, Schema::from_json(ORDERS).unwrap())
+        }
+
+        #[test]
+        fn the_data_is_checked_in_its_document_order() {
+            let bytes =
+                br#"{"job": "urn:babel:orders:created", "data": {"zeta": 1, "order_id": "x"}}"#;
+            let invalid = check_schema(&schemas(), URN, bytes).unwrap().unwrap();
+            assert_eq!(invalid.violation(), "zeta: additional_not_allowed");
+            let swapped = br#"{"data": {"order_id": "x", "zeta": 1}}"#;
+            let invalid = check_schema(&schemas(), URN, swapped).unwrap().unwrap();
+            assert_eq!(invalid.violation(), "order_id: not_an_integer");
+            let valid = br#"{"data": {"order_id": 7}}"#;
+            assert_eq!(check_schema(&schemas(), URN, valid).unwrap(), None);
+        }
+
+        #[test]
+        fn a_urn_without_a_schema_is_not_read() {
+            let not_json = b"\xff no envelope";
+            assert_eq!(
+                check_schema(&schemas(), "urn:babel:orders:voided", not_json).unwrap(),
+                None
+            );
+        }
+
+        #[test]
+        fn data_whose_text_cannot_be_read_is_poison() {
+            for bytes in [&b"{\"job\": \"x\"}"[..], b"\xff{}", b"[1]"] {
+                let error = check_schema(&schemas(), URN, bytes).unwrap_err();
+                assert!(matches!(error, EnvelopeError::NotJson(_)), "{error:?}");
+                assert!(
+                    error
+                        .to_string()
+                        .contains("cannot be read for the payload schema check"),
+                    "{error}"
+                );
+            }
+        }
     }
 
     #[test]

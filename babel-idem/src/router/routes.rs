@@ -3,6 +3,8 @@
 
 use std::collections::HashMap;
 use std::fmt;
+#[cfg(feature = "schema")]
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::handler::{Handler, HandlerFuture, TypedArgs};
@@ -10,6 +12,8 @@ use super::{Backoff, Delivery, UnknownUrnStrategy, Urn};
 use crate::builders::setters;
 use crate::envelope::Envelope;
 use crate::message::Message;
+#[cfg(feature = "schema")]
+use crate::schema::SchemaProvider;
 
 /// The default number of attempts a message gets before it is dead-lettered,
 /// as in the other BabelQueue SDKs.
@@ -48,6 +52,9 @@ pub struct Router {
     pub(super) unknown_urn: UnknownUrnStrategy,
     pub(super) backoff: Backoff,
     pub(super) max_park_delay: Duration,
+    /// The payload schemas dispatch checks `data` against, if any.
+    #[cfg(feature = "schema")]
+    pub(super) schemas: Option<Arc<dyn SchemaProvider>>,
 }
 
 /// How long a delivery parked behind another owner's claim waits at most
@@ -94,6 +101,8 @@ impl Router {
             unknown_urn: UnknownUrnStrategy::default(),
             backoff: Backoff::default(),
             max_park_delay: DEFAULT_MAX_PARK_DELAY,
+            #[cfg(feature = "schema")]
+            schemas: None,
         }
     }
 
@@ -139,6 +148,26 @@ impl Router {
         self.max_park_delay
     }
 
+    /// The payload schemas dispatch checks each routed message's `data`
+    /// against ([`RouterBuilder::schemas`]), if the router has any
+    /// (feature `schema`).
+    ///
+    /// ```
+    /// use babel_idem::Router;
+    /// use babel_idem::schema::Schemas;
+    ///
+    /// let schemas = Schemas::from_json_map([("urn:babel:orders:created", r#"{"type": "object"}"#)])?;
+    /// let router = Router::builder().schemas(schemas).build()?;
+    /// let schemas = router.schemas().expect("the router checks payloads");
+    /// assert!(schemas.schema_for("urn:babel:orders:created").is_some());
+    /// assert!(Router::builder().build()?.schemas().is_none());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[cfg(feature = "schema")]
+    pub fn schemas(&self) -> Option<&dyn SchemaProvider> {
+        self.schemas.as_deref()
+    }
+
     /// The longest delay a retry of this router asks for: the ceiling after
     /// the first or the last attempt that is retried (`max_attempts - 1`;
     /// every backoff's delays grow or shrink monotonically, so one of the
@@ -155,13 +184,16 @@ impl fmt::Debug for Router {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut urns: Vec<&str> = self.routes.keys().map(Urn::as_str).collect();
         urns.sort_unstable();
-        f.debug_struct("Router")
+        let mut debug = f.debug_struct("Router");
+        debug
             .field("urns", &urns)
             .field("max_attempts", &self.max_attempts)
             .field("unknown_urn", &self.unknown_urn)
             .field("backoff", &self.backoff)
-            .field("max_park_delay", &self.max_park_delay)
-            .finish()
+            .field("max_park_delay", &self.max_park_delay);
+        #[cfg(feature = "schema")]
+        debug.field("schemas", &self.schemas.is_some());
+        debug.finish()
     }
 }
 
@@ -173,6 +205,8 @@ pub struct RouterBuilder {
     unknown_urn: UnknownUrnStrategy,
     backoff: Backoff,
     max_park_delay: Duration,
+    #[cfg(feature = "schema")]
+    schemas: Option<Arc<dyn SchemaProvider>>,
 }
 
 /// One route as registered, before [`RouterBuilder::build`] checks it.
@@ -257,6 +291,73 @@ impl RouterBuilder {
         Args: TypedArgs,
     {
         self.route(<Args::Message as Message>::URN, handler)
+    }
+
+    /// Checks each routed message's `data` against the payload schema
+    /// `provider` has for its URN, before its handler runs (and before a
+    /// typed handler's message is decoded); a URN `provider` has no schema
+    /// for is not checked. Feature `schema`.
+    ///
+    /// `data` is read in its document order, as the Python SDK's
+    /// `babelqueue.schema.wrap` reads it, so the first violation reported is
+    /// the one the Python SDK reports. Data that breaks its schema fails the
+    /// attempt with an [`InvalidPayloadError`](crate::router::InvalidPayloadError)
+    /// and the handler does not run: the message is retried and, once its
+    /// attempts run out, dead-lettered with reason `failed`, `exception`
+    /// `InvalidPayloadError` and `error` `data for '<urn>' does not match
+    /// its URN schema: <path>: <rule>`, the block the Python SDK writes for
+    /// the same message. The consumer span records the violation, and the
+    /// feature `metrics` counts the attempt (`INVALID_PAYLOADS_TOTAL` in
+    /// [`telemetry::metrics`](crate::telemetry::metrics)).
+    ///
+    /// A router without schemas reads no `data` text. Calling this again
+    /// replaces the provider.
+    ///
+    /// ```
+    /// use babel_idem::{Delivery, Disposition, Envelope, Message, Router};
+    /// use babel_idem::schema::Schemas;
+    /// use serde::{Deserialize, Serialize};
+    /// use serde_json::json;
+    ///
+    /// #[derive(Serialize, Deserialize, Message)]
+    /// #[message(urn = "urn:babel:orders:created")]
+    /// struct OrderCreated {
+    ///     order_id: u64,
+    /// }
+    ///
+    /// async fn on_created(_: OrderCreated) -> Result<(), anyhow::Error> {
+    ///     Ok(())
+    /// }
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// // In production, `babel_idem::schema::Registry::open("schemas/registry.json")?`.
+    /// let schemas = Schemas::from_json_map([(
+    ///     "urn:babel:orders:created",
+    ///     r#"{"type": "object", "required": ["order_id"],
+    ///         "properties": {"order_id": {"type": "integer", "minimum": 1}}}"#,
+    /// )])?;
+    /// let router = Router::builder().handle(on_created).max_attempts(1).schemas(schemas).build()?;
+    ///
+    /// let valid = Envelope::new("urn:babel:orders:created", json!({"order_id": 7})).to_vec();
+    /// assert!(router.dispatch(&valid, Delivery::new()).await.is_ack());
+    ///
+    /// let invalid = Envelope::new("urn:babel:orders:created", json!({"order_id": 0})).to_vec();
+    /// let Disposition::DeadLetter(dead) = router.dispatch(&invalid, Delivery::new()).await else {
+    ///     panic!("expected a dead letter");
+    /// };
+    /// let block = dead.envelope.unwrap().dead_letter.unwrap();
+    /// assert_eq!(block.exception.as_deref(), Some("InvalidPayloadError"));
+    /// assert_eq!(
+    ///     block.error.as_deref(),
+    ///     Some("data for 'urn:babel:orders:created' does not match its URN schema: order_id: below_minimum"),
+    /// );
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
+    #[cfg(feature = "schema")]
+    pub fn schemas(mut self, provider: impl SchemaProvider) -> Self {
+        self.schemas = Some(Arc::new(provider));
+        self
     }
 
     setters! {
@@ -368,13 +469,16 @@ impl RouterBuilder {
             unknown_urn: self.unknown_urn,
             backoff: self.backoff,
             max_park_delay: self.max_park_delay,
+            #[cfg(feature = "schema")]
+            schemas: self.schemas,
         })
     }
 }
 
 impl fmt::Debug for RouterBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RouterBuilder")
+        let mut debug = f.debug_struct("RouterBuilder");
+        debug
             .field(
                 "urns",
                 &self
@@ -386,8 +490,10 @@ impl fmt::Debug for RouterBuilder {
             .field("max_attempts", &self.max_attempts)
             .field("unknown_urn", &self.unknown_urn)
             .field("backoff", &self.backoff)
-            .field("max_park_delay", &self.max_park_delay)
-            .finish()
+            .field("max_park_delay", &self.max_park_delay);
+        #[cfg(feature = "schema")]
+        debug.field("schemas", &self.schemas.is_some());
+        debug.finish()
     }
 }
 

@@ -7,7 +7,8 @@
 //! `messaging.babelqueue.idempotency.decision`, see [`Router::dispatch`](crate::router::Router::dispatch)).
 //! With the feature `metrics`, decisions, store latency and store errors also
 //! go through the `metrics` facade: `DECISIONS_TOTAL`, `STORE_DURATION_SECONDS`,
-//! `STORE_ERRORS_TOTAL` and `describe`.
+//! `STORE_ERRORS_TOTAL` and `describe`; so do the attempts refused for an
+//! invalid payload, `INVALID_PAYLOADS_TOTAL`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -20,13 +21,13 @@ mod observe;
 pub(crate) use facade::record_outbox;
 #[cfg(feature = "metrics")]
 pub use facade::{
-    DECISIONS_TOTAL, OUTBOX_LAG_SECONDS, OUTBOX_PUBLISHED_TOTAL, OUTBOX_REFUSED_TOTAL, OUTBOX_ROWS,
-    STORE_DURATION_SECONDS, STORE_ERRORS_TOTAL, describe,
+    DECISIONS_TOTAL, INVALID_PAYLOADS_TOTAL, OUTBOX_LAG_SECONDS, OUTBOX_PUBLISHED_TOTAL,
+    OUTBOX_REFUSED_TOTAL, OUTBOX_ROWS, STORE_DURATION_SECONDS, STORE_ERRORS_TOTAL, describe,
 };
-// The consumer span (router) declares this field; its unit test checks the name.
+// The consumer span (router) declares these fields; its unit test checks the names.
 #[cfg(test)]
-pub(crate) use observe::DECISION_FIELD;
-pub(crate) use observe::{Timed, claim_mode, timed, timed_now};
+pub(crate) use observe::{DECISION_FIELD, INVALID_PAYLOAD_FIELD};
+pub(crate) use observe::{Timed, claim_mode, invalid_payload, timed, timed_now};
 
 /// What a guard did with one delivery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

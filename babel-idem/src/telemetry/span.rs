@@ -59,7 +59,9 @@ where
     } else {
         envelope.meta.queue.as_str()
     };
-    // The last field's name is `metrics::DECISION_FIELD`, which the guard records.
+    // The last two fields' names are `metrics::DECISION_FIELD`, which the
+    // guard records, and `metrics::INVALID_PAYLOAD_FIELD`, which dispatch
+    // records for a refused payload.
     let span = messaging_span!(
         "babelqueue.process",
         ProcessName(envelope.urn()),
@@ -67,7 +69,8 @@ where
         "process",
         queue,
         envelope,
-        messaging.babelqueue.idempotency.decision = tracing::field::Empty
+        messaging.babelqueue.idempotency.decision = tracing::field::Empty,
+        messaging.babelqueue.payload.violation = tracing::field::Empty
     );
     #[cfg(feature = "opentelemetry")]
     super::carrier::continue_trace(&span, headers, &envelope.trace_id);
@@ -115,7 +118,7 @@ impl fmt::Display for ProcessName<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::telemetry::metrics::DECISION_FIELD;
+    use crate::telemetry::metrics::{DECISION_FIELD, INVALID_PAYLOAD_FIELD};
 
     #[test]
     fn the_span_names_are_the_familys() {
@@ -131,7 +134,7 @@ mod tests {
     }
 
     #[test]
-    fn the_span_declares_the_field_the_guard_records() {
+    fn the_span_declares_the_fields_the_guard_and_dispatch_record() {
         let subscriber = tracing_subscriber_stub::Enabled;
         tracing::subscriber::with_default(subscriber, || {
             let envelope = Envelope::new("urn:babel:orders:created", serde_json::json!({}));
@@ -139,6 +142,7 @@ mod tests {
             let metadata = span.metadata().expect("the span is enabled");
             assert_eq!(metadata.target(), "babel_idem::router::span");
             assert!(metadata.fields().field(DECISION_FIELD).is_some());
+            assert!(metadata.fields().field(INVALID_PAYLOAD_FIELD).is_some());
         });
     }
 

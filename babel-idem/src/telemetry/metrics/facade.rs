@@ -32,6 +32,12 @@ pub const STORE_DURATION_SECONDS: &str = "babel_idem_store_duration_seconds";
 /// and `backend` as [`STORE_DURATION_SECONDS`] is.
 pub const STORE_ERRORS_TOTAL: &str = "babel_idem_store_errors_total";
 
+/// Counter: attempts refused because a message's `data` does not match what
+/// its URN expects (the router's payload schema for it, or the message type
+/// a typed handler takes), labelled `urn`. A message retried until it is
+/// dead-lettered counts once per attempt.
+pub const INVALID_PAYLOADS_TOTAL: &str = "babel_idem_invalid_payloads_total";
+
 /// Gauge, in seconds: how long the oldest pending row of the outbox a
 /// relay drains has waited (0 when none is pending).
 pub const OUTBOX_LAG_SECONDS: &str = "babel_idem_outbox_lag_seconds";
@@ -66,7 +72,12 @@ pub(crate) fn record_outbox(
     }
 }
 
-/// Registers a description and unit for each of the three metrics with the
+/// Counts one attempt refused for an invalid payload of `urn`.
+pub(super) fn invalid_payload(urn: &str) {
+    ::metrics::counter!(INVALID_PAYLOADS_TOTAL, "urn" => urn.to_owned()).increment(1);
+}
+
+/// Registers a description and unit for each of the crate's metrics with the
 /// installed recorder (a Prometheus exporter prints them as `# HELP`). Call it
 /// once after installing the recorder; recording works without it.
 ///
@@ -86,6 +97,7 @@ pub fn describe() {
         describe_counter DECISIONS_TOTAL Count "babel-idem guard decisions (ran, skipped, failed, fail_open, mark_failed, store_failed, parked, lost_claim)";
         describe_histogram STORE_DURATION_SECONDS Seconds "latency of the seen-set store calls a babel-idem guard awaited";
         describe_counter STORE_ERRORS_TOTAL Count "failed seen-set store calls a babel-idem guard awaited";
+        describe_counter INVALID_PAYLOADS_TOTAL Count "attempts a babel-idem router refused because the data does not match what its URN expects";
         describe_gauge OUTBOX_LAG_SECONDS Seconds "age of the oldest pending row of the outbox a babel-idem relay drains";
         describe_gauge OUTBOX_ROWS Count "rows of the outbox a babel-idem relay drains, by status";
         describe_counter OUTBOX_PUBLISHED_TOTAL Count "outbox rows a babel-idem relay published";

@@ -1,6 +1,7 @@
-//! Where a decision and a store call leave the process, beside the counters
-//! of [`counts`](super::counts): the decision on the current consumer span
-//! (through `tracing`), and with the feature `metrics` the `metrics` facade.
+//! Where a decision, a store call and a refused payload leave the process,
+//! beside the counters of [`counts`](super::counts): the decision and the
+//! payload's violation on the current consumer span (through `tracing`),
+//! and with the feature `metrics` the `metrics` facade.
 //!
 //! With the feature off, [`timed`] and [`claim_mode`] are the identity and
 //! inline away, so the guard's code is what it was.
@@ -32,6 +33,25 @@ pub(super) fn decision(decision: Decision, listened: impl FnOnce()) {
 #[inline(never)]
 fn on_current_span(decision: Decision) {
     tracing::Span::current().record(DECISION_FIELD, decision.as_str());
+}
+
+/// The consumer span's field that carries the violation (`path: reason`)
+/// of a payload refused for its URN (the span is opened by
+/// [`Router::dispatch`](crate::router::Router::dispatch)).
+pub(crate) const INVALID_PAYLOAD_FIELD: &str = "messaging.babelqueue.payload.violation";
+
+/// Records an attempt refused because the `data` of a message of `urn`
+/// broke what its URN expects at `violation`: on the current span, and in
+/// the `metrics` facade. Off the hot path: only a refused attempt calls it.
+#[cold]
+pub(crate) fn invalid_payload(urn: &str, violation: &dyn std::fmt::Display) {
+    if tracing::level_enabled!(tracing::Level::INFO) {
+        tracing::Span::current().record(INVALID_PAYLOAD_FIELD, tracing::field::display(violation));
+    }
+    #[cfg(feature = "metrics")]
+    super::facade::invalid_payload(urn);
+    #[cfg(not(feature = "metrics"))]
+    let _ = urn;
 }
 
 #[cfg(feature = "metrics")]
