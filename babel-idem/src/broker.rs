@@ -4,9 +4,10 @@
 //!
 //! - [`Transport`]: reserves deliveries from a queue and carries out the
 //!   [`Settlement`] the consumer chose for each.
-//! - [`Publisher`]: publishes one [`Envelope`] or a batch of [`Outgoing`]
-//!   messages; the envelope's encoding and producer span are written once,
-//!   here, over the broker's own write of one body.
+//! - [`Publisher`]: publishes one [`Envelope`], one value of a
+//!   [`Message`] type, or a batch of [`Outgoing`] messages; the envelope's
+//!   encoding and producer span are written once, here, over the broker's
+//!   own write of one body.
 //! - [`DeadLetters`]: looks at, republishes and puts back the messages of
 //!   a dead-letter queue, one [`DeadLetterRun`] at a time; what `redrive`
 //!   decides over. [`ErasedDeadLetters`] is its object-safe form, for a
@@ -22,7 +23,8 @@ use std::pin::Pin;
 
 use tracing::Instrument;
 
-use crate::envelope::Envelope;
+use crate::envelope::{Envelope, ProduceError, typed};
+use crate::message::Message;
 use crate::telemetry::{carrier, span};
 
 mod consume;
@@ -40,7 +42,8 @@ pub use self::outgoing::{BatchOutcome, Outgoing, PublishError};
 pub type TransportFuture<'a, T> =
     Pin<Box<dyn Future<Output = Result<T, TransportError>> + Send + 'a>>;
 
-/// The future a [`Publisher::publish_envelope`] returns.
+/// The future [`Publisher::publish_envelope`] and
+/// [`Publisher::publish_message`] return.
 pub type PublishFuture<'a> = Pin<Box<dyn Future<Output = Result<(), PublishError>> + Send + 'a>>;
 
 /// Publishes to a broker: one envelope with its producer span, or a batch
@@ -49,7 +52,9 @@ pub type PublishFuture<'a> = Pin<Box<dyn Future<Output = Result<(), PublishError
 /// broker's own writes ([`publish_body`](Self::publish_body),
 /// [`publish_batch`](Self::publish_batch)) and the name check; what every
 /// broker does the same ([`publish_envelope`](Self::publish_envelope): the
-/// encoding, the producer span and its trace headers) is provided.
+/// encoding, the producer span and its trace headers;
+/// [`publish_message`](Self::publish_message): the envelope of a typed
+/// value) is provided.
 ///
 /// ```
 /// use babel_idem::broker::Publisher;
@@ -96,6 +101,54 @@ pub trait Publisher: Send + Sync + 'static {
                 .instrument(span)
                 .await?;
             Ok(())
+        })
+    }
+
+    /// Publishes `message`, a value of a [`Message`] type, to `queue` as a
+    /// new envelope ([`Envelope::from_message`]: the type's URN, the value
+    /// as `data`, a fresh `meta.id` and `trace_id`) through
+    /// [`publish_envelope`](Self::publish_envelope), so in the same
+    /// encoding and producer span as any envelope, on every broker.
+    ///
+    /// The queue is the `queue` argument, written to `meta.queue` (an
+    /// empty name is `default`, as for any envelope): a message type names
+    /// what a message is, not where it goes, so the producer chooses the
+    /// queue at each publish. To choose more (a `trace_id` that continues
+    /// a causal chain, a `meta.id` of your own, a schema check first), build
+    /// the envelope with [`Envelope::from_message`] and publish it with
+    /// [`publish_envelope`](Self::publish_envelope).
+    ///
+    /// A value that does not serialize to a JSON object is refused before
+    /// anything is sent: [`PublishError::Envelope`] with
+    /// [`ProduceError::Data`].
+    ///
+    /// ```
+    /// use babel_idem::Message;
+    /// use babel_idem::broker::{PublishError, Publisher};
+    /// use serde::{Deserialize, Serialize};
+    ///
+    /// #[derive(Serialize, Deserialize, Message)]
+    /// #[message(urn = "urn:babel:orders:created")]
+    /// struct OrderCreated {
+    ///     order_id: u64,
+    /// }
+    ///
+    /// // Any broker's publisher: `RedisTransport`, `AmqpTransport`, `KafkaTransport`.
+    /// async fn announce(publisher: &impl Publisher, order_id: u64) -> Result<(), PublishError> {
+    ///     publisher.publish_message("orders", &OrderCreated { order_id }).await
+    /// }
+    /// ```
+    fn publish_message<'a, M>(&'a self, queue: &str, message: &M) -> PublishFuture<'a>
+    where
+        Self: Sized,
+        M: Message,
+    {
+        // Built before the future, which then holds no borrow of `message`
+        // (a `Message` is `Send`, not necessarily `Sync`) nor of `queue`.
+        let envelope = typed::on_queue(queue, message);
+        Box::pin(async move {
+            let envelope = envelope.map_err(ProduceError::from)?;
+            self.publish_envelope(&envelope).await
         })
     }
 

@@ -31,10 +31,14 @@ mod integer;
 mod members;
 mod produce;
 pub(crate) mod raw;
+#[cfg(feature = "schema")]
+mod schema;
+pub(crate) mod typed;
 
 pub use error::EnvelopeError;
 pub use integer::{IntegerProblem, MAX_INTEGER};
 pub use produce::ProduceError;
+pub use typed::DataError;
 
 /// The only `meta.schema_version` this crate reads and writes.
 pub const SCHEMA_VERSION: u64 = 1;

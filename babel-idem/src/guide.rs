@@ -12,6 +12,7 @@
 //! | [`redrive`] | dead-letter redrive: the redriven bytes, the rules, why nothing is lost, the CLI's `redrive` and `dlq` |
 //! | [`outbox`] | the producer's side: publishing envelopes, the transactional outbox (its table, shared with the family), outgoing messages in a transactional handler, the relay, retention |
 //! | [`observability`] | the consumer span's fields, the decision counters and the `metrics` names |
+//! | [`typed`] | message types: typed handlers and `routes!`, `#[idempotent]` on them, typed publishing and the queue it goes to, payload schemas (in code, `registry.json`, exported from a type), what becomes of an invalid payload |
 //!
 //! The crates: `babel-idem` (this one: the guard, the stores, the router,
 //! the consumer and its transports, each backend and transport behind its
@@ -26,16 +27,16 @@
 //! so every page builds whatever the features.
 
 /// One page of the guide: the module `$name` whose docs are `$file`. Links
-/// to items behind `$feature` are defined once for both builds: the item
+/// to items behind a `$feature` are defined once for both builds: the item
 /// with the feature, its published docs (`$url`) without it.
 macro_rules! page {
-    ($name:ident, $file:literal $(, $feature:literal => [$($label:literal: $item:literal, $url:literal),+ $(,)?])?) => {
+    ($name:ident, $file:literal $(, $feature:literal => [$($label:literal: $item:literal, $url:literal),+ $(,)?])* $(,)?) => {
         pub mod $name {
             #![doc = include_str!($file)]
             $(
                 #![cfg_attr(feature = $feature, doc = "", $(doc = concat!("[", $label, "]: ", $item)),+)]
                 #![cfg_attr(not(feature = $feature), doc = "", $(doc = concat!("[", $label, "]: ", $url)),+)]
-            )?
+            )*
         }
     };
 }
@@ -88,3 +89,24 @@ page!(redrive, "guide/redrive.md");
 page!(outbox, "guide/outbox.md");
 
 page!(observability, "guide/observability.md");
+
+page!(typed, "guide/typed.md",
+    "schema" => [
+        "schema module": "crate::schema",
+        "https://docs.rs/babel-idem/latest/babel_idem/schema/index.html",
+        "Schemas": "crate::schema::Schemas",
+        "https://docs.rs/babel-idem/latest/babel_idem/schema/struct.Schemas.html",
+        "Registry": "crate::schema::Registry",
+        "https://docs.rs/babel-idem/latest/babel_idem/schema/struct.Registry.html",
+        "check_schema": "crate::Envelope::check_schema",
+        "https://docs.rs/babel-idem/latest/babel_idem/envelope/struct.Envelope.html#method.check_schema",
+        "write_registry": "crate::schema::Schemas::write_registry",
+        "https://docs.rs/babel-idem/latest/babel_idem/schema/struct.Schemas.html#method.write_registry",
+    ],
+    "schemars" => [
+        "Schema::of": "crate::schema::Schema::of",
+        "https://docs.rs/babel-idem/latest/babel_idem/schema/struct.Schema.html#method.of",
+        "with_message": "crate::schema::Schemas::with_message",
+        "https://docs.rs/babel-idem/latest/babel_idem/schema/struct.Schemas.html#method.with_message",
+    ],
+);

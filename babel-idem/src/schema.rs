@@ -8,6 +8,12 @@
 //! babelqueue-registry manifest (`registry.json`) and every schema file it
 //! names, once, when it is opened.
 //!
+//! [`Schemas::write_registry`] writes schemas out as such a folder. With
+//! the feature `schemars`, `Schema::of::<T>()` exports the schema of a Rust
+//! type that derives `schemars::JsonSchema`, and
+//! `Schemas::with_message::<M>()` registers it for a message type's URN
+//! (each documents how schemars' output reads in the subset).
+//!
 //! The schema language is the family's subset of JSON Schema (draft-07):
 //! `type`, `required`, `properties`, `additionalProperties`, `items`,
 //! `enum`, `const`, `minLength` and `minimum`; every other keyword is
@@ -68,6 +74,7 @@ mod compile;
 mod definition;
 mod equal;
 mod error;
+mod export;
 mod instance;
 mod provider;
 mod registry;

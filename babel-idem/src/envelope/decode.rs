@@ -192,7 +192,7 @@ fn wrong_type(field: &'static str, expected: &'static str, found: &Value) -> Env
     }
 }
 
-fn kind(value: &Value) -> &'static str {
+pub(super) fn kind(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "boolean",

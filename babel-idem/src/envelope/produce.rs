@@ -4,7 +4,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{Envelope, EnvelopeError};
+use super::{DataError, Envelope, EnvelopeError};
 use crate::message::MessageId;
 
 /// The keys the contract forbids a producer to write (message-envelope.md
@@ -51,6 +51,10 @@ pub enum ProduceError {
          nothing was published"
     )]
     Invalid(#[source] EnvelopeError),
+    /// A [`Message`](crate::Message) value cannot be an envelope's `data`
+    /// (see [`Envelope::from_message`]); says why.
+    #[error("{0}; nothing was published")]
+    Data(#[from] DataError),
 }
 
 impl Envelope {

@@ -12,7 +12,8 @@ use tokio::sync::Notify;
 
 use super::sql::{Dialect, RowsAffected, SqlOutbox, SqlTable, Take, operator_methods};
 use super::{Batch, Lease, Marks, OutboxError, OutboxStats, PendingRow, Wakeup, database};
-use crate::envelope::Envelope;
+use crate::envelope::{Envelope, ProduceError, typed};
+use crate::message::Message;
 use crate::store::AsConnection;
 
 /// The DDL, shipped as `sqlite.sql` for users who run their own migrations.
@@ -190,6 +191,58 @@ impl SqliteOutbox {
             .await?;
         self.wake.notify_one();
         Ok(id)
+    }
+
+    /// Writes `message`, a value of a [`Message`] type, to the outbox as
+    /// a new envelope on `queue` ([`Envelope::from_message`]: the type's
+    /// URN, the value as `data`, a fresh `meta.id`), as
+    /// [`save`](SqliteOutbox::save) writes any envelope; returns the row's id.
+    /// The queue is the `queue` argument, written to `meta.queue` (an
+    /// empty name is `default`). A value that does not serialize to a JSON
+    /// object is refused before anything is written
+    /// ([`OutboxError::Envelope`] with
+    /// [`ProduceError::Data`](crate::envelope::ProduceError::Data)).
+    ///
+    /// ```
+    /// use babel_idem::Message;
+    /// use babel_idem::outbox::SqliteOutbox;
+    /// use serde::{Deserialize, Serialize};
+    ///
+    /// #[derive(Serialize, Deserialize, Message)]
+    /// #[message(urn = "urn:babel:orders:created")]
+    /// struct OrderCreated {
+    ///     order_id: u64,
+    /// }
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let pool = sqlx::sqlite::SqlitePoolOptions::new().max_connections(1).connect("sqlite::memory:").await?;
+    /// let outbox = SqliteOutbox::new(pool.clone());
+    /// outbox.migrate().await?;
+    ///
+    /// let mut tx = pool.begin().await?;
+    /// outbox.save_message(&mut tx, "orders", &OrderCreated { order_id: 7 }).await?;
+    /// tx.commit().await?;
+    /// assert_eq!(outbox.stats().await?.pending, 1);
+    /// # Ok::<(), anyhow::Error>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn save_message<'a, C, M>(
+        &'a self,
+        connection: &'a mut C,
+        queue: &str,
+        message: &M,
+    ) -> impl Future<Output = Result<i64, OutboxError>> + use<'a, C, M>
+    where
+        C: AsConnection<SqliteConnection> + ?Sized,
+        M: Message,
+    {
+        // Built before the future, which then holds no borrow of `message`
+        // (a `Message` is `Send`, not necessarily `Sync`) nor of `queue`.
+        let envelope = typed::on_queue(queue, message);
+        async move {
+            let envelope = envelope.map_err(ProduceError::from)?;
+            self.save(connection, &envelope).await
+        }
     }
 
     operator_methods!();

@@ -98,6 +98,25 @@ pub enum SchemaError {
         /// Why its schema is unusable.
         source: Box<SchemaError>,
     },
+    /// A registry folder or one of its files cannot be written
+    /// ([`Schemas::write_registry`](super::Schemas::write_registry)).
+    #[error("cannot write the schema registry's {}: {source}", path.display())]
+    RegistryWrite {
+        /// The folder or file.
+        path: PathBuf,
+        /// The I/O error.
+        source: io::Error,
+    },
+    /// A URN cannot have a schema file of its own in a registry folder
+    /// ([`Schemas::write_registry`](super::Schemas::write_registry));
+    /// nothing was written.
+    #[error("cannot write a schema file for {urn:?}: {reason}")]
+    UnwritableUrn {
+        /// The URN.
+        urn: String,
+        /// Why not.
+        reason: String,
+    },
 }
 
 /// What a JSON value that should have been an object is, for a message.
