@@ -3,94 +3,19 @@
 //! (typed or not, and before a typed decode); a violation fails the attempt
 //! with `InvalidPayloadError`, retried then dead-lettered with the Python
 //! SDK's block, the handler never run; a URN without a schema is not
-//! checked. The consumer span records the violation, and the feature
-//! `metrics` counts refused attempts per URN.
+//! checked. The feature `metrics` counts refused attempts per URN (the
+//! consumer span's record of the violation is `router_schema_span.rs`).
 #![cfg(feature = "schema")]
-
-mod support;
-
-use std::sync::{Arc, LazyLock, Mutex};
 
 use babel_idem::envelope::DeadLetterReason;
 use babel_idem::router::{DeadLettered, DispatchError, InvalidPayloadError, Retry};
-use babel_idem::schema::{Schema, SchemaProvider, Schemas};
-use babel_idem::{Delivery, Disposition, Envelope, Message, Router, urn};
-use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
-use support::Captured;
+use babel_idem::schema::SchemaProvider;
+use babel_idem::{Delivery, Disposition, Envelope, Router, urn};
+use serde_json::json;
 
-const CREATED: &str = "urn:babel:orders:created";
-const NOTED: &str = "urn:babel:orders:noted";
+mod router_schema_support;
 
-#[derive(Debug, Serialize, Deserialize, Message)]
-#[message(urn = "urn:babel:orders:created")]
-struct OrderCreated {
-    order_id: u64,
-    currency: String,
-}
-
-#[derive(Debug, Serialize, Deserialize, Message)]
-#[message(urn = "urn:babel:orders:noted")]
-struct OrderNoted {
-    order_id: u64,
-}
-
-/// The schema of `orders:created`; `orders:noted` has none.
-static SCHEMAS: LazyLock<Schemas> = LazyLock::new(|| {
-    Schemas::new().with(
-        CREATED,
-        Schema::from_value(json!({
-            "type": "object",
-            "required": ["order_id", "currency"],
-            "properties": {
-                "order_id": {"type": "integer", "minimum": 1},
-                "currency": {"enum": ["USD", "EUR"]}
-            },
-            "additionalProperties": false
-        }))
-        .unwrap(),
-    )
-});
-
-/// An envelope of `urn` whose `data` is the JSON text `data`, as written
-/// (member order included).
-fn envelope_bytes(urn: &str, data: &str) -> Vec<u8> {
-    format!(
-        r#"{{"job":"{urn}","trace_id":"7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b","data":{data},"meta":{{"id":"f1e2d3c4-b5a6-4789-90ab-cdef01234567","queue":"orders","lang":"python","schema_version":1,"created_at":1749132727000}},"attempts":0}}"#
-    )
-    .into_bytes()
-}
-
-/// What the handlers were handed, one entry a run, encoded again.
-#[derive(Clone, Default)]
-struct Runs(Arc<Mutex<Vec<Value>>>);
-
-impl Runs {
-    fn ran(&self, handed: &impl Serialize) -> std::future::Ready<Result<(), anyhow::Error>> {
-        let handed = serde_json::to_value(handed).unwrap();
-        self.0.lock().unwrap().push(handed);
-        std::future::ready(Ok(()))
-    }
-
-    fn handed(&self) -> Vec<Value> {
-        self.0.lock().unwrap().clone()
-    }
-
-    fn count(&self) -> usize {
-        self.0.lock().unwrap().len()
-    }
-}
-
-/// Typed handlers of both URNs, recording their runs, with [`SCHEMAS`].
-fn typed_router(runs: &Runs) -> Router {
-    let (created, noted) = (runs.clone(), runs.clone());
-    Router::builder()
-        .handle(move |order: OrderCreated| created.ran(&order))
-        .handle(move |note: OrderNoted| noted.ran(&note))
-        .schemas(SCHEMAS.clone())
-        .build()
-        .unwrap()
-}
+use router_schema_support::{CREATED, NOTED, Runs, SCHEMAS, envelope_bytes, typed_router};
 
 fn expect_retry(disposition: Disposition) -> Retry {
     match disposition {
@@ -319,47 +244,6 @@ async fn a_router_without_schemas_checks_nothing() {
     let bytes = envelope_bytes(CREATED, r#"{"order_id": 0, "currency": "GBP", "zeta": 1}"#);
     assert!(router.dispatch(&bytes, Delivery::new()).await.is_ack());
     assert_eq!(runs.count(), 1);
-}
-
-#[tokio::test]
-async fn the_consumer_span_records_the_violation_of_a_refused_payload() {
-    let log = Captured::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::INFO)
-        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
-        .with_writer(log.clone())
-        .with_ansi(false)
-        .finish();
-    let _default = tracing::subscriber::set_default(subscriber);
-    let router = typed_router(&Runs::default());
-
-    let by_schema = envelope_bytes(CREATED, r#"{"order_id": 1, "currency": "GBP"}"#);
-    let by_decode = envelope_bytes(NOTED, r#"{"order_id": -4}"#);
-    let valid = envelope_bytes(CREATED, r#"{"order_id": 1, "currency": "USD"}"#);
-    for bytes in [by_schema, by_decode, valid] {
-        let _ = router.dispatch(&bytes, Delivery::new()).await;
-    }
-
-    let log = log.text();
-    let closed: Vec<&str> = log
-        .lines()
-        .filter(|line| line.contains("babelqueue.process{") && line.contains(" close "))
-        .collect();
-    assert_eq!(closed.len(), 3, "one consumer span a delivery:\n{log}");
-    assert!(
-        closed[0].contains("messaging.babelqueue.payload.violation=currency: not_in_enum"),
-        "{log}"
-    );
-    assert!(
-        closed[1].contains(
-            "messaging.babelqueue.payload.violation=order_id: invalid value: integer `-4`, expected u64"
-        ),
-        "{log}"
-    );
-    assert!(
-        !closed[2].contains("payload.violation"),
-        "a valid payload records no violation: {log}"
-    );
 }
 
 #[cfg(feature = "metrics")]
