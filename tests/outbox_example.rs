@@ -16,6 +16,7 @@
     feature = "amqp-transport"
 ))]
 
+mod example_binary;
 #[path = "../babel-idem/tests/outbox_support/mod.rs"]
 mod outbox_support;
 #[path = "../babel-idem/tests/store_contract/mod.rs"]
@@ -37,26 +38,7 @@ use store_contract::servers::{POSTGRES_URL, REDIS_URL, server_url, unique_suffix
 /// The example's binary, built once per test run.
 fn example() -> &'static Path {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
-    BINARY.get_or_init(|| {
-        let profile = std::env::current_exe()
-            .unwrap()
-            .parent()
-            .and_then(Path::parent)
-            .unwrap()
-            .to_owned();
-        let mut build = Command::new(env!("CARGO"));
-        build.args(["build", "--quiet", "--example", "outbox", "--all-features"]);
-        if profile.ends_with("release") {
-            build.arg("--release");
-        }
-        assert!(
-            build.status().unwrap().success(),
-            "cargo build --example outbox"
-        );
-        profile
-            .join("examples")
-            .join(format!("outbox{}", std::env::consts::EXE_SUFFIX))
-    })
+    BINARY.get_or_init(|| example_binary::build("outbox", &["--all-features"]))
 }
 
 fn spawn(args: &[String]) -> Child {

@@ -9,6 +9,7 @@
 //! A test run that did not build the example builds it first.
 #![cfg(all(feature = "schemars", feature = "redis-transport"))]
 
+mod example_binary;
 #[allow(dead_code, unreachable_pub)]
 #[path = "../babel-idem/tests/store_contract/servers.rs"]
 mod servers;
@@ -20,38 +21,11 @@ use std::sync::OnceLock;
 use serde_json::Value;
 use servers::{REDIS_URL, server_url};
 
-/// The example's binary, built once per test run when missing.
+/// The example's binary, built once per test run.
 fn example() -> &'static Path {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
-    BINARY.get_or_init(|| {
-        // target/<profile>/deps/typed_example-<hash> -> target/<profile>/examples/typed
-        let profile_dir = std::env::current_exe()
-            .expect("the test binary's path")
-            .parent()
-            .and_then(Path::parent)
-            .expect("the test binary lives in target/<profile>/deps")
-            .to_owned();
-        let binary = profile_dir
-            .join("examples")
-            .join(format!("typed{}", std::env::consts::EXE_SUFFIX));
-        if !binary.exists() {
-            let mut build = Command::new(env!("CARGO"));
-            build.args([
-                "build",
-                "--quiet",
-                "--example",
-                "typed",
-                "--features",
-                "schemars,redis-transport",
-            ]);
-            if profile_dir.ends_with("release") {
-                build.arg("--release");
-            }
-            let status = build.status().expect("run cargo to build the example");
-            assert!(status.success(), "cargo build --example typed failed");
-        }
-        binary
-    })
+    BINARY
+        .get_or_init(|| example_binary::build("typed", &["--features", "schemars,redis-transport"]))
 }
 
 /// Runs the example with `args`, `BABEL_IDEM_REDIS_URL` set to `redis` or

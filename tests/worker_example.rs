@@ -17,6 +17,7 @@
 
 #[path = "../babel-idem/tests/consumer_support/mod.rs"]
 mod consumer_support;
+mod example_binary;
 #[path = "../babel-idem/tests/store_contract/mod.rs"]
 mod store_contract;
 #[cfg(feature = "kafka-transport")]
@@ -39,31 +40,10 @@ use store_contract::servers::{REDIS_URL, server_url, unique_suffix};
 /// The URN the example routes.
 const ORDER_CREATED: &str = "urn:babel:orders:created";
 
-/// The example's binary, built once per test run when missing.
+/// The example's binary, built once per test run.
 fn worker_binary() -> &'static Path {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
-    BINARY.get_or_init(|| {
-        // target/<profile>/deps/worker_example-<hash> -> target/<profile>/examples/worker
-        let profile_dir = std::env::current_exe()
-            .expect("the test binary's path")
-            .parent()
-            .and_then(Path::parent)
-            .expect("the test binary lives in target/<profile>/deps")
-            .to_owned();
-        let binary = profile_dir
-            .join("examples")
-            .join(format!("worker{}", std::env::consts::EXE_SUFFIX));
-        if !binary.exists() {
-            let mut build = Command::new(env!("CARGO"));
-            build.args(["build", "--example", "worker", "--all-features"]);
-            if profile_dir.ends_with("release") {
-                build.arg("--release");
-            }
-            let status = build.status().expect("run cargo to build the example");
-            assert!(status.success(), "cargo build --example worker failed");
-        }
-        binary
-    })
+    BINARY.get_or_init(|| example_binary::build("worker", &["--all-features"]))
 }
 
 fn worker(args: &[&str]) -> Command {

@@ -2,19 +2,20 @@
 //! block read back by the envelope decoder, each unknown-URN strategy, every
 //! kind of poison, panics, and an `#[idempotent]` handler behind the router.
 
+mod support;
+
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use babel_idem::envelope::DeadLetterReason;
-use babel_idem::router::{
-    Backoff, DeadLettered, DispatchError, Retry, RouterError, UnknownUrnStrategy, UrnError,
-};
+use babel_idem::router::{Backoff, DispatchError, RouterError, UnknownUrnStrategy, UrnError};
 use babel_idem::{
     Delivery, Disposition, Envelope, EnvelopeError, InMemoryStore, MessageId, Router, StoreError,
     Urn, idempotent, routes, urn,
 };
 use serde_json::json;
+use support::{expect_dead_letter, expect_retry};
 
 const CREATED: &str = "urn:babel:orders:created";
 
@@ -50,20 +51,6 @@ fn failing_router(max_attempts: u64) -> Router {
         .max_attempts(max_attempts)
         .build()
         .expect("one route, max_attempts >= 1")
-}
-
-fn expect_retry(disposition: Disposition) -> Retry {
-    match disposition {
-        Disposition::Retry(retry) => retry,
-        other => panic!("expected a retry, got {other}"),
-    }
-}
-
-fn expect_dead_letter(disposition: Disposition) -> DeadLettered {
-    match disposition {
-        Disposition::DeadLetter(dead) => dead,
-        other => panic!("expected a dead letter, got {other}"),
-    }
 }
 
 // --- ack --------------------------------------------------------------------

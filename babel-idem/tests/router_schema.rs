@@ -7,29 +7,18 @@
 //! consumer span's record of the violation is `router_schema_span.rs`).
 #![cfg(feature = "schema")]
 
+mod support;
+
 use babel_idem::envelope::DeadLetterReason;
 use babel_idem::router::{DeadLettered, DispatchError, InvalidPayloadError, Retry};
 use babel_idem::schema::SchemaProvider;
 use babel_idem::{Delivery, Disposition, Envelope, Router, urn};
 use serde_json::json;
+use support::{expect_dead_letter, expect_retry};
 
 mod router_schema_support;
 
 use router_schema_support::{CREATED, NOTED, Runs, SCHEMAS, envelope_bytes, typed_router};
-
-fn expect_retry(disposition: Disposition) -> Retry {
-    match disposition {
-        Disposition::Retry(retry) => retry,
-        other => panic!("expected a retry, got {other}"),
-    }
-}
-
-fn expect_dead_letter(disposition: Disposition) -> DeadLettered {
-    match disposition {
-        Disposition::DeadLetter(dead) => dead,
-        other => panic!("expected a dead letter, got {other}"),
-    }
-}
 
 /// The `InvalidPayloadError` an attempt failed with.
 fn invalid_payload(error: &DispatchError) -> &InvalidPayloadError {

@@ -5,19 +5,19 @@
 //! registration by the type's URN (`.handle`, `routes!` type rows), with a
 //! typed handler under another URN refused by `build`.
 
+mod support;
+
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 
 use babel_idem::envelope::DeadLetterReason;
-use babel_idem::router::{
-    DeadLettered, DispatchError, HEADER_REPLAY_BYPASS, InvalidPayloadError, Retry, RouterError,
-};
+use babel_idem::router::{DispatchError, HEADER_REPLAY_BYPASS, InvalidPayloadError, RouterError};
 use babel_idem::{
-    Delivery, Disposition, Envelope, InMemoryStore, Message, Router, StoreError, idempotent,
-    routes, urn,
+    Delivery, Envelope, InMemoryStore, Message, Router, StoreError, idempotent, routes, urn,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+use support::{expect_dead_letter, expect_retry};
 
 const CREATED: &str = "urn:babel:orders:created";
 
@@ -75,20 +75,6 @@ impl Recorder {
 
     fn runs(&self) -> u32 {
         self.runs.load(Ordering::SeqCst)
-    }
-}
-
-fn expect_retry(disposition: Disposition) -> Retry {
-    match disposition {
-        Disposition::Retry(retry) => retry,
-        other => panic!("expected a retry, got {other}"),
-    }
-}
-
-fn expect_dead_letter(disposition: Disposition) -> DeadLettered {
-    match disposition {
-        Disposition::DeadLetter(dead) => dead,
-        other => panic!("expected a dead letter, got {other}"),
     }
 }
 

@@ -173,3 +173,21 @@ impl<S: Store> Store for CountingStore<S> {
         babel_idem::store::BatchTarget::of(self)
     }
 }
+
+/// The retry `disposition` is, or a panic that says what it was.
+pub fn expect_retry(disposition: babel_idem::Disposition) -> babel_idem::router::Retry {
+    match disposition {
+        babel_idem::Disposition::Retry(retry) => retry,
+        other => panic!("expected a retry, got {other}"),
+    }
+}
+
+/// The dead letter `disposition` is, or a panic that says what it was.
+pub fn expect_dead_letter(
+    disposition: babel_idem::Disposition,
+) -> babel_idem::router::DeadLettered {
+    match disposition {
+        babel_idem::Disposition::DeadLetter(dead) => dead,
+        other => panic!("expected a dead letter, got {other}"),
+    }
+}
